@@ -1,0 +1,376 @@
+//! Block devices (DESIGN.md "Layers"). A device takes reads of one block and writes in batches;
+//! a batch is complete only when it is durable (`FileDevice` calls `fdatasync` before it returns),
+//! which is the point where soft-updates dependencies may be satisfied. Every device counts its
+//! reads and writes, split into synchronous (a caller waited for them) and asynchronous (delayed
+//! writes pushed out by the cache or the syncer), and the size of each batch.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum DevError {
+    #[error("I/O error on block {bno}: {source}")]
+    Io { bno: u64, source: std::io::Error },
+    #[error("block {bno} is beyond the end of the device ({nblocks} blocks)")]
+    OutOfRange { bno: u64, nblocks: u64 },
+    #[error("{0}")]
+    Open(String),
+}
+
+pub type DevResult<T> = Result<T, DevError>;
+
+/// Whether a caller waits for a write (FFS's bwrite) or not (bawrite/bdwrite pushed later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    Sync,
+    Async,
+}
+
+/// One block write in a batch.
+pub struct WriteReq<'a> {
+    pub bno: u64,
+    pub data: &'a [u8],
+}
+
+#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+pub struct DevStats {
+    pub reads: u64,
+    pub sync_writes: u64,
+    pub async_writes: u64,
+    pub batches: u64,
+    pub flushes: u64,
+    /// Largest batch seen, in blocks.
+    pub max_batch: u64,
+}
+
+impl DevStats {
+    pub fn writes(&self) -> u64 {
+        self.sync_writes + self.async_writes
+    }
+}
+
+/// Counters shared by all devices.
+#[derive(Debug, Default)]
+pub struct Counters {
+    reads: AtomicU64,
+    sync_writes: AtomicU64,
+    async_writes: AtomicU64,
+    batches: AtomicU64,
+    flushes: AtomicU64,
+    max_batch: AtomicU64,
+}
+
+impl Counters {
+    pub fn read(&self) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn batch(&self, n: usize, kind: WriteKind) {
+        let c = match kind {
+            WriteKind::Sync => &self.sync_writes,
+            WriteKind::Async => &self.async_writes,
+        };
+        c.fetch_add(n as u64, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.max_batch.fetch_max(n as u64, Ordering::Relaxed);
+    }
+    pub fn flush(&self) {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn snapshot(&self) -> DevStats {
+        DevStats {
+            reads: self.reads.load(Ordering::Relaxed),
+            sync_writes: self.sync_writes.load(Ordering::Relaxed),
+            async_writes: self.async_writes.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            flushes: self.flushes.load(Ordering::Relaxed),
+            max_batch: self.max_batch.load(Ordering::Relaxed),
+        }
+    }
+}
+
+pub trait BlockDevice: Send + Sync {
+    fn block_size(&self) -> usize;
+    fn num_blocks(&self) -> u64;
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()>;
+    /// Writes a batch; returns once every write in it is durable. Writes within a batch may reach
+    /// the medium in any order; batches are ordered (a batch is a barrier).
+    fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()>;
+    fn stats(&self) -> DevStats;
+}
+
+fn check_range(bno: u64, nblocks: u64) -> DevResult<()> {
+    if bno >= nblocks {
+        Err(DevError::OutOfRange { bno, nblocks })
+    } else {
+        Ok(())
+    }
+}
+
+/// An image file or a block device.
+pub struct FileDevice {
+    file: File,
+    bs: usize,
+    nblocks: u64,
+    durable: bool,
+    counters: Counters,
+}
+
+impl FileDevice {
+    /// Opens an existing image or block device. The block count is its size over `bs`.
+    pub fn open(path: &Path, bs: usize, writable: bool) -> DevResult<FileDevice> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(path)
+            .map_err(|e| DevError::Open(format!("cannot open {}: {e}", path.display())))?;
+        let size = device_size(&file).map_err(|e| DevError::Open(format!("cannot size {}: {e}", path.display())))?;
+        Ok(FileDevice { file, bs, nblocks: size / bs as u64, durable: true, counters: Counters::default() })
+    }
+
+    /// Creates (or extends) a sparse image file of `size` bytes.
+    pub fn create(path: &Path, size: u64) -> DevResult<()> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| DevError::Open(format!("cannot create {}: {e}", path.display())))?;
+        let meta = f.metadata().map_err(|e| DevError::Open(e.to_string()))?;
+        if meta.is_file() && meta.len() < size {
+            f.set_len(size).map_err(|e| DevError::Open(format!("cannot size {}: {e}", path.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Turns off `fdatasync` after each batch: for throw-away images in tests and experiments,
+    /// where durability across power loss is not being measured.
+    pub fn set_durable(&mut self, durable: bool) {
+        self.durable = durable;
+    }
+}
+
+/// Size in bytes of a regular file or a block device.
+pub fn device_size(file: &File) -> std::io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let meta = file.metadata()?;
+    if meta.is_file() {
+        return Ok(meta.len());
+    }
+    let mut f = file.try_clone()?;
+    f.seek(SeekFrom::End(0))
+}
+
+impl BlockDevice for FileDevice {
+    fn block_size(&self) -> usize {
+        self.bs
+    }
+    fn num_blocks(&self) -> u64 {
+        self.nblocks
+    }
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        check_range(bno, self.nblocks)?;
+        self.counters.read();
+        self.file.read_exact_at(buf, bno * self.bs as u64).map_err(|source| DevError::Io { bno, source })
+    }
+    fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
+        if reqs.is_empty() {
+            return Ok(());
+        }
+        for r in reqs {
+            check_range(r.bno, self.nblocks)?;
+            self.file
+                .write_all_at(r.data, r.bno * self.bs as u64)
+                .map_err(|source| DevError::Io { bno: r.bno, source })?;
+        }
+        if self.durable {
+            self.counters.flush();
+            self.file.sync_data().map_err(|source| DevError::Io { bno: reqs[0].bno, source })?;
+        }
+        self.counters.batch(reqs.len(), kind);
+        Ok(())
+    }
+    fn stats(&self) -> DevStats {
+        self.counters.snapshot()
+    }
+}
+
+/// A device in memory, for tests and the crash tester.
+pub struct MemDevice {
+    bs: usize,
+    blocks: Mutex<Vec<Option<Box<[u8]>>>>,
+    counters: Counters,
+}
+
+impl MemDevice {
+    pub fn new(bs: usize, nblocks: u64) -> MemDevice {
+        MemDevice { bs, blocks: Mutex::new(vec![None; nblocks as usize]), counters: Counters::default() }
+    }
+    /// A device holding a copy of `image` (block contents; `None` reads as zeros).
+    pub fn from_blocks(bs: usize, blocks: Vec<Option<Box<[u8]>>>) -> MemDevice {
+        MemDevice { bs, blocks: Mutex::new(blocks), counters: Counters::default() }
+    }
+    /// A copy of every block, for building crash images.
+    pub fn blocks(&self) -> Vec<Option<Box<[u8]>>> {
+        self.lock().clone()
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<Box<[u8]>>>> {
+        self.blocks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl BlockDevice for MemDevice {
+    fn block_size(&self) -> usize {
+        self.bs
+    }
+    fn num_blocks(&self) -> u64 {
+        self.lock().len() as u64
+    }
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        let blocks = self.lock();
+        check_range(bno, blocks.len() as u64)?;
+        self.counters.read();
+        match &blocks[bno as usize] {
+            Some(b) => buf.copy_from_slice(b),
+            None => buf.fill(0),
+        }
+        Ok(())
+    }
+    fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
+        if reqs.is_empty() {
+            return Ok(());
+        }
+        let mut blocks = self.lock();
+        for r in reqs {
+            check_range(r.bno, blocks.len() as u64)?;
+            blocks[r.bno as usize] = Some(r.data.into());
+        }
+        self.counters.batch(reqs.len(), kind);
+        Ok(())
+    }
+    fn stats(&self) -> DevStats {
+        self.counters.snapshot()
+    }
+}
+
+/// One logged event of a `RecordingDevice`.
+#[derive(Debug, Clone)]
+pub enum Record {
+    Write { bno: u64, data: Arc<[u8]> },
+    /// The end of a batch: every write before it is durable.
+    Barrier,
+}
+
+/// A device that logs every write and barrier in order, over an inner device, for the crash
+/// tester: any prefix of the log, plus any subset of the writes of the batch in flight, is a state
+/// the medium could be in after a power loss.
+pub struct RecordingDevice<D: BlockDevice> {
+    inner: D,
+    log: Mutex<Vec<Record>>,
+}
+
+impl<D: BlockDevice> RecordingDevice<D> {
+    pub fn new(inner: D) -> Self {
+        RecordingDevice { inner, log: Mutex::new(Vec::new()) }
+    }
+    pub fn log(&self) -> Vec<Record> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+}
+
+impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.inner.read_block(bno, buf)
+    }
+    fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
+        self.inner.write_batch(reqs, kind)?;
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        for r in reqs {
+            log.push(Record::Write { bno: r.bno, data: r.data.into() });
+        }
+        log.push(Record::Barrier);
+        Ok(())
+    }
+    fn stats(&self) -> DevStats {
+        self.inner.stats()
+    }
+}
+
+impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
+    fn block_size(&self) -> usize {
+        (**self).block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        (**self).num_blocks()
+    }
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        (**self).read_block(bno, buf)
+    }
+    fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
+        (**self).write_batch(reqs, kind)
+    }
+    fn stats(&self) -> DevStats {
+        (**self).stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_device_counts_and_round_trips() {
+        let d = MemDevice::new(4096, 10);
+        let a = vec![7u8; 4096];
+        d.write_batch(&[WriteReq { bno: 3, data: &a }], WriteKind::Sync).unwrap();
+        d.write_batch(&[WriteReq { bno: 4, data: &a }, WriteReq { bno: 5, data: &a }], WriteKind::Async).unwrap();
+        let mut b = vec![0u8; 4096];
+        d.read_block(3, &mut b).unwrap();
+        assert_eq!(a, b);
+        d.read_block(9, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0));
+        assert!(d.read_block(10, &mut b).is_err());
+        let s = d.stats();
+        assert_eq!((s.reads, s.sync_writes, s.async_writes, s.batches, s.max_batch), (2, 1, 2, 2, 2));
+    }
+
+    #[test]
+    fn file_device_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        FileDevice::create(&p, 4096 * 8).unwrap();
+        let d = FileDevice::open(&p, 4096, true).unwrap();
+        assert_eq!(d.num_blocks(), 8);
+        let a = vec![9u8; 4096];
+        d.write_batch(&[WriteReq { bno: 7, data: &a }], WriteKind::Sync).unwrap();
+        let mut b = vec![0u8; 4096];
+        d.read_block(7, &mut b).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(d.stats().flushes, 1);
+    }
+
+    #[test]
+    fn recording_device_logs_barriers() {
+        let d = RecordingDevice::new(MemDevice::new(4096, 4));
+        let a = vec![1u8; 4096];
+        d.write_batch(&[WriteReq { bno: 1, data: &a }, WriteReq { bno: 2, data: &a }], WriteKind::Async).unwrap();
+        let log = d.log();
+        assert_eq!(log.len(), 3);
+        assert!(matches!(log[2], Record::Barrier));
+    }
+}
