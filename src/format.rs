@@ -659,21 +659,65 @@ pub struct DirError {
     pub what: &'static str,
 }
 
-/// Parses every entry (live or empty) of a directory block, checking the chunk structure.
-pub fn dir_entries(block: &[u8]) -> Result<Vec<DirEntry>, DirError> {
-    let mut out = Vec::new();
-    for chunk in (0..block.len()).step_by(DIRBLKSIZ) {
-        let mut off = chunk;
-        while off < chunk + DIRBLKSIZ {
-            let e = dirent_at(block, off, chunk)?;
-            off += e.reclen as usize;
-            out.push(e);
-        }
-    }
-    Ok(out)
+/// An entry of a directory block, borrowed from the block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirRef<'a> {
+    pub offset: usize,
+    pub ino: u32,
+    pub reclen: u16,
+    pub dtype: u8,
+    pub name: &'a [u8],
 }
 
-fn dirent_at(block: &[u8], off: usize, chunk: usize) -> Result<DirEntry, DirError> {
+impl DirRef<'_> {
+    pub fn to_owned(&self) -> DirEntry {
+        DirEntry { offset: self.offset, ino: self.ino, reclen: self.reclen, dtype: self.dtype, name: self.name.to_vec() }
+    }
+    /// Bytes of the record not used by this entry.
+    pub fn slack(&self) -> usize {
+        let used = if self.ino == 0 { 0 } else { dirent_size(self.name.len()) };
+        self.reclen as usize - used
+    }
+}
+
+/// Walks every record (live or empty) of a directory block, checking the chunk structure; stops
+/// at the first malformed record with its error.
+pub struct DirIter<'a> {
+    block: &'a [u8],
+    off: usize,
+    failed: bool,
+}
+
+pub fn dir_iter(block: &[u8]) -> DirIter<'_> {
+    DirIter { block, off: 0, failed: false }
+}
+
+impl<'a> Iterator for DirIter<'a> {
+    type Item = Result<DirRef<'a>, DirError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.off >= self.block.len() {
+            return None;
+        }
+        let chunk = self.off / DIRBLKSIZ * DIRBLKSIZ;
+        match dirent_at(self.block, self.off, chunk) {
+            Ok(e) => {
+                self.off += e.reclen as usize;
+                Some(Ok(e))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Parses every entry (live or empty) of a directory block, checking the chunk structure.
+pub fn dir_entries(block: &[u8]) -> Result<Vec<DirEntry>, DirError> {
+    dir_iter(block).map(|r| r.map(|e| e.to_owned())).collect()
+}
+
+fn dirent_at(block: &[u8], off: usize, chunk: usize) -> Result<DirRef<'_>, DirError> {
     let err = |what| Err(DirError { offset: off, what });
     if off + DIRENT_HDR > chunk + DIRBLKSIZ {
         return err("header crosses a chunk");
@@ -688,17 +732,17 @@ fn dirent_at(block: &[u8], off: usize, chunk: usize) -> Result<DirEntry, DirErro
     if off + reclen as usize > chunk + DIRBLKSIZ {
         return err("record crosses a chunk");
     }
+    let mut name: &[u8] = &[];
     if ino != 0 {
         if namelen == 0 || dirent_size(namelen) > reclen as usize {
             return err("name does not fit its record");
         }
-        let name = &block[off + DIRENT_HDR..off + DIRENT_HDR + namelen];
+        name = &block[off + DIRENT_HDR..off + DIRENT_HDR + namelen];
         if name.contains(&0) || name.contains(&b'/') {
             return err("name holds NUL or '/'");
         }
     }
-    let name = if ino != 0 { block[off + DIRENT_HDR..off + DIRENT_HDR + namelen].to_vec() } else { Vec::new() };
-    Ok(DirEntry { offset: off, ino, reclen, dtype, name })
+    Ok(DirRef { offset: off, ino, reclen, dtype, name })
 }
 
 /// Writes an entry header and name at `off` (the record length is given).
@@ -732,9 +776,9 @@ pub fn dir_init_block(block: &mut [u8]) {
 /// Finds room for an entry of `namelen` bytes; returns the offset of the record to split.
 pub fn dir_find_space(block: &[u8], namelen: usize) -> Result<Option<usize>, DirError> {
     let need = dirent_size(namelen);
-    for e in dir_entries(block)? {
-        let used = if e.ino == 0 { 0 } else { dirent_size(e.name.len()) };
-        if e.reclen as usize - used >= need {
+    for e in dir_iter(block) {
+        let e = e?;
+        if e.slack() >= need {
             return Ok(Some(e.offset));
         }
     }

@@ -5,3 +5,4 @@ pub mod cache;
 pub mod clock;
 pub mod dev;
 pub mod format;
+pub mod alloc;

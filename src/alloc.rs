@@ -1,0 +1,327 @@
+//! FFS allocation over the cylinder group bitmaps: directories are spread over groups with many
+//! free inodes and few directories, a file's inode goes in its directory's group, and a file's
+//! blocks follow the previous block (or start in the inode's group). The bitmaps live in the
+//! cached group header blocks; `Alloc` keeps an in-memory summary of each group's counts so that
+//! choosing a group reads no block.
+//!
+//! Invariant: the summary equals the counts in the header buffers, and each count equals the
+//! number of clear (free) bits in its bitmap.
+
+use crate::cache::Cache;
+use crate::dev::DevError;
+use crate::format::*;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CgSum {
+    pub free_blocks: u32,
+    pub free_inodes: u32,
+    pub ndirs: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AllocError {
+    #[error("no space left on device")]
+    NoSpace,
+    #[error(transparent)]
+    Dev(#[from] DevError),
+    #[error("corrupt cylinder group: {0}")]
+    Corrupt(#[from] FormatError),
+    #[error("freeing {what} {n} that is already free")]
+    DoubleFree { what: &'static str, n: u64 },
+    #[error("freeing {what} {n} that is not a {what} the allocator hands out")]
+    BadFree { what: &'static str, n: u64 },
+}
+
+pub struct Alloc {
+    pub sums: Vec<CgSum>,
+}
+
+impl Alloc {
+    /// Reads and checks every group header.
+    pub fn load(cache: &mut Cache, sb: &Superblock) -> Result<Alloc, AllocError> {
+        let mut sums = Vec::with_capacity(sb.ngroups as usize);
+        for cg in 0..sb.ngroups {
+            let buf = cache.read(sb.cg_header_block(cg))?;
+            let h = CgHeader::decode(buf, cg)?;
+            if h.nblocks != sb.cg_blocks(cg) || h.ninodes != sb.inodes_per_group {
+                return Err(FormatError::BadCg { cg, what: "size disagrees with the superblock".into() }.into());
+            }
+            if h.free_blocks > h.nblocks || h.free_inodes > h.ninodes {
+                return Err(FormatError::BadCg { cg, what: "free counts larger than the group".into() }.into());
+            }
+            sums.push(CgSum { free_blocks: h.free_blocks, free_inodes: h.free_inodes, ndirs: h.ndirs });
+        }
+        Ok(Alloc { sums })
+    }
+
+    pub fn free_blocks(&self) -> u64 {
+        self.sums.iter().map(|s| s.free_blocks as u64).sum()
+    }
+    pub fn free_inodes(&self) -> u64 {
+        self.sums.iter().map(|s| s.free_inodes as u64).sum()
+    }
+    pub fn ndirs(&self) -> u64 {
+        self.sums.iter().map(|s| s.ndirs as u64).sum()
+    }
+
+    /// Chooses a group for a new inode (FFS's dirpref for directories, the parent's group for
+    /// files) and allocates an inode in it. Returns the inode number.
+    pub fn alloc_inode(&mut self, cache: &mut Cache, sb: &Superblock, parent: u32, is_dir: bool) -> Result<u32, AllocError> {
+        let n = sb.ngroups;
+        let total_free = self.free_inodes();
+        if total_free == 0 {
+            return Err(AllocError::NoSpace);
+        }
+        let start = if is_dir {
+            let avg = total_free / n as u64;
+            (0..n)
+                .filter(|&g| self.sums[g as usize].free_inodes as u64 >= avg.max(1))
+                .min_by_key(|&g| (self.sums[g as usize].ndirs, std::cmp::Reverse(self.sums[g as usize].free_blocks)))
+                .unwrap_or(0)
+        } else {
+            sb.cg_of_inode(parent).min(n - 1)
+        };
+        for i in 0..n {
+            let cg = (start + i) % n;
+            if self.sums[cg as usize].free_inodes == 0 {
+                continue;
+            }
+            let buf = cache.modify(sb.cg_header_block(cg))?;
+            let (brot, irot) = cg_get_rotors(buf);
+            let map = &mut buf[CgHeader::inode_map_offset()..];
+            let Some(idx) = find_clear(map, sb.inodes_per_group as usize, irot as usize) else {
+                // The count said there was room: the header lies.
+                return Err(FormatError::BadCg { cg, what: "free inode count exceeds the bitmap".into() }.into());
+            };
+            bit_set(map, idx, true);
+            let fi = cg_get_free_inodes(buf) - 1;
+            cg_set_free_inodes(buf, fi);
+            cg_set_rotors(buf, brot, idx as u32);
+            let s = &mut self.sums[cg as usize];
+            s.free_inodes -= 1;
+            if is_dir {
+                s.ndirs += 1;
+                let nd = cg_get_ndirs(buf) + 1;
+                cg_set_ndirs(buf, nd);
+            }
+            return Ok(cg * sb.inodes_per_group + idx as u32);
+        }
+        Err(AllocError::NoSpace)
+    }
+
+    pub fn free_inode(&mut self, cache: &mut Cache, sb: &Superblock, ino: u32, is_dir: bool) -> Result<(), AllocError> {
+        if !sb.is_valid_inode(ino) {
+            return Err(AllocError::BadFree { what: "inode", n: ino as u64 });
+        }
+        let cg = sb.cg_of_inode(ino);
+        let idx = (ino % sb.inodes_per_group) as usize;
+        let buf = cache.modify(sb.cg_header_block(cg))?;
+        let map = &mut buf[CgHeader::inode_map_offset()..];
+        if !bit_get(map, idx) {
+            return Err(AllocError::DoubleFree { what: "inode", n: ino as u64 });
+        }
+        bit_set(map, idx, false);
+        let fi = cg_get_free_inodes(buf) + 1;
+        cg_set_free_inodes(buf, fi);
+        let s = &mut self.sums[cg as usize];
+        s.free_inodes += 1;
+        if is_dir {
+            let nd = cg_get_ndirs(buf).saturating_sub(1);
+            cg_set_ndirs(buf, nd);
+            s.ndirs = s.ndirs.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    /// Allocates a data block as close after `pref` as possible (in its group first).
+    pub fn alloc_block(&mut self, cache: &mut Cache, sb: &Superblock, pref: u64) -> Result<u64, AllocError> {
+        let n = sb.ngroups;
+        let pref = if pref < sb.num_blocks { pref } else { 0 };
+        let start = sb.cg_of_block(pref);
+        for i in 0..n {
+            let cg = (start + i) % n;
+            if self.sums[cg as usize].free_blocks == 0 {
+                continue;
+            }
+            let base = sb.cg_start(cg);
+            let hint = if cg == start { (pref - base) as usize } else { 0 };
+            let buf = cache.modify(sb.cg_header_block(cg))?;
+            let (brot, irot) = cg_get_rotors(buf);
+            let hint = if hint == 0 { brot as usize } else { hint };
+            let map = &mut buf[CgHeader::block_map_offset(sb.inodes_per_group)..];
+            let Some(idx) = find_clear(map, sb.cg_blocks(cg) as usize, hint) else {
+                return Err(FormatError::BadCg { cg, what: "free block count exceeds the bitmap".into() }.into());
+            };
+            bit_set(map, idx, true);
+            let fb = cg_get_free_blocks(buf) - 1;
+            cg_set_free_blocks(buf, fb);
+            cg_set_rotors(buf, idx as u32, irot);
+            self.sums[cg as usize].free_blocks -= 1;
+            let bno = base + idx as u64;
+            assert!(sb.is_data_block(bno), "allocator handed out metadata block {bno}");
+            return Ok(bno);
+        }
+        Err(AllocError::NoSpace)
+    }
+
+    pub fn free_block(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<(), AllocError> {
+        if !sb.is_data_block(bno) {
+            return Err(AllocError::BadFree { what: "block", n: bno });
+        }
+        let cg = sb.cg_of_block(bno);
+        let idx = (bno - sb.cg_start(cg)) as usize;
+        let buf = cache.modify(sb.cg_header_block(cg))?;
+        let map = &mut buf[CgHeader::block_map_offset(sb.inodes_per_group)..];
+        if !bit_get(map, idx) {
+            return Err(AllocError::DoubleFree { what: "block", n: bno });
+        }
+        bit_set(map, idx, false);
+        let fb = cg_get_free_blocks(buf) + 1;
+        cg_set_free_blocks(buf, fb);
+        self.sums[cg as usize].free_blocks += 1;
+        Ok(())
+    }
+}
+
+/// First clear bit at or after `from` (wrapping), among the first `nbits` bits.
+pub fn find_clear(map: &[u8], nbits: usize, from: usize) -> Option<usize> {
+    let from = if from >= nbits { 0 } else { from };
+    let scan = |lo: usize, hi: usize| -> Option<usize> {
+        let mut i = lo;
+        while i < hi {
+            if i % 8 == 0 && i + 8 <= hi && map[i / 8] == 0xff {
+                i += 8;
+                continue;
+            }
+            if !bit_get(map, i) {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
+    };
+    scan(from, nbits).or_else(|| scan(0, from))
+}
+
+/// Builds the header block of group `cg` for a new file system: metadata blocks (superblock
+/// copy, header, inode table) marked used, everything else free.
+pub fn init_cg_block(sb: &Superblock, cg: u32, buf: &mut [u8]) {
+    buf.fill(0);
+    let nblocks = sb.cg_blocks(cg);
+    let meta = (sb.cg_data_start(cg) - sb.cg_start(cg)) as usize;
+    let bmap_off = CgHeader::block_map_offset(sb.inodes_per_group);
+    for i in 0..meta {
+        bit_set(&mut buf[bmap_off..], i, true);
+    }
+    let mut free_inodes = sb.inodes_per_group;
+    if cg == 0 {
+        // Inodes 0 and 1 are never handed out.
+        for i in 0..FIRST_INO as usize {
+            bit_set(&mut buf[CgHeader::inode_map_offset()..], i, true);
+        }
+        free_inodes -= FIRST_INO;
+    }
+    CgHeader {
+        cg,
+        nblocks,
+        ninodes: sb.inodes_per_group,
+        free_blocks: nblocks - meta as u32,
+        free_inodes,
+        ndirs: 0,
+        block_rotor: meta as u32,
+        inode_rotor: 0,
+    }
+    .encode(buf);
+    CgHeader::seal(buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
+    use std::sync::Arc;
+
+    fn setup() -> (Cache, Superblock, Alloc) {
+        let sb = Superblock::geometry(4096, 100_000, Some(3000)).unwrap();
+        let dev = Arc::new(MemDevice::new(4096, sb.num_blocks));
+        let mut buf = vec![0u8; 4096];
+        for cg in 0..sb.ngroups {
+            init_cg_block(&sb, cg, &mut buf);
+            dev.write_batch(&[WriteReq { bno: sb.cg_header_block(cg), data: &buf }], WriteKind::Sync).unwrap();
+        }
+        let mut cache = Cache::new(dev, 256, Arc::new(SimClock::new()));
+        let alloc = Alloc::load(&mut cache, &sb).unwrap();
+        (cache, sb, alloc)
+    }
+
+    #[test]
+    fn find_clear_wraps_and_skips_full_bytes() {
+        let mut map = vec![0xffu8; 4];
+        assert_eq!(find_clear(&map, 32, 0), None);
+        bit_set(&mut map, 3, false);
+        bit_set(&mut map, 20, false);
+        assert_eq!(find_clear(&map, 32, 0), Some(3));
+        assert_eq!(find_clear(&map, 32, 4), Some(20));
+        assert_eq!(find_clear(&map, 32, 21), Some(3));
+        assert_eq!(find_clear(&map, 20, 4), Some(3));
+    }
+
+    #[test]
+    fn blocks_are_data_blocks_near_pref_and_unique() {
+        let (mut cache, sb, mut a) = setup();
+        let free0 = a.free_blocks();
+        let pref = sb.cg_data_start(1) + 10;
+        let b1 = a.alloc_block(&mut cache, &sb, pref).unwrap();
+        assert_eq!(b1, pref);
+        let b2 = a.alloc_block(&mut cache, &sb, pref).unwrap();
+        assert_eq!(b2, pref + 1);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..500 {
+            let b = a.alloc_block(&mut cache, &sb, 0).unwrap();
+            assert!(sb.is_data_block(b));
+            assert!(seen.insert(b));
+        }
+        assert_eq!(a.free_blocks(), free0 - 502);
+        a.free_block(&mut cache, &sb, b1).unwrap();
+        assert!(matches!(a.free_block(&mut cache, &sb, b1), Err(AllocError::DoubleFree { .. })));
+        assert!(matches!(a.free_block(&mut cache, &sb, 1), Err(AllocError::BadFree { .. })));
+        // The freed block is found again from its preference.
+        assert_eq!(a.alloc_block(&mut cache, &sb, pref).unwrap(), b1);
+        // The in-memory summary matches the header buffers.
+        for cg in 0..sb.ngroups {
+            let buf = cache.read(sb.cg_header_block(cg)).unwrap();
+            assert_eq!(cg_get_free_blocks(buf), a.sums[cg as usize].free_blocks);
+        }
+    }
+
+    #[test]
+    fn runs_out_of_space_cleanly() {
+        let (mut cache, sb, mut a) = setup();
+        let n = a.free_blocks();
+        for _ in 0..n {
+            a.alloc_block(&mut cache, &sb, 0).unwrap();
+        }
+        assert!(matches!(a.alloc_block(&mut cache, &sb, 0), Err(AllocError::NoSpace)));
+        let ni = a.free_inodes();
+        for _ in 0..ni {
+            a.alloc_inode(&mut cache, &sb, ROOT_INO, false).unwrap();
+        }
+        assert!(matches!(a.alloc_inode(&mut cache, &sb, ROOT_INO, false), Err(AllocError::NoSpace)));
+    }
+
+    #[test]
+    fn directories_spread_files_stay_near() {
+        let (mut cache, sb, mut a) = setup();
+        assert!(sb.ngroups > 1);
+        let d1 = a.alloc_inode(&mut cache, &sb, ROOT_INO, true).unwrap();
+        let d2 = a.alloc_inode(&mut cache, &sb, ROOT_INO, true).unwrap();
+        assert_ne!(sb.cg_of_inode(d1), sb.cg_of_inode(d2));
+        let f = a.alloc_inode(&mut cache, &sb, d2, false).unwrap();
+        assert_eq!(sb.cg_of_inode(f), sb.cg_of_inode(d2));
+        assert!(f >= FIRST_INO);
+        a.free_inode(&mut cache, &sb, f, false).unwrap();
+        assert!(a.free_inode(&mut cache, &sb, f, false).is_err());
+        assert_eq!(a.ndirs(), 2);
+    }
+}
