@@ -1,8 +1,9 @@
 //! sufs: a user-space FFS with soft updates (McKusick & Ganger 1999), the update policies of
 //! Mogul 1994, and the Block Register (Depoutovitch & Warkentin). See DESIGN.md for the map.
 
+pub mod alloc;
 pub mod cache;
 pub mod clock;
 pub mod dev;
 pub mod format;
-pub mod alloc;
+pub mod fs;

@@ -1,0 +1,1802 @@
+//! The file-system operations (soft updates §2's eight activities and the rest of POSIX): lookup,
+//! create, mkdir, link, symlink, unlink, rmdir, rename, read, write, truncate, setattr, readdir,
+//! statfs, fsync, over the buffer cache.
+//!
+//! Ordering is the one thing the modes differ in. `Sync` is the traditional FFS of the paper's
+//! §2: the dependent metadata of an operation is ordered by synchronous writes, placed by
+//! `order_write`:
+//! - an initialised inode before the directory entry that names it, and a new directory's or
+//!   indirect block's contents before the pointer to it;
+//! - the group bitmaps before any block holding pointers that use them (see `write_bufs`);
+//! - a nullified pointer (entry, inode or block pointer) before the resource is freed and may be
+//!   reused;
+//! - on rename, the new name before the old name is removed; on link and mkdir, the raised link
+//!   count before the new name.
+//! `Async` delays every write and orders nothing: the upper bound, and the crash tester's
+//! negative control.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use crate::alloc::{Alloc, AllocError};
+use crate::cache::{Cache, CacheStats, WriteHooks};
+use crate::clock::Clock;
+use crate::dev::{BlockDevice, DevError, DevStats, WriteKind, WriteReq};
+use crate::format::*;
+
+/// How dependent metadata writes are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Ordering {
+    /// Traditional FFS: synchronous writes order dependent metadata.
+    Sync,
+    /// No ordering at all: every metadata write is delayed.
+    Async,
+}
+
+impl std::fmt::Display for Ordering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Ordering::Sync => "sync",
+            Ordering::Async => "async",
+        })
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("file name too long")]
+    NameTooLong,
+    #[error("no space left on device")]
+    NoSpace,
+    #[error("too many links")]
+    TooManyLinks,
+    #[error("file too large")]
+    TooBig,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("operation not permitted")]
+    Perm,
+    #[error("stale inode {0}")]
+    Stale(u64),
+    #[error("read-only file system")]
+    ReadOnly,
+    #[error("I/O error: {0}")]
+    Io(#[from] DevError),
+    #[error("corrupt file system: {0}")]
+    Corrupt(String),
+}
+
+impl FsError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::NotFound => libc::ENOENT,
+            FsError::Exists => libc::EEXIST,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::NotEmpty => libc::ENOTEMPTY,
+            FsError::NameTooLong => libc::ENAMETOOLONG,
+            FsError::NoSpace => libc::ENOSPC,
+            FsError::TooManyLinks => libc::EMLINK,
+            FsError::TooBig => libc::EFBIG,
+            FsError::Invalid(_) => libc::EINVAL,
+            FsError::Perm => libc::EPERM,
+            FsError::Stale(_) => libc::ESTALE,
+            FsError::ReadOnly => libc::EROFS,
+            FsError::Io(_) | FsError::Corrupt(_) => libc::EIO,
+        }
+    }
+}
+
+impl From<AllocError> for FsError {
+    fn from(e: AllocError) -> Self {
+        match e {
+            AllocError::NoSpace => FsError::NoSpace,
+            AllocError::Dev(d) => FsError::Io(d),
+            other => FsError::Corrupt(other.to_string()),
+        }
+    }
+}
+
+impl From<FormatError> for FsError {
+    fn from(e: FormatError) -> Self {
+        FsError::Corrupt(e.to_string())
+    }
+}
+
+impl From<DirError> for FsError {
+    fn from(e: DirError) -> Self {
+        FsError::Corrupt(e.to_string())
+    }
+}
+
+pub type FsResult<T> = Result<T, FsError>;
+
+/// Options of a new file system.
+#[derive(Debug, Clone)]
+pub struct MkfsOptions {
+    pub block_size: u32,
+    pub inodes: Option<u64>,
+    /// Owner of the root directory.
+    pub uid: u32,
+    pub gid: u32,
+    /// The device already reads as zeros (a new sparse image): skip zeroing the inode tables.
+    pub zeroed: bool,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions {
+            block_size: 4096,
+            inodes: None,
+            uid: 0,
+            gid: 0,
+            zeroed: false,
+        }
+    }
+}
+
+/// Makes a file system on `dev`: cylinder groups, the root directory and lost+found.
+pub fn mkfs(
+    dev: Arc<dyn BlockDevice>,
+    opts: &MkfsOptions,
+    now: (i64, u32),
+) -> FsResult<Superblock> {
+    let bs = opts.block_size as usize;
+    if dev.block_size() != bs {
+        return Err(FsError::Invalid(
+            "device block size differs from the file system's",
+        ));
+    }
+    let mut sb = Superblock::geometry(opts.block_size, dev.num_blocks(), opts.inodes)?;
+    sb.created = now.0;
+    let mut buf = vec![0u8; bs];
+    let zero = vec![0u8; bs];
+    let mut free_blocks = 0u64;
+    let mut free_inodes = 0u64;
+    for cg in 0..sb.ngroups {
+        crate::alloc::init_cg_block(&sb, cg, &mut buf);
+        let h = CgHeader::decode(&buf, cg)?;
+        free_blocks += h.free_blocks as u64;
+        free_inodes += h.free_inodes as u64;
+        dev.write_batch(
+            &[WriteReq {
+                bno: sb.cg_header_block(cg),
+                data: &buf,
+            }],
+            WriteKind::Sync,
+        )?;
+        if !opts.zeroed {
+            let itable = sb.cg_itable_block(cg);
+            let reqs: Vec<WriteReq> = (0..sb.inode_table_blocks() as u64)
+                .map(|i| WriteReq {
+                    bno: itable + i,
+                    data: &zero,
+                })
+                .collect();
+            for chunk in reqs.chunks(256) {
+                dev.write_batch(chunk, WriteKind::Sync)?;
+            }
+        }
+    }
+    sb.free_blocks = free_blocks;
+    sb.free_inodes = free_inodes;
+    sb.flags = SB_CLEAN;
+    for cg in 0..sb.ngroups {
+        let mut b = vec![0u8; bs];
+        sb.encode(&mut b);
+        dev.write_batch(
+            &[WriteReq {
+                bno: sb.cg_start(cg),
+                data: &b,
+            }],
+            WriteKind::Sync,
+        )?;
+    }
+    // Root and lost+found, made through the file system itself so they follow its rules.
+    let clock: Arc<dyn Clock> = Arc::new(FixedClock(now));
+    let mut fs = Fs::mount(
+        dev,
+        MountOptions {
+            ordering: Ordering::Sync,
+            cache_blocks: 1024,
+            readonly: false,
+        },
+        clock,
+    )?;
+    fs.make_root(opts.uid, opts.gid)?;
+    let lf = fs.mkdir(ROOT_INO, b"lost+found", 0o700, opts.uid, opts.gid)?;
+    if lf.0 != LOST_FOUND_INO {
+        return Err(FsError::Corrupt(format!("lost+found got inode {}", lf.0)));
+    }
+    let sb = fs.sb.clone();
+    fs.unmount()?;
+    Ok(sb)
+}
+
+struct FixedClock((i64, u32));
+impl Clock for FixedClock {
+    fn now_ns(&self) -> u64 {
+        0
+    }
+    fn wall(&self) -> (i64, u32) {
+        self.0
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    pub ordering: Ordering,
+    /// Buffer cache size in blocks.
+    pub cache_blocks: usize,
+    pub readonly: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            ordering: Ordering::Sync,
+            cache_blocks: 32768,
+            readonly: false,
+        }
+    }
+}
+
+/// Changes to an inode's attributes (setattr).
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<(i64, u32)>,
+    pub mtime: Option<(i64, u32)>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+/// One readdir entry: `next` is the cookie that resumes after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirListEntry {
+    pub ino: u32,
+    pub dtype: u8,
+    pub name: Vec<u8>,
+    pub next: u64,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FsStats {
+    pub ordering: String,
+    pub device: DevStats,
+    pub cache: CacheStats,
+    pub cache_hit_rate: f64,
+}
+
+/// Seals group headers (their checksum) in the copy that goes to the device.
+struct Sealer {
+    bpg: u64,
+}
+
+impl WriteHooks for Sealer {
+    fn before_write(&mut self, bno: u64, copy: &mut [u8]) {
+        if bno % self.bpg == 1 {
+            CgHeader::seal(copy);
+        }
+    }
+    fn after_write(&mut self, _bno: u64) {}
+}
+
+/// Where an entry lives: the directory block and the byte offset in it.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    bno: u64,
+    lbn: u64,
+    off: usize,
+    ino: u32,
+    dtype: u8,
+}
+
+pub struct Fs {
+    pub sb: Superblock,
+    cache: Cache,
+    alloc: Alloc,
+    sealer: Sealer,
+    ordering: Ordering,
+    clock: Arc<dyn Clock>,
+    readonly: bool,
+    /// Open handles per inode: an unlinked inode is freed at its last close.
+    open: HashMap<u32, u32>,
+    next_gen: u32,
+}
+
+impl Fs {
+    /// Mounts the file system on `dev`: checks the superblock and every group header, refusing a
+    /// corrupt or foreign image, and marks the image in use (not clean) until `unmount`.
+    pub fn mount(
+        dev: Arc<dyn BlockDevice>,
+        opts: MountOptions,
+        clock: Arc<dyn Clock>,
+    ) -> FsResult<Fs> {
+        let bs = dev.block_size();
+        let mut buf = vec![0u8; bs];
+        dev.read_block(0, &mut buf)?;
+        let mut sb = Superblock::decode(&buf)?;
+        if sb.block_size as usize != bs {
+            return Err(FsError::Corrupt(format!(
+                "block size {} does not match the device's {}",
+                sb.block_size, bs
+            )));
+        }
+        if sb.num_blocks > dev.num_blocks() {
+            return Err(FsError::Corrupt(format!(
+                "file system has {} blocks but the device only {}",
+                sb.num_blocks,
+                dev.num_blocks()
+            )));
+        }
+        let mut cache = Cache::new(dev, opts.cache_blocks, clock.clone());
+        let alloc = Alloc::load(&mut cache, &sb)?;
+        // Summary counts are exact only after a clean unmount; recompute them from the groups.
+        sb.free_blocks = alloc.free_blocks();
+        sb.free_inodes = alloc.free_inodes();
+        sb.ndirs = alloc.ndirs();
+        let mut fs = Fs {
+            sealer: Sealer {
+                bpg: sb.blocks_per_group as u64,
+            },
+            sb,
+            cache,
+            alloc,
+            ordering: opts.ordering,
+            clock,
+            readonly: opts.readonly,
+            open: HashMap::new(),
+            next_gen: 1,
+        };
+        fs.next_gen = fs.clock.wall().1 | 1;
+        if !fs.readonly {
+            fs.sb.flags &= !SB_CLEAN;
+            fs.sb.mount_count += 1;
+            fs.sb.mount_time = fs.clock.wall().0;
+            fs.write_superblock()?;
+        }
+        Ok(fs)
+    }
+
+    pub fn ordering(&self) -> Ordering {
+        self.ordering
+    }
+
+    pub fn stats(&self) -> FsStats {
+        let cache = self.cache.stats();
+        FsStats {
+            ordering: self.ordering.to_string(),
+            device: self.cache.device().stats(),
+            cache_hit_rate: cache.hit_rate(),
+            cache,
+        }
+    }
+
+    fn write_superblock(&mut self) -> FsResult<()> {
+        self.sb.free_blocks = self.alloc.free_blocks();
+        self.sb.free_inodes = self.alloc.free_inodes();
+        self.sb.ndirs = self.alloc.ndirs();
+        self.sb.write_time = self.clock.wall().0;
+        let mut buf = vec![0u8; self.sb.block_size as usize];
+        self.sb.encode(&mut buf);
+        self.cache
+            .device()
+            .write_batch(&[WriteReq { bno: 0, data: &buf }], WriteKind::Sync)?;
+        Ok(())
+    }
+
+    /// Writes everything and marks the image clean.
+    pub fn unmount(&mut self) -> FsResult<()> {
+        if self.readonly {
+            return Ok(());
+        }
+        // Inodes unlinked while open are freed now that nobody holds them.
+        let orphans: Vec<u32> = self.open.keys().copied().collect();
+        self.open.clear();
+        for ino in orphans {
+            let d = self.iget(ino)?;
+            if d.nlink == 0 {
+                self.release_inode(ino, d)?;
+            }
+        }
+        self.sync_all()?;
+        self.sb.flags |= SB_CLEAN;
+        self.write_superblock()
+    }
+
+    // ---------------------------------------------------------------- writing buffers
+
+    fn is_cg_block(&self, bno: u64) -> bool {
+        bno % self.sb.blocks_per_group as u64 == 1
+    }
+
+    /// Writes `bnos` as one batch. In `Sync` mode any dirty group header is written in a batch
+    /// of its own first, so that no pointer reaches the disk before the bitmap bit that owns it.
+    fn write_bufs(&mut self, bnos: &[u64], kind: WriteKind) -> FsResult<()> {
+        if self.ordering == Ordering::Sync && bnos.iter().any(|&b| !self.is_cg_block(b)) {
+            let cgs: Vec<u64> = (0..self.sb.ngroups)
+                .map(|cg| self.sb.cg_header_block(cg))
+                .filter(|&b| self.cache.is_dirty(b))
+                .collect();
+            if !cgs.is_empty() {
+                self.cache.write(&cgs, WriteKind::Sync, &mut self.sealer)?;
+            }
+        }
+        self.cache.write(bnos, kind, &mut self.sealer)?;
+        Ok(())
+    }
+
+    /// A write that orders dependent metadata: synchronous in `Sync` mode, nothing in `Async`
+    /// (the buffer stays a delayed write).
+    fn order_write(&mut self, bnos: &[u64]) -> FsResult<()> {
+        match self.ordering {
+            Ordering::Sync => self.write_bufs(bnos, WriteKind::Sync),
+            Ordering::Async => Ok(()),
+        }
+    }
+
+    /// Writes every dirty buffer: group headers first, then the rest in block order.
+    pub fn sync_all(&mut self) -> FsResult<()> {
+        let mut all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
+        all.sort_unstable();
+        for chunk in all.chunks(1024) {
+            self.write_bufs(chunk, WriteKind::Async)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the buffers dirty for at least `age_ns` (the aging sweep; the syncer calls it).
+    /// Collects first, then writes, so the sweep is linear in the number of dirty buffers.
+    pub fn flush_older_than(&mut self, age_ns: u64) -> FsResult<usize> {
+        let now = self.clock.now_ns();
+        let mut ready: Vec<u64> = self
+            .cache
+            .dirty_oldest_first()
+            .take_while(|(t, _)| now.saturating_sub(*t) >= age_ns)
+            .map(|(_, b)| b)
+            .collect();
+        let n = ready.len();
+        ready.sort_unstable();
+        for chunk in ready.chunks(1024) {
+            self.write_bufs(chunk, WriteKind::Async)?;
+        }
+        Ok(n)
+    }
+
+    /// Keeps the cache within its size: when it is full of dirty buffers, the oldest are written.
+    fn balance(&mut self) -> FsResult<()> {
+        if !self.cache.over_capacity() && self.cache.dirty_count() < self.cache.capacity() * 3 / 4 {
+            return Ok(());
+        }
+        let n = (self.cache.capacity() / 8).max(16);
+        let mut old: Vec<u64> = self
+            .cache
+            .dirty_oldest_first()
+            .take(n)
+            .map(|(_, b)| b)
+            .collect();
+        old.sort_unstable();
+        self.write_bufs(&old, WriteKind::Async)
+    }
+
+    // ---------------------------------------------------------------- inodes
+
+    fn check_ino(&self, ino: u32) -> FsResult<()> {
+        if self.sb.is_valid_inode(ino) {
+            Ok(())
+        } else {
+            Err(FsError::Stale(ino as u64))
+        }
+    }
+
+    /// Reads an inode, allocated or not.
+    fn iget_raw(&mut self, ino: u32) -> FsResult<Dinode> {
+        self.check_ino(ino)?;
+        let (bno, off) = self.sb.inode_location(ino);
+        let buf = self.cache.read(bno)?;
+        Ok(Dinode::decode(&buf[off..off + DINODE_SIZE]))
+    }
+
+    /// Reads an allocated inode.
+    pub fn iget(&mut self, ino: u32) -> FsResult<Dinode> {
+        let d = self.iget_raw(ino)?;
+        if d.is_free() {
+            return Err(FsError::Stale(ino as u64));
+        }
+        Ok(d)
+    }
+
+    fn iput(&mut self, ino: u32, d: &Dinode) -> FsResult<u64> {
+        let (bno, off) = self.sb.inode_location(ino);
+        let buf = self.cache.modify(bno)?;
+        d.encode(&mut buf[off..off + DINODE_SIZE]);
+        Ok(bno)
+    }
+
+    fn inode_block(&self, ino: u32) -> u64 {
+        self.sb.inode_location(ino).0
+    }
+
+    fn now(&self) -> (i64, u32) {
+        self.clock.wall()
+    }
+
+    fn touch_mc(&self, d: &mut Dinode) {
+        let (s, ns) = self.now();
+        d.mtime = s;
+        d.mtime_ns = ns;
+        d.ctime = s;
+        d.ctime_ns = ns;
+    }
+
+    fn touch_c(&self, d: &mut Dinode) {
+        let (s, ns) = self.now();
+        d.ctime = s;
+        d.ctime_ns = ns;
+    }
+
+    fn check_writable(&self) -> FsResult<()> {
+        if self.readonly {
+            Err(FsError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Allocates and initialises an inode near `parent`.
+    fn new_inode(&mut self, parent: u32, mode: u16, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
+        let is_dir = mode & S_IFMT == S_IFDIR;
+        let ino = self
+            .alloc
+            .alloc_inode(&mut self.cache, &self.sb, parent, is_dir)?;
+        let old = self.iget_raw(ino)?;
+        if !old.is_free() {
+            return Err(FsError::Corrupt(format!(
+                "inode {ino} free in the bitmap but in use"
+            )));
+        }
+        let (s, ns) = self.now();
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        let d = Dinode {
+            mode,
+            nlink: 0,
+            uid,
+            gid,
+            atime: s,
+            mtime: s,
+            ctime: s,
+            btime: s,
+            atime_ns: ns,
+            mtime_ns: ns,
+            ctime_ns: ns,
+            btime_ns: ns,
+            generation: old.generation.wrapping_add(self.next_gen) | 1,
+            ..Default::default()
+        };
+        Ok((ino, d))
+    }
+
+    // ---------------------------------------------------------------- block map
+
+    /// Physical block of logical block `lbn` (0 for a hole). With `alloc`, missing blocks
+    /// (and the indirect blocks leading to them) are allocated; a new data block's buffer is
+    /// created zeroed. `d` is the in-memory inode; the caller writes it back.
+    fn bmap(&mut self, ino: u32, d: &mut Dinode, lbn: u64, alloc: bool) -> FsResult<(u64, bool)> {
+        let p = self.sb.ptrs_per_block();
+        if lbn < NDADDR as u64 {
+            let cur = d.db[lbn as usize];
+            if cur != 0 || !alloc {
+                return Ok((self.checked_ptr(cur)?, false));
+            }
+            let pref = if lbn > 0 && d.db[lbn as usize - 1] != 0 {
+                d.db[lbn as usize - 1] + 1
+            } else {
+                self.ino_pref(ino)
+            };
+            let b = self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?;
+            self.cache.create(b);
+            d.db[lbn as usize] = b;
+            d.blocks += 1;
+            return Ok((b, true));
+        }
+        // Find the level and the index path.
+        let mut rel = lbn - NDADDR as u64;
+        let mut level = 0usize;
+        let mut span = p;
+        while rel >= span {
+            rel -= span;
+            level += 1;
+            if level >= NIADDR {
+                return Err(FsError::TooBig);
+            }
+            span *= p;
+        }
+        // Top pointer lives in the inode.
+        let mut ptr = d.ib[level];
+        let mut fresh = false;
+        if ptr == 0 {
+            if !alloc {
+                return Ok((0, false));
+            }
+            ptr = self.alloc_indirect(ino, self.ino_pref(ino))?;
+            d.ib[level] = ptr;
+            d.blocks += 1;
+        }
+        self.checked_ptr(ptr)?;
+        let mut span = span / p; // blocks covered by each pointer of the top indirect block
+        loop {
+            let idx = (rel / span) as usize;
+            rel %= span;
+            let child = ind_get(self.cache.read(ptr)?, idx);
+            if child != 0 {
+                self.checked_ptr(child)?;
+                if span == 1 {
+                    return Ok((child, false));
+                }
+                ptr = child;
+                span /= p;
+                continue;
+            }
+            if !alloc {
+                return Ok((0, false));
+            }
+            let pref = if idx > 0 {
+                ind_get(self.cache.read(ptr)?, idx - 1) + 1
+            } else {
+                ptr + 1
+            };
+            let nb = if span == 1 {
+                let b = self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?;
+                self.cache.create(b);
+                fresh = true;
+                b
+            } else {
+                self.alloc_indirect(ino, pref)?
+            };
+            ind_set(self.cache.modify(ptr)?, idx, nb);
+            d.blocks += 1;
+            if span == 1 {
+                return Ok((nb, fresh));
+            }
+            ptr = nb;
+            span /= p;
+        }
+    }
+
+    /// A new indirect block: zeroed, and in `Sync` mode on disk before any pointer to it.
+    fn alloc_indirect(&mut self, _ino: u32, pref: u64) -> FsResult<u64> {
+        let b = self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?;
+        self.cache.create(b);
+        self.order_write(&[b])?;
+        Ok(b)
+    }
+
+    fn checked_ptr(&self, b: u64) -> FsResult<u64> {
+        if b != 0 && !self.sb.is_data_block(b) {
+            return Err(FsError::Corrupt(format!(
+                "block pointer {b} outside the data area"
+            )));
+        }
+        Ok(b)
+    }
+
+    fn ino_pref(&self, ino: u32) -> u64 {
+        self.sb.cg_data_start(self.sb.cg_of_inode(ino))
+    }
+
+    /// Frees every block at logical block `from` and beyond. Pointers are nullified in the inode
+    /// and indirect blocks; in `Sync` mode those are written before the blocks return to the
+    /// free map. The inode itself is written back.
+    fn truncate_blocks(&mut self, ino: u32, d: &mut Dinode, from: u64) -> FsResult<()> {
+        let p = self.sb.ptrs_per_block();
+        let mut freed = Vec::new();
+        let mut dirtied = Vec::new();
+        for i in (from.min(NDADDR as u64) as usize)..NDADDR {
+            if d.db[i] != 0 {
+                freed.push(d.db[i]);
+                d.db[i] = 0;
+            }
+        }
+        let mut base = NDADDR as u64;
+        let mut span = p;
+        for level in 0..NIADDR {
+            let top = d.ib[level];
+            if top != 0 && from < base + span {
+                let keep_from = from.saturating_sub(base);
+                if keep_from == 0 {
+                    self.collect_tree(top, level, &mut freed)?;
+                    d.ib[level] = 0;
+                } else if self.trunc_tree(
+                    top,
+                    level,
+                    span / p,
+                    keep_from,
+                    &mut freed,
+                    &mut dirtied,
+                )? {
+                    freed.push(top);
+                    d.ib[level] = 0;
+                }
+            }
+            base += span;
+            span = span.saturating_mul(p);
+        }
+        d.blocks = d.blocks.saturating_sub(freed.len() as u64);
+        let ib = self.iput(ino, d)?;
+        dirtied.push(ib);
+        // The nullified pointers go first; only then may the blocks be reused.
+        self.order_write(&dirtied)?;
+        for b in freed {
+            self.cache.forget(b);
+            self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+        }
+        Ok(())
+    }
+
+    /// Every block of the tree under indirect block `bno` of `level` (0 = single), itself included.
+    fn collect_tree(&mut self, bno: u64, level: usize, out: &mut Vec<u64>) -> FsResult<()> {
+        self.checked_ptr(bno)?;
+        let ptrs: Vec<u64> = {
+            let buf = self.cache.read(bno)?;
+            (0..self.sb.ptrs_per_block() as usize)
+                .map(|i| ind_get(buf, i))
+                .filter(|&c| c != 0)
+                .collect()
+        };
+        for c in ptrs {
+            if level == 0 {
+                out.push(self.checked_ptr(c)?);
+            } else {
+                self.collect_tree(c, level - 1, out)?;
+            }
+        }
+        out.push(bno);
+        Ok(())
+    }
+
+    /// Frees the part of an indirect tree from relative block `keep_from` on; `span` is the
+    /// number of data blocks each pointer of `bno` covers. Returns true if the tree is now empty.
+    fn trunc_tree(
+        &mut self,
+        bno: u64,
+        level: usize,
+        span: u64,
+        keep_from: u64,
+        freed: &mut Vec<u64>,
+        dirtied: &mut Vec<u64>,
+    ) -> FsResult<bool> {
+        self.checked_ptr(bno)?;
+        let n = self.sb.ptrs_per_block() as usize;
+        let ptrs: Vec<u64> = {
+            let buf = self.cache.read(bno)?;
+            (0..n).map(|i| ind_get(buf, i)).collect()
+        };
+        let mut changed = false;
+        let mut empty = true;
+        for (i, &c) in ptrs.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            let start = i as u64 * span;
+            if start >= keep_from {
+                if level == 0 {
+                    freed.push(self.checked_ptr(c)?);
+                } else {
+                    self.collect_tree(c, level - 1, freed)?;
+                }
+                ind_set(self.cache.modify(bno)?, i, 0);
+                changed = true;
+            } else if start + span > keep_from && level > 0 {
+                if self.trunc_tree(
+                    c,
+                    level - 1,
+                    span / self.sb.ptrs_per_block(),
+                    keep_from - start,
+                    freed,
+                    dirtied,
+                )? {
+                    freed.push(c);
+                    ind_set(self.cache.modify(bno)?, i, 0);
+                    changed = true;
+                } else {
+                    empty = false;
+                }
+            } else {
+                empty = false;
+            }
+        }
+        if changed && !empty {
+            dirtied.push(bno);
+        }
+        Ok(empty)
+    }
+
+    /// Frees an inode whose last link and last open handle are gone: its blocks, then (once the
+    /// cleared inode is ordered to disk) its bitmap bit.
+    fn release_inode(&mut self, ino: u32, mut d: Dinode) -> FsResult<()> {
+        let is_dir = d.is_dir();
+        if d.has_blocks() {
+            self.truncate_blocks(ino, &mut d, 0)?;
+        }
+        let cleared = Dinode {
+            generation: d.generation,
+            ..Default::default()
+        };
+        let ib = self.iput(ino, &cleared)?;
+        self.order_write(&[ib])?;
+        self.alloc
+            .free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
+        Ok(())
+    }
+
+    /// Drops one link; frees the inode when no link and no open handle remain.
+    fn drop_link(&mut self, ino: u32) -> FsResult<()> {
+        let mut d = self.iget(ino)?;
+        d.nlink = d.nlink.saturating_sub(1);
+        if d.is_dir() && d.nlink == 1 {
+            d.nlink = 0; // "." goes with the last name
+        }
+        self.touch_c(&mut d);
+        if d.nlink == 0 && !self.open.contains_key(&ino) {
+            return self.release_inode(ino, d);
+        }
+        self.iput(ino, &d)?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- directories
+
+    fn check_name(name: &[u8]) -> FsResult<()> {
+        if name.len() > MAXNAMLEN {
+            return Err(FsError::NameTooLong);
+        }
+        if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+            return Err(FsError::Invalid("bad file name"));
+        }
+        Ok(())
+    }
+
+    fn dir_inode(&mut self, ino: u32) -> FsResult<Dinode> {
+        let d = self.iget(ino)?;
+        if !d.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        Ok(d)
+    }
+
+    /// Finds `name` in directory `dir`.
+    fn find_entry(&mut self, dir: u32, d: &mut Dinode, name: &[u8]) -> FsResult<Option<Slot>> {
+        let bs = self.sb.block_size as u64;
+        let nblocks = d.size.div_ceil(bs);
+        for lbn in 0..nblocks {
+            let (bno, _) = self.bmap(dir, d, lbn, false)?;
+            if bno == 0 {
+                continue;
+            }
+            let buf = self.cache.read(bno)?;
+            for e in dir_iter(buf) {
+                let e = e?;
+                if e.ino != 0 && e.name == name {
+                    return Ok(Some(Slot {
+                        bno,
+                        lbn,
+                        off: e.offset,
+                        ino: e.ino,
+                        dtype: e.dtype,
+                    }));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Adds an entry to `dir`, growing it by a block if no block has room. The directory inode
+    /// `d` is updated in memory (size, times) and written back. Returns the block holding the
+    /// new entry.
+    fn add_entry(
+        &mut self,
+        dir: u32,
+        d: &mut Dinode,
+        name: &[u8],
+        ino: u32,
+        dtype: u8,
+    ) -> FsResult<u64> {
+        let bs = self.sb.block_size as u64;
+        let nblocks = d.size.div_ceil(bs);
+        for lbn in 0..nblocks {
+            let (bno, _) = self.bmap(dir, d, lbn, false)?;
+            if bno == 0 {
+                continue;
+            }
+            let at = dir_find_space(self.cache.read(bno)?, name.len())?;
+            if let Some(at) = at {
+                dir_insert(self.cache.modify(bno)?, at, ino, dtype, name)?;
+                self.touch_mc(d);
+                self.iput(dir, d)?;
+                return Ok(bno);
+            }
+        }
+        // A new block: initialised and (Sync) on disk before the inode points to it.
+        let mut nd = d.clone();
+        let (bno, _) = self.bmap(dir, &mut nd, nblocks, true)?;
+        let buf = self.cache.create(bno);
+        dir_init_block(buf);
+        dir_insert(buf, 0, ino, dtype, name)?;
+        self.order_write(&[bno])?;
+        *d = nd;
+        d.size = (nblocks + 1) * bs;
+        self.touch_mc(d);
+        self.iput(dir, d)?;
+        Ok(bno)
+    }
+
+    fn dir_is_empty(&mut self, ino: u32, d: &mut Dinode) -> FsResult<bool> {
+        let bs = self.sb.block_size as u64;
+        for lbn in 0..d.size.div_ceil(bs) {
+            let (bno, _) = self.bmap(ino, d, lbn, false)?;
+            if bno == 0 {
+                continue;
+            }
+            let buf = self.cache.read(bno)?;
+            for e in dir_iter(buf) {
+                let e = e?;
+                if e.ino != 0 && e.name != b"." && e.name != b".." {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Makes the root directory of a new file system (mkfs only).
+    fn make_root(&mut self, uid: u32, gid: u32) -> FsResult<()> {
+        let ino = self
+            .alloc
+            .alloc_inode(&mut self.cache, &self.sb, ROOT_INO, true)?;
+        if ino != ROOT_INO {
+            return Err(FsError::Corrupt(format!("root got inode {ino}")));
+        }
+        let (s, ns) = self.now();
+        let mut d = Dinode {
+            mode: S_IFDIR | 0o755,
+            nlink: 2,
+            uid,
+            gid,
+            atime: s,
+            mtime: s,
+            ctime: s,
+            btime: s,
+            atime_ns: ns,
+            mtime_ns: ns,
+            ctime_ns: ns,
+            btime_ns: ns,
+            generation: 1,
+            ..Default::default()
+        };
+        self.init_dir_block(ino, &mut d, ROOT_INO)?;
+        self.iput(ino, &d)?;
+        self.sync_all()
+    }
+
+    /// Gives a new directory its first block with "." and "..".
+    fn init_dir_block(&mut self, ino: u32, d: &mut Dinode, parent: u32) -> FsResult<u64> {
+        let (bno, _) = self.bmap(ino, d, 0, true)?;
+        let buf = self.cache.create(bno);
+        dir_init_block(buf);
+        let at = dir_insert(buf, 0, ino, DT_DIR, b".")?;
+        let at = dir_find_space(buf, 2)?.unwrap_or(at);
+        dir_insert(buf, at, parent, DT_DIR, b"..")?;
+        d.size = self.sb.block_size as u64;
+        Ok(bno)
+    }
+
+    /// Sets the ".." entry of directory `ino` to `parent`; returns its block.
+    fn set_dotdot(&mut self, ino: u32, parent: u32) -> FsResult<u64> {
+        let mut d = self.dir_inode(ino)?;
+        let slot = self
+            .find_entry(ino, &mut d, b"..")?
+            .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no ..")))?;
+        dirent_set_ino(self.cache.modify(slot.bno)?, slot.off, parent);
+        Ok(slot.bno)
+    }
+
+    // ---------------------------------------------------------------- operations
+
+    pub fn lookup(&mut self, dir: u32, name: &[u8]) -> FsResult<(u32, Dinode)> {
+        if name.len() > MAXNAMLEN {
+            return Err(FsError::NameTooLong);
+        }
+        let mut d = self.dir_inode(dir)?;
+        match self.find_entry(dir, &mut d, name)? {
+            Some(s) => Ok((
+                s.ino,
+                self.iget(s.ino)
+                    .map_err(|_| FsError::Corrupt(format!("entry names free inode {}", s.ino)))?,
+            )),
+            None => Err(FsError::NotFound),
+        }
+    }
+
+    pub fn getattr(&mut self, ino: u32) -> FsResult<Dinode> {
+        self.iget(ino)
+    }
+
+    /// Creates a non-directory node (regular file, fifo, device, socket) named `name` in `dir`.
+    pub fn mknod(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+    ) -> FsResult<(u32, Dinode)> {
+        let ftype = (mode as u16) & S_IFMT;
+        let ftype = if ftype == 0 { S_IFREG } else { ftype };
+        if ftype == S_IFDIR || ftype == S_IFLNK {
+            return Err(FsError::Invalid("mknod of a directory or symlink"));
+        }
+        let r = self.create_node(
+            dir,
+            name,
+            ftype | (mode as u16 & 0o7777),
+            uid,
+            gid,
+            |_, _, d| {
+                d.rdev = rdev;
+                Ok(())
+            },
+        );
+        self.balance()?;
+        r
+    }
+
+    pub fn create(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<(u32, Dinode)> {
+        self.mknod(dir, name, S_IFREG as u32 | (mode & 0o7777), uid, gid, 0)
+    }
+
+    /// The common path of create, mknod and symlink: inode first, then the name.
+    fn create_node(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        mode: u16,
+        uid: u32,
+        gid: u32,
+        init: impl FnOnce(&mut Fs, u32, &mut Dinode) -> FsResult<()>,
+    ) -> FsResult<(u32, Dinode)> {
+        self.check_writable()?;
+        Self::check_name(name)?;
+        let mut dd = self.dir_inode(dir)?;
+        if dd.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        if self.find_entry(dir, &mut dd, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        let (ino, mut d) = self.new_inode(dir, mode, uid, gid)?;
+        d.nlink = 1;
+        if let Err(e) = init(self, ino, &mut d) {
+            self.abandon_inode(ino, d)?;
+            return Err(e);
+        }
+        let ib = self.iput(ino, &d)?;
+        // The initialised inode (and its bitmap bit) before the name.
+        self.order_write(&[ib])?;
+        match self.add_entry(dir, &mut dd, name, ino, dtype_of_mode(mode)) {
+            Ok(db) => self.order_write(&[db])?,
+            Err(e) => {
+                self.abandon_inode(ino, d)?;
+                return Err(e);
+            }
+        }
+        Ok((ino, d))
+    }
+
+    /// Undoes a half-made inode after a failure (e.g. ENOSPC for its directory entry).
+    fn abandon_inode(&mut self, ino: u32, mut d: Dinode) -> FsResult<()> {
+        d.nlink = 0;
+        self.release_inode(ino, d)
+    }
+
+    pub fn mkdir(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<(u32, Dinode)> {
+        self.check_writable()?;
+        Self::check_name(name)?;
+        let mut dd = self.dir_inode(dir)?;
+        if dd.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        if self.find_entry(dir, &mut dd, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        if dd.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        // The parent's raised link count (for the new "..") goes first.
+        dd.nlink += 1;
+        let pb = self.iput(dir, &dd)?;
+        self.order_write(&[pb])?;
+        let (ino, mut d) = match self.new_inode(dir, S_IFDIR | (mode as u16 & 0o7777), uid, gid) {
+            Ok(x) => x,
+            Err(e) => {
+                dd.nlink -= 1;
+                self.iput(dir, &dd)?;
+                return Err(e);
+            }
+        };
+        d.nlink = 2;
+        let body = match self.init_dir_block(ino, &mut d, dir) {
+            Ok(b) => b,
+            Err(e) => {
+                self.abandon_inode(ino, d)?;
+                dd.nlink -= 1;
+                self.iput(dir, &dd)?;
+                return Err(e);
+            }
+        };
+        let ib = self.iput(ino, &d)?;
+        // The new directory's block, then its inode, then its name.
+        self.order_write(&[body])?;
+        self.order_write(&[ib])?;
+        match self.add_entry(dir, &mut dd, name, ino, DT_DIR) {
+            Ok(db) => self.order_write(&[db])?,
+            Err(e) => {
+                self.abandon_inode(ino, d)?;
+                let mut dd = self.iget(dir)?;
+                dd.nlink -= 1;
+                self.iput(dir, &dd)?;
+                return Err(e);
+            }
+        }
+        self.balance()?;
+        Ok((ino, d))
+    }
+
+    pub fn symlink(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<(u32, Dinode)> {
+        if target.is_empty() || target.len() >= self.sb.block_size as usize || target.len() > 4095 {
+            return Err(if target.is_empty() {
+                FsError::NotFound
+            } else {
+                FsError::NameTooLong
+            });
+        }
+        let r = self.create_node(dir, name, S_IFLNK | 0o777, uid, gid, |fs, ino, d| {
+            // The target goes through the ordinary block map, like file data.
+            fs.write_inner(ino, d, 0, target)?;
+            Ok(())
+        });
+        self.balance()?;
+        r
+    }
+
+    pub fn readlink(&mut self, ino: u32) -> FsResult<Vec<u8>> {
+        let d = self.iget(ino)?;
+        if !d.is_symlink() {
+            return Err(FsError::Invalid("not a symbolic link"));
+        }
+        self.read(ino, 0, d.size as usize)
+    }
+
+    pub fn link(&mut self, ino: u32, newdir: u32, newname: &[u8]) -> FsResult<Dinode> {
+        self.check_writable()?;
+        Self::check_name(newname)?;
+        let mut d = self.iget(ino)?;
+        if d.is_dir() {
+            return Err(FsError::Perm);
+        }
+        if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            return Err(FsError::Perm);
+        }
+        let mut dd = self.dir_inode(newdir)?;
+        if dd.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        if self.find_entry(newdir, &mut dd, newname)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        if d.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        // The raised count before the new name.
+        d.nlink += 1;
+        self.touch_c(&mut d);
+        let ib = self.iput(ino, &d)?;
+        self.order_write(&[ib])?;
+        match self.add_entry(newdir, &mut dd, newname, ino, dtype_of_mode(d.mode)) {
+            Ok(db) => self.order_write(&[db])?,
+            Err(e) => {
+                d.nlink -= 1;
+                self.iput(ino, &d)?;
+                return Err(e);
+            }
+        }
+        self.balance()?;
+        Ok(d)
+    }
+
+    pub fn unlink(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
+        self.check_writable()?;
+        let mut dd = self.dir_inode(dir)?;
+        let slot = self
+            .find_entry(dir, &mut dd, name)?
+            .ok_or(FsError::NotFound)?;
+        let d = self.iget(slot.ino)?;
+        if d.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            return Err(FsError::Perm);
+        }
+        // The name goes first; then the link count.
+        dir_remove(self.cache.modify(slot.bno)?, slot.off)?;
+        self.touch_mc(&mut dd);
+        self.iput(dir, &dd)?;
+        self.order_write(&[slot.bno])?;
+        self.drop_link(slot.ino)?;
+        self.balance()
+    }
+
+    pub fn rmdir(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
+        self.check_writable()?;
+        if name == b"." {
+            return Err(FsError::Invalid("rmdir of ."));
+        }
+        if name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        let mut dd = self.dir_inode(dir)?;
+        let slot = self
+            .find_entry(dir, &mut dd, name)?
+            .ok_or(FsError::NotFound)?;
+        let mut d = self.iget(slot.ino)?;
+        if !d.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        if slot.ino == ROOT_INO {
+            return Err(FsError::Perm);
+        }
+        if !self.dir_is_empty(slot.ino, &mut d)? {
+            return Err(FsError::NotEmpty);
+        }
+        dir_remove(self.cache.modify(slot.bno)?, slot.off)?;
+        self.touch_mc(&mut dd);
+        self.iput(dir, &dd)?;
+        self.order_write(&[slot.bno])?;
+        // The child goes (its ".." reference with it), then the parent's count drops.
+        d.nlink = 0;
+        self.touch_c(&mut d);
+        if self.open.contains_key(&slot.ino) {
+            self.iput(slot.ino, &d)?;
+        } else {
+            self.release_inode(slot.ino, d)?;
+        }
+        let mut dd = self.iget(dir)?;
+        dd.nlink = dd.nlink.saturating_sub(1);
+        self.iput(dir, &dd)?;
+        self.balance()
+    }
+
+    /// True if `anc` is `ino` or one of its ancestors.
+    fn is_ancestor(&mut self, anc: u32, mut ino: u32) -> FsResult<bool> {
+        for _ in 0..=self.sb.total_inodes() {
+            if ino == anc {
+                return Ok(true);
+            }
+            if ino == ROOT_INO {
+                return Ok(false);
+            }
+            let mut d = self.dir_inode(ino)?;
+            ino = self
+                .find_entry(ino, &mut d, b"..")?
+                .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no ..")))?
+                .ino;
+        }
+        Err(FsError::Corrupt("directory loop".into()))
+    }
+
+    pub fn rename(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        newdir: u32,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
+        self.check_writable()?;
+        Self::check_name(newname)?;
+        if flags.noreplace && flags.exchange {
+            return Err(FsError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
+        }
+        if name == b"." || name == b".." || newname == b"." || newname == b".." {
+            return Err(FsError::Invalid("rename of . or .."));
+        }
+        let mut sd = self.dir_inode(dir)?;
+        let src = self
+            .find_entry(dir, &mut sd, name)?
+            .ok_or(FsError::NotFound)?;
+        let mut nd = self.dir_inode(newdir)?;
+        let dst = self.find_entry(newdir, &mut nd, newname)?;
+        let si = self.iget(src.ino)?;
+        if si.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            return Err(FsError::Perm);
+        }
+        if flags.exchange {
+            let dst = dst.ok_or(FsError::NotFound)?;
+            return self.exchange(dir, src, newdir, dst);
+        }
+        if let Some(t) = dst {
+            if flags.noreplace {
+                return Err(FsError::Exists);
+            }
+            if t.ino == src.ino {
+                return Ok(()); // two names of one inode: POSIX says do nothing
+            }
+        }
+        let moving_dir = si.is_dir();
+        if moving_dir && dir != newdir && self.is_ancestor(src.ino, newdir)? {
+            return Err(FsError::Invalid("rename of a directory into itself"));
+        }
+        let mut victim = None;
+        if let Some(t) = dst {
+            let mut ti = self.iget(t.ino)?;
+            if ti.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+                return Err(FsError::Perm);
+            }
+            match (moving_dir, ti.is_dir()) {
+                (true, false) => return Err(FsError::NotDir),
+                (false, true) => return Err(FsError::IsDir),
+                (true, true) => {
+                    if !self.dir_is_empty(t.ino, &mut ti)? {
+                        return Err(FsError::NotEmpty);
+                    }
+                }
+                _ => {}
+            }
+            victim = Some((t, ti));
+        }
+        if moving_dir && dir != newdir && victim.is_none() && nd.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        // 1. The source's count goes up while it has two names.
+        let mut si = si;
+        if si.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        si.nlink += 1;
+        self.touch_c(&mut si);
+        let ib = self.iput(src.ino, &si)?;
+        self.order_write(&[ib])?;
+        // 2. A moved directory's new parent gains a link before ".." names it.
+        if moving_dir && dir != newdir && victim.is_none() {
+            let mut nd2 = self.iget(newdir)?;
+            nd2.nlink += 1;
+            let b = self.iput(newdir, &nd2)?;
+            self.order_write(&[b])?;
+        }
+        // 3. The new name.
+        let nb = match victim {
+            Some((t, _)) => {
+                let buf = self.cache.modify(t.bno)?;
+                dirent_set_ino(buf, t.off, src.ino);
+                dirent_set_type(buf, t.off, dtype_of_mode(si.mode));
+                let mut nd2 = self.iget(newdir)?;
+                self.touch_mc(&mut nd2);
+                self.iput(newdir, &nd2)?;
+                t.bno
+            }
+            None => {
+                let mut nd2 = self.iget(newdir)?;
+                match self.add_entry(newdir, &mut nd2, newname, src.ino, dtype_of_mode(si.mode)) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        si.nlink -= 1;
+                        self.iput(src.ino, &si)?;
+                        if moving_dir && dir != newdir {
+                            let mut nd3 = self.iget(newdir)?;
+                            nd3.nlink -= 1;
+                            self.iput(newdir, &nd3)?;
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        self.order_write(&[nb])?;
+        // 4. The old name goes (found again: the new entry may share its block).
+        let mut sd = self.iget(dir)?;
+        let old = self
+            .find_entry(dir, &mut sd, name)?
+            .ok_or_else(|| FsError::Corrupt("renamed entry vanished".into()))?;
+        dir_remove(self.cache.modify(old.bno)?, old.off)?;
+        self.touch_mc(&mut sd);
+        self.iput(dir, &sd)?;
+        self.order_write(&[old.bno])?;
+        // 5. A moved directory's ".." now names its new parent; the old parent loses a link.
+        if moving_dir && dir != newdir {
+            let b = self.set_dotdot(src.ino, newdir)?;
+            self.order_write(&[b])?;
+            let mut od = self.iget(dir)?;
+            od.nlink = od.nlink.saturating_sub(1);
+            self.iput(dir, &od)?;
+        }
+        // 6. The source's temporary count drops.
+        let mut si = self.iget(src.ino)?;
+        si.nlink -= 1;
+        self.iput(src.ino, &si)?;
+        // 7. The replaced inode loses its name.
+        if let Some((t, ti)) = victim {
+            if ti.is_dir() {
+                // Its ".." no longer counts for newdir (a moved directory's ".." took its place
+                // when it came from elsewhere, so newdir's count is unchanged then).
+                let mut ti = ti;
+                ti.nlink = 0;
+                if self.open.contains_key(&t.ino) {
+                    self.iput(t.ino, &ti)?;
+                } else {
+                    self.release_inode(t.ino, ti)?;
+                }
+                if !(moving_dir && dir != newdir) {
+                    let mut nd3 = self.iget(newdir)?;
+                    nd3.nlink = nd3.nlink.saturating_sub(1);
+                    self.iput(newdir, &nd3)?;
+                }
+            } else {
+                self.drop_link(t.ino)?;
+            }
+        }
+        self.balance()
+    }
+
+    /// RENAME_EXCHANGE: the two names swap inodes.
+    fn exchange(&mut self, dir: u32, a: Slot, newdir: u32, b: Slot) -> FsResult<()> {
+        if a.ino == b.ino {
+            return Ok(());
+        }
+        let ai = self.iget(a.ino)?;
+        let bi = self.iget(b.ino)?;
+        if bi.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            return Err(FsError::Perm);
+        }
+        if dir != newdir {
+            if ai.is_dir() && self.is_ancestor(a.ino, newdir)? {
+                return Err(FsError::Invalid(
+                    "exchange would move a directory into itself",
+                ));
+            }
+            if bi.is_dir() && self.is_ancestor(b.ino, dir)? {
+                return Err(FsError::Invalid(
+                    "exchange would move a directory into itself",
+                ));
+            }
+        }
+        // Both counts up while each inode may have two names on disk.
+        for (ino, mut d) in [(a.ino, ai.clone()), (b.ino, bi.clone())] {
+            d.nlink += 1;
+            self.touch_c(&mut d);
+            let ib = self.iput(ino, &d)?;
+            self.order_write(&[ib])?;
+        }
+        // Parents that gain a subdirectory gain a link first.
+        if dir != newdir && ai.is_dir() != bi.is_dir() {
+            let gainer = if ai.is_dir() { newdir } else { dir };
+            let mut g = self.iget(gainer)?;
+            g.nlink += 1;
+            let gb = self.iput(gainer, &g)?;
+            self.order_write(&[gb])?;
+        }
+        for (slot, ino, mode) in [(a, b.ino, bi.mode), (b, a.ino, ai.mode)] {
+            let buf = self.cache.modify(slot.bno)?;
+            dirent_set_ino(buf, slot.off, ino);
+            dirent_set_type(buf, slot.off, dtype_of_mode(mode));
+            self.order_write(&[slot.bno])?;
+        }
+        if dir != newdir {
+            if ai.is_dir() {
+                let x = self.set_dotdot(a.ino, newdir)?;
+                self.order_write(&[x])?;
+            }
+            if bi.is_dir() {
+                let x = self.set_dotdot(b.ino, dir)?;
+                self.order_write(&[x])?;
+            }
+            if ai.is_dir() != bi.is_dir() {
+                let loser = if ai.is_dir() { dir } else { newdir };
+                let mut l = self.iget(loser)?;
+                l.nlink = l.nlink.saturating_sub(1);
+                self.iput(loser, &l)?;
+            }
+        }
+        for ino in [a.ino, b.ino] {
+            let mut d = self.iget(ino)?;
+            d.nlink -= 1;
+            self.iput(ino, &d)?;
+        }
+        for p in [dir, newdir] {
+            let mut d = self.iget(p)?;
+            self.touch_mc(&mut d);
+            self.iput(p, &d)?;
+        }
+        self.balance()
+    }
+
+    pub fn read(&mut self, ino: u32, off: u64, len: usize) -> FsResult<Vec<u8>> {
+        let mut d = self.iget(ino)?;
+        if d.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if off >= d.size {
+            return Ok(Vec::new());
+        }
+        let end = d.size.min(off.saturating_add(len as u64));
+        let bs = self.sb.block_size as u64;
+        let mut out = Vec::with_capacity((end - off) as usize);
+        let mut pos = off;
+        while pos < end {
+            let lbn = pos / bs;
+            let boff = (pos % bs) as usize;
+            let n = ((bs - boff as u64).min(end - pos)) as usize;
+            let (bno, _) = self.bmap(ino, &mut d, lbn, false)?;
+            if bno == 0 {
+                out.resize(out.len() + n, 0);
+            } else {
+                out.extend_from_slice(&self.cache.read(bno)?[boff..boff + n]);
+            }
+            pos += n as u64;
+        }
+        Ok(out)
+    }
+
+    pub fn write(&mut self, ino: u32, off: u64, data: &[u8]) -> FsResult<usize> {
+        self.check_writable()?;
+        let mut d = self.iget(ino)?;
+        if d.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            return Err(FsError::Perm);
+        }
+        let r = self.write_inner(ino, &mut d, off, data);
+        let n = match r {
+            Ok(n) => n,
+            Err(FsError::NoSpace) if d.size > 0 => 0,
+            Err(e) => return Err(e),
+        };
+        self.touch_mc(&mut d);
+        // A write by a non-owner clears set-id bits, as POSIX asks.
+        d.mode &= !(libc::S_ISUID as u16);
+        self.iput(ino, &d)?;
+        self.balance()?;
+        if n == 0 && !data.is_empty() {
+            return Err(FsError::NoSpace);
+        }
+        Ok(n)
+    }
+
+    /// Writes data into the file's blocks, allocating as needed; updates `d` in memory (size,
+    /// block pointers, block count). On ENOSPC part-way, returns what was written.
+    fn write_inner(&mut self, ino: u32, d: &mut Dinode, off: u64, data: &[u8]) -> FsResult<usize> {
+        let end = off.checked_add(data.len() as u64).ok_or(FsError::TooBig)?;
+        if end > self.sb.max_file_size() {
+            return Err(FsError::TooBig);
+        }
+        let bs = self.sb.block_size as u64;
+        let mut pos = off;
+        while pos < end {
+            let lbn = pos / bs;
+            let boff = (pos % bs) as usize;
+            let n = ((bs - boff as u64).min(end - pos)) as usize;
+            let (bno, fresh) = match self.bmap(ino, d, lbn, true) {
+                Ok(x) => x,
+                Err(FsError::NoSpace) if pos > off => break,
+                Err(e) => return Err(e),
+            };
+            let src = &data[(pos - off) as usize..(pos - off) as usize + n];
+            let buf = if fresh || n == bs as usize {
+                self.cache.create(bno)
+            } else {
+                self.cache.modify(bno)?
+            };
+            buf[boff..boff + n].copy_from_slice(src);
+            pos += n as u64;
+            if pos > d.size {
+                d.size = pos;
+            }
+            if self.cache.over_capacity() {
+                self.balance()?;
+            }
+        }
+        Ok((pos - off) as usize)
+    }
+
+    pub fn setattr(&mut self, ino: u32, a: &SetAttr) -> FsResult<Dinode> {
+        self.check_writable()?;
+        let mut d = self.iget(ino)?;
+        let immutable = d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0;
+        if let Some(size) = a.size {
+            if d.is_dir() {
+                return Err(FsError::IsDir);
+            }
+            if !d.is_reg() {
+                return Err(FsError::Invalid("truncate of a non-regular file"));
+            }
+            if immutable {
+                return Err(FsError::Perm);
+            }
+            self.truncate(ino, &mut d, size)?;
+            self.touch_mc(&mut d);
+        }
+        if let Some(m) = a.mode {
+            d.mode = (d.mode & S_IFMT) | (m as u16 & 0o7777);
+            self.touch_c(&mut d);
+        }
+        if let Some(u) = a.uid {
+            d.uid = u;
+            self.touch_c(&mut d);
+        }
+        if let Some(g) = a.gid {
+            d.gid = g;
+            self.touch_c(&mut d);
+        }
+        if let Some((s, ns)) = a.atime {
+            d.atime = s;
+            d.atime_ns = ns;
+            self.touch_c(&mut d);
+        }
+        if let Some((s, ns)) = a.mtime {
+            d.mtime = s;
+            d.mtime_ns = ns;
+            self.touch_c(&mut d);
+        }
+        self.iput(ino, &d)?;
+        self.balance()?;
+        Ok(d)
+    }
+
+    /// Sets the size of a regular file: shrinking frees the blocks past the end and zeroes the
+    /// tail of the last block, so a later extension reads zeros.
+    fn truncate(&mut self, ino: u32, d: &mut Dinode, size: u64) -> FsResult<()> {
+        if size > self.sb.max_file_size() {
+            return Err(FsError::TooBig);
+        }
+        let bs = self.sb.block_size as u64;
+        if size < d.size {
+            if size % bs != 0 {
+                let (bno, _) = self.bmap(ino, d, size / bs, false)?;
+                if bno != 0 {
+                    self.cache.modify(bno)?[(size % bs) as usize..].fill(0);
+                }
+            }
+            d.size = size;
+            self.truncate_blocks(ino, d, size.div_ceil(bs))?;
+        } else {
+            d.size = size;
+        }
+        Ok(())
+    }
+
+    /// Lists `dir` from cookie `offset` (0 = start); at most `max` entries.
+    pub fn readdir(&mut self, dir: u32, offset: u64, max: usize) -> FsResult<Vec<DirListEntry>> {
+        let mut d = self.dir_inode(dir)?;
+        let bs = self.sb.block_size as u64;
+        let mut out = Vec::new();
+        let first_lbn = offset.saturating_sub(1) / bs;
+        for lbn in first_lbn..d.size.div_ceil(bs) {
+            let (bno, _) = self.bmap(dir, &mut d, lbn, false)?;
+            if bno == 0 {
+                continue;
+            }
+            let buf = self.cache.read(bno)?;
+            for e in dir_iter(buf) {
+                let e = e?;
+                let pos = lbn * bs + e.offset as u64;
+                if e.ino == 0 || pos + 1 <= offset {
+                    continue;
+                }
+                if out.len() >= max {
+                    return Ok(out);
+                }
+                out.push(DirListEntry {
+                    ino: e.ino,
+                    dtype: e.dtype,
+                    name: e.name.to_vec(),
+                    next: pos + 1,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let meta_per_group = 2 + self.sb.inode_table_blocks() as u64;
+        StatFs {
+            blocks: self.sb.num_blocks - meta_per_group * self.sb.ngroups as u64,
+            bfree: self.alloc.free_blocks(),
+            files: self.sb.total_inodes() - FIRST_INO as u64,
+            ffree: self.alloc.free_inodes(),
+            bsize: self.sb.block_size,
+            namelen: MAXNAMLEN as u32,
+        }
+    }
+
+    /// Makes the file durable: its data, its inode, and every name on the way to it (here by
+    /// writing all dirty buffers in order, which covers them).
+    pub fn fsync(&mut self, ino: u32) -> FsResult<()> {
+        self.iget(ino)?;
+        self.sync_all()
+    }
+
+    pub fn open(&mut self, ino: u32) -> FsResult<Dinode> {
+        let d = self.iget(ino)?;
+        *self.open.entry(ino).or_insert(0) += 1;
+        Ok(d)
+    }
+
+    /// Closes a handle; the last close of an unlinked inode frees it.
+    pub fn release(&mut self, ino: u32) -> FsResult<()> {
+        let Some(n) = self.open.get_mut(&ino) else {
+            return Ok(());
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.open.remove(&ino);
+            if let Ok(d) = self.iget(ino) {
+                if d.nlink == 0 && !self.readonly {
+                    self.release_inode(ino, d)?;
+                    self.balance()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
