@@ -44,24 +44,12 @@ impl Alloc {
             let buf = cache.read(sb.cg_header_block(cg))?;
             let h = CgHeader::decode(buf, cg)?;
             if h.nblocks != sb.cg_blocks(cg) || h.ninodes != sb.inodes_per_group {
-                return Err(FormatError::BadCg {
-                    cg,
-                    what: "size disagrees with the superblock".into(),
-                }
-                .into());
+                return Err(FormatError::BadCg { cg, what: "size disagrees with the superblock".into() }.into());
             }
             if h.free_blocks > h.nblocks || h.free_inodes > h.ninodes {
-                return Err(FormatError::BadCg {
-                    cg,
-                    what: "free counts larger than the group".into(),
-                }
-                .into());
+                return Err(FormatError::BadCg { cg, what: "free counts larger than the group".into() }.into());
             }
-            sums.push(CgSum {
-                free_blocks: h.free_blocks,
-                free_inodes: h.free_inodes,
-                ndirs: h.ndirs,
-            });
+            sums.push(CgSum { free_blocks: h.free_blocks, free_inodes: h.free_inodes, ndirs: h.ndirs });
         }
         Ok(Alloc { sums })
     }
@@ -76,30 +64,26 @@ impl Alloc {
         self.sums.iter().map(|s| s.ndirs as u64).sum()
     }
 
-    /// Chooses a group for a new inode (FFS's dirpref for directories, the parent's group for
-    /// files) and allocates an inode in it. Returns the inode number.
+    /// Chooses a group for a new inode (FFS's dirpref for directories when `spread`, the
+    /// parent's group otherwise) and allocates an inode in it. Returns the inode number.
     pub fn alloc_inode(
         &mut self,
         cache: &mut Cache,
         sb: &Superblock,
         parent: u32,
         is_dir: bool,
+        spread: bool,
     ) -> Result<u32, AllocError> {
         let n = sb.ngroups;
         let total_free = self.free_inodes();
         if total_free == 0 {
             return Err(AllocError::NoSpace);
         }
-        let start = if is_dir {
+        let start = if is_dir && spread {
             let avg = total_free / n as u64;
             (0..n)
                 .filter(|&g| self.sums[g as usize].free_inodes as u64 >= avg.max(1))
-                .min_by_key(|&g| {
-                    (
-                        self.sums[g as usize].ndirs,
-                        std::cmp::Reverse(self.sums[g as usize].free_blocks),
-                    )
-                })
+                .min_by_key(|&g| (self.sums[g as usize].ndirs, std::cmp::Reverse(self.sums[g as usize].free_blocks)))
                 .unwrap_or(0)
         } else {
             sb.cg_of_inode(parent).min(n - 1)
@@ -114,11 +98,7 @@ impl Alloc {
             let map = &mut buf[CgHeader::inode_map_offset()..];
             let Some(idx) = find_clear(map, sb.inodes_per_group as usize, irot as usize) else {
                 // The count said there was room: the header lies.
-                return Err(FormatError::BadCg {
-                    cg,
-                    what: "free inode count exceeds the bitmap".into(),
-                }
-                .into());
+                return Err(FormatError::BadCg { cg, what: "free inode count exceeds the bitmap".into() }.into());
             };
             bit_set(map, idx, true);
             let fi = cg_get_free_inodes(buf) - 1;
@@ -136,28 +116,16 @@ impl Alloc {
         Err(AllocError::NoSpace)
     }
 
-    pub fn free_inode(
-        &mut self,
-        cache: &mut Cache,
-        sb: &Superblock,
-        ino: u32,
-        is_dir: bool,
-    ) -> Result<(), AllocError> {
+    pub fn free_inode(&mut self, cache: &mut Cache, sb: &Superblock, ino: u32, is_dir: bool) -> Result<(), AllocError> {
         if !sb.is_valid_inode(ino) {
-            return Err(AllocError::BadFree {
-                what: "inode",
-                n: ino as u64,
-            });
+            return Err(AllocError::BadFree { what: "inode", n: ino as u64 });
         }
         let cg = sb.cg_of_inode(ino);
         let idx = (ino % sb.inodes_per_group) as usize;
         let buf = cache.modify(sb.cg_header_block(cg))?;
         let map = &mut buf[CgHeader::inode_map_offset()..];
         if !bit_get(map, idx) {
-            return Err(AllocError::DoubleFree {
-                what: "inode",
-                n: ino as u64,
-            });
+            return Err(AllocError::DoubleFree { what: "inode", n: ino as u64 });
         }
         bit_set(map, idx, false);
         let fi = cg_get_free_inodes(buf) + 1;
@@ -173,12 +141,7 @@ impl Alloc {
     }
 
     /// Allocates a data block as close after `pref` as possible (in its group first).
-    pub fn alloc_block(
-        &mut self,
-        cache: &mut Cache,
-        sb: &Superblock,
-        pref: u64,
-    ) -> Result<u64, AllocError> {
+    pub fn alloc_block(&mut self, cache: &mut Cache, sb: &Superblock, pref: u64) -> Result<u64, AllocError> {
         let n = sb.ngroups;
         let pref = if pref < sb.num_blocks { pref } else { 0 };
         let start = sb.cg_of_block(pref);
@@ -188,21 +151,13 @@ impl Alloc {
                 continue;
             }
             let base = sb.cg_start(cg);
-            let hint = if cg == start {
-                (pref - base) as usize
-            } else {
-                0
-            };
+            let hint = if cg == start { (pref - base) as usize } else { 0 };
             let buf = cache.modify(sb.cg_header_block(cg))?;
             let (brot, irot) = cg_get_rotors(buf);
             let hint = if hint == 0 { brot as usize } else { hint };
             let map = &mut buf[CgHeader::block_map_offset(sb.inodes_per_group)..];
             let Some(idx) = find_clear(map, sb.cg_blocks(cg) as usize, hint) else {
-                return Err(FormatError::BadCg {
-                    cg,
-                    what: "free block count exceeds the bitmap".into(),
-                }
-                .into());
+                return Err(FormatError::BadCg { cg, what: "free block count exceeds the bitmap".into() }.into());
             };
             bit_set(map, idx, true);
             let fb = cg_get_free_blocks(buf) - 1;
@@ -210,36 +165,22 @@ impl Alloc {
             cg_set_rotors(buf, idx as u32, irot);
             self.sums[cg as usize].free_blocks -= 1;
             let bno = base + idx as u64;
-            assert!(
-                sb.is_data_block(bno),
-                "allocator handed out metadata block {bno}"
-            );
+            assert!(sb.is_data_block(bno), "allocator handed out metadata block {bno}");
             return Ok(bno);
         }
         Err(AllocError::NoSpace)
     }
 
-    pub fn free_block(
-        &mut self,
-        cache: &mut Cache,
-        sb: &Superblock,
-        bno: u64,
-    ) -> Result<(), AllocError> {
+    pub fn free_block(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<(), AllocError> {
         if !sb.is_data_block(bno) {
-            return Err(AllocError::BadFree {
-                what: "block",
-                n: bno,
-            });
+            return Err(AllocError::BadFree { what: "block", n: bno });
         }
         let cg = sb.cg_of_block(bno);
         let idx = (bno - sb.cg_start(cg)) as usize;
         let buf = cache.modify(sb.cg_header_block(cg))?;
         let map = &mut buf[CgHeader::block_map_offset(sb.inodes_per_group)..];
         if !bit_get(map, idx) {
-            return Err(AllocError::DoubleFree {
-                what: "block",
-                n: bno,
-            });
+            return Err(AllocError::DoubleFree { what: "block", n: bno });
         }
         bit_set(map, idx, false);
         let fb = cg_get_free_blocks(buf) + 1;
@@ -314,14 +255,7 @@ mod tests {
         let mut buf = vec![0u8; 4096];
         for cg in 0..sb.ngroups {
             init_cg_block(&sb, cg, &mut buf);
-            dev.write_batch(
-                &[WriteReq {
-                    bno: sb.cg_header_block(cg),
-                    data: &buf,
-                }],
-                WriteKind::Sync,
-            )
-            .unwrap();
+            dev.write_batch(&[WriteReq { bno: sb.cg_header_block(cg), data: &buf }], WriteKind::Sync).unwrap();
         }
         let mut cache = Cache::new(dev, 256, Arc::new(SimClock::new()));
         let alloc = Alloc::load(&mut cache, &sb).unwrap();
@@ -357,14 +291,8 @@ mod tests {
         }
         assert_eq!(a.free_blocks(), free0 - 502);
         a.free_block(&mut cache, &sb, b1).unwrap();
-        assert!(matches!(
-            a.free_block(&mut cache, &sb, b1),
-            Err(AllocError::DoubleFree { .. })
-        ));
-        assert!(matches!(
-            a.free_block(&mut cache, &sb, 1),
-            Err(AllocError::BadFree { .. })
-        ));
+        assert!(matches!(a.free_block(&mut cache, &sb, b1), Err(AllocError::DoubleFree { .. })));
+        assert!(matches!(a.free_block(&mut cache, &sb, 1), Err(AllocError::BadFree { .. })));
         // The freed block is found again from its preference.
         assert_eq!(a.alloc_block(&mut cache, &sb, pref).unwrap(), b1);
         // The in-memory summary matches the header buffers.
@@ -381,28 +309,22 @@ mod tests {
         for _ in 0..n {
             a.alloc_block(&mut cache, &sb, 0).unwrap();
         }
-        assert!(matches!(
-            a.alloc_block(&mut cache, &sb, 0),
-            Err(AllocError::NoSpace)
-        ));
+        assert!(matches!(a.alloc_block(&mut cache, &sb, 0), Err(AllocError::NoSpace)));
         let ni = a.free_inodes();
         for _ in 0..ni {
-            a.alloc_inode(&mut cache, &sb, ROOT_INO, false).unwrap();
+            a.alloc_inode(&mut cache, &sb, ROOT_INO, false, true).unwrap();
         }
-        assert!(matches!(
-            a.alloc_inode(&mut cache, &sb, ROOT_INO, false),
-            Err(AllocError::NoSpace)
-        ));
+        assert!(matches!(a.alloc_inode(&mut cache, &sb, ROOT_INO, false, true), Err(AllocError::NoSpace)));
     }
 
     #[test]
     fn directories_spread_files_stay_near() {
         let (mut cache, sb, mut a) = setup();
         assert!(sb.ngroups > 1);
-        let d1 = a.alloc_inode(&mut cache, &sb, ROOT_INO, true).unwrap();
-        let d2 = a.alloc_inode(&mut cache, &sb, ROOT_INO, true).unwrap();
+        let d1 = a.alloc_inode(&mut cache, &sb, ROOT_INO, true, true).unwrap();
+        let d2 = a.alloc_inode(&mut cache, &sb, ROOT_INO, true, true).unwrap();
         assert_ne!(sb.cg_of_inode(d1), sb.cg_of_inode(d2));
-        let f = a.alloc_inode(&mut cache, &sb, d2, false).unwrap();
+        let f = a.alloc_inode(&mut cache, &sb, d2, false, true).unwrap();
         assert_eq!(sb.cg_of_inode(f), sb.cg_of_inode(d2));
         assert!(f >= FIRST_INO);
         a.free_inode(&mut cache, &sb, f, false).unwrap();

@@ -137,27 +137,15 @@ pub struct MkfsOptions {
 
 impl Default for MkfsOptions {
     fn default() -> Self {
-        MkfsOptions {
-            block_size: 4096,
-            inodes: None,
-            uid: 0,
-            gid: 0,
-            zeroed: false,
-        }
+        MkfsOptions { block_size: 4096, inodes: None, uid: 0, gid: 0, zeroed: false }
     }
 }
 
 /// Makes a file system on `dev`: cylinder groups, the root directory and lost+found.
-pub fn mkfs(
-    dev: Arc<dyn BlockDevice>,
-    opts: &MkfsOptions,
-    now: (i64, u32),
-) -> FsResult<Superblock> {
+pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions, now: (i64, u32)) -> FsResult<Superblock> {
     let bs = opts.block_size as usize;
     if dev.block_size() != bs {
-        return Err(FsError::Invalid(
-            "device block size differs from the file system's",
-        ));
+        return Err(FsError::Invalid("device block size differs from the file system's"));
     }
     let mut sb = Superblock::geometry(opts.block_size, dev.num_blocks(), opts.inodes)?;
     sb.created = now.0;
@@ -170,21 +158,11 @@ pub fn mkfs(
         let h = CgHeader::decode(&buf, cg)?;
         free_blocks += h.free_blocks as u64;
         free_inodes += h.free_inodes as u64;
-        dev.write_batch(
-            &[WriteReq {
-                bno: sb.cg_header_block(cg),
-                data: &buf,
-            }],
-            WriteKind::Sync,
-        )?;
+        dev.write_batch(&[WriteReq { bno: sb.cg_header_block(cg), data: &buf }], WriteKind::Sync)?;
         if !opts.zeroed {
             let itable = sb.cg_itable_block(cg);
-            let reqs: Vec<WriteReq> = (0..sb.inode_table_blocks() as u64)
-                .map(|i| WriteReq {
-                    bno: itable + i,
-                    data: &zero,
-                })
-                .collect();
+            let reqs: Vec<WriteReq> =
+                (0..sb.inode_table_blocks() as u64).map(|i| WriteReq { bno: itable + i, data: &zero }).collect();
             for chunk in reqs.chunks(256) {
                 dev.write_batch(chunk, WriteKind::Sync)?;
             }
@@ -196,25 +174,12 @@ pub fn mkfs(
     for cg in 0..sb.ngroups {
         let mut b = vec![0u8; bs];
         sb.encode(&mut b);
-        dev.write_batch(
-            &[WriteReq {
-                bno: sb.cg_start(cg),
-                data: &b,
-            }],
-            WriteKind::Sync,
-        )?;
+        dev.write_batch(&[WriteReq { bno: sb.cg_start(cg), data: &b }], WriteKind::Sync)?;
     }
     // Root and lost+found, made through the file system itself so they follow its rules.
     let clock: Arc<dyn Clock> = Arc::new(FixedClock(now));
-    let mut fs = Fs::mount(
-        dev,
-        MountOptions {
-            ordering: Ordering::Sync,
-            cache_blocks: 1024,
-            readonly: false,
-        },
-        clock,
-    )?;
+    let mut fs = Fs::mount(dev, MountOptions { ordering: Ordering::Sync, cache_blocks: 1024, readonly: false }, clock)?;
+    fs.spread_dirs = false;
     fs.make_root(opts.uid, opts.gid)?;
     let lf = fs.mkdir(ROOT_INO, b"lost+found", 0o700, opts.uid, opts.gid)?;
     if lf.0 != LOST_FOUND_INO {
@@ -245,11 +210,7 @@ pub struct MountOptions {
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions {
-            ordering: Ordering::Sync,
-            cache_blocks: 32768,
-            readonly: false,
-        }
+        MountOptions { ordering: Ordering::Sync, cache_blocks: 32768, readonly: false }
     }
 }
 
@@ -332,25 +293,20 @@ pub struct Fs {
     /// Open handles per inode: an unlinked inode is freed at its last close.
     open: HashMap<u32, u32>,
     next_gen: u32,
+    /// Spread new directories over the groups (off while mkfs places root and lost+found).
+    spread_dirs: bool,
 }
 
 impl Fs {
     /// Mounts the file system on `dev`: checks the superblock and every group header, refusing a
     /// corrupt or foreign image, and marks the image in use (not clean) until `unmount`.
-    pub fn mount(
-        dev: Arc<dyn BlockDevice>,
-        opts: MountOptions,
-        clock: Arc<dyn Clock>,
-    ) -> FsResult<Fs> {
+    pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions, clock: Arc<dyn Clock>) -> FsResult<Fs> {
         let bs = dev.block_size();
         let mut buf = vec![0u8; bs];
         dev.read_block(0, &mut buf)?;
         let mut sb = Superblock::decode(&buf)?;
         if sb.block_size as usize != bs {
-            return Err(FsError::Corrupt(format!(
-                "block size {} does not match the device's {}",
-                sb.block_size, bs
-            )));
+            return Err(FsError::Corrupt(format!("block size {} does not match the device's {}", sb.block_size, bs)));
         }
         if sb.num_blocks > dev.num_blocks() {
             return Err(FsError::Corrupt(format!(
@@ -366,9 +322,7 @@ impl Fs {
         sb.free_inodes = alloc.free_inodes();
         sb.ndirs = alloc.ndirs();
         let mut fs = Fs {
-            sealer: Sealer {
-                bpg: sb.blocks_per_group as u64,
-            },
+            sealer: Sealer { bpg: sb.blocks_per_group as u64 },
             sb,
             cache,
             alloc,
@@ -377,6 +331,7 @@ impl Fs {
             readonly: opts.readonly,
             open: HashMap::new(),
             next_gen: 1,
+            spread_dirs: true,
         };
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
@@ -409,9 +364,7 @@ impl Fs {
         self.sb.write_time = self.clock.wall().0;
         let mut buf = vec![0u8; self.sb.block_size as usize];
         self.sb.encode(&mut buf);
-        self.cache
-            .device()
-            .write_batch(&[WriteReq { bno: 0, data: &buf }], WriteKind::Sync)?;
+        self.cache.device().write_batch(&[WriteReq { bno: 0, data: &buf }], WriteKind::Sync)?;
         Ok(())
     }
 
@@ -499,12 +452,7 @@ impl Fs {
             return Ok(());
         }
         let n = (self.cache.capacity() / 8).max(16);
-        let mut old: Vec<u64> = self
-            .cache
-            .dirty_oldest_first()
-            .take(n)
-            .map(|(_, b)| b)
-            .collect();
+        let mut old: Vec<u64> = self.cache.dirty_oldest_first().take(n).map(|(_, b)| b).collect();
         old.sort_unstable();
         self.write_bufs(&old, WriteKind::Async)
     }
@@ -576,14 +524,10 @@ impl Fs {
     /// Allocates and initialises an inode near `parent`.
     fn new_inode(&mut self, parent: u32, mode: u16, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
         let is_dir = mode & S_IFMT == S_IFDIR;
-        let ino = self
-            .alloc
-            .alloc_inode(&mut self.cache, &self.sb, parent, is_dir)?;
+        let ino = self.alloc.alloc_inode(&mut self.cache, &self.sb, parent, is_dir, self.spread_dirs)?;
         let old = self.iget_raw(ino)?;
         if !old.is_free() {
-            return Err(FsError::Corrupt(format!(
-                "inode {ino} free in the bitmap but in use"
-            )));
+            return Err(FsError::Corrupt(format!("inode {ino} free in the bitmap but in use")));
         }
         let (s, ns) = self.now();
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
@@ -618,11 +562,8 @@ impl Fs {
             if cur != 0 || !alloc {
                 return Ok((self.checked_ptr(cur)?, false));
             }
-            let pref = if lbn > 0 && d.db[lbn as usize - 1] != 0 {
-                d.db[lbn as usize - 1] + 1
-            } else {
-                self.ino_pref(ino)
-            };
+            let pref =
+                if lbn > 0 && d.db[lbn as usize - 1] != 0 { d.db[lbn as usize - 1] + 1 } else { self.ino_pref(ino) };
             let b = self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?;
             self.cache.create(b);
             d.db[lbn as usize] = b;
@@ -670,11 +611,7 @@ impl Fs {
             if !alloc {
                 return Ok((0, false));
             }
-            let pref = if idx > 0 {
-                ind_get(self.cache.read(ptr)?, idx - 1) + 1
-            } else {
-                ptr + 1
-            };
+            let pref = if idx > 0 { ind_get(self.cache.read(ptr)?, idx - 1) + 1 } else { ptr + 1 };
             let nb = if span == 1 {
                 let b = self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?;
                 self.cache.create(b);
@@ -703,9 +640,7 @@ impl Fs {
 
     fn checked_ptr(&self, b: u64) -> FsResult<u64> {
         if b != 0 && !self.sb.is_data_block(b) {
-            return Err(FsError::Corrupt(format!(
-                "block pointer {b} outside the data area"
-            )));
+            return Err(FsError::Corrupt(format!("block pointer {b} outside the data area")));
         }
         Ok(b)
     }
@@ -736,14 +671,7 @@ impl Fs {
                 if keep_from == 0 {
                     self.collect_tree(top, level, &mut freed)?;
                     d.ib[level] = 0;
-                } else if self.trunc_tree(
-                    top,
-                    level,
-                    span / p,
-                    keep_from,
-                    &mut freed,
-                    &mut dirtied,
-                )? {
+                } else if self.trunc_tree(top, level, span / p, keep_from, &mut freed, &mut dirtied)? {
                     freed.push(top);
                     d.ib[level] = 0;
                 }
@@ -768,10 +696,7 @@ impl Fs {
         self.checked_ptr(bno)?;
         let ptrs: Vec<u64> = {
             let buf = self.cache.read(bno)?;
-            (0..self.sb.ptrs_per_block() as usize)
-                .map(|i| ind_get(buf, i))
-                .filter(|&c| c != 0)
-                .collect()
+            (0..self.sb.ptrs_per_block() as usize).map(|i| ind_get(buf, i)).filter(|&c| c != 0).collect()
         };
         for c in ptrs {
             if level == 0 {
@@ -817,14 +742,7 @@ impl Fs {
                 ind_set(self.cache.modify(bno)?, i, 0);
                 changed = true;
             } else if start + span > keep_from && level > 0 {
-                if self.trunc_tree(
-                    c,
-                    level - 1,
-                    span / self.sb.ptrs_per_block(),
-                    keep_from - start,
-                    freed,
-                    dirtied,
-                )? {
+                if self.trunc_tree(c, level - 1, span / self.sb.ptrs_per_block(), keep_from - start, freed, dirtied)? {
                     freed.push(c);
                     ind_set(self.cache.modify(bno)?, i, 0);
                     changed = true;
@@ -848,14 +766,10 @@ impl Fs {
         if d.has_blocks() {
             self.truncate_blocks(ino, &mut d, 0)?;
         }
-        let cleared = Dinode {
-            generation: d.generation,
-            ..Default::default()
-        };
+        let cleared = Dinode { generation: d.generation, ..Default::default() };
         let ib = self.iput(ino, &cleared)?;
         self.order_write(&[ib])?;
-        self.alloc
-            .free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
+        self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
         Ok(())
     }
 
@@ -907,13 +821,7 @@ impl Fs {
             for e in dir_iter(buf) {
                 let e = e?;
                 if e.ino != 0 && e.name == name {
-                    return Ok(Some(Slot {
-                        bno,
-                        lbn,
-                        off: e.offset,
-                        ino: e.ino,
-                        dtype: e.dtype,
-                    }));
+                    return Ok(Some(Slot { bno, lbn, off: e.offset, ino: e.ino, dtype: e.dtype }));
                 }
             }
         }
@@ -923,14 +831,7 @@ impl Fs {
     /// Adds an entry to `dir`, growing it by a block if no block has room. The directory inode
     /// `d` is updated in memory (size, times) and written back. Returns the block holding the
     /// new entry.
-    fn add_entry(
-        &mut self,
-        dir: u32,
-        d: &mut Dinode,
-        name: &[u8],
-        ino: u32,
-        dtype: u8,
-    ) -> FsResult<u64> {
+    fn add_entry(&mut self, dir: u32, d: &mut Dinode, name: &[u8], ino: u32, dtype: u8) -> FsResult<u64> {
         let bs = self.sb.block_size as u64;
         let nblocks = d.size.div_ceil(bs);
         for lbn in 0..nblocks {
@@ -980,9 +881,7 @@ impl Fs {
 
     /// Makes the root directory of a new file system (mkfs only).
     fn make_root(&mut self, uid: u32, gid: u32) -> FsResult<()> {
-        let ino = self
-            .alloc
-            .alloc_inode(&mut self.cache, &self.sb, ROOT_INO, true)?;
+        let ino = self.alloc.alloc_inode(&mut self.cache, &self.sb, ROOT_INO, true, false)?;
         if ino != ROOT_INO {
             return Err(FsError::Corrupt(format!("root got inode {ino}")));
         }
@@ -1040,8 +939,7 @@ impl Fs {
         match self.find_entry(dir, &mut d, name)? {
             Some(s) => Ok((
                 s.ino,
-                self.iget(s.ino)
-                    .map_err(|_| FsError::Corrupt(format!("entry names free inode {}", s.ino)))?,
+                self.iget(s.ino).map_err(|_| FsError::Corrupt(format!("entry names free inode {}", s.ino)))?,
             )),
             None => Err(FsError::NotFound),
         }
@@ -1066,29 +964,15 @@ impl Fs {
         if ftype == S_IFDIR || ftype == S_IFLNK {
             return Err(FsError::Invalid("mknod of a directory or symlink"));
         }
-        let r = self.create_node(
-            dir,
-            name,
-            ftype | (mode as u16 & 0o7777),
-            uid,
-            gid,
-            |_, _, d| {
-                d.rdev = rdev;
-                Ok(())
-            },
-        );
+        let r = self.create_node(dir, name, ftype | (mode as u16 & 0o7777), uid, gid, |_, _, d| {
+            d.rdev = rdev;
+            Ok(())
+        });
         self.balance()?;
         r
     }
 
-    pub fn create(
-        &mut self,
-        dir: u32,
-        name: &[u8],
-        mode: u32,
-        uid: u32,
-        gid: u32,
-    ) -> FsResult<(u32, Dinode)> {
+    pub fn create(&mut self, dir: u32, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
         self.mknod(dir, name, S_IFREG as u32 | (mode & 0o7777), uid, gid, 0)
     }
 
@@ -1136,14 +1020,7 @@ impl Fs {
         self.release_inode(ino, d)
     }
 
-    pub fn mkdir(
-        &mut self,
-        dir: u32,
-        name: &[u8],
-        mode: u32,
-        uid: u32,
-        gid: u32,
-    ) -> FsResult<(u32, Dinode)> {
+    pub fn mkdir(&mut self, dir: u32, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
         self.check_writable()?;
         Self::check_name(name)?;
         let mut dd = self.dir_inode(dir)?;
@@ -1196,20 +1073,9 @@ impl Fs {
         Ok((ino, d))
     }
 
-    pub fn symlink(
-        &mut self,
-        dir: u32,
-        name: &[u8],
-        target: &[u8],
-        uid: u32,
-        gid: u32,
-    ) -> FsResult<(u32, Dinode)> {
+    pub fn symlink(&mut self, dir: u32, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
         if target.is_empty() || target.len() >= self.sb.block_size as usize || target.len() > 4095 {
-            return Err(if target.is_empty() {
-                FsError::NotFound
-            } else {
-                FsError::NameTooLong
-            });
+            return Err(if target.is_empty() { FsError::NotFound } else { FsError::NameTooLong });
         }
         let r = self.create_node(dir, name, S_IFLNK | 0o777, uid, gid, |fs, ino, d| {
             // The target goes through the ordinary block map, like file data.
@@ -1268,9 +1134,7 @@ impl Fs {
     pub fn unlink(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
         self.check_writable()?;
         let mut dd = self.dir_inode(dir)?;
-        let slot = self
-            .find_entry(dir, &mut dd, name)?
-            .ok_or(FsError::NotFound)?;
+        let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
         let d = self.iget(slot.ino)?;
         if d.is_dir() {
             return Err(FsError::IsDir);
@@ -1296,9 +1160,7 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         let mut dd = self.dir_inode(dir)?;
-        let slot = self
-            .find_entry(dir, &mut dd, name)?
-            .ok_or(FsError::NotFound)?;
+        let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
         let mut d = self.iget(slot.ino)?;
         if !d.is_dir() {
             return Err(FsError::NotDir);
@@ -1345,14 +1207,7 @@ impl Fs {
         Err(FsError::Corrupt("directory loop".into()))
     }
 
-    pub fn rename(
-        &mut self,
-        dir: u32,
-        name: &[u8],
-        newdir: u32,
-        newname: &[u8],
-        flags: RenameFlags,
-    ) -> FsResult<()> {
+    pub fn rename(&mut self, dir: u32, name: &[u8], newdir: u32, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
         self.check_writable()?;
         Self::check_name(newname)?;
         if flags.noreplace && flags.exchange {
@@ -1362,9 +1217,7 @@ impl Fs {
             return Err(FsError::Invalid("rename of . or .."));
         }
         let mut sd = self.dir_inode(dir)?;
-        let src = self
-            .find_entry(dir, &mut sd, name)?
-            .ok_or(FsError::NotFound)?;
+        let src = self.find_entry(dir, &mut sd, name)?.ok_or(FsError::NotFound)?;
         let mut nd = self.dir_inode(newdir)?;
         let dst = self.find_entry(newdir, &mut nd, newname)?;
         let si = self.iget(src.ino)?;
@@ -1455,9 +1308,8 @@ impl Fs {
         self.order_write(&[nb])?;
         // 4. The old name goes (found again: the new entry may share its block).
         let mut sd = self.iget(dir)?;
-        let old = self
-            .find_entry(dir, &mut sd, name)?
-            .ok_or_else(|| FsError::Corrupt("renamed entry vanished".into()))?;
+        let old =
+            self.find_entry(dir, &mut sd, name)?.ok_or_else(|| FsError::Corrupt("renamed entry vanished".into()))?;
         dir_remove(self.cache.modify(old.bno)?, old.off)?;
         self.touch_mc(&mut sd);
         self.iput(dir, &sd)?;
@@ -1510,14 +1362,10 @@ impl Fs {
         }
         if dir != newdir {
             if ai.is_dir() && self.is_ancestor(a.ino, newdir)? {
-                return Err(FsError::Invalid(
-                    "exchange would move a directory into itself",
-                ));
+                return Err(FsError::Invalid("exchange would move a directory into itself"));
             }
             if bi.is_dir() && self.is_ancestor(b.ino, dir)? {
-                return Err(FsError::Invalid(
-                    "exchange would move a directory into itself",
-                ));
+                return Err(FsError::Invalid("exchange would move a directory into itself"));
             }
         }
         // Both counts up while each inode may have two names on disk.
@@ -1642,11 +1490,7 @@ impl Fs {
                 Err(e) => return Err(e),
             };
             let src = &data[(pos - off) as usize..(pos - off) as usize + n];
-            let buf = if fresh || n == bs as usize {
-                self.cache.create(bno)
-            } else {
-                self.cache.modify(bno)?
-            };
+            let buf = if fresh || n == bs as usize { self.cache.create(bno) } else { self.cache.modify(bno)? };
             buf[boff..boff + n].copy_from_slice(src);
             pos += n as u64;
             if pos > d.size {
@@ -1746,12 +1590,7 @@ impl Fs {
                 if out.len() >= max {
                     return Ok(out);
                 }
-                out.push(DirListEntry {
-                    ino: e.ino,
-                    dtype: e.dtype,
-                    name: e.name.to_vec(),
-                    next: pos + 1,
-                });
+                out.push(DirListEntry { ino: e.ino, dtype: e.dtype, name: e.name.to_vec(), next: pos + 1 });
             }
         }
         Ok(out)

@@ -7,3 +7,5 @@ pub mod clock;
 pub mod dev;
 pub mod format;
 pub mod fs;
+pub mod fuse;
+pub mod syncer;

@@ -1,0 +1,499 @@
+//! A thin adapter from FUSE requests to `fs` calls: it maps inode numbers (FUSE's root is 1,
+//! ours is 2), attributes and errors, and holds the file system behind one lock. It has no
+//! file-system logic of its own.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::format::*;
+use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
+
+const TTL: Duration = Duration::from_secs(1);
+
+/// The file system shared by the FUSE session, the syncer and the unmount path.
+pub type SharedFs = Arc<Mutex<Fs>>;
+
+pub fn lock(fs: &SharedFs) -> MutexGuard<'_, Fs> {
+    // A panic while holding the lock must not wedge the mount: the data is still consistent
+    // as far as the on-disk rules go, so keep serving.
+    fs.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub struct SufsFuse {
+    fs: SharedFs,
+}
+
+impl SufsFuse {
+    pub fn new(fs: SharedFs) -> SufsFuse {
+        SufsFuse { fs }
+    }
+}
+
+fn to_fuse(ino: u32) -> INodeNo {
+    INodeNo(if ino == ROOT_INO { 1 } else { ino as u64 })
+}
+
+fn from_fuse(ino: INodeNo) -> Result<u32, Errno> {
+    match ino.0 {
+        1 => Ok(ROOT_INO),
+        n if n == ROOT_INO as u64 || n > u32::MAX as u64 => Err(Errno::ESTALE),
+        n => Ok(n as u32),
+    }
+}
+
+fn errno(e: FsError) -> Errno {
+    if let FsError::Io(_) | FsError::Corrupt(_) = e {
+        log::error!("{e}");
+    }
+    Errno::from_i32(e.errno())
+}
+
+fn time(s: i64, ns: u32) -> SystemTime {
+    if s >= 0 {
+        UNIX_EPOCH + Duration::new(s as u64, ns)
+    } else {
+        UNIX_EPOCH - Duration::new(s.unsigned_abs(), 0) + Duration::new(0, ns)
+    }
+}
+
+fn wall(t: SystemTime) -> (i64, u32) {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
+        Err(e) => {
+            let d = e.duration();
+            let (s, ns) = (d.as_secs() as i64, d.subsec_nanos());
+            if ns == 0 {
+                (-s, 0)
+            } else {
+                (-s - 1, 1_000_000_000 - ns)
+            }
+        }
+    }
+}
+
+fn kind(mode: u16) -> FileType {
+    match mode & S_IFMT {
+        S_IFDIR => FileType::Directory,
+        S_IFLNK => FileType::Symlink,
+        S_IFIFO => FileType::NamedPipe,
+        S_IFCHR => FileType::CharDevice,
+        S_IFBLK => FileType::BlockDevice,
+        S_IFSOCK => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn dtype_kind(dtype: u8) -> FileType {
+    match dtype {
+        DT_DIR => FileType::Directory,
+        DT_LNK => FileType::Symlink,
+        DT_FIFO => FileType::NamedPipe,
+        DT_CHR => FileType::CharDevice,
+        DT_BLK => FileType::BlockDevice,
+        DT_SOCK => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn attr(ino: u32, d: &Dinode, bs: u32) -> FileAttr {
+    FileAttr {
+        ino: to_fuse(ino),
+        size: d.size,
+        blocks: d.blocks * (bs as u64 / 512),
+        atime: time(d.atime, d.atime_ns),
+        mtime: time(d.mtime, d.mtime_ns),
+        ctime: time(d.ctime, d.ctime_ns),
+        crtime: time(d.btime, d.btime_ns),
+        kind: kind(d.mode),
+        perm: d.mode & 0o7777,
+        nlink: d.nlink,
+        uid: d.uid,
+        gid: d.gid,
+        rdev: d.rdev,
+        blksize: bs,
+        flags: 0,
+    }
+}
+
+impl SufsFuse {
+    fn entry(&self, fs: &Fs, reply: ReplyEntry, ino: u32, d: &Dinode) {
+        reply.entry(&TTL, &attr(ino, d, fs.sb.block_size), Generation(d.generation as u64));
+    }
+
+    /// The group of a new node: the parent's when the parent is set-group-ID, as BSD and
+    /// Linux's `grpid`-less default both do for such directories.
+    fn new_gid(fs: &mut Fs, parent: u32, req: &Request) -> u32 {
+        match fs.getattr(parent) {
+            Ok(p) if p.mode & libc::S_ISGID as u16 != 0 => p.gid,
+            _ => req.gid(),
+        }
+    }
+}
+
+impl Filesystem for SufsFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = lock(&self.fs).unmount() {
+            log::error!("unmount: {e}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let mut fs = lock(&self.fs);
+        let r = from_fuse(parent).and_then(|p| fs.lookup(p, name.as_bytes()).map_err(errno));
+        match r {
+            Ok((ino, d)) => self.entry(&fs, reply, ino, &d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
+            Ok((i, d)) => reply.attr(&TTL, &attr(i, &d, fs.sb.block_size)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let now = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => wall(t),
+            TimeOrNow::Now => wall(SystemTime::now()),
+        };
+        let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now) };
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.setattr(i, &a).map(|d| (i, d)).map_err(errno)) {
+            Ok((i, d)) => reply.attr(&TTL, &attr(i, &d, fs.sb.block_size)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.readlink(i).map_err(errno)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let mut fs = lock(&self.fs);
+        let r = from_fuse(parent).and_then(|p| {
+            let gid = Self::new_gid(&mut fs, p, req);
+            fs.mknod(p, name.as_bytes(), mode & !umask, req.uid(), gid, rdev).map_err(errno)
+        });
+        match r {
+            Ok((ino, d)) => self.entry(&fs, reply, ino, &d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let mut fs = lock(&self.fs);
+        let r = from_fuse(parent).and_then(|p| {
+            let pd = fs.getattr(p).map_err(errno)?;
+            let sgid = pd.mode & libc::S_ISGID as u16;
+            let gid = Self::new_gid(&mut fs, p, req);
+            let (ino, d) =
+                fs.mkdir(p, name.as_bytes(), (mode & !umask) | sgid as u32, req.uid(), gid).map_err(errno)?;
+            Ok((ino, d))
+        });
+        match r {
+            Ok((ino, d)) => self.entry(&fs, reply, ino, &d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(parent).and_then(|p| fs.unlink(p, name.as_bytes()).map_err(errno)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(parent).and_then(|p| fs.rmdir(p, name.as_bytes()).map_err(errno)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+        let mut fs = lock(&self.fs);
+        let r = from_fuse(parent).and_then(|p| {
+            let gid = Self::new_gid(&mut fs, p, req);
+            fs.symlink(p, link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), gid).map_err(errno)
+        });
+        match r {
+            Ok((ino, d)) => self.entry(&fs, reply, ino, &d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: FuseRenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let known = FuseRenameFlags::RENAME_NOREPLACE | FuseRenameFlags::RENAME_EXCHANGE;
+        if !(flags - known).is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        let f = RenameFlags {
+            noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
+        };
+        let mut fs = lock(&self.fs);
+        let r = from_fuse(parent).and_then(|p| {
+            let np = from_fuse(newparent)?;
+            fs.rename(p, name.as_bytes(), np, newname.as_bytes(), f).map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let mut fs = lock(&self.fs);
+        let r = from_fuse(ino).and_then(|i| {
+            let np = from_fuse(newparent)?;
+            fs.link(i, np, newname.as_bytes()).map(|d| (i, d)).map_err(errno)
+        });
+        match r {
+            Ok((i, d)) => self.entry(&fs, reply, i, &d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.open(i).map_err(errno)) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.read(i, offset, size as usize).map_err(errno)) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.write(i, offset, data).map_err(errno)) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.release(i).map_err(errno)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.fsync(i).map_err(errno)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.getattr(i).map_err(errno)) {
+            Ok(d) if d.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let mut fs = lock(&self.fs);
+        let entries = match from_fuse(ino).and_then(|i| fs.readdir(i, offset, 1024).map_err(errno)) {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
+        };
+        for e in entries {
+            if reply.add(to_fuse(e.ino), e.next, dtype_kind(e.dtype), OsStr::from_bytes(&e.name)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.fsync(i).map_err(errno)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let fs = lock(&self.fs);
+        let s = fs.statfs();
+        reply.statfs(s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+    }
+
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: fuser::ReplyXattr) {
+        reply.error(Errno::from_i32(libc::ENODATA));
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        if size == 0 {
+            reply.size(0)
+        } else {
+            reply.data(&[])
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::from_i32(libc::ENODATA));
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permissions are checked by the kernel (default_permissions).
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let mut fs = lock(&self.fs);
+        let r = from_fuse(parent).and_then(|p| {
+            let gid = Self::new_gid(&mut fs, p, req);
+            let (ino, d) = fs.create(p, name.as_bytes(), mode & !umask, req.uid(), gid).map_err(errno)?;
+            fs.open(ino).map_err(errno)?;
+            Ok((ino, d))
+        });
+        match r {
+            Ok((ino, d)) => reply.created(
+                &TTL,
+                &attr(ino, &d, fs.sb.block_size),
+                Generation(d.generation as u64),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_numbers_map_both_ways() {
+        assert_eq!(to_fuse(ROOT_INO), INodeNo(1));
+        assert_eq!(from_fuse(INodeNo(1)).unwrap(), ROOT_INO);
+        assert_eq!(from_fuse(to_fuse(77)).unwrap(), 77);
+        assert!(from_fuse(INodeNo(2)).is_err());
+    }
+
+    #[test]
+    fn times_round_trip() {
+        for (s, ns) in [(0i64, 0u32), (1_700_000_000, 5), (-10, 0), (-10, 999)] {
+            assert_eq!(wall(time(s, ns)), (s, ns));
+        }
+    }
+}
