@@ -122,13 +122,7 @@ impl Cache {
             let mut data = vec![0u8; self.bs].into_boxed_slice();
             self.dev.read_block(bno, &mut data)?;
             self.evict_clean(1);
-            self.bufs.insert(
-                bno,
-                Buf {
-                    data,
-                    dirty_since: None,
-                },
-            );
+            self.bufs.insert(bno, Buf { data, dirty_since: None });
             self.clean.put(bno, ());
         }
         Ok(self.bufs.get_mut(&bno).expect("just loaded"))
@@ -152,13 +146,7 @@ impl Cache {
             Some(b) => b.data.fill(0),
             None => {
                 self.evict_clean(1);
-                self.bufs.insert(
-                    bno,
-                    Buf {
-                        data: vec![0u8; self.bs].into_boxed_slice(),
-                        dirty_since: None,
-                    },
-                );
+                self.bufs.insert(bno, Buf { data: vec![0u8; self.bs].into_boxed_slice(), dirty_since: None });
                 self.clean.put(bno, ());
             }
         }
@@ -168,10 +156,7 @@ impl Cache {
 
     fn mark_dirty(&mut self, bno: u64) {
         let now = self.clock.now_ns();
-        let b = self
-            .bufs
-            .get_mut(&bno)
-            .expect("mark_dirty on a cached buffer");
+        let b = self.bufs.get_mut(&bno).expect("mark_dirty on a cached buffer");
         match b.dirty_since {
             Some(_) => self.stats.redirties += 1,
             None => {
@@ -222,12 +207,7 @@ impl Cache {
 
     /// Writes the dirty buffers among `bnos` as one batch and waits until it is durable. Clean or
     /// uncached blocks in `bnos` are skipped.
-    pub fn write(
-        &mut self,
-        bnos: &[u64],
-        kind: WriteKind,
-        hooks: &mut dyn WriteHooks,
-    ) -> Result<usize, DevError> {
+    pub fn write(&mut self, bnos: &[u64], kind: WriteKind, hooks: &mut dyn WriteHooks) -> Result<usize, DevError> {
         let mut copies: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(bnos.len());
         for &bno in bnos {
             let Some(b) = self.bufs.get(&bno) else {
@@ -243,10 +223,7 @@ impl Cache {
         if copies.is_empty() {
             return Ok(0);
         }
-        let reqs: Vec<WriteReq> = copies
-            .iter()
-            .map(|(bno, d)| WriteReq { bno: *bno, data: d })
-            .collect();
+        let reqs: Vec<WriteReq> = copies.iter().map(|(bno, d)| WriteReq { bno: *bno, data: d }).collect();
         self.dev.write_batch(&reqs, kind)?;
         for (bno, _) in &copies {
             let b = self.bufs.get_mut(bno).expect("written buffer is cached");

@@ -18,9 +18,7 @@ pub struct RealClock {
 
 impl RealClock {
     pub fn new() -> RealClock {
-        RealClock {
-            start: Instant::now(),
-        }
+        RealClock { start: Instant::now() }
     }
 }
 
@@ -69,10 +67,7 @@ impl Clock for SimClock {
     }
     fn wall(&self) -> (i64, u32) {
         let ns = self.now_ns();
-        (
-            SIM_EPOCH + (ns / 1_000_000_000) as i64,
-            (ns % 1_000_000_000) as u32,
-        )
+        (SIM_EPOCH + (ns / 1_000_000_000) as i64, (ns % 1_000_000_000) as u32)
     }
 }
 

@@ -129,15 +129,8 @@ impl FileDevice {
             .write(writable)
             .open(path)
             .map_err(|e| DevError::Open(format!("cannot open {}: {e}", path.display())))?;
-        let size = device_size(&file)
-            .map_err(|e| DevError::Open(format!("cannot size {}: {e}", path.display())))?;
-        Ok(FileDevice {
-            file,
-            bs,
-            nblocks: size / bs as u64,
-            durable: true,
-            counters: Counters::default(),
-        })
+        let size = device_size(&file).map_err(|e| DevError::Open(format!("cannot size {}: {e}", path.display())))?;
+        Ok(FileDevice { file, bs, nblocks: size / bs as u64, durable: true, counters: Counters::default() })
     }
 
     /// Creates (or extends) a sparse image file of `size` bytes.
@@ -151,8 +144,7 @@ impl FileDevice {
             .map_err(|e| DevError::Open(format!("cannot create {}: {e}", path.display())))?;
         let meta = f.metadata().map_err(|e| DevError::Open(e.to_string()))?;
         if meta.is_file() && meta.len() < size {
-            f.set_len(size)
-                .map_err(|e| DevError::Open(format!("cannot size {}: {e}", path.display())))?;
+            f.set_len(size).map_err(|e| DevError::Open(format!("cannot size {}: {e}", path.display())))?;
         }
         Ok(())
     }
@@ -185,9 +177,7 @@ impl BlockDevice for FileDevice {
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
         check_range(bno, self.nblocks)?;
         self.counters.read();
-        self.file
-            .read_exact_at(buf, bno * self.bs as u64)
-            .map_err(|source| DevError::Io { bno, source })
+        self.file.read_exact_at(buf, bno * self.bs as u64).map_err(|source| DevError::Io { bno, source })
     }
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
         if reqs.is_empty() {
@@ -201,10 +191,7 @@ impl BlockDevice for FileDevice {
         }
         if self.durable {
             self.counters.flush();
-            self.file.sync_data().map_err(|source| DevError::Io {
-                bno: reqs[0].bno,
-                source,
-            })?;
+            self.file.sync_data().map_err(|source| DevError::Io { bno: reqs[0].bno, source })?;
         }
         self.counters.batch(reqs.len(), kind);
         Ok(())
@@ -223,19 +210,11 @@ pub struct MemDevice {
 
 impl MemDevice {
     pub fn new(bs: usize, nblocks: u64) -> MemDevice {
-        MemDevice {
-            bs,
-            blocks: Mutex::new(vec![None; nblocks as usize]),
-            counters: Counters::default(),
-        }
+        MemDevice { bs, blocks: Mutex::new(vec![None; nblocks as usize]), counters: Counters::default() }
     }
     /// A device holding a copy of `image` (block contents; `None` reads as zeros).
     pub fn from_blocks(bs: usize, blocks: Vec<Option<Box<[u8]>>>) -> MemDevice {
-        MemDevice {
-            bs,
-            blocks: Mutex::new(blocks),
-            counters: Counters::default(),
-        }
+        MemDevice { bs, blocks: Mutex::new(blocks), counters: Counters::default() }
     }
     /// A copy of every block, for building crash images.
     pub fn blocks(&self) -> Vec<Option<Box<[u8]>>> {
@@ -301,10 +280,7 @@ pub struct RecordingDevice<D: BlockDevice> {
 
 impl<D: BlockDevice> RecordingDevice<D> {
     pub fn new(inner: D) -> Self {
-        RecordingDevice {
-            inner,
-            log: Mutex::new(Vec::new()),
-        }
+        RecordingDevice { inner, log: Mutex::new(Vec::new()) }
     }
     pub fn log(&self) -> Vec<Record> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -328,10 +304,7 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
         self.inner.write_batch(reqs, kind)?;
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         for r in reqs {
-            log.push(Record::Write {
-                bno: r.bno,
-                data: r.data.into(),
-            });
+            log.push(Record::Write { bno: r.bno, data: r.data.into() });
         }
         log.push(Record::Barrier);
         Ok(())
@@ -367,13 +340,8 @@ mod tests {
     fn mem_device_counts_and_round_trips() {
         let d = MemDevice::new(4096, 10);
         let a = vec![7u8; 4096];
-        d.write_batch(&[WriteReq { bno: 3, data: &a }], WriteKind::Sync)
-            .unwrap();
-        d.write_batch(
-            &[WriteReq { bno: 4, data: &a }, WriteReq { bno: 5, data: &a }],
-            WriteKind::Async,
-        )
-        .unwrap();
+        d.write_batch(&[WriteReq { bno: 3, data: &a }], WriteKind::Sync).unwrap();
+        d.write_batch(&[WriteReq { bno: 4, data: &a }, WriteReq { bno: 5, data: &a }], WriteKind::Async).unwrap();
         let mut b = vec![0u8; 4096];
         d.read_block(3, &mut b).unwrap();
         assert_eq!(a, b);
@@ -381,16 +349,7 @@ mod tests {
         assert!(b.iter().all(|&x| x == 0));
         assert!(d.read_block(10, &mut b).is_err());
         let s = d.stats();
-        assert_eq!(
-            (
-                s.reads,
-                s.sync_writes,
-                s.async_writes,
-                s.batches,
-                s.max_batch
-            ),
-            (2, 1, 2, 2, 2)
-        );
+        assert_eq!((s.reads, s.sync_writes, s.async_writes, s.batches, s.max_batch), (2, 1, 2, 2, 2));
     }
 
     #[test]
@@ -401,8 +360,7 @@ mod tests {
         let d = FileDevice::open(&p, 4096, true).unwrap();
         assert_eq!(d.num_blocks(), 8);
         let a = vec![9u8; 4096];
-        d.write_batch(&[WriteReq { bno: 7, data: &a }], WriteKind::Sync)
-            .unwrap();
+        d.write_batch(&[WriteReq { bno: 7, data: &a }], WriteKind::Sync).unwrap();
         let mut b = vec![0u8; 4096];
         d.read_block(7, &mut b).unwrap();
         assert_eq!(a, b);
@@ -413,11 +371,7 @@ mod tests {
     fn recording_device_logs_barriers() {
         let d = RecordingDevice::new(MemDevice::new(4096, 4));
         let a = vec![1u8; 4096];
-        d.write_batch(
-            &[WriteReq { bno: 1, data: &a }, WriteReq { bno: 2, data: &a }],
-            WriteKind::Async,
-        )
-        .unwrap();
+        d.write_batch(&[WriteReq { bno: 1, data: &a }, WriteReq { bno: 2, data: &a }], WriteKind::Async).unwrap();
         let log = d.log();
         assert_eq!(log.len(), 3);
         assert!(matches!(log[2], Record::Barrier));

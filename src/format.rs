@@ -173,10 +173,7 @@ impl Superblock {
         let cg = self.cg_of_inode(ino);
         let idx = ino % self.inodes_per_group;
         let ipb = self.inodes_per_block();
-        (
-            self.cg_itable_block(cg) + (idx / ipb) as u64,
-            (idx % ipb) as usize * DINODE_SIZE,
-        )
+        (self.cg_itable_block(cg) + (idx / ipb) as u64, (idx % ipb) as usize * DINODE_SIZE)
     }
     /// True if `bno` is a data block (may be pointed to by an inode).
     pub fn is_data_block(&self, bno: u64) -> bool {
@@ -197,22 +194,15 @@ impl Superblock {
 
     /// Computes a geometry for a device of `num_blocks` blocks. `inodes` is the number of inodes
     /// wanted (default: one per 16 KiB of space).
-    pub fn geometry(
-        block_size: u32,
-        num_blocks: u64,
-        inodes: Option<u64>,
-    ) -> Result<Superblock, FormatError> {
-        if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
-        {
+    pub fn geometry(block_size: u32, num_blocks: u64, inodes: Option<u64>) -> Result<Superblock, FormatError> {
+        if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) {
             return Err(FormatError::BadGeometry(format!(
                 "block size {block_size} is not a power of two from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}"
             )));
         }
         let ipb = block_size / DINODE_SIZE as u32;
         let bits = ((block_size as usize - CG_HDR_SIZE) * 8) as u64;
-        let want_inodes = inodes
-            .unwrap_or(num_blocks * block_size as u64 / 16384)
-            .max(16);
+        let want_inodes = inodes.unwrap_or(num_blocks * block_size as u64 / 16384).max(16);
         // Bits in the header hold both bitmaps: bpg + ipg <= bits. Start from the ratio wanted
         // and shrink groups until the inodes fit.
         let ratio = (num_blocks as f64 / want_inodes as f64).max(1.0);
@@ -227,10 +217,7 @@ impl Superblock {
             let ipg = want_inodes.div_ceil(ngroups).div_ceil(ipb as u64) * ipb as u64;
             let itable = ipg / ipb as u64;
             let last = num_blocks - (ngroups - 1) * bpg;
-            if bpg + ipg <= bits
-                && 2 + itable + 1 <= last.min(bpg)
-                && ipg <= u32::MAX as u64 / ngroups
-            {
+            if bpg + ipg <= bits && 2 + itable + 1 <= last.min(bpg) && ipg <= u32::MAX as u64 / ngroups {
                 let sb = Superblock {
                     block_size,
                     num_blocks,
@@ -263,10 +250,7 @@ impl Superblock {
             return bad(format!("block size {bs}"));
         }
         if self.num_blocks < 64 {
-            return bad(format!(
-                "{} blocks is too small (at least 64)",
-                self.num_blocks
-            ));
+            return bad(format!("{} blocks is too small (at least 64)", self.num_blocks));
         }
         if self.blocks_per_group < 64 || self.inodes_per_group == 0 || self.ngroups == 0 {
             return bad(format!(
@@ -281,9 +265,7 @@ impl Superblock {
         if self.inodes_per_group % self.inodes_per_block() != 0 {
             return bad("inodes per group is not a multiple of inodes per block".into());
         }
-        if (self.ngroups as u64)
-            .checked_mul(self.blocks_per_group as u64)
-            .is_none()
+        if (self.ngroups as u64).checked_mul(self.blocks_per_group as u64).is_none()
             || self.num_blocks.div_ceil(self.blocks_per_group as u64) != self.ngroups as u64
         {
             return bad(format!(
@@ -330,9 +312,7 @@ impl Superblock {
 
     pub fn decode(buf: &[u8]) -> Result<Superblock, FormatError> {
         if buf.len() < SB_SIZE {
-            return Err(FormatError::BadGeometry(
-                "superblock buffer too short".into(),
-            ));
+            return Err(FormatError::BadGeometry("superblock buffer too short".into()));
         }
         let magic = get_u64(buf, SB_MAGIC);
         if magic != MAGIC {
@@ -426,10 +406,7 @@ impl CgHeader {
     pub fn decode(buf: &[u8], cg: u32) -> Result<CgHeader, FormatError> {
         let magic = get_u32(buf, CG_O_MAGIC);
         if magic != CG_MAGIC {
-            return Err(FormatError::BadCg {
-                cg,
-                what: format!("bad magic {magic:#x}"),
-            });
+            return Err(FormatError::BadCg { cg, what: format!("bad magic {magic:#x}") });
         }
         let stored = get_u32(buf, CG_O_CRC);
         let computed = cg_crc(buf);
@@ -450,10 +427,7 @@ impl CgHeader {
             inode_rotor: get_u32(buf, CG_O_IROTOR),
         };
         if h.cg != cg {
-            return Err(FormatError::BadCg {
-                cg,
-                what: format!("header says group {}", h.cg),
-            });
+            return Err(FormatError::BadCg { cg, what: format!("header says group {}", h.cg) });
         }
         Ok(h)
     }
@@ -704,11 +678,7 @@ impl DirRef<'_> {
     }
     /// Bytes of the record not used by this entry.
     pub fn slack(&self) -> usize {
-        let used = if self.ino == 0 {
-            0
-        } else {
-            dirent_size(self.name.len())
-        };
+        let used = if self.ino == 0 { 0 } else { dirent_size(self.name.len()) };
         self.reclen as usize - used
     }
 }
@@ -722,11 +692,7 @@ pub struct DirIter<'a> {
 }
 
 pub fn dir_iter(block: &[u8]) -> DirIter<'_> {
-    DirIter {
-        block,
-        off: 0,
-        failed: false,
-    }
+    DirIter { block, off: 0, failed: false }
 }
 
 impl<'a> Iterator for DirIter<'a> {
@@ -779,13 +745,7 @@ fn dirent_at(block: &[u8], off: usize, chunk: usize) -> Result<DirRef<'_>, DirEr
             return err("name holds NUL or '/'");
         }
     }
-    Ok(DirRef {
-        offset: off,
-        ino,
-        reclen,
-        dtype,
-        name,
-    })
+    Ok(DirRef { offset: off, ino, reclen, dtype, name })
 }
 
 /// Writes an entry header and name at `off` (the record length is given).
@@ -830,13 +790,7 @@ pub fn dir_find_space(block: &[u8], namelen: usize) -> Result<Option<usize>, Dir
 
 /// Inserts an entry into the record at `at` (found by `dir_find_space`); returns the new entry's
 /// offset.
-pub fn dir_insert(
-    block: &mut [u8],
-    at: usize,
-    ino: u32,
-    dtype: u8,
-    name: &[u8],
-) -> Result<usize, DirError> {
+pub fn dir_insert(block: &mut [u8], at: usize, ino: u32, dtype: u8, name: &[u8]) -> Result<usize, DirError> {
     let chunk = at / DIRBLKSIZ * DIRBLKSIZ;
     let e = dirent_at(block, at, chunk)?;
     if e.ino == 0 {
@@ -846,10 +800,7 @@ pub fn dir_insert(
     let used = dirent_size(e.name.len());
     let rest = e.reclen as usize - used;
     if rest < dirent_size(name.len()) {
-        return Err(DirError {
-            offset: at,
-            what: "no room in record",
-        });
+        return Err(DirError { offset: at, what: "no room in record" });
     }
     put_u16(block, at + 4, used as u16);
     dirent_put(block, at + used, ino, rest, dtype, name);
@@ -874,10 +825,7 @@ pub fn dir_remove(block: &mut [u8], off: usize) -> Result<(), DirError> {
             return Ok(());
         }
         if next > off || next >= chunk + DIRBLKSIZ {
-            return Err(DirError {
-                offset: off,
-                what: "entry not on the chunk's chain",
-            });
+            return Err(DirError { offset: off, what: "entry not on the chunk's chain" });
         }
         prev = next;
     }
@@ -913,41 +861,23 @@ mod tests {
         sb.encode(&mut buf);
         let mut bad = buf.clone();
         bad[0] ^= 1;
-        assert!(matches!(
-            Superblock::decode(&bad),
-            Err(FormatError::BadMagic(_))
-        ));
+        assert!(matches!(Superblock::decode(&bad), Err(FormatError::BadMagic(_))));
         let mut bad = buf.clone();
         bad[SB_VERSION] = 9;
-        assert!(matches!(
-            Superblock::decode(&bad),
-            Err(FormatError::BadVersion(9))
-        ));
+        assert!(matches!(Superblock::decode(&bad), Err(FormatError::BadVersion(9))));
         let mut bad = buf.clone();
         bad[SB_FREE_BLOCKS] ^= 0xff;
-        assert!(matches!(
-            Superblock::decode(&bad),
-            Err(FormatError::BadChecksum { .. })
-        ));
+        assert!(matches!(Superblock::decode(&bad), Err(FormatError::BadChecksum { .. })));
         // A checksummed but inconsistent geometry is refused too.
         let mut g = sb.clone();
         g.ngroups += 1;
         g.encode(&mut buf);
-        assert!(matches!(
-            Superblock::decode(&buf),
-            Err(FormatError::BadGeometry(_))
-        ));
+        assert!(matches!(Superblock::decode(&buf), Err(FormatError::BadGeometry(_))));
     }
 
     #[test]
     fn geometry_is_consistent_over_sizes() {
-        for &(bs, n) in &[
-            (4096u32, 300u64),
-            (4096, 262144),
-            (8192, 100_000),
-            (65536, 5000),
-            (4096, 1 << 22),
-        ] {
+        for &(bs, n) in &[(4096u32, 300u64), (4096, 262144), (8192, 100_000), (65536, 5000), (4096, 1 << 22)] {
             let sb = Superblock::geometry(bs, n, None).unwrap();
             sb.check_geometry().unwrap();
             assert!(sb.total_inodes() > 3);
@@ -1025,22 +955,14 @@ mod tests {
             let at = dir_find_space(&b, name.len()).unwrap().unwrap();
             offs.push(dir_insert(&mut b, at, 100 + i, DT_REG, name.as_bytes()).unwrap());
         }
-        let live: Vec<_> = dir_entries(&b)
-            .unwrap()
-            .into_iter()
-            .filter(|e| e.ino != 0)
-            .collect();
+        let live: Vec<_> = dir_entries(&b).unwrap().into_iter().filter(|e| e.ino != 0).collect();
         assert_eq!(live.len(), 100);
         assert!(offs.iter().all(|o| o % DIRBLKSIZ + 8 <= DIRBLKSIZ));
         for (i, o) in offs.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
             dir_remove(&mut b, *o).unwrap();
             let _ = i;
         }
-        let live: Vec<_> = dir_entries(&b)
-            .unwrap()
-            .into_iter()
-            .filter(|e| e.ino != 0)
-            .collect();
+        let live: Vec<_> = dir_entries(&b).unwrap().into_iter().filter(|e| e.ino != 0).collect();
         assert_eq!(live.len(), 50);
         assert!(live.iter().all(|e| (e.ino - 100) % 2 == 1));
         let long = vec![b'x'; MAXNAMLEN];
