@@ -1,1 +1,425 @@
-fn main() {}
+//! The `sufs` command: make, mount, check and inspect sufs images.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use sufs::clock::{Clock, RealClock};
+use sufs::dev::{BlockDevice, FileDevice};
+use sufs::format::Superblock;
+use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
+use sufs::fuse::{lock, SufsFuse};
+use sufs::syncer::{Syncer, SyncerOptions};
+use sufs::{format, fsck};
+
+#[derive(Parser)]
+#[command(name = "sufs", version, about = "A user-space FFS with soft updates, update policies and the Block Register")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Make a file system on an image file (created sparse if missing) or a block device.
+    Mkfs {
+        image: PathBuf,
+        /// Size of a new image, e.g. 1G, 512M (default: the existing file's or device's size).
+        #[arg(long, value_parser = parse_size)]
+        size: Option<u64>,
+        #[arg(long, default_value_t = 4096)]
+        block_size: u32,
+        /// Number of inodes (default: one per 16 KiB).
+        #[arg(long)]
+        inodes: Option<u64>,
+    },
+    /// Mount an image through FUSE. With no arguments: ./sufs.img (made, 1 GiB sparse, if missing)
+    /// on ./mnt.
+    Mount {
+        #[arg(default_value = "sufs.img")]
+        image: PathBuf,
+        #[arg(default_value = "mnt")]
+        dir: PathBuf,
+        #[arg(long, value_enum, default_value_t = Ordering::Sync)]
+        ordering: Ordering,
+        /// Stay in the foreground (otherwise sufs returns once the file system is mounted).
+        #[arg(short, long)]
+        foreground: bool,
+        /// Write the device and cache counters as JSON here at unmount.
+        #[arg(long)]
+        stats: Option<PathBuf>,
+        /// Buffer cache size, e.g. 128M.
+        #[arg(long, value_parser = parse_size, default_value = "128M")]
+        cache: u64,
+        /// Size of the image made when it is missing.
+        #[arg(long, value_parser = parse_size, default_value = "1G")]
+        size: u64,
+        /// Mount read-only.
+        #[arg(long)]
+        ro: bool,
+    },
+    /// Unmount and wait until sufs has written everything and marked the image clean.
+    Umount { dir: PathBuf },
+    /// Check an unmounted image; -y repairs. Exit codes as fsck(8): 0 clean, 1 repaired,
+    /// 4 errors left, 8 operational error.
+    Fsck {
+        image: PathBuf,
+        /// Repair everything found.
+        #[arg(short = 'y', long)]
+        yes: bool,
+    },
+    /// Print the superblock and the per-group counts.
+    Dumpfs { image: PathBuf },
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let mul: u64 = match s[i..].to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                other => return Err(format!("unknown size unit {other:?} (use K, M, G or T)")),
+            };
+            (&s[..i], mul)
+        }
+        None => (s, 1),
+    };
+    let n: u64 = num.trim().parse().map_err(|_| format!("{s:?} is not a size"))?;
+    n.checked_mul(mul).ok_or_else(|| format!("{s} is too large"))
+}
+
+/// An error for the user: a message and an exit code.
+struct Fail(String, u8);
+
+impl<E: std::fmt::Display> From<E> for Fail {
+    fn from(e: E) -> Fail {
+        Fail(e.to_string(), 1)
+    }
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,fuser=error")).init();
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Mkfs { image, size, block_size, inodes } => cmd_mkfs(&image, size, block_size, inodes).map(|_| 0),
+        Cmd::Mount { image, dir, ordering, foreground, stats, cache, size, ro } => {
+            cmd_mount(&image, &dir, ordering, foreground, stats, cache, size, ro).map(|_| 0)
+        }
+        Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
+        Cmd::Fsck { image, yes } => cmd_fsck(&image, yes),
+        Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
+    };
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(Fail(msg, code)) => {
+            eprintln!("sufs: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn cmd_mkfs(image: &Path, size: Option<u64>, block_size: u32, inodes: Option<u64>) -> Result<(), Fail> {
+    let existed = image.exists();
+    if let Some(size) = size {
+        FileDevice::create(image, size)?;
+    } else if !existed {
+        return Err(Fail(format!("{} does not exist: give --size to create it", image.display()), 1));
+    }
+    let dev = FileDevice::open(image, block_size as usize, true)?;
+    if let Some(size) = size {
+        if dev.num_blocks() * (block_size as u64) < size {
+            return Err(Fail(format!("{} is smaller than --size", image.display()), 1));
+        }
+    }
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let opts = MkfsOptions {
+        block_size,
+        inodes,
+        uid: unsafe { libc::getuid() },
+        gid: unsafe { libc::getgid() },
+        zeroed: !existed,
+    };
+    let sb = mkfs(dev, &opts, RealClock::new().wall())?;
+    println!(
+        "{}: {} blocks of {} bytes ({} MiB), {} groups, {} inodes",
+        image.display(),
+        sb.num_blocks,
+        sb.block_size,
+        sb.num_blocks * sb.block_size as u64 >> 20,
+        sb.ngroups,
+        sb.total_inodes()
+    );
+    Ok(())
+}
+
+/// Reads the superblock with a probe of the smallest block size, then opens the image with the
+/// file system's block size.
+fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Superblock), Fail> {
+    let probe = FileDevice::open(image, format::MIN_BLOCK_SIZE as usize, false)?;
+    if probe.num_blocks() == 0 {
+        return Err(Fail(format!("{}: too small to hold a file system", image.display()), 8));
+    }
+    let mut buf = vec![0u8; format::MIN_BLOCK_SIZE as usize];
+    probe.read_block(0, &mut buf)?;
+    let sb = Superblock::decode(&buf).map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
+    let dev = FileDevice::open(image, sb.block_size as usize, writable)?;
+    Ok((dev, sb))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cmd_mount(
+    image: &Path,
+    dir: &Path,
+    ordering: Ordering,
+    foreground: bool,
+    stats: Option<PathBuf>,
+    cache: u64,
+    size: u64,
+    ro: bool,
+) -> Result<(), Fail> {
+    if !image.exists() {
+        cmd_mkfs(image, Some(size), 4096, None)?;
+    }
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(|e| Fail(format!("cannot create {}: {e}", dir.display()), 1))?;
+    }
+    if !foreground {
+        return spawn_daemon();
+    }
+    let (dev, sb) = open_image(image, !ro)?;
+    let lock_file = std::fs::File::open(image)?;
+    if lock_file.try_lock().is_err() {
+        return Err(Fail(format!("{} is already mounted (another sufs holds it)", image.display()), 32));
+    }
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let opts = MountOptions { ordering, cache_blocks: (cache / sb.block_size as u64) as usize, readonly: ro };
+    let fs = Fs::mount(Arc::new(dev), opts, clock)
+        .map_err(|e| Fail(format!("cannot mount {}: {e}", image.display()), 32))?;
+    let shared = Arc::new(Mutex::new(fs));
+
+    let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(format!("sufs:{}", abs.display())),
+        fuser::MountOption::Subtype("sufs".into()),
+        fuser::MountOption::DefaultPermissions,
+    ];
+    if ro {
+        config.mount_options.push(fuser::MountOption::RO);
+    }
+    if unsafe { libc::geteuid() } == 0 {
+        config.acl = fuser::SessionACL::All;
+        config.mount_options.push(fuser::MountOption::CUSTOM("allow_other".into()));
+    }
+    let mut session = fuser::Session::new(SufsFuse::new(shared.clone()), dir, &config)
+        .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
+    let mut unmounter = session.unmount_callable();
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            if let Err(e) = unmounter.unmount() {
+                eprintln!("sufs: unmount: {e}");
+            }
+        }
+    });
+    let mut syncer = Syncer::start(shared.clone(), SyncerOptions::default());
+    notify_ready();
+    let run = session.run();
+    handle.close();
+    syncer.stop();
+    let mut fs = lock(&shared);
+    fs.unmount().map_err(|e| Fail(format!("unmount of {} failed: {e}", image.display()), 1))?;
+    let st = fs.stats();
+    let mut out = std::io::stdout();
+    let _ = writeln!(
+        out,
+        "sufs: unmounted {} ({}): device reads {}, writes {} ({} sync, {} async) in {} batches; cache hit rate {:.1}%",
+        image.display(),
+        st.ordering,
+        st.device.reads,
+        st.device.writes(),
+        st.device.sync_writes,
+        st.device.async_writes,
+        st.device.batches,
+        100.0 * st.cache_hit_rate
+    );
+    if let Some(p) = stats {
+        std::fs::write(&p, serde_json::to_string_pretty(&st)?)
+            .map_err(|e| Fail(format!("cannot write {}: {e}", p.display()), 1))?;
+    }
+    drop(lock_file);
+    run.map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1))
+}
+
+const READY_ENV: &str = "SUFS_READY_FD";
+
+/// Runs this same command in the foreground as a detached child and returns once it has
+/// mounted (or failed).
+fn spawn_daemon() -> Result<(), Fail> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    use std::os::unix::process::CommandExt;
+    let mut fds = [0i32; 2];
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(Fail(format!("pipe: {}", std::io::Error::last_os_error()), 1));
+    }
+    let mut reader = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+    let exe = std::env::current_exe()?;
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    args.push("--foreground".into());
+    let mut child = std::process::Command::new(exe)
+        .args(&args)
+        .env(READY_ENV, fds[1].to_string())
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    unsafe { libc::close(fds[1]) };
+    let mut buf = String::new();
+    let _ = reader.read_to_string(&mut buf);
+    if buf.starts_with("ready") {
+        return Ok(());
+    }
+    let status = child.wait()?;
+    Err(Fail(format!("mount failed ({status})"), 32))
+}
+
+fn notify_ready() {
+    use std::os::fd::FromRawFd;
+    if let Some(fd) = std::env::var(READY_ENV).ok().and_then(|s| s.parse::<i32>().ok()) {
+        let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+        let _ = f.write_all(b"ready\n");
+    }
+}
+
+fn cmd_umount(dir: &Path) -> Result<(), Fail> {
+    let abs = std::fs::canonicalize(dir).map_err(|e| Fail(format!("{}: {e}", dir.display()), 1))?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // mountinfo: ... mountpoint ... - fstype source options
+    let image = mounts.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mp = left.split(' ').nth(4)?;
+        let mut r = right.split(' ');
+        let fstype = r.next()?;
+        let source = r.next()?;
+        (mp == abs.to_str()? && fstype.starts_with("fuse") && source.starts_with("sufs:"))
+            .then(|| source.trim_start_matches("sufs:").to_string())
+    });
+    let Some(image) = image else {
+        return Err(Fail(format!("{} is not a sufs mount", dir.display()), 1));
+    };
+    let ok = if unsafe { libc::geteuid() } == 0 {
+        let c = std::ffi::CString::new(abs.as_os_str().as_encoded_bytes())?;
+        unsafe { libc::umount2(c.as_ptr(), 0) == 0 }
+    } else {
+        std::process::Command::new("fusermount3").arg("-u").arg(&abs).status().is_ok_and(|s| s.success())
+    };
+    if !ok {
+        return Err(Fail(format!("cannot unmount {}: {}", dir.display(), std::io::Error::last_os_error()), 1));
+    }
+    // The mount process holds a lock on the image until it has written everything.
+    let f = std::fs::File::open(&image)?;
+    for _ in 0..6000 {
+        if f.try_lock().is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(Fail(format!("{image} is still busy after 5 minutes"), 1))
+}
+
+fn cmd_fsck(image: &Path, repair: bool) -> Result<u8, Fail> {
+    let f = std::fs::File::open(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
+    if f.try_lock_shared().is_err() {
+        return Err(Fail(format!("{} is mounted; unmount it first", image.display()), 8));
+    }
+    let dev = fsck::open_image(image, repair).map_err(|e| Fail(e.to_string(), 8))?;
+    let report = if repair { fsck::repair(&dev) } else { fsck::check(&dev) };
+    let report = report.map_err(|e| Fail(e.to_string(), 8))?;
+    for f in &report.findings {
+        println!("{:?}: {f}", f.class());
+    }
+    println!(
+        "{}: {} files, {} directories, {} blocks used; {} findings ({} allowed, {} violations){}",
+        image.display(),
+        report.files,
+        report.dirs,
+        report.used_blocks,
+        report.findings.len(),
+        report.allowed(),
+        report.violations(),
+        if report.repaired { ", repaired" } else { "" }
+    );
+    Ok(if report.findings.is_empty() {
+        0
+    } else if repair {
+        1
+    } else {
+        4
+    })
+}
+
+fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
+    let (dev, sb) = open_image(image, false)?;
+    println!("magic     {:#x}  version {}", format::MAGIC, format::VERSION);
+    println!("bsize     {}", sb.block_size);
+    println!("blocks    {} ({} MiB)", sb.num_blocks, sb.num_blocks * sb.block_size as u64 >> 20);
+    println!(
+        "groups    {} of {} blocks, {} inodes each ({} inode table blocks)",
+        sb.ngroups,
+        sb.blocks_per_group,
+        sb.inodes_per_group,
+        sb.inode_table_blocks()
+    );
+    println!("inodes    {}", sb.total_inodes());
+    println!("free      {} blocks, {} inodes; {} directories", sb.free_blocks, sb.free_inodes, sb.ndirs);
+    let mut flags = Vec::new();
+    if sb.flags & format::SB_CLEAN != 0 {
+        flags.push("clean");
+    } else {
+        flags.push("not clean (mounted or crashed)");
+    }
+    if sb.flags & format::SB_SOFTDEP != 0 {
+        flags.push("soft updates");
+    }
+    println!("flags     {}", flags.join(", "));
+    println!("mounts    {}", sb.mount_count);
+    let snaps: Vec<String> = sb.snapshots.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();
+    println!("snapshots {}", if snaps.is_empty() { "none".into() } else { snaps.join(" ") });
+    println!();
+    println!("{:>5} {:>12} {:>10} {:>10} {:>8}", "group", "first block", "free blks", "free inos", "dirs");
+    let mut buf = vec![0u8; sb.block_size as usize];
+    for cg in 0..sb.ngroups {
+        dev.read_block(sb.cg_header_block(cg), &mut buf)?;
+        match format::CgHeader::decode(&buf, cg) {
+            Ok(h) => {
+                println!("{:>5} {:>12} {:>10} {:>10} {:>8}", cg, sb.cg_start(cg), h.free_blocks, h.free_inodes, h.ndirs)
+            }
+            Err(e) => println!("{:>5} {:>12} {e}", cg, sb.cg_start(cg)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("x").is_err());
+    }
+}

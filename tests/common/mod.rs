@@ -1,0 +1,63 @@
+//! Shared helpers for the integration tests: images made through the library.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use sufs::clock::SimClock;
+use sufs::dev::{BlockDevice, MemDevice};
+use sufs::format::ROOT_INO;
+use sufs::fs::{mkfs, Fs, FsError, MkfsOptions, MountOptions, Ordering};
+
+pub fn new_image(nblocks: u64) -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(4096, nblocks));
+    mkfs(dev.clone(), &MkfsOptions::default(), (1_700_000_000, 0)).expect("mkfs");
+    dev
+}
+
+pub fn mount(dev: &Arc<MemDevice>, ordering: Ordering, cache_blocks: usize) -> Fs {
+    let d: Arc<dyn BlockDevice> = dev.clone();
+    Fs::mount(d, MountOptions { ordering, cache_blocks, readonly: false }, Arc::new(SimClock::new())).expect("mount")
+}
+
+/// Resolves a slash-separated path from the root.
+pub fn resolve(fs: &mut Fs, path: &str) -> Result<u32, FsError> {
+    let mut ino = ROOT_INO;
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        ino = fs.lookup(ino, part.as_bytes())?.0;
+    }
+    Ok(ino)
+}
+
+/// The parent directory's inode and the last name of a path.
+pub fn parent_of<'a>(fs: &mut Fs, path: &'a str) -> Result<(u32, &'a str), FsError> {
+    let (dir, name) = match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    };
+    let dir = resolve(fs, dir)?;
+    if !fs.getattr(dir)?.is_dir() {
+        return Err(FsError::NotDir);
+    }
+    Ok((dir, name))
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// fsck of the device must find nothing.
+pub fn assert_clean(dev: &MemDevice) {
+    let report = sufs::fsck::check(dev).expect("fsck runs");
+    let found: Vec<String> = report.findings.iter().map(|f| format!("{:?}: {f}", f.class())).collect();
+    assert!(found.is_empty(), "fsck findings:\n{}", found.join("\n"));
+}

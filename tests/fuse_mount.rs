@@ -1,0 +1,251 @@
+//! Through the real FUSE mount, as a user would: `sufs mkfs`, `sufs mount`, file operations with
+//! the standard library, `sufs umount`, `sufs fsck`. Skipped, with a message, where /dev/fuse is
+//! missing.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+const SUFS: &str = env!("CARGO_BIN_EXE_sufs");
+
+fn fuse_available() -> bool {
+    if Path::new("/dev/fuse").exists() {
+        true
+    } else {
+        eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
+        false
+    }
+}
+
+fn sufs(args: &[&str]) -> Output {
+    Command::new(SUFS).args(args).output().expect("run sufs")
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    let dir = fs::canonicalize(dir).unwrap();
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()) && l.contains("sufs:"))
+}
+
+struct Mounted {
+    child: Child,
+    dir: PathBuf,
+}
+
+fn mount_fg(image: &Path, dir: &Path, extra: &[&str]) -> Mounted {
+    fs::create_dir_all(dir).unwrap();
+    let mut args = vec!["mount", image.to_str().unwrap(), dir.to_str().unwrap(), "-f"];
+    args.extend_from_slice(extra);
+    let mut child = Command::new(SUFS).args(&args).spawn().unwrap();
+    let start = Instant::now();
+    while !is_mounted(dir) {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("sufs mount exited early: {st}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Mounted { child, dir: dir.to_path_buf() }
+}
+
+impl Mounted {
+    fn umount(mut self) {
+        let out = sufs(&["umount", self.dir.to_str().unwrap()]);
+        assert!(out.status.success(), "umount: {}", String::from_utf8_lossy(&out.stderr));
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "sufs mount exited with {st}");
+    }
+}
+
+fn fsck_clean(image: &Path) {
+    let out = sufs(&["fsck", image.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "fsck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+fn exercise(m: &Path) {
+    // A tree.
+    fs::create_dir_all(m.join("a/b/c")).unwrap();
+    for i in 0..200 {
+        fs::write(m.join(format!("a/b/file{i}")), pattern(i, (i as usize * 37) % 9000)).unwrap();
+    }
+    // A large file with holes, through the indirect blocks.
+    let big = m.join("big");
+    {
+        let mut f = fs::File::create(&big).unwrap();
+        f.write_all(&pattern(1, 3 << 20)).unwrap();
+        f.seek(SeekFrom::Start(300 << 20)).unwrap();
+        f.write_all(&pattern(2, 100_000)).unwrap();
+        f.sync_all().unwrap();
+    }
+    assert_eq!(fs::metadata(&big).unwrap().len(), (300 << 20) + 100_000);
+    assert!(fs::metadata(&big).unwrap().blocks() < 2 * (4 << 20) / 512, "holes take no space");
+    // Rename (across directories and over an existing name), link, unlink, rmdir, chmod, symlink.
+    fs::rename(m.join("a/b/file1"), m.join("a/moved")).unwrap();
+    fs::rename(m.join("a/b/file2"), m.join("a/b/file3")).unwrap();
+    fs::hard_link(m.join("a/moved"), m.join("hard")).unwrap();
+    assert_eq!(fs::metadata(m.join("hard")).unwrap().nlink(), 2);
+    fs::remove_file(m.join("a/b/file4")).unwrap();
+    fs::remove_dir(m.join("a/b/c")).unwrap();
+    fs::set_permissions(m.join("a/moved"), fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink("a/moved", m.join("sym")).unwrap();
+    assert_eq!(fs::read(m.join("sym")).unwrap(), pattern(1, 37));
+    fs::create_dir(m.join("x")).unwrap();
+    fs::create_dir(m.join("y")).unwrap();
+    fs::write(m.join("y/inside"), b"y").unwrap();
+    // RENAME_EXCHANGE swaps; RENAME_NOREPLACE refuses.
+    let c = |p: &Path| std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    let (x, y) = (c(&m.join("x")), c(&m.join("y")));
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, x.as_ptr(), libc::AT_FDCWD, y.as_ptr(), libc::RENAME_EXCHANGE) };
+    assert_eq!(r, 0, "exchange: {}", std::io::Error::last_os_error());
+    assert!(m.join("x/inside").exists());
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, x.as_ptr(), libc::AT_FDCWD, y.as_ptr(), libc::RENAME_NOREPLACE) };
+    assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::EEXIST)));
+    // Errors.
+    assert_eq!(errno_of(fs::write(m.join("n".repeat(256)), b"")), libc::ENAMETOOLONG);
+    fs::write(m.join("n".repeat(255)), b"ok").unwrap();
+    assert_eq!(errno_of(fs::remove_dir(m.join("a"))), libc::ENOTEMPTY);
+    assert_eq!(errno_of(fs::create_dir(m.join("a"))), libc::EEXIST);
+    assert_eq!(errno_of(fs::remove_file(m.join("a"))), libc::EISDIR);
+    assert_eq!(errno_of(fs::write(m.join("hard/x"), b"")), libc::ENOTDIR);
+    assert_eq!(errno_of(fs::read(m.join("nope"))), libc::ENOENT);
+}
+
+fn verify(m: &Path) {
+    for i in 5..200 {
+        assert_eq!(fs::read(m.join(format!("a/b/file{i}"))).unwrap(), pattern(i, (i as usize * 37) % 9000));
+    }
+    assert_eq!(fs::read(m.join("a/b/file3")).unwrap(), pattern(2, 74));
+    assert!(!m.join("a/b/file4").exists());
+    assert!(!m.join("a/b/c").exists());
+    assert_eq!(fs::metadata(m.join("a/moved")).unwrap().mode() & 0o7777, 0o600);
+    assert_eq!(fs::read_link(m.join("sym")).unwrap(), Path::new("a/moved"));
+    let mut f = fs::File::open(m.join("big")).unwrap();
+    let mut head = vec![0u8; 3 << 20];
+    f.read_exact(&mut head).unwrap();
+    assert!(head == pattern(1, 3 << 20));
+    let mut hole = vec![1u8; 1 << 20];
+    f.seek(SeekFrom::Start(100 << 20)).unwrap();
+    f.read_exact(&mut hole).unwrap();
+    assert!(hole.iter().all(|&b| b == 0), "a hole reads as zeros");
+    let mut tail = Vec::new();
+    f.seek(SeekFrom::Start(300 << 20)).unwrap();
+    f.read_to_end(&mut tail).unwrap();
+    assert!(tail == pattern(2, 100_000));
+    assert_eq!(fs::read(m.join("x/inside")).unwrap(), b"y");
+}
+
+#[test]
+fn operations_survive_unmount_and_fsck_in_both_orderings() {
+    if !fuse_available() {
+        return;
+    }
+    for ordering in ["sync", "async"] {
+        let t = tempfile::tempdir().unwrap();
+        let img = t.path().join("img");
+        let mnt = t.path().join("mnt");
+        let stats = t.path().join("stats.json");
+        let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "512M"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let m = mount_fg(&img, &mnt, &["--ordering", ordering, "--stats", stats.to_str().unwrap()]);
+        exercise(&mnt);
+        verify(&mnt);
+        m.umount();
+        let json: serde_json::Value = serde_json::from_str(&fs::read_to_string(&stats).unwrap()).unwrap();
+        assert_eq!(json["ordering"], ordering);
+        assert!(json["device"]["async_writes"].as_u64().unwrap() > 0);
+        if ordering == "sync" {
+            assert!(json["device"]["sync_writes"].as_u64().unwrap() > 400, "sync mode orders with sync writes");
+        }
+        fsck_clean(&img);
+        let m = mount_fg(&img, &mnt, &["--ordering", ordering]);
+        verify(&mnt);
+        m.umount();
+        fsck_clean(&img);
+    }
+}
+
+#[test]
+fn sigterm_unmounts_cleanly() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("img");
+    let mnt = t.path().join("mnt");
+    assert!(sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M"]).status.success());
+    let mut m = mount_fg(&img, &mnt, &[]);
+    fs::write(mnt.join("f"), pattern(5, 100_000)).unwrap();
+    unsafe { libc::kill(m.child.id() as i32, libc::SIGTERM) };
+    let st = m.child.wait().unwrap();
+    assert!(st.success(), "{st}");
+    assert!(!is_mounted(&mnt));
+    let dump = String::from_utf8(sufs(&["dumpfs", img.to_str().unwrap()]).stdout).unwrap();
+    assert!(dump.contains("flags     clean"), "{dump}");
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert!(fs::read(mnt.join("f")).unwrap() == pattern(5, 100_000));
+    m.umount();
+}
+
+#[test]
+fn default_mount_makes_an_image_and_daemonizes() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let out = Command::new(SUFS).arg("mount").current_dir(t.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(is_mounted(&t.path().join("mnt")));
+    assert_eq!(fs::metadata(t.path().join("sufs.img")).unwrap().len(), 1 << 30);
+    fs::write(t.path().join("mnt/hello"), b"hi").unwrap();
+    let out = Command::new(SUFS).args(["umount", "mnt"]).current_dir(t.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!is_mounted(&t.path().join("mnt")));
+    fsck_clean(&t.path().join("sufs.img"));
+}
+
+#[test]
+fn bad_images_are_refused_with_a_message() {
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("junk");
+    fs::write(&img, vec![0x5au8; 1 << 20]).unwrap();
+    let out = sufs(&["mount", img.to_str().unwrap(), t.path().join("m").to_str().unwrap(), "-f"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad magic"), "{err}");
+    let out = sufs(&["fsck", img.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(8), "fsck of junk is an operational error");
+    let out = sufs(&["mkfs", t.path().join("missing").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--size"));
+    let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "1G", "--block-size", "3000"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
+}

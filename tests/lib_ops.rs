@@ -1,0 +1,260 @@
+//! The file-system operations through the library, in both orderings, checked by reading back,
+//! by remounting, and by fsck.
+
+mod common;
+
+use common::*;
+use sufs::format::*;
+use sufs::fs::{FsError, Ordering, RenameFlags, SetAttr};
+
+const ORDERINGS: [Ordering; 2] = [Ordering::Sync, Ordering::Async];
+
+#[test]
+fn tree_files_links_renames_survive_remount() {
+    for ordering in ORDERINGS {
+        let dev = new_image(16384);
+        let mut fs = mount(&dev, ordering, 256);
+        let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
+        let (b, _) = fs.mkdir(a, b"b", 0o755, 0, 0).unwrap();
+        let (f, _) = fs.create(b, b"f", 0o644, 0, 0).unwrap();
+        fs.write(f, 0, b"hello world").unwrap();
+        fs.link(f, a, b"hard").unwrap();
+        fs.symlink(a, b"sym", b"b/f", 0, 0).unwrap();
+        fs.rename(b, b"f", ROOT_INO, b"moved", RenameFlags::default()).unwrap();
+        assert_eq!(fs.getattr(f).unwrap().nlink, 2);
+        assert_eq!(fs.getattr(a).unwrap().nlink, 3);
+        // Many entries: the directory grows past one block.
+        for i in 0..300 {
+            let (x, _) = fs.create(b, format!("file-with-a-longish-name-{i:04}").as_bytes(), 0o600, 0, 0).unwrap();
+            fs.write(x, 0, &pattern(i, 100)).unwrap();
+        }
+        for i in (0..300).step_by(3) {
+            fs.unlink(b, format!("file-with-a-longish-name-{i:04}").as_bytes()).unwrap();
+        }
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_clean(&dev);
+
+        let mut fs = mount(&dev, ordering, 256);
+        assert_eq!(resolve(&mut fs, "a/b").unwrap(), b);
+        let m = resolve(&mut fs, "moved").unwrap();
+        assert_eq!(m, f);
+        assert_eq!(fs.read(m, 0, 100).unwrap(), b"hello world");
+        let hard = resolve(&mut fs, "a/hard").unwrap();
+        assert_eq!(fs.read(hard, 0, 100).unwrap(), b"hello world");
+        let s = resolve(&mut fs, "a/sym").unwrap();
+        assert_eq!(fs.readlink(s).unwrap(), b"b/f");
+        assert!(matches!(resolve(&mut fs, "a/b/f"), Err(FsError::NotFound)));
+        let names: Vec<Vec<u8>> = {
+            let mut all = Vec::new();
+            let mut off = 0;
+            loop {
+                let part = fs.readdir(b, off, 37).unwrap();
+                if part.is_empty() {
+                    break;
+                }
+                off = part.last().unwrap().next;
+                all.extend(part.into_iter().map(|e| e.name));
+            }
+            all
+        };
+        assert_eq!(names.len(), 2 + 200, "readdir in pieces sees every entry once");
+        for i in 0..300u64 {
+            let r = resolve(&mut fs, &format!("a/b/file-with-a-longish-name-{i:04}"));
+            if i % 3 == 0 {
+                assert!(r.is_err());
+            } else {
+                assert_eq!(fs.read(r.unwrap(), 0, 1000).unwrap(), pattern(i, 100));
+            }
+        }
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
+}
+
+#[test]
+fn large_files_with_holes_through_every_indirect_level() {
+    for ordering in ORDERINGS {
+        let dev = new_image(16384);
+        let mut fs = mount(&dev, ordering, 512);
+        let (f, _) = fs.create(ROOT_INO, b"sparse", 0o644, 0, 0).unwrap();
+        let bs = 4096u64;
+        let p = bs / 8;
+        // Direct, single, double and triple indirect regions.
+        let offsets = [0, 5 * bs + 100, 12 * bs, (12 + p) * bs - 7, (12 + p + p * p) * bs + 3, (12 + p + p * p + 77) * bs];
+        for (i, &off) in offsets.iter().enumerate() {
+            fs.write(f, off, &pattern(i as u64, 5000)).unwrap();
+        }
+        let size = fs.getattr(f).unwrap().size;
+        assert_eq!(size, offsets[5] + 5000);
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+        let mut fs = mount(&dev, ordering, 64);
+        for (i, &off) in offsets.iter().enumerate() {
+            assert_eq!(fs.read(f, off, 5000).unwrap(), pattern(i as u64, 5000), "region {i}");
+        }
+        // A hole reads as zeros.
+        assert!(fs.read(f, 40 * bs, 8192).unwrap().iter().all(|&b| b == 0));
+        // Truncate into the double-indirect region, then extend: the tail reads zeros.
+        let cut = (12 + p) * bs + 10;
+        fs.setattr(f, &SetAttr { size: Some(cut), ..Default::default() }).unwrap();
+        let blocks_after_cut = fs.getattr(f).unwrap().blocks;
+        fs.setattr(f, &SetAttr { size: Some(cut + 3 * bs), ..Default::default() }).unwrap();
+        assert!(fs.read(f, cut, 3 * bs as usize).unwrap().iter().all(|&b| b == 0));
+        assert_eq!(fs.getattr(f).unwrap().blocks, blocks_after_cut);
+        // Past the largest file: EFBIG.
+        assert!(matches!(fs.write(f, 1 << 50, b"x"), Err(FsError::TooBig)));
+        fs.setattr(f, &SetAttr { size: Some(0), ..Default::default() }).unwrap();
+        assert_eq!(fs.getattr(f).unwrap().blocks, 0);
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
+}
+
+#[test]
+fn errors_come_back_as_errnos() {
+    let dev = new_image(4096);
+    let mut fs = mount(&dev, Ordering::Sync, 256);
+    let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+    let (f, _) = fs.create(d, b"f", 0o644, 0, 0).unwrap();
+    let long = vec![b'n'; 256];
+    assert!(matches!(fs.create(ROOT_INO, &long, 0o644, 0, 0), Err(FsError::NameTooLong)));
+    assert!(matches!(fs.lookup(ROOT_INO, &long), Err(FsError::NameTooLong)));
+    assert!(fs.create(ROOT_INO, &vec![b'n'; 255], 0o644, 0, 0).is_ok());
+    assert!(matches!(fs.create(d, b"f", 0o644, 0, 0), Err(FsError::Exists)));
+    assert!(matches!(fs.mkdir(d, b"f", 0o755, 0, 0), Err(FsError::Exists)));
+    assert!(matches!(fs.rmdir(ROOT_INO, b"d"), Err(FsError::NotEmpty)));
+    assert!(matches!(fs.unlink(ROOT_INO, b"d"), Err(FsError::IsDir)));
+    assert!(matches!(fs.rmdir(d, b"f"), Err(FsError::NotDir)));
+    assert!(matches!(fs.create(f, b"x", 0o644, 0, 0), Err(FsError::NotDir)));
+    assert!(matches!(fs.read(d, 0, 10), Err(FsError::IsDir)));
+    assert!(matches!(fs.link(d, ROOT_INO, b"dl"), Err(FsError::Perm)));
+    // Rename: into itself, over a non-empty directory, dir over file and back, NOREPLACE.
+    let (sub, _) = fs.mkdir(d, b"sub", 0o755, 0, 0).unwrap();
+    assert!(matches!(fs.rename(ROOT_INO, b"d", sub, b"x", RenameFlags::default()), Err(FsError::Invalid(_))));
+    let (e, _) = fs.mkdir(ROOT_INO, b"e", 0o755, 0, 0).unwrap();
+    assert!(matches!(fs.rename(ROOT_INO, b"e", ROOT_INO, b"d", RenameFlags::default()), Err(FsError::NotEmpty)));
+    assert!(matches!(fs.rename(ROOT_INO, b"e", d, b"f", RenameFlags::default()), Err(FsError::NotDir)));
+    assert!(matches!(fs.rename(d, b"f", ROOT_INO, b"e", RenameFlags::default()), Err(FsError::IsDir)));
+    let nr = RenameFlags { noreplace: true, exchange: false };
+    assert!(matches!(fs.rename(d, b"sub", ROOT_INO, b"e", nr), Err(FsError::Exists)));
+    // Empty directory replaced by a directory from another parent: counts follow.
+    let root_links = fs.getattr(ROOT_INO).unwrap().nlink;
+    fs.rename(d, b"sub", ROOT_INO, b"e", RenameFlags::default()).unwrap();
+    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, root_links);
+    assert_eq!(fs.getattr(d).unwrap().nlink, 2);
+    assert!(fs.getattr(e).is_err(), "the replaced directory is freed");
+    assert_eq!(fs.lookup(sub, b"..").unwrap().0, ROOT_INO);
+    // Exchange a file and a directory across parents.
+    let ex = RenameFlags { noreplace: false, exchange: true };
+    fs.rename(d, b"f", ROOT_INO, b"e", ex).unwrap();
+    assert_eq!(fs.lookup(ROOT_INO, b"e").unwrap().0, f);
+    assert_eq!(fs.lookup(d, b"f").unwrap().0, sub);
+    assert_eq!(fs.lookup(sub, b"..").unwrap().0, d);
+    assert_eq!(fs.getattr(d).unwrap().nlink, 3);
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
+#[test]
+fn full_disk_is_enospc_and_loses_nothing() {
+    for ordering in ORDERINGS {
+        let dev = new_image(2048);
+        let mut fs = mount(&dev, ordering, 128);
+        let (keep, _) = fs.create(ROOT_INO, b"keep", 0o644, 0, 0).unwrap();
+        fs.write(keep, 0, &pattern(9, 10000)).unwrap();
+        let (f, _) = fs.create(ROOT_INO, b"fill", 0o644, 0, 0).unwrap();
+        let chunk = pattern(1, 1 << 16);
+        let mut off = 0u64;
+        let err = loop {
+            match fs.write(f, off, &chunk) {
+                Ok(n) => off += n as u64,
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, FsError::NoSpace), "{err}");
+        assert_eq!(fs.statfs().bfree, 0);
+        // Creating files still works until the directory needs a block; then ENOSPC, cleanly.
+        let mut made = 0;
+        loop {
+            match fs.create(ROOT_INO, format!("n{made}").as_bytes(), 0o644, 0, 0) {
+                Ok(_) => made += 1,
+                Err(FsError::NoSpace) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(fs.read(keep, 0, 10000).unwrap(), pattern(9, 10000));
+        fs.unlink(ROOT_INO, b"fill").unwrap();
+        assert!(fs.statfs().bfree > 1000);
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
+}
+
+#[test]
+fn unlinked_open_file_lives_until_last_close() {
+    let dev = new_image(4096);
+    let mut fs = mount(&dev, Ordering::Sync, 128);
+    let (f, _) = fs.create(ROOT_INO, b"tmp", 0o644, 0, 0).unwrap();
+    fs.open(f).unwrap();
+    fs.write(f, 0, b"still here").unwrap();
+    let free = fs.statfs().bfree;
+    fs.unlink(ROOT_INO, b"tmp").unwrap();
+    assert_eq!(fs.read(f, 0, 100).unwrap(), b"still here");
+    assert_eq!(fs.statfs().bfree, free);
+    fs.release(f).unwrap();
+    assert!(fs.getattr(f).is_err());
+    assert_eq!(fs.statfs().bfree, free + 1);
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
+#[test]
+fn corrupt_images_are_refused_at_mount() {
+    use std::sync::Arc;
+    use sufs::clock::SimClock;
+    use sufs::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
+    use sufs::fs::{Fs, MountOptions};
+    let try_mount = |dev: &Arc<MemDevice>| {
+        let d: Arc<dyn BlockDevice> = dev.clone();
+        Fs::mount(d, MountOptions::default(), Arc::new(SimClock::new())).err().map(|e| e.to_string())
+    };
+    // A blank device: bad magic.
+    let blank = Arc::new(MemDevice::new(4096, 1024));
+    assert!(try_mount(&blank).unwrap().contains("magic"));
+    // A damaged superblock field: checksum.
+    let dev = new_image(4096);
+    let mut b = vec![0u8; 4096];
+    dev.read_block(0, &mut b).unwrap();
+    b[20] ^= 0xff;
+    dev.write_batch(&[WriteReq { bno: 0, data: &b }], WriteKind::Sync).unwrap();
+    assert!(try_mount(&dev).unwrap().contains("checksum"));
+    // A damaged group header.
+    let dev = new_image(4096);
+    let sb = {
+        dev.read_block(0, &mut b).unwrap();
+        Superblock::decode(&b).unwrap()
+    };
+    dev.read_block(sb.cg_header_block(0), &mut b).unwrap();
+    b[200] ^= 1;
+    dev.write_batch(&[WriteReq { bno: sb.cg_header_block(0), data: &b }], WriteKind::Sync).unwrap();
+    assert!(try_mount(&dev).unwrap().contains("cylinder group 0"));
+    // A file system larger than its device.
+    let dev = new_image(4096);
+    let small = Arc::new(MemDevice::from_blocks(4096, dev.blocks()[..2048].to_vec()));
+    assert!(try_mount(&small).unwrap().contains("device only"));
+}
+
+#[test]
+fn cached_reads_touch_no_device() {
+    let dev = new_image(8192);
+    let mut fs = mount(&dev, Ordering::Async, 4096);
+    let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+    fs.write(f, 0, &pattern(3, 1 << 20)).unwrap();
+    let _ = fs.read(f, 0, 1 << 20).unwrap();
+    let before = fs.stats().device.reads;
+    for _ in 0..5 {
+        assert_eq!(fs.read(f, 0, 1 << 20).unwrap(), pattern(3, 1 << 20));
+    }
+    assert_eq!(fs.stats().device.reads, before);
+}
