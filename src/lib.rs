@@ -7,3 +7,4 @@ pub mod clock;
 pub mod dev;
 pub mod format;
 pub mod fs;
+pub mod fsck;
