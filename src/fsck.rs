@@ -696,7 +696,7 @@ impl<'a> Scan<'a> {
             });
             let extent = info.max_lbn.map_or(0, |l| (l + 1) * bs);
             self.fixes.set_size.insert(ino, extent);
-        } else if d.is_dir() && d.size % bs != 0 {
+        } else if d.is_dir() && !d.size.is_multiple_of(bs) {
             self.findings.push(Finding::BadInode {
                 ino,
                 what: format!("directory size {} not a multiple of the block size", d.size),
@@ -2362,6 +2362,216 @@ mod tests {
         assert!(r.repaired);
         let c = check(&*dev).unwrap();
         assert!(c.is_clean(), "{}", show(&c));
+    }
+
+    /// Every state a power loss can leave during a workload (each prefix of the
+    /// completed batches, plus each single write of the next batch): returns the violations seen,
+    /// by operation label.
+    fn crash_states(
+        ordering: Ordering,
+        work: impl FnOnce(&mut Fs, &mut dyn FnMut(&'static str, usize)),
+    ) -> Vec<(String, Finding)> {
+        use crate::dev::{Record, RecordingDevice};
+        let base = new_dev();
+        let image = base.blocks();
+        let rec = Arc::new(RecordingDevice::new(MemDevice::from_blocks(
+            4096,
+            image.clone(),
+        )));
+        let mut fs = Fs::mount(
+            rec.clone(),
+            MountOptions {
+                ordering,
+                cache_blocks: 1024,
+                readonly: false,
+            },
+            Arc::new(SimClock::new()),
+        )
+        .unwrap();
+        let mut marks: Vec<(&'static str, usize)> = Vec::new();
+        let log_len = |r: &RecordingDevice<MemDevice>| r.log().len();
+        {
+            let rec2 = rec.clone();
+            let mut mark = |label: &'static str, _: usize| marks.push((label, log_len(&rec2)));
+            work(&mut fs, &mut mark);
+        }
+        drop(fs);
+        let log = rec.log();
+        let label_at = |i: usize| {
+            marks
+                .iter()
+                .rev()
+                .find(|m| m.1 <= i)
+                .map_or("mount", |m| m.0)
+        };
+        let mut out = Vec::new();
+        let mut cur = image;
+        let mut i = 0;
+        while i < log.len() {
+            // The batch starting at i: writes up to the next barrier.
+            let end = (i..log.len())
+                .find(|&j| matches!(log[j], Record::Barrier))
+                .unwrap_or(log.len());
+            let batch: Vec<(u64, Arc<[u8]>)> = log[i..end]
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Write { bno, data } => Some((*bno, data.clone())),
+                    Record::Barrier => None,
+                })
+                .collect();
+            let mut states = vec![cur.clone()];
+            if batch.len() > 1 {
+                for (bno, data) in &batch {
+                    let mut s = cur.clone();
+                    s[*bno as usize] = Some(data.to_vec().into());
+                    states.push(s);
+                }
+            }
+            for s in states {
+                let dev = MemDevice::from_blocks(4096, s);
+                let r = check(&dev).unwrap();
+                for f in r.findings {
+                    if f.class() == Class::Violation {
+                        out.push((label_at(i).to_string(), f));
+                    }
+                }
+                // Every crash state repairs to a clean image.
+                repair(&dev).unwrap();
+                let c = check(&dev).unwrap();
+                assert!(c.is_clean(), "{}: {}", label_at(i), show(&c));
+            }
+            for (bno, data) in batch {
+                cur[bno as usize] = Some(data.to_vec().into());
+            }
+            i = end + 1;
+        }
+        out
+    }
+
+    #[test]
+    fn sync_crash_states_have_no_violations() {
+        let v = crash_states(Ordering::Sync, |fs, mark| {
+            mark("mkdir", 0);
+            let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+            let (e, _) = fs.mkdir(ROOT_INO, b"e", 0o755, 0, 0).unwrap();
+            mark("create", 0);
+            let (f, _) = fs.create(d, b"f", 0o644, 0, 0).unwrap();
+            mark("write", 0);
+            fs.write(f, 0, &vec![1u8; 60 * 4096]).unwrap();
+            mark("link", 0);
+            fs.link(f, e, b"f2").unwrap();
+            mark("rename file", 0);
+            fs.rename(d, b"f", e, b"g", RenameFlags::default()).unwrap();
+            mark("unlink", 0);
+            fs.unlink(e, b"f2").unwrap();
+            mark("truncate", 0);
+            fs.setattr(
+                f,
+                &crate::fs::SetAttr {
+                    size: Some(5000),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            mark("symlink", 0);
+            fs.symlink(d, b"s", b"../e/g", 0, 0).unwrap();
+            mark("exchange", 0);
+            fs.rename(
+                d,
+                b"s",
+                e,
+                b"g",
+                RenameFlags {
+                    exchange: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            fs.rename(
+                d,
+                b"s",
+                e,
+                b"g",
+                RenameFlags {
+                    exchange: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            mark("truncate to 0", 0);
+            fs.setattr(
+                f,
+                &crate::fs::SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            fs.write(f, 0, &vec![2u8; 20 * 4096]).unwrap();
+            mark("unlink last", 0);
+            fs.unlink(e, b"g").unwrap();
+            mark("unmount", 0);
+            fs.unmount().unwrap();
+        });
+        let shown: Vec<String> = v.iter().map(|(l, f)| format!("{l}: {f}")).collect();
+        assert!(v.is_empty(), "{}", shown.join("\n"));
+    }
+
+    /// The negative control: without ordering, crash states hold violations.
+    #[test]
+    fn async_crash_states_show_violations() {
+        let v = crash_states(Ordering::Async, |fs, _mark| {
+            let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+            for i in 0..40 {
+                let (f, _) = fs
+                    .create(d, format!("f{i}").as_bytes(), 0o644, 0, 0)
+                    .unwrap();
+                fs.write(f, 0, &[1u8; 100]).unwrap();
+            }
+            for i in 0..40 {
+                fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+            }
+            fs.unmount().unwrap();
+        });
+        assert!(!v.is_empty());
+    }
+
+    /// Known fs.rs problem: `release_inode` writes the inode with its pointers cleared but its
+    /// size kept (truncate_blocks before the size is zeroed), so a crash between that write and
+    /// the cleared-inode write leaves a directory whose block 0 is a hole.
+    #[test]
+    #[ignore = "fs.rs: rmdir's intermediate inode is a directory with a hole"]
+    fn sync_crash_states_of_rmdir() {
+        let v = crash_states(Ordering::Sync, |fs, mark| {
+            let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+            fs.mkdir(d, b"x", 0o755, 0, 0).unwrap();
+            mark("rmdir", 0);
+            fs.rmdir(d, b"x").unwrap();
+            mark("unmount", 0);
+            fs.unmount().unwrap();
+        });
+        let shown: Vec<String> = v.iter().map(|(l, f)| format!("{l}: {f}")).collect();
+        assert!(v.is_empty(), "{}", shown.join("\n"));
+    }
+
+    /// A directory rename is not atomic in FFS: between the new name and the removal of the old
+    /// one the directory has two names, and until ".." is rewritten it names the old parent.
+    /// Both are violations in the classification, so this documents the window.
+    #[test]
+    #[ignore = "FFS directory rename leaves DirMultiplyLinked/BadDotDot windows"]
+    fn sync_crash_states_of_directory_rename() {
+        let v = crash_states(Ordering::Sync, |fs, mark| {
+            let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+            let (e, _) = fs.mkdir(ROOT_INO, b"e", 0o755, 0, 0).unwrap();
+            fs.mkdir(d, b"sub", 0o755, 0, 0).unwrap();
+            mark("rename dir", 0);
+            fs.rename(d, b"sub", e, b"sub", RenameFlags::default())
+                .unwrap();
+            mark("unmount", 0);
+            fs.unmount().unwrap();
+        });
+        let shown: Vec<String> = v.iter().map(|(l, f)| format!("{l}: {f}")).collect();
+        assert!(v.is_empty(), "{}", shown.join("\n"));
     }
 
     /// Random bytes in random blocks: findings or an error, never a panic, and a repair that
