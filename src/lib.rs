@@ -7,5 +7,6 @@ pub mod clock;
 pub mod dev;
 pub mod format;
 pub mod fs;
+pub mod fsck;
 pub mod fuse;
 pub mod syncer;

@@ -1,0 +1,2650 @@
+//! fsck: the checker and repairer (FFS's fsck_ffs passes; soft updates §4 says which
+//! inconsistencies a crash may leave). It reads the image straight from a `BlockDevice`, never
+//! through `Fs` or the buffer cache, so that it can be the oracle of the crash tester: every
+//! problem is a typed `Finding` with a `Class`. Allowed findings are the ones soft updates (and
+//! synchronous FFS) may leave after a crash: leaked blocks and inodes, link counts too high, stale
+//! block counts and summaries. Violations are the ones an ordered file system must never leave.
+//!
+//! Passes: 1) superblock and group headers; 2) every inode of every inode table, walking block
+//! maps into an ownership bitset; 3) directories from the root (breadth first, each visited once),
+//! then directories no path reaches; 4) link counts and unreferenced inodes; 5) the computed maps
+//! and counts against the bitmaps, group headers and superblock.
+//!
+//! `repair` (fsck -y) applies the fixes of one scan through a write set, scans again, and repeats
+//! until a scan is clean (a fix may expose a consequence, e.g. a cleared pointer leaves a leaked
+//! block, which the next round frees). Every round is bounded, and so is the number of rounds.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::path::Path;
+
+use thiserror::Error;
+
+use crate::dev::{BlockDevice, DevError, FileDevice, WriteKind, WriteReq};
+use crate::format::*;
+
+/// Whether a finding may be left by a crash of a correctly ordered file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    Allowed,
+    Violation,
+}
+
+/// One problem found, with the numbers that locate it. `at` fields are byte offsets in the
+/// directory block holding the entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// A group header that does not decode, or whose size disagrees with the superblock.
+    BadCgHeader {
+        cg: u32,
+        what: String,
+    },
+    /// A group header count that disagrees with its own bitmaps or inodes.
+    CgCountWrong {
+        cg: u32,
+        what: &'static str,
+        stored: u64,
+        actual: u64,
+    },
+    /// A superblock summary count that is not the sum over the groups.
+    SummaryWrong {
+        what: &'static str,
+        stored: u64,
+        actual: u64,
+    },
+    /// The root inode is free or not a directory.
+    BadRoot {
+        mode: u16,
+    },
+    BadInode {
+        ino: u32,
+        what: String,
+    },
+    /// A block pointer outside the data area.
+    BadPointer {
+        ino: u32,
+        bno: u64,
+    },
+    /// A block claimed by a second owner (another inode, or a second pointer of the same one).
+    DuplicateBlock {
+        ino: u32,
+        bno: u64,
+    },
+    BlockCountWrong {
+        ino: u32,
+        stored: u64,
+        actual: u64,
+    },
+    /// A directory chunk that does not parse, a misplaced "." or "..", or a hole.
+    DirCorrupt {
+        dir: u32,
+        lbn: u64,
+        at: usize,
+        what: String,
+    },
+    /// An entry naming an inode out of range or free.
+    DanglingEntry {
+        dir: u32,
+        name: String,
+        ino: u32,
+        lbn: u64,
+        at: usize,
+    },
+    EntryTypeWrong {
+        dir: u32,
+        name: String,
+        ino: u32,
+        stored: u8,
+        actual: u8,
+    },
+    /// The first entry of a directory is not "." naming itself (`stored` 0: missing).
+    BadDot {
+        dir: u32,
+        stored: u32,
+    },
+    /// The second entry is not ".." naming the parent (`stored` 0: missing).
+    BadDotDot {
+        dir: u32,
+        stored: u32,
+        expected: u32,
+    },
+    /// A directory named by a second entry (besides "." and "..").
+    DirMultiplyLinked {
+        ino: u32,
+        dir: u32,
+        name: String,
+    },
+    /// An inode in use that no directory entry names.
+    UnreferencedInode {
+        ino: u32,
+        mode: u16,
+        size: u64,
+    },
+    LinkCountTooLow {
+        ino: u32,
+        stored: u32,
+        actual: u32,
+    },
+    LinkCountTooHigh {
+        ino: u32,
+        stored: u32,
+        actual: u32,
+    },
+    /// Marked used in the bitmap, owned by nothing.
+    LeakedBlock {
+        bno: u64,
+    },
+    /// Owned (or metadata) but clear in the bitmap.
+    BlockUsedButFree {
+        bno: u64,
+    },
+    /// Marked used in the bitmap but the dinode is free.
+    LeakedInode {
+        ino: u32,
+    },
+    /// An allocated dinode whose bitmap bit is clear.
+    InodeUsedButFree {
+        ino: u32,
+    },
+}
+
+impl Finding {
+    pub fn class(&self) -> Class {
+        use Finding::*;
+        match self {
+            LeakedBlock { .. }
+            | LeakedInode { .. }
+            | UnreferencedInode { .. }
+            | LinkCountTooHigh { .. }
+            | BlockCountWrong { .. }
+            | SummaryWrong { .. } => Class::Allowed,
+            BadCgHeader { .. }
+            | CgCountWrong { .. }
+            | BadInode { .. }
+            | BadPointer { .. }
+            | DuplicateBlock { .. }
+            | BlockUsedButFree { .. }
+            | InodeUsedButFree { .. }
+            | DirCorrupt { .. }
+            | DanglingEntry { .. }
+            | EntryTypeWrong { .. }
+            | BadDot { .. }
+            | BadDotDot { .. }
+            | DirMultiplyLinked { .. }
+            | LinkCountTooLow { .. }
+            | BadRoot { .. } => Class::Violation,
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use Finding::*;
+        match self {
+            BadCgHeader { cg, what } => write!(f, "cylinder group {cg}: bad header: {what}"),
+            CgCountWrong {
+                cg,
+                what,
+                stored,
+                actual,
+            } => write!(
+                f,
+                "cylinder group {cg}: {what} count {stored}, should be {actual}"
+            ),
+            SummaryWrong {
+                what,
+                stored,
+                actual,
+            } => write!(f, "superblock: {what} count {stored}, should be {actual}"),
+            BadRoot { mode } => write!(f, "root inode is not a directory (mode {mode:#o})"),
+            BadInode { ino, what } => write!(f, "inode {ino}: {what}"),
+            BadPointer { ino, bno } => {
+                write!(f, "inode {ino}: block pointer {bno} outside the data area")
+            }
+            DuplicateBlock { ino, bno } => {
+                write!(f, "inode {ino}: block {bno} already owned (duplicate)")
+            }
+            BlockCountWrong {
+                ino,
+                stored,
+                actual,
+            } => write!(
+                f,
+                "inode {ino}: block count {stored}, should be {actual}"
+            ),
+            DirCorrupt {
+                dir,
+                lbn,
+                at,
+                what,
+            } => write!(
+                f,
+                "directory {dir}: block {lbn} offset {at}: corrupt: {what}"
+            ),
+            DanglingEntry {
+                dir,
+                name,
+                ino,
+                lbn,
+                at,
+            } => write!(
+                f,
+                "directory {dir}: entry {name:?} (block {lbn} offset {at}) names free or invalid inode {ino}"
+            ),
+            EntryTypeWrong {
+                dir,
+                name,
+                ino,
+                stored,
+                actual,
+            } => write!(
+                f,
+                "directory {dir}: entry {name:?} for inode {ino} has type {stored}, should be {actual}"
+            ),
+            BadDot { dir, stored: 0 } => write!(f, "directory {dir}: missing \".\""),
+            BadDot { dir, stored } => {
+                write!(f, "directory {dir}: \".\" names inode {stored}, not itself")
+            }
+            BadDotDot {
+                dir,
+                stored: 0,
+                expected,
+            } => write!(
+                f,
+                "directory {dir}: missing \"..\" (parent {expected})"
+            ),
+            BadDotDot {
+                dir,
+                stored,
+                expected,
+            } => write!(
+                f,
+                "directory {dir}: \"..\" names inode {stored}, parent is {expected}"
+            ),
+            DirMultiplyLinked { ino, dir, name } => write!(
+                f,
+                "directory {ino} has a second name {name:?} in directory {dir}"
+            ),
+            UnreferencedInode { ino, mode, size } => write!(
+                f,
+                "inode {ino} (mode {mode:#o}, size {size}) is in use but no entry names it"
+            ),
+            LinkCountTooLow {
+                ino,
+                stored,
+                actual,
+            } => write!(
+                f,
+                "inode {ino}: link count {stored}, but {actual} entries name it (too low)"
+            ),
+            LinkCountTooHigh {
+                ino,
+                stored,
+                actual,
+            } => write!(
+                f,
+                "inode {ino}: link count {stored}, but {actual} entries name it"
+            ),
+            LeakedBlock { bno } => write!(f, "block {bno} marked used but owned by nothing"),
+            BlockUsedButFree { bno } => write!(f, "block {bno} in use but free in the bitmap"),
+            LeakedInode { ino } => write!(f, "inode {ino} marked used but free"),
+            InodeUsedButFree { ino } => write!(f, "inode {ino} in use but free in the bitmap"),
+        }
+    }
+}
+
+/// What a check (or a repair) found. For `repair`, `findings` are those of the first scan (what
+/// was found) and the counts describe the image as repair left it.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    pub repaired: bool,
+    /// Inodes in use that are not directories.
+    pub files: u64,
+    pub dirs: u64,
+    /// Blocks in use: metadata and every block an inode owns.
+    pub used_blocks: u64,
+    pub used_inodes: u64,
+}
+
+impl Report {
+    pub fn violations(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.class() == Class::Violation)
+            .count()
+    }
+    pub fn allowed(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.class() == Class::Allowed)
+            .count()
+    }
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+/// Operational errors: fsck cannot run at all.
+#[derive(Debug, Error)]
+pub enum FsckError {
+    #[error("bad superblock: {0}")]
+    Superblock(#[from] FormatError),
+    #[error(transparent)]
+    Dev(#[from] DevError),
+    #[error("{0}")]
+    Geometry(String),
+}
+
+type Result<T> = std::result::Result<T, FsckError>;
+
+/// Checks the file system on `dev`; changes nothing.
+pub fn check(dev: &dyn BlockDevice) -> Result<Report> {
+    let scan = Scan::run(dev)?;
+    Ok(scan.report())
+}
+
+/// Rounds of fixing and rescanning before repair gives up on an image.
+const MAX_ROUNDS: usize = 16;
+
+/// Checks and fixes everything found (fsck -y). Returns the findings of the first scan, with
+/// `repaired` set if anything was written. A successful repair leaves the image clean (SB_CLEAN).
+pub fn repair(dev: &dyn BlockDevice) -> Result<Report> {
+    let mut scan = Scan::run(dev)?;
+    let mut report = scan.report();
+    let mut changed = false;
+    for _ in 0..MAX_ROUNDS {
+        if scan.findings.is_empty() && scan.sb.flags & SB_CLEAN != 0 {
+            break;
+        }
+        let wrote = scan.apply()?;
+        changed |= wrote;
+        scan = Scan::run(dev)?;
+        if !wrote {
+            break;
+        }
+    }
+    let last = scan.report();
+    report.repaired = changed;
+    report.files = last.files;
+    report.dirs = last.dirs;
+    report.used_blocks = last.used_blocks;
+    report.used_inodes = last.used_inodes;
+    Ok(report)
+}
+
+/// Opens an image (or block device): reads the superblock with a 4096-byte probe to learn the
+/// block size, then opens the device with it.
+pub fn open_image(path: &Path, writable: bool) -> Result<FileDevice> {
+    let probe = FileDevice::open(path, MIN_BLOCK_SIZE as usize, false)?;
+    let mut buf = vec![0u8; MIN_BLOCK_SIZE as usize];
+    probe.read_block(0, &mut buf)?;
+    let sb = Superblock::decode(&buf)?;
+    drop(probe);
+    Ok(FileDevice::open(path, sb.block_size as usize, writable)?)
+}
+
+// ------------------------------------------------------------------------------------- state
+
+/// A bitset over block or inode numbers.
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(n: u64) -> Bits {
+        Bits(vec![0; n.div_ceil(64) as usize])
+    }
+    fn get(&self, i: u64) -> bool {
+        self.0[(i / 64) as usize] & (1 << (i % 64)) != 0
+    }
+    fn set(&mut self, i: u64) {
+        self.0[(i / 64) as usize] |= 1 << (i % 64);
+    }
+    fn count(&self) -> u64 {
+        self.0.iter().map(|w| w.count_ones() as u64).sum()
+    }
+}
+
+/// Where a block pointer lives: an inode slot (0..12 direct, 12..15 indirect) or an entry of an
+/// indirect block.
+#[derive(Debug, Clone, Copy)]
+enum Loc {
+    Inode { ino: u32, slot: usize },
+    Ind { bno: u64, idx: usize },
+}
+
+/// What fsck knows of an inode in use.
+#[derive(Debug, Default)]
+struct Ino {
+    mode: u16,
+    nlink: u32,
+    size: u64,
+    /// Pointers in range (data and indirect), duplicates included.
+    reach: u64,
+    /// Pointers that own their block.
+    kept: u64,
+    max_lbn: Option<u64>,
+    /// Directories: (logical block, physical block, pointer location) of each owned data block.
+    dir_map: Vec<(u64, u64, Loc)>,
+    /// Directories: logical blocks of the directory that are parsed (before any hole).
+    dir_limit: u64,
+    /// An inode to be cleared (bad mode or an unusable directory).
+    bad: bool,
+    /// Entries naming it (for directories: its names, its "." and the ".." of subdirectories).
+    links: u32,
+    /// A directory reached by the walk (from the root or as the top of an orphan tree).
+    visited: bool,
+    /// A directory no path from the root reaches: reconnected.
+    orphan: bool,
+    /// Directories: the ".." entry (block, offset, the inode it names).
+    dotdot: Option<(u64, usize, u32)>,
+    /// Directories: the entries naming it (besides "." and "..").
+    namers: Vec<Namer>,
+    /// Directories: what the first chunk holds.
+    head: Head,
+}
+
+#[derive(Debug)]
+struct Namer {
+    dir: u32,
+    bno: u64,
+    at: usize,
+    name: Vec<u8>,
+}
+
+/// The first chunk of a directory, as found.
+#[derive(Debug, Default)]
+struct Head {
+    /// The directory's first block (None: it has none).
+    bno: Option<u64>,
+    corrupt: bool,
+    dot: bool,
+    dotdot: bool,
+    first_ino: u32,
+}
+
+impl Ino {
+    fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+}
+
+enum DirFix {
+    Remove {
+        bno: u64,
+        at: usize,
+    },
+    SetIno {
+        bno: u64,
+        at: usize,
+        ino: u32,
+    },
+    SetType {
+        bno: u64,
+        at: usize,
+        dtype: u8,
+    },
+    /// Chunk 0 of a directory's first block rebuilt with "." and ".." and the live entries
+    /// that still fit.
+    RebuildHead {
+        bno: u64,
+        dir: u32,
+        parent: u32,
+    },
+    ResetChunk {
+        bno: u64,
+        chunk: usize,
+    },
+}
+
+#[derive(Default)]
+struct Fixes {
+    ptr_clears: Vec<Loc>,
+    clear_inodes: BTreeSet<u32>,
+    set_nlink: BTreeMap<u32, u32>,
+    set_blocks: BTreeMap<u32, u64>,
+    set_size: BTreeMap<u32, u64>,
+    dir: Vec<DirFix>,
+    reconnect: Vec<u32>,
+    make_root: bool,
+}
+
+struct Scan<'a> {
+    dev: &'a dyn BlockDevice,
+    sb: Superblock,
+    bs: usize,
+    sb_block: Vec<u8>,
+    cgs: Vec<Option<CgHeader>>,
+    cg_bufs: Vec<Vec<u8>>,
+    inodes: BTreeMap<u32, Ino>,
+    /// Metadata blocks and every block some inode owns.
+    owned: Bits,
+    findings: Vec<Finding>,
+    fixes: Fixes,
+    /// Where unreferenced inodes are reconnected (lost+found, or the root without one).
+    target: Option<u32>,
+}
+
+/// A directory entry as read from a chunk.
+struct Rec {
+    at: usize,
+    ino: u32,
+    dtype: u8,
+    name: Vec<u8>,
+}
+
+fn name_str(n: &[u8]) -> String {
+    String::from_utf8_lossy(n).into_owned()
+}
+
+impl<'a> Scan<'a> {
+    fn run(dev: &'a dyn BlockDevice) -> Result<Scan<'a>> {
+        let bs = dev.block_size();
+        if bs < SB_SIZE {
+            return Err(FsckError::Geometry(format!("device block size {bs}")));
+        }
+        let mut sb_block = vec![0u8; bs];
+        dev.read_block(0, &mut sb_block)?;
+        let sb = Superblock::decode(&sb_block)?;
+        if sb.block_size as usize != bs {
+            return Err(FsckError::Geometry(format!(
+                "file system block size {} differs from the device's {bs}",
+                sb.block_size
+            )));
+        }
+        if sb.num_blocks > dev.num_blocks() {
+            return Err(FsckError::Geometry(format!(
+                "file system has {} blocks but the device only {}",
+                sb.num_blocks,
+                dev.num_blocks()
+            )));
+        }
+        let mut s = Scan {
+            dev,
+            bs,
+            sb_block,
+            cgs: Vec::new(),
+            cg_bufs: Vec::new(),
+            inodes: BTreeMap::new(),
+            owned: Bits::new(sb.num_blocks),
+            findings: Vec::new(),
+            fixes: Fixes::default(),
+            target: None,
+            sb,
+        };
+        s.pass1_groups()?;
+        s.pass2_inodes()?;
+        s.pass3_dirs()?;
+        s.pass4_links();
+        s.pass5_maps();
+        Ok(s)
+    }
+
+    fn read(&self, bno: u64) -> Result<Vec<u8>> {
+        let mut b = vec![0u8; self.bs];
+        self.dev.read_block(bno, &mut b)?;
+        Ok(b)
+    }
+
+    fn report(&self) -> Report {
+        let dirs = self.inodes.values().filter(|i| i.is_dir()).count() as u64;
+        Report {
+            findings: self.findings.clone(),
+            repaired: false,
+            files: self.inodes.len() as u64 - dirs,
+            dirs,
+            used_blocks: self.owned.count(),
+            used_inodes: self.inodes.len() as u64,
+        }
+    }
+
+    // ------------------------------------------------------------------ pass 1: groups
+
+    fn pass1_groups(&mut self) -> Result<()> {
+        let sb = self.sb.clone();
+        for cg in 0..sb.ngroups {
+            let buf = self.read(sb.cg_header_block(cg))?;
+            let h = match CgHeader::decode(&buf, cg) {
+                Ok(h) if h.nblocks == sb.cg_blocks(cg) && h.ninodes == sb.inodes_per_group => {
+                    Some(h)
+                }
+                Ok(h) => {
+                    self.findings.push(Finding::BadCgHeader {
+                        cg,
+                        what: format!(
+                            "{} blocks and {} inodes, the superblock says {} and {}",
+                            h.nblocks,
+                            h.ninodes,
+                            sb.cg_blocks(cg),
+                            sb.inodes_per_group
+                        ),
+                    });
+                    None
+                }
+                Err(e) => {
+                    self.findings.push(Finding::BadCgHeader {
+                        cg,
+                        what: e.to_string(),
+                    });
+                    None
+                }
+            };
+            self.cgs.push(h);
+            self.cg_bufs.push(buf);
+            for b in sb.cg_start(cg)..sb.cg_data_start(cg) {
+                self.owned.set(b);
+            }
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ pass 2: inodes
+
+    fn pass2_inodes(&mut self) -> Result<()> {
+        let sb = self.sb.clone();
+        let ipb = sb.inodes_per_block();
+        for cg in 0..sb.ngroups {
+            for tb in 0..sb.inode_table_blocks() {
+                let buf = self.read(sb.cg_itable_block(cg) + tb as u64)?;
+                for k in 0..ipb {
+                    let ino = cg * sb.inodes_per_group + tb * ipb + k;
+                    if ino < FIRST_INO {
+                        continue;
+                    }
+                    let off = k as usize * DINODE_SIZE;
+                    let d = Dinode::decode(&buf[off..off + DINODE_SIZE]);
+                    if !d.is_free() {
+                        self.check_inode(ino, &d)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_inode(&mut self, ino: u32, d: &Dinode) -> Result<()> {
+        let mut info = Ino {
+            mode: d.mode,
+            nlink: d.nlink,
+            size: d.size,
+            ..Default::default()
+        };
+        if !matches!(
+            d.file_type(),
+            S_IFREG | S_IFDIR | S_IFLNK | S_IFIFO | S_IFCHR | S_IFBLK | S_IFSOCK
+        ) {
+            self.findings.push(Finding::BadInode {
+                ino,
+                what: format!("unknown file type in mode {:#o}", d.mode),
+            });
+            info.bad = true;
+            self.fixes.clear_inodes.insert(ino);
+            self.inodes.insert(ino, info);
+            return Ok(());
+        }
+        if d.has_blocks() {
+            self.walk_inode(ino, d, &mut info)?;
+        }
+        let bs = self.bs as u64;
+        if d.size > self.sb.max_file_size() {
+            self.findings.push(Finding::BadInode {
+                ino,
+                what: format!(
+                    "size {} beyond the largest file ({})",
+                    d.size,
+                    self.sb.max_file_size()
+                ),
+            });
+            let extent = info.max_lbn.map_or(0, |l| (l + 1) * bs);
+            self.fixes.set_size.insert(ino, extent);
+        } else if d.is_dir() && !d.size.is_multiple_of(bs) {
+            self.findings.push(Finding::BadInode {
+                ino,
+                what: format!("directory size {} not a multiple of the block size", d.size),
+            });
+            self.fixes.set_size.insert(ino, d.size.div_ceil(bs) * bs);
+        }
+        if info.reach != d.blocks {
+            self.findings.push(Finding::BlockCountWrong {
+                ino,
+                stored: d.blocks,
+                actual: info.reach,
+            });
+        }
+        if info.kept != d.blocks {
+            self.fixes.set_blocks.insert(ino, info.kept);
+        }
+        self.inodes.insert(ino, info);
+        Ok(())
+    }
+
+    /// Claims a block for `ino`; returns true if the pointer owns it (and may be followed).
+    fn claim(&mut self, info: &mut Ino, ino: u32, bno: u64, loc: Loc) -> bool {
+        if bno == 0 {
+            return false;
+        }
+        if !self.sb.is_data_block(bno) {
+            self.findings.push(Finding::BadPointer { ino, bno });
+            self.fixes.ptr_clears.push(loc);
+            return false;
+        }
+        info.reach += 1;
+        if self.owned.get(bno) {
+            self.findings.push(Finding::DuplicateBlock { ino, bno });
+            self.fixes.ptr_clears.push(loc);
+            return false;
+        }
+        self.owned.set(bno);
+        info.kept += 1;
+        true
+    }
+
+    fn claim_data(&mut self, info: &mut Ino, ino: u32, bno: u64, loc: Loc, lbn: u64) {
+        if self.claim(info, ino, bno, loc) {
+            info.max_lbn = Some(info.max_lbn.map_or(lbn, |m| m.max(lbn)));
+            if info.is_dir() {
+                info.dir_map.push((lbn, bno, loc));
+            }
+        }
+    }
+
+    fn walk_inode(&mut self, ino: u32, d: &Dinode, info: &mut Ino) -> Result<()> {
+        for (i, &b) in d.db.iter().enumerate() {
+            self.claim_data(info, ino, b, Loc::Inode { ino, slot: i }, i as u64);
+        }
+        let p = self.sb.ptrs_per_block();
+        let mut base = NDADDR as u64;
+        let mut span = p;
+        for (level, &b) in d.ib.iter().enumerate() {
+            let loc = Loc::Inode {
+                ino,
+                slot: NDADDR + level,
+            };
+            if self.claim(info, ino, b, loc) {
+                self.walk_ind(info, ino, b, level, base, span / p)?;
+            }
+            base += span;
+            span = span.saturating_mul(p);
+        }
+        Ok(())
+    }
+
+    /// Walks indirect block `bno` of `level` (0 = single) whose first pointer maps logical
+    /// block `base`, each pointer covering `per` data blocks.
+    fn walk_ind(
+        &mut self,
+        info: &mut Ino,
+        ino: u32,
+        bno: u64,
+        level: usize,
+        base: u64,
+        per: u64,
+    ) -> Result<()> {
+        let buf = self.read(bno)?;
+        let p = self.sb.ptrs_per_block();
+        for idx in 0..p as usize {
+            let c = ind_get(&buf, idx);
+            if c == 0 {
+                continue;
+            }
+            let lbn = base + idx as u64 * per;
+            let loc = Loc::Ind { bno, idx };
+            if level == 0 {
+                self.claim_data(info, ino, c, loc, lbn);
+            } else if self.claim(info, ino, c, loc) {
+                self.walk_ind(info, ino, c, level - 1, lbn, per / p)?;
+            }
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ pass 3: directories
+
+    fn pass3_dirs(&mut self) -> Result<()> {
+        let root_mode = self.inodes.get(&ROOT_INO).map_or(0, |i| i.mode);
+        let root_ok = self
+            .inodes
+            .get(&ROOT_INO)
+            .is_some_and(|i| i.is_dir() && !i.bad);
+        if root_ok {
+            self.walk_tree(ROOT_INO)?;
+        } else {
+            self.findings.push(Finding::BadRoot { mode: root_mode });
+            self.fixes.make_root = true;
+        }
+        let usable = |s: &Self, ino: u32| {
+            s.inodes
+                .get(&ino)
+                .is_some_and(|i| i.is_dir() && !i.bad && i.visited && i.dir_limit > 0)
+                && !s.fixes.clear_inodes.contains(&ino)
+        };
+        self.target = if usable(self, LOST_FOUND_INO) {
+            Some(LOST_FOUND_INO)
+        } else if root_ok && usable(self, ROOT_INO) {
+            Some(ROOT_INO)
+        } else {
+            None
+        };
+        // Directories no path reaches: find the top of each orphaned tree by following "..",
+        // report it, and walk its tree so that what it holds counts as named.
+        let dirs: Vec<u32> = self
+            .inodes
+            .iter()
+            .filter(|(_, i)| i.is_dir() && !i.bad)
+            .map(|(&n, _)| n)
+            .collect();
+        for &d in &dirs {
+            if self.inodes.get(&d).is_none_or(|i| i.visited) {
+                continue;
+            }
+            let mut top = d;
+            let mut chain = BTreeSet::from([d]);
+            while let Some(p) = self.dotdot_of(top)? {
+                let up = self
+                    .inodes
+                    .get(&p)
+                    .is_some_and(|i| i.is_dir() && !i.bad && !i.visited);
+                if !up || !chain.insert(p) {
+                    break;
+                }
+                top = p;
+            }
+            let Some(info) = self.inodes.get_mut(&top) else {
+                continue;
+            };
+            info.orphan = true;
+            self.findings.push(Finding::UnreferencedInode {
+                ino: top,
+                mode: info.mode,
+                size: info.size,
+            });
+            if self.target.is_some() {
+                self.fixes.reconnect.push(top);
+            }
+            self.walk_tree(top)?;
+        }
+        for &d in &dirs {
+            self.resolve_dir(d);
+        }
+        Ok(())
+    }
+
+    /// The inode that the ".." of directory `dir` names, read from its first block.
+    fn dotdot_of(&self, dir: u32) -> Result<Option<u32>> {
+        let Some(&(0, bno, _)) = self.inodes.get(&dir).and_then(|i| i.dir_map.first()) else {
+            return Ok(None);
+        };
+        let buf = self.read(bno)?;
+        let mut it = dir_iter(&buf[..DIRBLKSIZ]);
+        let _dot = it.next();
+        Ok(match it.next() {
+            Some(Ok(e)) if e.ino != 0 && e.name == b".." => Some(e.ino),
+            _ => None,
+        })
+    }
+
+    /// Breadth-first walk of the tree under directory `start`, each directory once.
+    fn walk_tree(&mut self, start: u32) -> Result<()> {
+        if let Some(i) = self.inodes.get_mut(&start) {
+            i.visited = true;
+        }
+        let mut queue = VecDeque::from([start]);
+        while let Some(dir) = queue.pop_front() {
+            self.scan_dir(dir, &mut queue)?;
+        }
+        Ok(())
+    }
+
+    fn scan_dir(&mut self, dir: u32, queue: &mut VecDeque<u32>) -> Result<()> {
+        let bs = self.bs as u64;
+        let Some(info) = self.inodes.get(&dir) else {
+            return Ok(());
+        };
+        let nblocks = info.size / bs;
+        let map: Vec<(u64, u64)> = info
+            .dir_map
+            .iter()
+            .filter(|e| e.0 < nblocks)
+            .map(|e| (e.0, e.1))
+            .collect();
+        let mut hole = map
+            .iter()
+            .enumerate()
+            .find(|(i, e)| e.0 != *i as u64)
+            .map(|(i, _)| i as u64);
+        if hole.is_none() && (map.len() as u64) < nblocks {
+            hole = Some(map.len() as u64);
+        }
+        if let Some(h) = hole {
+            self.findings.push(Finding::DirCorrupt {
+                dir,
+                lbn: h,
+                at: 0,
+                what: "hole in directory".into(),
+            });
+            if h == 0 {
+                self.fixes.clear_inodes.insert(dir);
+            } else {
+                for e in info.dir_map.iter().filter(|e| e.0 >= h) {
+                    self.fixes.ptr_clears.push(e.2);
+                }
+                self.fixes.set_size.insert(dir, h * bs);
+            }
+        }
+        let limit = hole.unwrap_or(nblocks);
+        let mut head = Head {
+            bno: map.first().filter(|_| limit > 0).map(|e| e.1),
+            ..Default::default()
+        };
+        for (lbn, bno) in map.into_iter().filter(|e| e.0 < limit) {
+            let buf = self.read(bno)?;
+            for chunk in (0..self.bs).step_by(DIRBLKSIZ) {
+                let first_chunk = lbn == 0 && chunk == 0;
+                let mut recs = Vec::new();
+                let mut bad = None;
+                for r in dir_iter(&buf[chunk..chunk + DIRBLKSIZ]) {
+                    match r {
+                        Ok(e) => recs.push(Rec {
+                            at: chunk + e.offset,
+                            ino: e.ino,
+                            dtype: e.dtype,
+                            name: e.name.to_vec(),
+                        }),
+                        Err(e) => {
+                            bad = Some((chunk + e.offset, e.what));
+                            break;
+                        }
+                    }
+                }
+                if let Some((at, what)) = bad {
+                    self.findings.push(Finding::DirCorrupt {
+                        dir,
+                        lbn,
+                        at,
+                        what: what.into(),
+                    });
+                    if first_chunk {
+                        head.corrupt = true;
+                    } else {
+                        self.fixes.dir.push(DirFix::ResetChunk { bno, chunk });
+                    }
+                    continue;
+                }
+                if first_chunk {
+                    head.first_ino = recs.first().map_or(0, |r| r.ino);
+                }
+                for (k, r) in recs.iter().enumerate() {
+                    if r.ino == 0 {
+                        continue;
+                    }
+                    if first_chunk && k == 0 && r.name == b"." {
+                        head.dot = true;
+                        self.check_dot(dir, bno, r);
+                    } else if first_chunk && k == 1 && r.name == b".." {
+                        head.dotdot = true;
+                        self.check_dotdot(dir, bno, r);
+                    } else if r.name == b"." || r.name == b".." {
+                        self.findings.push(Finding::DirCorrupt {
+                            dir,
+                            lbn,
+                            at: r.at,
+                            what: format!("misplaced {:?} entry", name_str(&r.name)),
+                        });
+                        self.fixes.dir.push(DirFix::Remove { bno, at: r.at });
+                    } else {
+                        self.check_entry(dir, lbn, bno, r, queue);
+                    }
+                }
+            }
+        }
+        if let Some(i) = self.inodes.get_mut(&dir) {
+            i.dir_limit = limit;
+            i.head = head;
+        }
+        Ok(())
+    }
+
+    fn check_dot(&mut self, dir: u32, bno: u64, r: &Rec) {
+        if r.ino != dir {
+            self.findings.push(Finding::BadDot { dir, stored: r.ino });
+            self.fixes.dir.push(DirFix::SetIno {
+                bno,
+                at: r.at,
+                ino: dir,
+            });
+        } else if let Some(i) = self.inodes.get_mut(&dir) {
+            i.links = i.links.saturating_add(1);
+        }
+        self.check_dir_type(dir, bno, r, dir);
+    }
+
+    fn check_dotdot(&mut self, dir: u32, bno: u64, r: &Rec) {
+        if let Some(i) = self.inodes.get_mut(&dir) {
+            i.dotdot = Some((bno, r.at, r.ino));
+        }
+        // Counted where it points on disk, so that link counts describe the image as it is.
+        if let Some(t) = self.inodes.get_mut(&r.ino) {
+            if t.is_dir() && !t.bad {
+                t.links = t.links.saturating_add(1);
+            }
+        }
+        self.check_dir_type(dir, bno, r, r.ino);
+    }
+
+    fn check_dir_type(&mut self, dir: u32, bno: u64, r: &Rec, ino: u32) {
+        if r.dtype != DT_DIR {
+            self.findings.push(Finding::EntryTypeWrong {
+                dir,
+                name: name_str(&r.name),
+                ino,
+                stored: r.dtype,
+                actual: DT_DIR,
+            });
+            self.fixes.dir.push(DirFix::SetType {
+                bno,
+                at: r.at,
+                dtype: DT_DIR,
+            });
+        }
+    }
+
+    fn check_entry(&mut self, dir: u32, lbn: u64, bno: u64, r: &Rec, queue: &mut VecDeque<u32>) {
+        let valid = self.sb.is_valid_inode(r.ino);
+        let Some(t) = self.inodes.get_mut(&r.ino).filter(|_| valid) else {
+            self.findings.push(Finding::DanglingEntry {
+                dir,
+                name: name_str(&r.name),
+                ino: r.ino,
+                lbn,
+                at: r.at,
+            });
+            self.fixes.dir.push(DirFix::Remove { bno, at: r.at });
+            return;
+        };
+        t.links = t.links.saturating_add(1);
+        let want = dtype_of_mode(t.mode);
+        let type_wrong = !t.bad && r.dtype != want;
+        if t.is_dir() && !t.bad {
+            t.namers.push(Namer {
+                dir,
+                bno,
+                at: r.at,
+                name: r.name.clone(),
+            });
+            if !t.visited {
+                t.visited = true;
+                queue.push_back(r.ino);
+            }
+        }
+        if type_wrong {
+            self.findings.push(Finding::EntryTypeWrong {
+                dir,
+                name: name_str(&r.name),
+                ino: r.ino,
+                stored: r.dtype,
+                actual: want,
+            });
+            self.fixes.dir.push(DirFix::SetType {
+                bno,
+                at: r.at,
+                dtype: want,
+            });
+        }
+    }
+
+    /// Once every tree is walked: a directory's name is the entry in the directory its ".."
+    /// names (else the first found), any other name is a second one; then "." and "..".
+    fn resolve_dir(&mut self, d: u32) {
+        let target = self.target;
+        let Some(info) = self.inodes.get_mut(&d) else {
+            return;
+        };
+        if !info.visited {
+            return;
+        }
+        let dotdot_ino = info.dotdot.map(|x| x.2);
+        let primary = if d == ROOT_INO || info.orphan {
+            None
+        } else {
+            Some(
+                info.namers
+                    .iter()
+                    .position(|n| Some(n.dir) == dotdot_ino)
+                    .unwrap_or(0),
+            )
+        };
+        let parent = if d == ROOT_INO {
+            Some(ROOT_INO)
+        } else {
+            primary.and_then(|p| info.namers.get(p)).map(|n| n.dir)
+        };
+        let namers = std::mem::take(&mut info.namers);
+        let head = std::mem::take(&mut info.head);
+        let dotdot = info.dotdot;
+        for (k, n) in namers.into_iter().enumerate() {
+            if Some(k) == primary {
+                continue;
+            }
+            self.findings.push(Finding::DirMultiplyLinked {
+                ino: d,
+                dir: n.dir,
+                name: name_str(&n.name),
+            });
+            self.fixes.dir.push(DirFix::Remove {
+                bno: n.bno,
+                at: n.at,
+            });
+        }
+        if let (Some(p), Some((bno, at, ino))) = (parent, dotdot) {
+            if ino != p {
+                self.findings.push(Finding::BadDotDot {
+                    dir: d,
+                    stored: ino,
+                    expected: p,
+                });
+                self.fixes.dir.push(DirFix::SetIno { bno, at, ino: p });
+            }
+        }
+        let Some(bno) = head.bno else {
+            return;
+        };
+        let head_parent = parent.or(target).unwrap_or(d);
+        if !head.corrupt && !head.dot {
+            let stored = if head.first_ino == d {
+                0
+            } else {
+                head.first_ino
+            };
+            self.findings.push(Finding::BadDot { dir: d, stored });
+        }
+        if !head.corrupt && !head.dotdot {
+            self.findings.push(Finding::BadDotDot {
+                dir: d,
+                stored: 0,
+                expected: head_parent,
+            });
+        }
+        if head.corrupt || !head.dot || !head.dotdot {
+            self.fixes.dir.push(DirFix::RebuildHead {
+                bno,
+                dir: d,
+                parent: head_parent,
+            });
+        }
+    }
+
+    // ------------------------------------------------------------------ pass 4: link counts
+
+    fn pass4_links(&mut self) {
+        let mut found = Vec::new();
+        for (&ino, info) in &self.inodes {
+            if info.bad || info.orphan || self.fixes.clear_inodes.contains(&ino) {
+                continue;
+            }
+            if info.links == 0 && !info.is_dir() {
+                found.push(Finding::UnreferencedInode {
+                    ino,
+                    mode: info.mode,
+                    size: info.size,
+                });
+                if info.size == 0 && info.kept == 0 {
+                    self.fixes.clear_inodes.insert(ino);
+                } else if self.target.is_some() {
+                    self.fixes.reconnect.push(ino);
+                }
+                continue;
+            }
+            if info.nlink < info.links {
+                found.push(Finding::LinkCountTooLow {
+                    ino,
+                    stored: info.nlink,
+                    actual: info.links,
+                });
+            } else if info.nlink > info.links {
+                found.push(Finding::LinkCountTooHigh {
+                    ino,
+                    stored: info.nlink,
+                    actual: info.links,
+                });
+            }
+            if info.nlink != info.links {
+                self.fixes.set_nlink.insert(ino, info.links);
+            }
+        }
+        self.findings.extend(found);
+    }
+
+    // ------------------------------------------------------------------ pass 5: maps, counts
+
+    fn pass5_maps(&mut self) {
+        let sb = self.sb.clone();
+        let ipg = sb.inodes_per_group;
+        let mut found = Vec::new();
+        let mut free_blocks = 0u64;
+        let mut free_inodes = 0u64;
+        for cg in 0..sb.ngroups {
+            let start = sb.cg_start(cg);
+            let nblocks = sb.cg_blocks(cg);
+            let used_b = (0..nblocks as u64)
+                .filter(|&i| self.owned.get(start + i))
+                .count() as u64;
+            free_blocks += nblocks as u64 - used_b;
+            let first = cg * ipg;
+            let used_i = (0..ipg)
+                .filter(|&i| first + i < FIRST_INO || self.inodes.contains_key(&(first + i)))
+                .count() as u64;
+            free_inodes += (ipg as u64) - used_i;
+            let Some(h) = &self.cgs[cg as usize] else {
+                continue;
+            };
+            let buf = &self.cg_bufs[cg as usize];
+            let imap = &buf[CgHeader::inode_map_offset()..];
+            let bmap = &buf[CgHeader::block_map_offset(ipg)..];
+            let (mut free_i, mut leaked_i, mut dirs) = (0u64, 0u64, 0u64);
+            for idx in 0..ipg {
+                let ino = first + idx;
+                let bit = bit_get(imap, idx as usize);
+                let info = self.inodes.get(&ino);
+                let used = ino < FIRST_INO || info.is_some();
+                if !bit {
+                    free_i += 1;
+                }
+                if info.is_some_and(|i| i.is_dir()) {
+                    dirs += 1;
+                }
+                match (bit, used) {
+                    (true, false) => {
+                        leaked_i += 1;
+                        found.push(Finding::LeakedInode { ino });
+                    }
+                    (false, true) => found.push(Finding::InodeUsedButFree { ino }),
+                    _ => {}
+                }
+            }
+            let mut free_b = 0u64;
+            for idx in 0..nblocks as u64 {
+                let bno = start + idx;
+                let bit = bit_get(bmap, idx as usize);
+                if !bit {
+                    free_b += 1;
+                }
+                match (bit, self.owned.get(bno)) {
+                    (true, false) => found.push(Finding::LeakedBlock { bno }),
+                    (false, true) => found.push(Finding::BlockUsedButFree { bno }),
+                    _ => {}
+                }
+            }
+            if h.free_blocks as u64 != free_b {
+                found.push(Finding::CgCountWrong {
+                    cg,
+                    what: "free blocks",
+                    stored: h.free_blocks as u64,
+                    actual: free_b,
+                });
+            }
+            if h.free_inodes as u64 != free_i {
+                found.push(Finding::CgCountWrong {
+                    cg,
+                    what: "free inodes",
+                    stored: h.free_inodes as u64,
+                    actual: free_i,
+                });
+            }
+            // A leaked inode may have been a directory whose count is still in the header (a
+            // crash between the inode and the bitmap writes): that discrepancy is the leak's.
+            let nd = h.ndirs as u64;
+            if nd < dirs || nd > dirs + leaked_i {
+                found.push(Finding::CgCountWrong {
+                    cg,
+                    what: "directories",
+                    stored: nd,
+                    actual: dirs,
+                });
+            }
+        }
+        let ndirs = self.inodes.values().filter(|i| i.is_dir()).count() as u64;
+        for (what, stored, actual) in [
+            ("free blocks", sb.free_blocks, free_blocks),
+            ("free inodes", sb.free_inodes, free_inodes),
+            ("directories", sb.ndirs, ndirs),
+        ] {
+            if stored != actual {
+                found.push(Finding::SummaryWrong {
+                    what,
+                    stored,
+                    actual,
+                });
+            }
+        }
+        self.findings.extend(found);
+    }
+
+    // ------------------------------------------------------------------ repair
+
+    /// Applies the fixes of this scan; returns true if any block was written.
+    fn apply(mut self) -> Result<bool> {
+        let sb = self.sb.clone();
+        let bs = self.bs;
+        let fixes = std::mem::take(&mut self.fixes);
+        let mut ws = WriteSet::new(self.dev, bs);
+        for loc in &fixes.ptr_clears {
+            match *loc {
+                Loc::Inode { ino, slot } => ws.inode(&sb, ino, |d| {
+                    if slot < NDADDR {
+                        d.db[slot] = 0;
+                    } else {
+                        d.ib[slot - NDADDR] = 0;
+                    }
+                })?,
+                Loc::Ind { bno, idx } => ind_set(ws.get(bno)?, idx, 0),
+            }
+        }
+        for (&ino, &size) in &fixes.set_size {
+            ws.inode(&sb, ino, |d| d.size = size)?;
+        }
+        for (&ino, &blocks) in &fixes.set_blocks {
+            ws.inode(&sb, ino, |d| d.blocks = blocks)?;
+        }
+        for (&ino, &nlink) in &fixes.set_nlink {
+            ws.inode(&sb, ino, |d| d.nlink = nlink)?;
+        }
+        // Directory entries: in-place changes, then removals, then rebuilt chunks (which keep
+        // what the earlier fixes left).
+        for f in &fixes.dir {
+            match *f {
+                DirFix::SetIno { bno, at, ino } => dirent_set_ino(ws.get(bno)?, at, ino),
+                DirFix::SetType { bno, at, dtype } => dirent_set_type(ws.get(bno)?, at, dtype),
+                _ => {}
+            }
+        }
+        for f in &fixes.dir {
+            if let DirFix::Remove { bno, at } = *f {
+                // A failure leaves the entry; the next round finds it again.
+                let _ = dir_remove(ws.get(bno)?, at);
+            }
+        }
+        for f in &fixes.dir {
+            match *f {
+                DirFix::RebuildHead { bno, dir, parent } => {
+                    rebuild_head(&mut ws.get(bno)?[..DIRBLKSIZ], dir, parent)
+                }
+                DirFix::ResetChunk { bno, chunk } => {
+                    dir_init_block(&mut ws.get(bno)?[chunk..chunk + DIRBLKSIZ])
+                }
+                _ => {}
+            }
+        }
+        // Modes as this round leaves them (for the bitmaps and counts).
+        let mut modes: BTreeMap<u32, u16> = self.inodes.iter().map(|(&n, i)| (n, i.mode)).collect();
+        for &ino in &fixes.clear_inodes {
+            ws.inode(&sb, ino, |d| *d = Dinode::default())?;
+            modes.remove(&ino);
+        }
+        let mut alloc_from = 0u64;
+        if fixes.make_root {
+            let b = self.alloc_block(&mut alloc_from)?;
+            let buf = ws.get(b)?;
+            dir_init_block(buf);
+            rebuild_head(&mut buf[..DIRBLKSIZ], ROOT_INO, ROOT_INO);
+            ws.inode(&sb, ROOT_INO, |d| {
+                *d = Dinode {
+                    mode: S_IFDIR | 0o755,
+                    nlink: 2,
+                    size: bs as u64,
+                    blocks: 1,
+                    generation: 1,
+                    ..Default::default()
+                };
+                d.db[0] = b;
+            })?;
+            modes.insert(ROOT_INO, S_IFDIR | 0o755);
+        }
+        if let Some(target) = self.target {
+            let mut tblocks: Vec<u64> = self.inodes.get(&target).map_or(Vec::new(), |i| {
+                i.dir_map
+                    .iter()
+                    .filter(|e| e.0 < i.dir_limit)
+                    .map(|e| e.1)
+                    .collect()
+            });
+            for &ino in &fixes.reconnect {
+                if fixes.clear_inodes.contains(&ino) {
+                    continue;
+                }
+                let Some(info) = self.inodes.get(&ino) else {
+                    continue;
+                };
+                let (mode, links, dotdot) = (info.mode, info.links, info.dotdot);
+                let name = if ino == LOST_FOUND_INO && target == ROOT_INO {
+                    b"lost+found".to_vec()
+                } else {
+                    format!("#{ino}").into_bytes()
+                };
+                let dtype = dtype_of_mode(mode);
+                let mut done = false;
+                for &b in &tblocks {
+                    let buf = ws.get(b)?;
+                    if let Ok(Some(at)) = dir_find_space(buf, name.len()) {
+                        if dir_insert(buf, at, ino, dtype, &name).is_ok() {
+                            done = true;
+                            break;
+                        }
+                    }
+                }
+                if !done {
+                    // Grow the target by one block (direct blocks only).
+                    let td = ws.dinode(&sb, target)?;
+                    let n = td.size / bs as u64;
+                    if n < NDADDR as u64 && td.db[n as usize] == 0 {
+                        let b = self.alloc_block(&mut alloc_from)?;
+                        let buf = ws.get(b)?;
+                        dir_init_block(buf);
+                        if dir_insert(buf, 0, ino, dtype, &name).is_ok() {
+                            ws.inode(&sb, target, |d| {
+                                d.db[n as usize] = b;
+                                d.size = (n + 1) * bs as u64;
+                                d.blocks += 1;
+                            })?;
+                            tblocks.push(b);
+                            done = true;
+                        }
+                    }
+                }
+                if !done {
+                    continue;
+                }
+                ws.inode(&sb, ino, |d| d.nlink = links.saturating_add(1))?;
+                if mode & S_IFMT == S_IFDIR {
+                    if let Some((bno, at, _)) = dotdot {
+                        dirent_set_ino(ws.get(bno)?, at, target);
+                    }
+                    ws.inode(&sb, target, |d| d.nlink = d.nlink.saturating_add(1))?;
+                }
+            }
+        }
+        // Group headers rebuilt from the computed maps, and the superblock from their sums.
+        let ipg = sb.inodes_per_group;
+        let (mut tfb, mut tfi, mut tnd) = (0u64, 0u64, 0u64);
+        for cg in 0..sb.ngroups {
+            let mut buf = vec![0u8; bs];
+            let start = sb.cg_start(cg);
+            let nblocks = sb.cg_blocks(cg);
+            let boff = CgHeader::block_map_offset(ipg);
+            let mut free_b = 0u32;
+            for idx in 0..nblocks {
+                if self.owned.get(start + idx as u64) {
+                    bit_set(&mut buf[boff..], idx as usize, true);
+                } else {
+                    free_b += 1;
+                }
+            }
+            let (mut free_i, mut dirs) = (0u32, 0u32);
+            for idx in 0..ipg {
+                let ino = cg * ipg + idx;
+                let mode = modes.get(&ino);
+                if ino < FIRST_INO || mode.is_some() {
+                    bit_set(&mut buf[CgHeader::inode_map_offset()..], idx as usize, true);
+                } else {
+                    free_i += 1;
+                }
+                if mode.is_some_and(|m| m & S_IFMT == S_IFDIR) {
+                    dirs += 1;
+                }
+            }
+            let meta = (sb.cg_data_start(cg) - start) as u32;
+            let (brot, irot) = match &self.cgs[cg as usize] {
+                Some(h) => (h.block_rotor, h.inode_rotor),
+                None => (meta, 0),
+            };
+            CgHeader {
+                cg,
+                nblocks,
+                ninodes: ipg,
+                free_blocks: free_b,
+                free_inodes: free_i,
+                ndirs: dirs,
+                block_rotor: brot,
+                inode_rotor: irot,
+            }
+            .encode(&mut buf);
+            CgHeader::seal(&mut buf);
+            tfb += free_b as u64;
+            tfi += free_i as u64;
+            tnd += dirs as u64;
+            if buf != self.cg_bufs[cg as usize] {
+                ws.get(sb.cg_header_block(cg))?.copy_from_slice(&buf);
+            }
+        }
+        let mut nsb = sb.clone();
+        nsb.free_blocks = tfb;
+        nsb.free_inodes = tfi;
+        nsb.ndirs = tnd;
+        nsb.flags |= SB_CLEAN;
+        let mut b0 = self.sb_block.clone();
+        nsb.encode(&mut b0);
+        if b0 != self.sb_block {
+            ws.get(0)?.copy_from_slice(&b0);
+        }
+        ws.flush()
+    }
+
+    /// A free data block (owned by nothing), marked owned.
+    fn alloc_block(&mut self, from: &mut u64) -> Result<u64> {
+        let n = self.sb.num_blocks;
+        for b in *from..n {
+            if self.sb.is_data_block(b) && !self.owned.get(b) {
+                self.owned.set(b);
+                *from = b + 1;
+                return Ok(b);
+            }
+        }
+        Err(FsckError::Geometry(
+            "no free block left to repair with".into(),
+        ))
+    }
+}
+
+/// Rebuilds the first chunk of a directory: "." and "..", then the live entries that were there
+/// and still fit (the others become unreferenced and are reconnected by the next round).
+fn rebuild_head(chunk: &mut [u8], dir: u32, parent: u32) {
+    let live: Vec<(u32, u8, Vec<u8>)> = dir_iter(chunk)
+        .map_while(|r| r.ok())
+        .filter(|e| e.ino != 0 && e.name != b"." && e.name != b"..")
+        .map(|e| (e.ino, e.dtype, e.name.to_vec()))
+        .collect();
+    dir_init_block(chunk);
+    let _ = dir_insert(chunk, 0, dir, DT_DIR, b".");
+    if let Ok(Some(at)) = dir_find_space(chunk, 2) {
+        let _ = dir_insert(chunk, at, parent, DT_DIR, b"..");
+    }
+    for (ino, dtype, name) in live {
+        if let Ok(Some(at)) = dir_find_space(chunk, name.len()) {
+            let _ = dir_insert(chunk, at, ino, dtype, &name);
+        }
+    }
+}
+
+/// The blocks a repair round changes, read once and written together at the end.
+struct WriteSet<'a> {
+    dev: &'a dyn BlockDevice,
+    bs: usize,
+    blocks: BTreeMap<u64, (Vec<u8>, Vec<u8>)>,
+}
+
+impl<'a> WriteSet<'a> {
+    fn new(dev: &'a dyn BlockDevice, bs: usize) -> Self {
+        WriteSet {
+            dev,
+            bs,
+            blocks: BTreeMap::new(),
+        }
+    }
+
+    fn get(&mut self, bno: u64) -> Result<&mut [u8]> {
+        if !self.blocks.contains_key(&bno) {
+            let mut b = vec![0u8; self.bs];
+            self.dev.read_block(bno, &mut b)?;
+            self.blocks.insert(bno, (b.clone(), b));
+        }
+        Ok(&mut self.blocks.get_mut(&bno).expect("just inserted").1)
+    }
+
+    fn dinode(&mut self, sb: &Superblock, ino: u32) -> Result<Dinode> {
+        let (bno, off) = sb.inode_location(ino);
+        Ok(Dinode::decode(&self.get(bno)?[off..off + DINODE_SIZE]))
+    }
+
+    fn inode(&mut self, sb: &Superblock, ino: u32, f: impl FnOnce(&mut Dinode)) -> Result<()> {
+        let (bno, off) = sb.inode_location(ino);
+        let buf = self.get(bno)?;
+        let mut d = Dinode::decode(&buf[off..off + DINODE_SIZE]);
+        f(&mut d);
+        d.encode(&mut buf[off..off + DINODE_SIZE]);
+        Ok(())
+    }
+
+    /// Writes every changed block; returns true if there was any.
+    fn flush(self) -> Result<bool> {
+        let changed: Vec<WriteReq> = self
+            .blocks
+            .iter()
+            .filter(|(_, (orig, cur))| orig != cur)
+            .map(|(&bno, (_, cur))| WriteReq { bno, data: cur })
+            .collect();
+        for chunk in changed.chunks(256) {
+            self.dev.write_batch(chunk, WriteKind::Sync)?;
+        }
+        Ok(!changed.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::dev::MemDevice;
+    use crate::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering, RenameFlags};
+    use rand::{Rng, SeedableRng};
+    use std::sync::Arc;
+
+    fn mount(dev: &Arc<MemDevice>, ordering: Ordering) -> Fs {
+        Fs::mount(
+            dev.clone(),
+            MountOptions {
+                ordering,
+                cache_blocks: 1024,
+                readonly: false,
+            },
+            Arc::new(SimClock::new()),
+        )
+        .unwrap()
+    }
+
+    /// Inode numbers of the populated image.
+    #[allow(dead_code)]
+    struct Tree {
+        a: u32,
+        d1: u32,
+        sub: u32,
+        b2: u32,
+        big: u32,
+        many: u32,
+        empty: u32,
+        sym: u32,
+        fifo: u32,
+    }
+
+    fn new_dev() -> Arc<MemDevice> {
+        let dev = Arc::new(MemDevice::new(4096, 8192));
+        mkfs(dev.clone(), &MkfsOptions::default(), (0, 0)).unwrap();
+        dev
+    }
+
+    /// Files, directories, hard links, a file through double indirect blocks, a directory of
+    /// two blocks, renames and unlinks; cleanly unmounted.
+    fn build() -> (Arc<MemDevice>, Tree) {
+        let dev = new_dev();
+        let mut fs = mount(&dev, Ordering::Sync);
+        let (a, _) = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap();
+        fs.write(a, 0, &[7u8; 100]).unwrap();
+        let (d1, _) = fs.mkdir(ROOT_INO, b"d1", 0o755, 0, 0).unwrap();
+        let (sub, _) = fs.mkdir(d1, b"sub", 0o755, 0, 0).unwrap();
+        let (b, _) = fs.create(d1, b"b", 0o644, 0, 0).unwrap();
+        fs.write(b, 0, &[1u8; 10000]).unwrap();
+        fs.link(a, d1, b"a2").unwrap();
+        fs.rename(d1, b"b", sub, b"b2", RenameFlags::default())
+            .unwrap();
+        let (big, _) = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap();
+        let chunk = vec![3u8; 64 * 4096];
+        for i in 0..9u64 {
+            fs.write(big, i * chunk.len() as u64, &chunk).unwrap();
+        }
+        let (many, _) = fs.mkdir(ROOT_INO, b"many", 0o755, 0, 0).unwrap();
+        for i in 0..300 {
+            let (f, _) = fs
+                .create(many, format!("f{i:04}").as_bytes(), 0o644, 0, 0)
+                .unwrap();
+            if i % 50 == 0 {
+                fs.write(f, 0, b"x").unwrap();
+            }
+        }
+        for i in (1..300).step_by(7) {
+            fs.unlink(many, format!("f{i:04}").as_bytes()).unwrap();
+        }
+        let (empty, _) = fs.create(ROOT_INO, b"empty", 0o644, 0, 0).unwrap();
+        let (sym, _) = fs.symlink(ROOT_INO, b"sym", b"d1/sub", 0, 0).unwrap();
+        let (fifo, _) = fs
+            .mknod(ROOT_INO, b"fifo", S_IFIFO as u32 | 0o644, 0, 0, 0)
+            .unwrap();
+        let (gone, _) = fs.mkdir(d1, b"gone", 0o755, 0, 0).unwrap();
+        let _ = gone;
+        fs.rmdir(d1, b"gone").unwrap();
+        let b2 = fs.lookup(sub, b"b2").unwrap().0;
+        fs.unmount().unwrap();
+        (
+            dev,
+            Tree {
+                a,
+                d1,
+                sub,
+                b2,
+                big,
+                many,
+                empty,
+                sym,
+                fifo,
+            },
+        )
+    }
+
+    fn sb(dev: &MemDevice) -> Superblock {
+        let mut b = vec![0u8; 4096];
+        dev.read_block(0, &mut b).unwrap();
+        Superblock::decode(&b).unwrap()
+    }
+
+    fn modify(dev: &MemDevice, bno: u64, f: impl FnOnce(&mut [u8])) {
+        let mut b = vec![0u8; dev.block_size()];
+        dev.read_block(bno, &mut b).unwrap();
+        f(&mut b);
+        dev.write_batch(&[WriteReq { bno, data: &b }], WriteKind::Sync)
+            .unwrap();
+    }
+
+    fn modify_cg(dev: &MemDevice, cg: u32, f: impl FnOnce(&mut [u8], &Superblock)) {
+        let s = sb(dev);
+        modify(dev, s.cg_header_block(cg), |b| {
+            f(b, &s);
+            CgHeader::seal(b);
+        });
+    }
+
+    fn get_inode(dev: &MemDevice, ino: u32) -> Dinode {
+        let (bno, off) = sb(dev).inode_location(ino);
+        let mut b = vec![0u8; dev.block_size()];
+        dev.read_block(bno, &mut b).unwrap();
+        Dinode::decode(&b[off..off + DINODE_SIZE])
+    }
+
+    fn modify_inode(dev: &MemDevice, ino: u32, f: impl FnOnce(&mut Dinode)) {
+        let (bno, off) = sb(dev).inode_location(ino);
+        modify(dev, bno, |b| {
+            let mut d = Dinode::decode(&b[off..off + DINODE_SIZE]);
+            f(&mut d);
+            d.encode(&mut b[off..off + DINODE_SIZE]);
+        });
+    }
+
+    /// The block and offset of entry `name` in directory `dir` (direct blocks only).
+    fn entry(dev: &MemDevice, dir: u32, name: &[u8]) -> (u64, usize, u32) {
+        let d = get_inode(dev, dir);
+        let mut b = vec![0u8; dev.block_size()];
+        for &bno in d.db.iter().filter(|&&x| x != 0) {
+            dev.read_block(bno, &mut b).unwrap();
+            for e in dir_iter(&b) {
+                let e = e.unwrap();
+                if e.ino != 0 && e.name == name {
+                    return (bno, e.offset, e.ino);
+                }
+            }
+        }
+        panic!("no entry {name:?} in {dir}");
+    }
+
+    fn has(r: &Report, pred: impl Fn(&Finding) -> bool) -> bool {
+        r.findings.iter().any(pred)
+    }
+
+    fn show(r: &Report) -> String {
+        r.findings
+            .iter()
+            .map(|f| format!("{f} [{:?}]", f.class()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Repairs, then checks that the image is clean, mounts and is usable, and stays clean.
+    fn repair_and_verify(dev: &Arc<MemDevice>) -> Report {
+        let r = repair(&**dev).unwrap();
+        assert!(r.repaired, "repair changed nothing:\n{}", show(&r));
+        let c = check(&**dev).unwrap();
+        assert!(c.is_clean(), "not clean after repair:\n{}", show(&c));
+        assert!(sb(dev).flags & SB_CLEAN != 0);
+        let mut fs = mount(dev, Ordering::Sync);
+        let (f, _) = fs.create(ROOT_INO, b"after-repair", 0o644, 0, 0).unwrap();
+        fs.write(f, 0, &[9u8; 50000]).unwrap();
+        fs.mkdir(LOST_FOUND_INO, b"dir-after", 0o755, 0, 0).unwrap();
+        fs.unmount().unwrap();
+        let c = check(&**dev).unwrap();
+        assert!(c.is_clean(), "not clean after use:\n{}", show(&c));
+        r
+    }
+
+    /// Checks, expects a finding matching `pred` of class `class`, repairs and verifies.
+    fn expect(dev: &Arc<MemDevice>, class: Class, pred: impl Fn(&Finding) -> bool) -> Report {
+        let r = check(&**dev).unwrap();
+        let f = r
+            .findings
+            .iter()
+            .find(|f| pred(f))
+            .unwrap_or_else(|| panic!("finding not reported:\n{}", show(&r)));
+        assert_eq!(f.class(), class, "{f}");
+        repair_and_verify(dev);
+        r
+    }
+
+    #[test]
+    fn fresh_and_populated_images_are_clean() {
+        let dev = new_dev();
+        let r = check(&*dev).unwrap();
+        assert!(r.is_clean(), "{}", show(&r));
+        assert_eq!(r.dirs, 2);
+        let (dev, _) = build();
+        let r = check(&*dev).unwrap();
+        assert!(r.is_clean(), "{}", show(&r));
+        assert_eq!(r.dirs, 5);
+        assert_eq!(r.violations(), 0);
+        let r = repair(&*dev).unwrap();
+        assert!(!r.repaired && r.is_clean());
+    }
+
+    #[test]
+    fn leaked_block() {
+        let (dev, _) = build();
+        let s = sb(&dev);
+        let bno = s.num_blocks - 1;
+        let cg = s.cg_of_block(bno);
+        modify_cg(&dev, cg, |b, s| {
+            let off = CgHeader::block_map_offset(s.inodes_per_group);
+            bit_set(&mut b[off..], (bno - s.cg_start(cg)) as usize, true);
+            cg_set_free_blocks(b, cg_get_free_blocks(b) - 1);
+        });
+        let r = expect(&dev, Class::Allowed, |f| *f == Finding::LeakedBlock { bno });
+        assert_eq!(r.violations(), 0, "{}", show(&r));
+    }
+
+    #[test]
+    fn block_used_but_free_and_cg_count() {
+        let (dev, t) = build();
+        let bno = get_inode(&dev, t.a).db[0];
+        let s = sb(&dev);
+        let cg = s.cg_of_block(bno);
+        modify_cg(&dev, cg, |b, s| {
+            let off = CgHeader::block_map_offset(s.inodes_per_group);
+            bit_set(&mut b[off..], (bno - s.cg_start(cg)) as usize, false);
+        });
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::BlockUsedButFree { bno }
+        });
+        let (dev, _) = build();
+        modify_cg(&dev, 0, |b, _| {
+            cg_set_free_inodes(b, cg_get_free_inodes(b) + 3)
+        });
+        expect(&dev, Class::Violation, |f| {
+            matches!(
+                f,
+                Finding::CgCountWrong {
+                    cg: 0,
+                    what: "free inodes",
+                    ..
+                }
+            )
+        });
+    }
+
+    #[test]
+    fn leaked_and_free_inodes() {
+        let (dev, t) = build();
+        let s = sb(&dev);
+        let ino = s.total_inodes() as u32 - 1;
+        modify_cg(&dev, s.cg_of_inode(ino), |b, s| {
+            bit_set(
+                &mut b[CgHeader::inode_map_offset()..],
+                (ino % s.inodes_per_group) as usize,
+                true,
+            );
+            cg_set_free_inodes(b, cg_get_free_inodes(b) - 1);
+        });
+        let r = expect(&dev, Class::Allowed, |f| *f == Finding::LeakedInode { ino });
+        assert_eq!(r.violations(), 0, "{}", show(&r));
+        let (dev, _) = build();
+        modify_cg(&dev, s.cg_of_inode(t.a), |b, s| {
+            bit_set(
+                &mut b[CgHeader::inode_map_offset()..],
+                (t.a % s.inodes_per_group) as usize,
+                false,
+            );
+        });
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::InodeUsedButFree { ino: t.a }
+        });
+    }
+
+    #[test]
+    fn bad_cg_header() {
+        let (dev, t) = build();
+        let s = sb(&dev);
+        let cg = s.cg_of_inode(t.sub);
+        modify(&dev, s.cg_header_block(cg), |b| b[100] ^= 0x10);
+        expect(
+            &dev,
+            Class::Violation,
+            |f| matches!(f, Finding::BadCgHeader { cg: c, .. } if *c == cg),
+        );
+    }
+
+    #[test]
+    fn link_counts() {
+        let (dev, t) = build();
+        modify_inode(&dev, t.a, |d| d.nlink = 1);
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::LinkCountTooLow {
+                ino: t.a,
+                stored: 1,
+                actual: 2,
+            }
+        });
+        let (dev, t) = build();
+        modify_inode(&dev, t.d1, |d| d.nlink = 7);
+        let r = expect(&dev, Class::Allowed, |f| {
+            *f == Finding::LinkCountTooHigh {
+                ino: t.d1,
+                stored: 7,
+                actual: 3,
+            }
+        });
+        assert_eq!(r.violations(), 0);
+        // A directory's count too low: its subdirectory's ".." is not counted.
+        let (dev, t) = build();
+        modify_inode(&dev, t.d1, |d| d.nlink = 2);
+        expect(
+            &dev,
+            Class::Violation,
+            |f| matches!(f, Finding::LinkCountTooLow { ino, .. } if *ino == t.d1),
+        );
+    }
+
+    #[test]
+    fn block_count_wrong() {
+        let (dev, t) = build();
+        let stored = get_inode(&dev, t.big).blocks;
+        modify_inode(&dev, t.big, |d| d.blocks += 5);
+        let r = expect(&dev, Class::Allowed, |f| {
+            *f == Finding::BlockCountWrong {
+                ino: t.big,
+                stored: stored + 5,
+                actual: stored,
+            }
+        });
+        assert_eq!(r.violations(), 0);
+        assert_eq!(get_inode(&dev, t.big).blocks, stored);
+    }
+
+    #[test]
+    fn duplicate_block() {
+        let (dev, t) = build();
+        let shared = get_inode(&dev, t.a).db[0];
+        modify_inode(&dev, t.b2, |d| d.db[1] = shared);
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::DuplicateBlock {
+                ino: t.b2,
+                bno: shared,
+            }
+        });
+        assert_eq!(get_inode(&dev, t.b2).db[1], 0);
+        assert_eq!(get_inode(&dev, t.a).db[0], shared);
+        // Twice in one file, in an indirect block.
+        let (dev, t) = build();
+        let d = get_inode(&dev, t.big);
+        let ind = d.ib[0];
+        let first = d.db[0];
+        modify(&dev, ind, |b| ind_set(b, 3, first));
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::DuplicateBlock {
+                ino: t.big,
+                bno: first,
+            }
+        });
+    }
+
+    #[test]
+    fn bad_pointers() {
+        let (dev, t) = build();
+        modify_inode(&dev, t.a, |d| d.db[5] = 1);
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::BadPointer { ino: t.a, bno: 1 }
+        });
+        let (dev, t) = build();
+        let ind = get_inode(&dev, t.big).ib[1];
+        modify(&dev, ind, |b| ind_set(b, 0, u64::MAX));
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::BadPointer {
+                ino: t.big,
+                bno: u64::MAX,
+            }
+        });
+    }
+
+    #[test]
+    fn unreferenced_file_goes_to_lost_found() {
+        let (dev, t) = build();
+        let (bno, off, _) = entry(&dev, t.sub, b"b2");
+        modify(&dev, bno, |b| dirent_set_ino(b, off, 0));
+        let r = expect(
+            &dev,
+            Class::Allowed,
+            |f| matches!(f, Finding::UnreferencedInode { ino, .. } if *ino == t.b2),
+        );
+        assert_eq!(r.violations(), 0, "{}", show(&r));
+        let mut fs = mount(&dev, Ordering::Sync);
+        let (ino, d) = fs
+            .lookup(LOST_FOUND_INO, format!("#{}", t.b2).as_bytes())
+            .unwrap();
+        assert_eq!((ino, d.nlink, d.size), (t.b2, 1, 10000));
+        assert_eq!(fs.read(ino, 0, 10).unwrap(), vec![1u8; 10]);
+        fs.unmount().unwrap();
+    }
+
+    #[test]
+    fn unreferenced_empty_file_is_cleared() {
+        let (dev, t) = build();
+        let (bno, off, _) = entry(&dev, ROOT_INO, b"empty");
+        modify(&dev, bno, |b| dir_remove(b, off).unwrap());
+        expect(
+            &dev,
+            Class::Allowed,
+            |f| matches!(f, Finding::UnreferencedInode { ino, .. } if *ino == t.empty),
+        );
+        assert!(get_inode(&dev, t.empty).is_free());
+    }
+
+    #[test]
+    fn unreferenced_directory_is_reconnected() {
+        let (dev, t) = build();
+        let (bno, off, _) = entry(&dev, ROOT_INO, b"d1");
+        modify(&dev, bno, |b| dir_remove(b, off).unwrap());
+        let r = expect(
+            &dev,
+            Class::Allowed,
+            |f| matches!(f, Finding::UnreferencedInode { ino, .. } if *ino == t.d1),
+        );
+        // Only the top of the orphaned tree is unreferenced; what it holds is named.
+        assert!(!has(
+            &r,
+            |f| matches!(f, Finding::UnreferencedInode { ino, .. } if *ino == t.sub)
+        ));
+        assert_eq!(r.violations(), 0, "{}", show(&r));
+        let mut fs = mount(&dev, Ordering::Sync);
+        let (ino, _) = fs
+            .lookup(LOST_FOUND_INO, format!("#{}", t.d1).as_bytes())
+            .unwrap();
+        assert_eq!(ino, t.d1);
+        assert_eq!(fs.lookup(t.d1, b"..").unwrap().0, LOST_FOUND_INO);
+        assert_eq!(fs.lookup(t.d1, b"a2").unwrap().0, t.a);
+        assert_eq!(fs.lookup(t.sub, b"b2").unwrap().0, t.b2);
+        fs.unmount().unwrap();
+    }
+
+    #[test]
+    fn lost_found_grows() {
+        let (dev, t) = build();
+        // lost+found half full of long names.
+        let mut fs = mount(&dev, Ordering::Sync);
+        for i in 0..8u8 {
+            let name = vec![b'a' + i; MAXNAMLEN];
+            fs.create(LOST_FOUND_INO, &name, 0o644, 0, 0).unwrap();
+        }
+        fs.unmount().unwrap();
+        assert_eq!(get_inode(&dev, LOST_FOUND_INO).size, 4096);
+        // Every name in "many" is lost: ~260 files, 6 of them non-empty, and many is cleared
+        // of its entries (its blocks kept).
+        let d = get_inode(&dev, t.many);
+        let mut lost = Vec::new();
+        for &bno in d.db.iter().filter(|&&b| b != 0) {
+            modify(&dev, bno, |b| {
+                let found: Vec<(usize, u32)> = dir_iter(b)
+                    .map(|e| e.unwrap())
+                    .filter(|e| e.ino != 0 && e.name != b"." && e.name != b"..")
+                    .map(|e| (e.offset, e.ino))
+                    .collect();
+                for (o, ino) in found {
+                    dirent_set_ino(b, o, 0);
+                    lost.push(ino);
+                }
+            });
+        }
+        assert!(lost.len() > 250);
+        // Make the lost files non-empty so they are all reconnected.
+        for &ino in &lost {
+            modify_inode(&dev, ino, |d| d.size = d.size.max(1));
+        }
+        let r = check(&*dev).unwrap();
+        assert!(r.allowed() > 250 && r.violations() == 0, "{}", show(&r));
+        repair_and_verify(&dev);
+        let lf = get_inode(&dev, LOST_FOUND_INO);
+        let mut fs = mount(&dev, Ordering::Sync);
+        let names = fs.readdir(LOST_FOUND_INO, 0, 10000).unwrap();
+        let roots = fs.readdir(ROOT_INO, 0, 10000).unwrap();
+        fs.unmount().unwrap();
+        assert!(
+            lf.size >= 2 * 4096,
+            "lost+found size {} lost {} names {} root {}",
+            lf.size,
+            lost.len(),
+            names.len(),
+            roots.len()
+        );
+    }
+
+    #[test]
+    fn dangling_entry() {
+        let (dev, t) = build();
+        modify_inode(&dev, t.b2, |d| *d = Dinode::default());
+        let r = expect(&dev, Class::Violation, |f| {
+            matches!(f, Finding::DanglingEntry { dir, ino, name, .. }
+                if *dir == t.sub && *ino == t.b2 && name == "b2")
+        });
+        assert!(has(
+            &r,
+            |f| matches!(f, Finding::LeakedInode { ino } if *ino == t.b2)
+        ));
+        let (dev, t) = build();
+        let (bno, off, _) = entry(&dev, t.d1, b"a2");
+        modify(&dev, bno, |b| dirent_set_ino(b, off, 1));
+        expect(&dev, Class::Violation, |f| {
+            matches!(f, Finding::DanglingEntry { ino: 1, .. })
+        });
+        let (dev, _) = build();
+        let (bno, off, _) = entry(&dev, ROOT_INO, b"a");
+        modify(&dev, bno, |b| dirent_set_ino(b, off, u32::MAX));
+        expect(&dev, Class::Violation, |f| {
+            matches!(f, Finding::DanglingEntry { ino: u32::MAX, .. })
+        });
+    }
+
+    #[test]
+    fn entry_type_wrong() {
+        let (dev, t) = build();
+        let (bno, off, _) = entry(&dev, ROOT_INO, b"sym");
+        modify(&dev, bno, |b| dirent_set_type(b, off, DT_REG));
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::EntryTypeWrong {
+                dir: ROOT_INO,
+                name: "sym".into(),
+                ino: t.sym,
+                stored: DT_REG,
+                actual: DT_LNK,
+            }
+        });
+    }
+
+    #[test]
+    fn dot_and_dotdot() {
+        let (dev, t) = build();
+        let (bno, off, _) = entry(&dev, t.sub, b".");
+        modify(&dev, bno, |b| dirent_set_ino(b, off, t.d1));
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::BadDot {
+                dir: t.sub,
+                stored: t.d1,
+            }
+        });
+        let (dev, t) = build();
+        let (bno, off, _) = entry(&dev, t.sub, b"..");
+        modify(&dev, bno, |b| dirent_set_ino(b, off, ROOT_INO));
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::BadDotDot {
+                dir: t.sub,
+                stored: ROOT_INO,
+                expected: t.d1,
+            }
+        });
+        // ".." removed altogether.
+        let (dev, t) = build();
+        let (bno, off, _) = entry(&dev, t.d1, b"..");
+        modify(&dev, bno, |b| dir_remove(b, off).unwrap());
+        expect(&dev, Class::Violation, |f| {
+            *f == Finding::BadDotDot {
+                dir: t.d1,
+                stored: 0,
+                expected: ROOT_INO,
+            }
+        });
+    }
+
+    #[test]
+    fn directory_multiply_linked() {
+        let (dev, t) = build();
+        let (bno, _, _) = entry(&dev, ROOT_INO, b"a");
+        modify(&dev, bno, |b| {
+            let at = dir_find_space(b, 3).unwrap().unwrap();
+            dir_insert(b, at, t.sub, DT_DIR, b"dup").unwrap();
+        });
+        expect(
+            &dev,
+            Class::Violation,
+            |f| matches!(f, Finding::DirMultiplyLinked { ino, name, .. } if *ino == t.sub && name == "dup"),
+        );
+    }
+
+    #[test]
+    fn directory_corrupt() {
+        let (dev, t) = build();
+        // Scribble over the second chunk of "many"'s first block.
+        let bno = get_inode(&dev, t.many).db[0];
+        modify(&dev, bno, |b| b[512..1024].fill(0xAB));
+        expect(
+            &dev,
+            Class::Violation,
+            |f| matches!(f, Finding::DirCorrupt { dir, lbn: 0, at: 512, .. } if *dir == t.many),
+        );
+        // The first chunk, holding "." and "..".
+        let (dev, t) = build();
+        let bno = get_inode(&dev, t.d1).db[0];
+        modify(&dev, bno, |b| b[4..6].copy_from_slice(&7u16.to_le_bytes()));
+        expect(
+            &dev,
+            Class::Violation,
+            |f| matches!(f, Finding::DirCorrupt { dir, lbn: 0, .. } if *dir == t.d1),
+        );
+    }
+
+    #[test]
+    fn directory_hole() {
+        let (dev, t) = build();
+        assert!(get_inode(&dev, t.many).size >= 2 * 4096);
+        modify_inode(&dev, t.many, |d| d.db[1] = 0);
+        expect(
+            &dev,
+            Class::Violation,
+            |f| matches!(f, Finding::DirCorrupt { dir, lbn: 1, .. } if *dir == t.many),
+        );
+        // A hole at the start: the directory cannot be salvaged and is cleared.
+        let (dev, t) = build();
+        modify_inode(&dev, t.sub, |d| d.db[0] = 0);
+        expect(
+            &dev,
+            Class::Violation,
+            |f| matches!(f, Finding::DirCorrupt { dir, lbn: 0, .. } if *dir == t.sub),
+        );
+    }
+
+    #[test]
+    fn bad_inodes() {
+        let (dev, t) = build();
+        modify_inode(&dev, t.fifo, |d| d.mode = 0o170644);
+        expect(
+            &dev,
+            Class::Violation,
+            |f| matches!(f, Finding::BadInode { ino, .. } if *ino == t.fifo),
+        );
+        assert!(get_inode(&dev, t.fifo).is_free());
+        let (dev, t) = build();
+        modify_inode(&dev, t.sub, |d| d.size = 100);
+        expect(
+            &dev,
+            Class::Violation,
+            |f| matches!(f, Finding::BadInode { ino, .. } if *ino == t.sub),
+        );
+        let (dev, t) = build();
+        modify_inode(&dev, t.a, |d| d.size = u64::MAX);
+        expect(
+            &dev,
+            Class::Violation,
+            |f| matches!(f, Finding::BadInode { ino, .. } if *ino == t.a),
+        );
+    }
+
+    #[test]
+    fn bad_root() {
+        let (dev, _) = build();
+        modify_inode(&dev, ROOT_INO, |d| d.mode = S_IFREG | 0o644);
+        let r = expect(&dev, Class::Violation, |f| {
+            matches!(f, Finding::BadRoot { .. })
+        });
+        let _ = r;
+        // lost+found and the rest come back under the new root.
+        let mut fs = mount(&dev, Ordering::Sync);
+        assert_eq!(
+            fs.lookup(ROOT_INO, b"lost+found").unwrap().0,
+            LOST_FOUND_INO
+        );
+        fs.unmount().unwrap();
+    }
+
+    #[test]
+    fn summary_wrong() {
+        let (dev, _) = build();
+        let mut s = sb(&dev);
+        s.free_blocks += 10;
+        s.ndirs = 1;
+        modify(&dev, 0, |b| s.encode(b));
+        let r = expect(&dev, Class::Allowed, |f| {
+            matches!(
+                f,
+                Finding::SummaryWrong {
+                    what: "free blocks",
+                    ..
+                }
+            )
+        });
+        assert_eq!(r.violations(), 0);
+    }
+
+    #[test]
+    fn operational_errors() {
+        let dev = Arc::new(MemDevice::new(4096, 256));
+        assert!(matches!(check(&*dev), Err(FsckError::Superblock(_))));
+        let dev = new_dev();
+        modify(&dev, 0, |b| b[20] ^= 1);
+        assert!(matches!(check(&*dev), Err(FsckError::Superblock(_))));
+        assert!(matches!(repair(&*dev), Err(FsckError::Superblock(_))));
+    }
+
+    #[test]
+    fn open_image_reads_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        FileDevice::create(&p, 4096 * 2048).unwrap();
+        {
+            let mut d = FileDevice::open(&p, 4096, true).unwrap();
+            d.set_durable(false);
+            mkfs(Arc::new(d), &MkfsOptions::default(), (0, 0)).unwrap();
+        }
+        let d = open_image(&p, false).unwrap();
+        assert_eq!(d.block_size(), 4096);
+        assert!(check(&d).unwrap().is_clean());
+        assert!(open_image(&dir.path().join("missing"), false).is_err());
+    }
+
+    /// Runs ops on an Async mount and drops it without unmount: some buffers never reach the
+    /// device. fsck finds problems, repair fixes them.
+    #[test]
+    fn async_crash_image() {
+        let dev = new_dev();
+        let mut fs = mount(&dev, Ordering::Async);
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        for i in 0..200 {
+            let (f, _) = fs
+                .create(d, format!("f{i}").as_bytes(), 0o644, 0, 0)
+                .unwrap();
+            fs.write(f, 0, &vec![i as u8; 5000]).unwrap();
+        }
+        // Enough to push some buffers out through the cache, and leave others dirty.
+        let (big, _) = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap();
+        fs.write(big, 0, &vec![5u8; 3 << 20]).unwrap();
+        for i in (0..200).step_by(3) {
+            fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+        }
+        drop(fs);
+        let r = check(&*dev).unwrap();
+        assert!(!r.is_clean());
+        let r = repair(&*dev).unwrap();
+        assert!(r.repaired);
+        let c = check(&*dev).unwrap();
+        assert!(c.is_clean(), "{}", show(&c));
+    }
+
+    /// Every state a power loss can leave during a workload (each prefix of the
+    /// completed batches, plus each single write of the next batch): returns the violations seen,
+    /// by operation label.
+    fn crash_states(
+        ordering: Ordering,
+        work: impl FnOnce(&mut Fs, &mut dyn FnMut(&'static str, usize)),
+    ) -> Vec<(String, Finding)> {
+        use crate::dev::{Record, RecordingDevice};
+        let base = new_dev();
+        let image = base.blocks();
+        let rec = Arc::new(RecordingDevice::new(MemDevice::from_blocks(
+            4096,
+            image.clone(),
+        )));
+        let mut fs = Fs::mount(
+            rec.clone(),
+            MountOptions {
+                ordering,
+                cache_blocks: 1024,
+                readonly: false,
+            },
+            Arc::new(SimClock::new()),
+        )
+        .unwrap();
+        let mut marks: Vec<(&'static str, usize)> = Vec::new();
+        let log_len = |r: &RecordingDevice<MemDevice>| r.log().len();
+        {
+            let rec2 = rec.clone();
+            let mut mark = |label: &'static str, _: usize| marks.push((label, log_len(&rec2)));
+            work(&mut fs, &mut mark);
+        }
+        drop(fs);
+        let log = rec.log();
+        let label_at = |i: usize| {
+            marks
+                .iter()
+                .rev()
+                .find(|m| m.1 <= i)
+                .map_or("mount", |m| m.0)
+        };
+        let mut out = Vec::new();
+        let mut cur = image;
+        let mut i = 0;
+        while i < log.len() {
+            // The batch starting at i: writes up to the next barrier.
+            let end = (i..log.len())
+                .find(|&j| matches!(log[j], Record::Barrier))
+                .unwrap_or(log.len());
+            let batch: Vec<(u64, Arc<[u8]>)> = log[i..end]
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Write { bno, data } => Some((*bno, data.clone())),
+                    Record::Barrier => None,
+                })
+                .collect();
+            let mut states = vec![cur.clone()];
+            if batch.len() > 1 {
+                for (bno, data) in &batch {
+                    let mut s = cur.clone();
+                    s[*bno as usize] = Some(data.to_vec().into());
+                    states.push(s);
+                }
+            }
+            for s in states {
+                let dev = MemDevice::from_blocks(4096, s);
+                let r = check(&dev).unwrap();
+                for f in r.findings {
+                    if f.class() == Class::Violation {
+                        out.push((label_at(i).to_string(), f));
+                    }
+                }
+                // Every crash state repairs to a clean image.
+                repair(&dev).unwrap();
+                let c = check(&dev).unwrap();
+                assert!(c.is_clean(), "{}: {}", label_at(i), show(&c));
+            }
+            for (bno, data) in batch {
+                cur[bno as usize] = Some(data.to_vec().into());
+            }
+            i = end + 1;
+        }
+        out
+    }
+
+    #[test]
+    fn sync_crash_states_have_no_violations() {
+        let v = crash_states(Ordering::Sync, |fs, mark| {
+            mark("mkdir", 0);
+            let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+            let (e, _) = fs.mkdir(ROOT_INO, b"e", 0o755, 0, 0).unwrap();
+            mark("create", 0);
+            let (f, _) = fs.create(d, b"f", 0o644, 0, 0).unwrap();
+            mark("write", 0);
+            fs.write(f, 0, &vec![1u8; 60 * 4096]).unwrap();
+            mark("link", 0);
+            fs.link(f, e, b"f2").unwrap();
+            mark("rename file", 0);
+            fs.rename(d, b"f", e, b"g", RenameFlags::default()).unwrap();
+            mark("unlink", 0);
+            fs.unlink(e, b"f2").unwrap();
+            mark("truncate", 0);
+            fs.setattr(
+                f,
+                &crate::fs::SetAttr {
+                    size: Some(5000),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            mark("symlink", 0);
+            fs.symlink(d, b"s", b"../e/g", 0, 0).unwrap();
+            mark("exchange", 0);
+            fs.rename(
+                d,
+                b"s",
+                e,
+                b"g",
+                RenameFlags {
+                    exchange: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            fs.rename(
+                d,
+                b"s",
+                e,
+                b"g",
+                RenameFlags {
+                    exchange: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            mark("truncate to 0", 0);
+            fs.setattr(
+                f,
+                &crate::fs::SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            fs.write(f, 0, &vec![2u8; 20 * 4096]).unwrap();
+            mark("unlink last", 0);
+            fs.unlink(e, b"g").unwrap();
+            mark("unmount", 0);
+            fs.unmount().unwrap();
+        });
+        let shown: Vec<String> = v.iter().map(|(l, f)| format!("{l}: {f}")).collect();
+        assert!(v.is_empty(), "{}", shown.join("\n"));
+    }
+
+    /// The negative control: without ordering, crash states hold violations.
+    #[test]
+    fn async_crash_states_show_violations() {
+        let v = crash_states(Ordering::Async, |fs, _mark| {
+            let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+            for i in 0..40 {
+                let (f, _) = fs
+                    .create(d, format!("f{i}").as_bytes(), 0o644, 0, 0)
+                    .unwrap();
+                fs.write(f, 0, &[1u8; 100]).unwrap();
+            }
+            for i in 0..40 {
+                fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+            }
+            fs.unmount().unwrap();
+        });
+        assert!(!v.is_empty());
+    }
+
+    /// Known fs.rs problem: `release_inode` writes the inode with its pointers cleared but its
+    /// size kept (truncate_blocks before the size is zeroed), so a crash between that write and
+    /// the cleared-inode write leaves a directory whose block 0 is a hole.
+    #[test]
+    #[ignore = "fs.rs: rmdir's intermediate inode is a directory with a hole"]
+    fn sync_crash_states_of_rmdir() {
+        let v = crash_states(Ordering::Sync, |fs, mark| {
+            let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+            fs.mkdir(d, b"x", 0o755, 0, 0).unwrap();
+            mark("rmdir", 0);
+            fs.rmdir(d, b"x").unwrap();
+            mark("unmount", 0);
+            fs.unmount().unwrap();
+        });
+        let shown: Vec<String> = v.iter().map(|(l, f)| format!("{l}: {f}")).collect();
+        assert!(v.is_empty(), "{}", shown.join("\n"));
+    }
+
+    /// A directory rename is not atomic in FFS: between the new name and the removal of the old
+    /// one the directory has two names, and until ".." is rewritten it names the old parent.
+    /// Both are violations in the classification, so this documents the window.
+    #[test]
+    #[ignore = "FFS directory rename leaves DirMultiplyLinked/BadDotDot windows"]
+    fn sync_crash_states_of_directory_rename() {
+        let v = crash_states(Ordering::Sync, |fs, mark| {
+            let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+            let (e, _) = fs.mkdir(ROOT_INO, b"e", 0o755, 0, 0).unwrap();
+            fs.mkdir(d, b"sub", 0o755, 0, 0).unwrap();
+            mark("rename dir", 0);
+            fs.rename(d, b"sub", e, b"sub", RenameFlags::default())
+                .unwrap();
+            mark("unmount", 0);
+            fs.unmount().unwrap();
+        });
+        let shown: Vec<String> = v.iter().map(|(l, f)| format!("{l}: {f}")).collect();
+        assert!(v.is_empty(), "{}", shown.join("\n"));
+    }
+
+    /// Random bytes in random blocks: findings or an error, never a panic, and a repair that
+    /// succeeds leaves a clean image.
+    #[test]
+    fn fuzz_random_blocks() {
+        let (base, _) = build();
+        let image = base.blocks();
+        let nblocks = image.len() as u64;
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(
+            std::env::var("FSCK_FUZZ_SEED")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0x5eed),
+        );
+        let mut meta: Vec<u64> = Vec::new();
+        let s = sb(&base);
+        for cg in 0..s.ngroups {
+            meta.extend(s.cg_start(cg)..s.cg_data_start(cg));
+        }
+        let used: Vec<u64> = (0..nblocks)
+            .filter(|&b| image[b as usize].is_some())
+            .collect();
+        let rounds: u64 = std::env::var("FSCK_FUZZ_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(60);
+        let (mut errors, mut findings, mut repaired) = (0, 0, 0);
+        for round in 0..rounds {
+            let dev = Arc::new(MemDevice::from_blocks(4096, image.clone()));
+            for _ in 0..rng.gen_range(1..4) {
+                let bno = match rng.gen_range(0..3) {
+                    0 => meta[rng.gen_range(0..meta.len())],
+                    1 => used[rng.gen_range(0..used.len())],
+                    _ => rng.gen_range(0..nblocks),
+                };
+                let mut b = vec![0u8; 4096];
+                dev.read_block(bno, &mut b).unwrap();
+                match rng.gen_range(0..3) {
+                    0 => rng.fill(&mut b[..]),
+                    1 => {
+                        let at = rng.gen_range(0..4096 - 64);
+                        rng.fill(&mut b[at..at + 64]);
+                    }
+                    _ => {
+                        for _ in 0..8 {
+                            let i = rng.gen_range(0..4096);
+                            b[i] ^= 1 << rng.gen_range(0..8);
+                        }
+                    }
+                }
+                dev.write_batch(&[WriteReq { bno, data: &b }], WriteKind::Sync)
+                    .unwrap();
+            }
+            let Ok(r) = check(&*dev) else {
+                errors += 1;
+                continue;
+            };
+            findings += !r.is_clean() as u32;
+            if repair(&*dev).is_ok() {
+                repaired += 1;
+                let c = check(&*dev).unwrap();
+                assert!(c.is_clean(), "round {round}:\n{}", show(&c));
+                // The repaired image mounts and works.
+                let mut fs = mount(&dev, Ordering::Sync);
+                let (f, _) = fs.create(ROOT_INO, b"after-fuzz", 0o644, 0, 0).unwrap();
+                fs.write(f, 0, &[1u8; 9000]).unwrap();
+                fs.unmount().unwrap();
+                let c = check(&*dev).unwrap();
+                assert!(c.is_clean(), "round {round} after use:\n{}", show(&c));
+            }
+        }
+        eprintln!("fuzz: {rounds} images, {errors} refused, {findings} with findings, {repaired} repaired");
+        assert!(findings > rounds as u32 / 5);
+    }
+}
