@@ -276,10 +276,8 @@ impl WriteHooks for Sealer {
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     bno: u64,
-    lbn: u64,
     off: usize,
     ino: u32,
-    dtype: u8,
 }
 
 pub struct Fs {
@@ -489,10 +487,6 @@ impl Fs {
         let buf = self.cache.modify(bno)?;
         d.encode(&mut buf[off..off + DINODE_SIZE]);
         Ok(bno)
-    }
-
-    fn inode_block(&self, ino: u32) -> u64 {
-        self.sb.inode_location(ino).0
     }
 
     fn now(&self) -> (i64, u32) {
@@ -764,6 +758,8 @@ impl Fs {
     fn release_inode(&mut self, ino: u32, mut d: Dinode) -> FsResult<()> {
         let is_dir = d.is_dir();
         if d.has_blocks() {
+            // Size goes with the pointers, so no crash shows a directory with a hole.
+            d.size = 0;
             self.truncate_blocks(ino, &mut d, 0)?;
         }
         let cleared = Dinode { generation: d.generation, ..Default::default() };
@@ -821,7 +817,7 @@ impl Fs {
             for e in dir_iter(buf) {
                 let e = e?;
                 if e.ino != 0 && e.name == name {
-                    return Ok(Some(Slot { bno, lbn, off: e.offset, ino: e.ino, dtype: e.dtype }));
+                    return Ok(Some(Slot { bno, off: e.offset, ino: e.ino }));
                 }
             }
         }

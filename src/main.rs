@@ -127,6 +127,16 @@ fn main() -> ExitCode {
 }
 
 fn cmd_mkfs(image: &Path, size: Option<u64>, block_size: u32, inodes: Option<u64>) -> Result<(), Fail> {
+    if !block_size.is_power_of_two() || !(format::MIN_BLOCK_SIZE..=format::MAX_BLOCK_SIZE).contains(&block_size) {
+        return Err(Fail(
+            format!(
+                "block size {block_size} is not a power of two from {} to {}",
+                format::MIN_BLOCK_SIZE,
+                format::MAX_BLOCK_SIZE
+            ),
+            1,
+        ));
+    }
     let existed = image.exists();
     if let Some(size) = size {
         FileDevice::create(image, size)?;
@@ -135,7 +145,7 @@ fn cmd_mkfs(image: &Path, size: Option<u64>, block_size: u32, inodes: Option<u64
     }
     let dev = FileDevice::open(image, block_size as usize, true)?;
     if let Some(size) = size {
-        if dev.num_blocks() * (block_size as u64) < size {
+        if dev.num_blocks() * (block_size as u64) < size / block_size as u64 * block_size as u64 {
             return Err(Fail(format!("{} is smaller than --size", image.display()), 1));
         }
     }
@@ -192,7 +202,7 @@ fn cmd_mount(
         std::fs::create_dir_all(dir).map_err(|e| Fail(format!("cannot create {}: {e}", dir.display()), 1))?;
     }
     if !foreground {
-        return spawn_daemon();
+        return spawn_daemon(image, dir);
     }
     let (dev, sb) = open_image(image, !ro)?;
     let lock_file = std::fs::File::open(image)?;
@@ -263,33 +273,56 @@ fn cmd_mount(
 const READY_ENV: &str = "SUFS_READY_FD";
 
 /// Runs this same command in the foreground as a detached child and returns once it has
-/// mounted (or failed).
-fn spawn_daemon() -> Result<(), Fail> {
-    use std::io::Read;
+/// mounted (or failed). The child's output (its unmount statistics, any error) goes to a log
+/// file beside the image, so that nothing it prints later can block a pipe of the caller's.
+fn spawn_daemon(image: &Path, dir: &Path) -> Result<(), Fail> {
+    use std::io::{Read, Seek};
     use std::os::fd::FromRawFd;
     use std::os::unix::process::CommandExt;
+    let log_path = if image.is_file() {
+        PathBuf::from(format!("{}.log", image.display()))
+    } else {
+        let name = image.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        PathBuf::from(format!("/var/tmp/sufs-{name}.log"))
+    };
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .open(&log_path)
+        .map_err(|e| Fail(format!("cannot open log {}: {e}", log_path.display()), 1))?;
+    let start = log.seek(std::io::SeekFrom::End(0))?;
     let mut fds = [0i32; 2];
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
         return Err(Fail(format!("pipe: {}", std::io::Error::last_os_error()), 1));
     }
+    // SAFETY: pipe(2) just returned this descriptor and nothing else owns it.
     let mut reader = unsafe { std::fs::File::from_raw_fd(fds[0]) };
     let exe = std::env::current_exe()?;
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     args.push("--foreground".into());
-    let mut child = std::process::Command::new(exe)
+    let spawned = std::process::Command::new(exe)
         .args(&args)
         .env(READY_ENV, fds[1].to_string())
         .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log.try_clone()?)
         .process_group(0)
-        .spawn()?;
+        .spawn();
     unsafe { libc::close(fds[1]) };
+    let mut child = spawned?;
     let mut buf = String::new();
     let _ = reader.read_to_string(&mut buf);
     if buf.starts_with("ready") {
+        println!("sufs: {} mounted on {} (log: {})", image.display(), dir.display(), log_path.display());
         return Ok(());
     }
     let status = child.wait()?;
-    Err(Fail(format!("mount failed ({status})"), 32))
+    let mut out = String::new();
+    log.seek(std::io::SeekFrom::Start(start))?;
+    let _ = log.read_to_string(&mut out);
+    let msg = out.lines().filter(|l| !l.trim().is_empty()).map(|l| l.trim_start_matches("sufs: ")).collect::<Vec<_>>();
+    Err(Fail(if msg.is_empty() { format!("mount failed ({status})") } else { msg.join("\n") }, 32))
 }
 
 fn notify_ready() {

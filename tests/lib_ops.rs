@@ -81,7 +81,8 @@ fn large_files_with_holes_through_every_indirect_level() {
         let bs = 4096u64;
         let p = bs / 8;
         // Direct, single, double and triple indirect regions.
-        let offsets = [0, 5 * bs + 100, 12 * bs, (12 + p) * bs - 7, (12 + p + p * p) * bs + 3, (12 + p + p * p + 77) * bs];
+        let offsets =
+            [0, 5 * bs + 100, 12 * bs, (12 + p) * bs - 7, (12 + p + p * p) * bs + 3, (12 + p + p * p + 77) * bs];
         for (i, &off) in offsets.iter().enumerate() {
             fs.write(f, off, &pattern(i as u64, 5000)).unwrap();
         }
