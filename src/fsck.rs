@@ -2073,9 +2073,8 @@ mod tests {
         assert!(!v.is_empty());
     }
 
-    /// Known fs.rs problem: `release_inode` writes the inode with its pointers cleared but its
-    /// size kept (truncate_blocks before the size is zeroed), so a crash between that write and
-    /// the cleared-inode write leaves a directory whose block 0 is a hole.
+    /// rmdir frees the directory's size with its pointers, so no crash state shows a directory
+    /// whose block 0 is a hole.
     #[test]
     fn sync_crash_states_of_rmdir() {
         let v = crash_states(Ordering::Sync, |fs, mark| {
