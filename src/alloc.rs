@@ -196,7 +196,7 @@ pub fn find_clear(map: &[u8], nbits: usize, from: usize) -> Option<usize> {
     let scan = |lo: usize, hi: usize| -> Option<usize> {
         let mut i = lo;
         while i < hi {
-            if i % 8 == 0 && i + 8 <= hi && map[i / 8] == 0xff {
+            if i.is_multiple_of(8) && i + 8 <= hi && map[i / 8] == 0xff {
                 i += 8;
                 continue;
             }

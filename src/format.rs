@@ -217,7 +217,7 @@ impl Superblock {
             let ipg = want_inodes.div_ceil(ngroups).div_ceil(ipb as u64) * ipb as u64;
             let itable = ipg / ipb as u64;
             let last = num_blocks - (ngroups - 1) * bpg;
-            if bpg + ipg <= bits && 2 + itable + 1 <= last.min(bpg) && ipg <= u32::MAX as u64 / ngroups {
+            if bpg + ipg <= bits && 2 + itable < last.min(bpg) && ipg <= u32::MAX as u64 / ngroups {
                 let sb = Superblock {
                     block_size,
                     num_blocks,
@@ -262,7 +262,7 @@ impl Superblock {
         if self.blocks_per_group as u64 + self.inodes_per_group as u64 > bits {
             return bad("bitmaps do not fit in the group header".into());
         }
-        if self.inodes_per_group % self.inodes_per_block() != 0 {
+        if !self.inodes_per_group.is_multiple_of(self.inodes_per_block()) {
             return bad("inodes per group is not a multiple of inodes per block".into());
         }
         if (self.ngroups as u64).checked_mul(self.blocks_per_group as u64).is_none()
@@ -729,7 +729,7 @@ fn dirent_at(block: &[u8], off: usize, chunk: usize) -> Result<DirRef<'_>, DirEr
     let reclen = get_u16(block, off + 4);
     let dtype = block[off + 6];
     let namelen = block[off + 7] as usize;
-    if reclen as usize % 4 != 0 || (reclen as usize) < DIRENT_HDR {
+    if !(reclen as usize).is_multiple_of(4) || (reclen as usize) < DIRENT_HDR {
         return err("bad record length");
     }
     if off + reclen as usize > chunk + DIRBLKSIZ {

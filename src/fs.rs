@@ -24,6 +24,7 @@ use crate::alloc::{Alloc, AllocError};
 use crate::cache::{Cache, CacheStats, WriteHooks};
 use crate::clock::Clock;
 use crate::dev::{BlockDevice, DevError, DevStats, WriteKind, WriteReq};
+use crate::dirhash::{block_slack, DirHash, DIRHASH_MIN_BLOCKS};
 use crate::format::*;
 
 /// How dependent metadata writes are ordered.
@@ -276,6 +277,7 @@ impl WriteHooks for Sealer {
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     bno: u64,
+    lbn: u64,
     off: usize,
     ino: u32,
 }
@@ -293,6 +295,8 @@ pub struct Fs {
     next_gen: u32,
     /// Spread new directories over the groups (off while mkfs places root and lost+found).
     spread_dirs: bool,
+    /// Name indexes of large directories (FFS's dirhash).
+    dirhash: HashMap<u32, DirHash>,
 }
 
 impl Fs {
@@ -330,6 +334,7 @@ impl Fs {
             open: HashMap::new(),
             next_gen: 1,
             spread_dirs: true,
+            dirhash: HashMap::new(),
         };
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
@@ -757,6 +762,9 @@ impl Fs {
     /// cleared inode is ordered to disk) its bitmap bit.
     fn release_inode(&mut self, ino: u32, mut d: Dinode) -> FsResult<()> {
         let is_dir = d.is_dir();
+        if is_dir {
+            self.dirhash.remove(&ino);
+        }
         if d.has_blocks() {
             // Size goes with the pointers, so no crash shows a directory with a hole.
             d.size = 0;
@@ -804,8 +812,43 @@ impl Fs {
         Ok(d)
     }
 
+    /// Builds the name index of a large directory if it has none.
+    fn dirhash_ensure(&mut self, dir: u32, d: &mut Dinode) -> FsResult<bool> {
+        let nblocks = d.size.div_ceil(self.sb.block_size as u64);
+        if self.dirhash.contains_key(&dir) {
+            return Ok(true);
+        }
+        if nblocks < DIRHASH_MIN_BLOCKS {
+            return Ok(false);
+        }
+        let mut h = DirHash::default();
+        for lbn in 0..nblocks {
+            let (bno, _) = self.bmap(dir, d, lbn, false)?;
+            if bno == 0 {
+                h.add_block(lbn, None)?;
+            } else {
+                h.add_block(lbn, Some(self.cache.read(bno)?))?;
+            }
+        }
+        self.dirhash.insert(dir, h);
+        Ok(true)
+    }
+
     /// Finds `name` in directory `dir`.
     fn find_entry(&mut self, dir: u32, d: &mut Dinode, name: &[u8]) -> FsResult<Option<Slot>> {
+        if self.dirhash_ensure(dir, d)? {
+            let Some((lbn, off)) = self.dirhash[&dir].get(name) else { return Ok(None) };
+            let (bno, _) = self.bmap(dir, d, lbn, false)?;
+            let buf = self.cache.read(bno)?;
+            for e in dir_iter(buf) {
+                let e = e?;
+                if e.offset == off {
+                    assert!(e.ino != 0 && e.name == name, "dirhash of directory {dir} is stale");
+                    return Ok(Some(Slot { bno, lbn, off, ino: e.ino }));
+                }
+            }
+            panic!("dirhash of directory {dir} names a missing entry");
+        }
         let bs = self.sb.block_size as u64;
         let nblocks = d.size.div_ceil(bs);
         for lbn in 0..nblocks {
@@ -817,11 +860,21 @@ impl Fs {
             for e in dir_iter(buf) {
                 let e = e?;
                 if e.ino != 0 && e.name == name {
-                    return Ok(Some(Slot { bno, off: e.offset, ino: e.ino }));
+                    return Ok(Some(Slot { bno, lbn, off: e.offset, ino: e.ino }));
                 }
             }
         }
         Ok(None)
+    }
+
+    /// Removes the entry `slot` (named `name`) from directory `dir`.
+    fn remove_entry(&mut self, dir: u32, slot: &Slot, name: &[u8]) -> FsResult<()> {
+        let buf = self.cache.modify(slot.bno)?;
+        dir_remove(buf, slot.off)?;
+        if let Some(h) = self.dirhash.get_mut(&dir) {
+            h.removed(name, slot.lbn, block_slack(buf)?);
+        }
+        Ok(())
     }
 
     /// Adds an entry to `dir`, growing it by a block if no block has room. The directory inode
@@ -830,26 +883,42 @@ impl Fs {
     fn add_entry(&mut self, dir: u32, d: &mut Dinode, name: &[u8], ino: u32, dtype: u8) -> FsResult<u64> {
         let bs = self.sb.block_size as u64;
         let nblocks = d.size.div_ceil(bs);
-        for lbn in 0..nblocks {
+        let indexed = self.dirhash_ensure(dir, d)?;
+        let candidates = if indexed {
+            let h = &self.dirhash[&dir];
+            h.block_with_room(dirent_size(name.len())).map(|l| l..l + 1).unwrap_or(nblocks..nblocks)
+        } else {
+            0..nblocks
+        };
+        for lbn in candidates {
             let (bno, _) = self.bmap(dir, d, lbn, false)?;
             if bno == 0 {
                 continue;
             }
             let at = dir_find_space(self.cache.read(bno)?, name.len())?;
             if let Some(at) = at {
-                dir_insert(self.cache.modify(bno)?, at, ino, dtype, name)?;
+                let buf = self.cache.modify(bno)?;
+                let off = dir_insert(buf, at, ino, dtype, name)?;
+                if let Some(h) = self.dirhash.get_mut(&dir) {
+                    h.inserted(name, lbn, off, block_slack(buf)?);
+                }
                 self.touch_mc(d);
                 self.iput(dir, d)?;
                 return Ok(bno);
             }
+            assert!(!indexed, "dirhash of directory {dir} claims room in block {lbn}");
         }
         // A new block: initialised and (Sync) on disk before the inode points to it.
         let mut nd = d.clone();
         let (bno, _) = self.bmap(dir, &mut nd, nblocks, true)?;
         let buf = self.cache.create(bno);
         dir_init_block(buf);
-        dir_insert(buf, 0, ino, dtype, name)?;
+        let off = dir_insert(buf, 0, ino, dtype, name)?;
+        let slack = block_slack(buf)?;
         self.order_write(&[bno])?;
+        if let Some(h) = self.dirhash.get_mut(&dir) {
+            h.inserted(name, nblocks, off, slack);
+        }
         *d = nd;
         d.size = (nblocks + 1) * bs;
         self.touch_mc(d);
@@ -1139,7 +1208,7 @@ impl Fs {
             return Err(FsError::Perm);
         }
         // The name goes first; then the link count.
-        dir_remove(self.cache.modify(slot.bno)?, slot.off)?;
+        self.remove_entry(dir, &slot, name)?;
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
         self.order_write(&[slot.bno])?;
@@ -1167,7 +1236,7 @@ impl Fs {
         if !self.dir_is_empty(slot.ino, &mut d)? {
             return Err(FsError::NotEmpty);
         }
-        dir_remove(self.cache.modify(slot.bno)?, slot.off)?;
+        self.remove_entry(dir, &slot, name)?;
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
         self.order_write(&[slot.bno])?;
@@ -1245,10 +1314,8 @@ impl Fs {
             match (moving_dir, ti.is_dir()) {
                 (true, false) => return Err(FsError::NotDir),
                 (false, true) => return Err(FsError::IsDir),
-                (true, true) => {
-                    if !self.dir_is_empty(t.ino, &mut ti)? {
-                        return Err(FsError::NotEmpty);
-                    }
+                (true, true) if !self.dir_is_empty(t.ino, &mut ti)? => {
+                    return Err(FsError::NotEmpty);
                 }
                 _ => {}
             }
@@ -1306,7 +1373,7 @@ impl Fs {
         let mut sd = self.iget(dir)?;
         let old =
             self.find_entry(dir, &mut sd, name)?.ok_or_else(|| FsError::Corrupt("renamed entry vanished".into()))?;
-        dir_remove(self.cache.modify(old.bno)?, old.off)?;
+        self.remove_entry(dir, &old, name)?;
         self.touch_mc(&mut sd);
         self.iput(dir, &sd)?;
         self.order_write(&[old.bno])?;
@@ -1551,7 +1618,7 @@ impl Fs {
         }
         let bs = self.sb.block_size as u64;
         if size < d.size {
-            if size % bs != 0 {
+            if !size.is_multiple_of(bs) {
                 let (bno, _) = self.bmap(ino, d, size / bs, false)?;
                 if bno != 0 {
                     self.cache.modify(bno)?[(size % bs) as usize..].fill(0);
@@ -1580,7 +1647,7 @@ impl Fs {
             for e in dir_iter(buf) {
                 let e = e?;
                 let pos = lbn * bs + e.offset as u64;
-                if e.ino == 0 || pos + 1 <= offset {
+                if e.ino == 0 || pos < offset {
                     continue;
                 }
                 if out.len() >= max {

@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod cache;
 pub mod clock;
 pub mod dev;
+pub mod dirhash;
 pub mod format;
 pub mod fs;
 pub mod fsck;

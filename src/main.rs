@@ -163,7 +163,7 @@ fn cmd_mkfs(image: &Path, size: Option<u64>, block_size: u32, inodes: Option<u64
         image.display(),
         sb.num_blocks,
         sb.block_size,
-        sb.num_blocks * sb.block_size as u64 >> 20,
+        (sb.num_blocks * sb.block_size as u64) >> 20,
         sb.ngroups,
         sb.total_inodes()
     );
@@ -404,7 +404,7 @@ fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
     let (dev, sb) = open_image(image, false)?;
     println!("magic     {:#x}  version {}", format::MAGIC, format::VERSION);
     println!("bsize     {}", sb.block_size);
-    println!("blocks    {} ({} MiB)", sb.num_blocks, sb.num_blocks * sb.block_size as u64 >> 20);
+    println!("blocks    {} ({} MiB)", sb.num_blocks, (sb.num_blocks * sb.block_size as u64) >> 20);
     println!(
         "groups    {} of {} blocks, {} inodes each ({} inode table blocks)",
         sb.ngroups,

@@ -259,3 +259,61 @@ fn cached_reads_touch_no_device() {
     }
     assert_eq!(fs.stats().device.reads, before);
 }
+
+#[test]
+fn large_directories_stay_consistent_under_the_name_index() {
+    for ordering in ORDERINGS {
+        let dev = new_image(16384);
+        let mut fs = mount(&dev, ordering, 256);
+        let (d, _) = fs.mkdir(ROOT_INO, b"big", 0o755, 0, 0).unwrap();
+        let (e, _) = fs.mkdir(ROOT_INO, b"other", 0o755, 0, 0).unwrap();
+        let mut live = std::collections::BTreeMap::new();
+        for i in 0..3000u32 {
+            let (ino, _) = fs.create(d, format!("n{i}").as_bytes(), 0o644, 0, 0).unwrap();
+            live.insert(format!("n{i}"), ino);
+        }
+        // Remove a third, rename a third within the directory (some over existing names) and a
+        // few out of it and back in, then fill the holes with new names.
+        for i in (0..3000u32).step_by(3) {
+            fs.unlink(d, format!("n{i}").as_bytes()).unwrap();
+            live.remove(&format!("n{i}"));
+        }
+        for i in (1..3000u32).step_by(3) {
+            let to = if i % 2 == 0 { format!("r{i}") } else { format!("n{}", i + 1) };
+            fs.rename(d, format!("n{i}").as_bytes(), d, to.as_bytes(), RenameFlags::default()).unwrap();
+            let ino = live.remove(&format!("n{i}")).unwrap();
+            live.insert(to, ino);
+        }
+        for i in (2..300u32).step_by(30) {
+            let name = format!("n{i}");
+            if let Some(ino) = live.remove(&name) {
+                fs.rename(d, name.as_bytes(), e, b"tmp", RenameFlags::default()).unwrap();
+                fs.rename(e, b"tmp", d, format!("back{i}").as_bytes(), RenameFlags::default()).unwrap();
+                live.insert(format!("back{i}"), ino);
+            }
+        }
+        for i in 0..500u32 {
+            let (ino, _) = fs.create(d, format!("late-{i}").as_bytes(), 0o644, 0, 0).unwrap();
+            live.insert(format!("late-{i}"), ino);
+        }
+        let check = |fs: &mut sufs::fs::Fs| {
+            let mut seen = std::collections::BTreeMap::new();
+            for x in fs.readdir(d, 0, usize::MAX).unwrap() {
+                if x.name != b"." && x.name != b".." {
+                    seen.insert(String::from_utf8(x.name).unwrap(), x.ino);
+                }
+            }
+            assert_eq!(seen, live);
+            for (name, ino) in &live {
+                assert_eq!(fs.lookup(d, name.as_bytes()).unwrap().0, *ino, "{name}");
+            }
+            assert!(matches!(fs.lookup(d, b"n0"), Err(FsError::NotFound)));
+        };
+        check(&mut fs);
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+        let mut fs = mount(&dev, ordering, 256);
+        check(&mut fs);
+        fs.unmount().unwrap();
+    }
+}

@@ -1,0 +1,137 @@
+//! FFS's dirhash: an in-memory index of a large directory, so that a lookup or an insert does not
+//! scan every block (without it, creating n files in one directory costs O(n²)). It maps each
+//! name to the (logical block, offset) of its entry and keeps, per block, the largest record
+//! space a new entry could use. It is never written to disk and is rebuilt from the blocks.
+//!
+//! Invariant: for an indexed directory, `names` holds exactly the live entries of its blocks at
+//! the offsets they have there, and `slack[lbn]` is the largest free space of block `lbn`. Entry
+//! offsets are stable (inserts split a record, removes merge into the previous one), so only the
+//! changed entry and its block's slack need updating.
+
+use std::collections::HashMap;
+
+use crate::format::{dir_iter, DirError};
+
+#[derive(Debug, Default)]
+pub struct DirHash {
+    names: HashMap<Box<[u8]>, (u64, u32)>,
+    slack: Vec<u32>,
+}
+
+/// Directories with at least this many blocks are indexed.
+pub const DIRHASH_MIN_BLOCKS: u64 = 2;
+
+/// The largest free space of any record in a directory block.
+pub fn block_slack(block: &[u8]) -> Result<u32, DirError> {
+    let mut best = 0;
+    for e in dir_iter(block) {
+        best = best.max(e?.slack() as u32);
+    }
+    Ok(best)
+}
+
+impl DirHash {
+    /// Adds one block's entries (blocks are added in order; a hole is an empty block).
+    pub fn add_block(&mut self, lbn: u64, block: Option<&[u8]>) -> Result<(), DirError> {
+        debug_assert_eq!(lbn as usize, self.slack.len());
+        let Some(block) = block else {
+            self.slack.push(0);
+            return Ok(());
+        };
+        let mut best = 0;
+        for e in dir_iter(block) {
+            let e = e?;
+            best = best.max(e.slack() as u32);
+            if e.ino != 0 {
+                self.names.insert(e.name.into(), (lbn, e.offset as u32));
+            }
+        }
+        self.slack.push(best);
+        Ok(())
+    }
+
+    pub fn get(&self, name: &[u8]) -> Option<(u64, usize)> {
+        self.names.get(name).map(|&(l, o)| (l, o as usize))
+    }
+
+    /// The first block with room for an entry needing `need` bytes.
+    pub fn block_with_room(&self, need: usize) -> Option<u64> {
+        self.slack.iter().position(|&s| s as usize >= need).map(|i| i as u64)
+    }
+
+    pub fn blocks(&self) -> u64 {
+        self.slack.len() as u64
+    }
+
+    pub fn inserted(&mut self, name: &[u8], lbn: u64, off: usize, new_slack: u32) {
+        self.names.insert(name.into(), (lbn, off as u32));
+        self.set_slack(lbn, new_slack);
+    }
+
+    pub fn removed(&mut self, name: &[u8], lbn: u64, new_slack: u32) {
+        self.names.remove(name);
+        self.set_slack(lbn, new_slack);
+    }
+
+    fn set_slack(&mut self, lbn: u64, s: u32) {
+        let i = lbn as usize;
+        if i >= self.slack.len() {
+            self.slack.resize(i + 1, 0);
+        }
+        self.slack[i] = s;
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::*;
+
+    #[test]
+    fn index_follows_inserts_and_removes() {
+        let mut blocks = vec![vec![0u8; 4096], vec![0u8; 4096]];
+        for b in &mut blocks {
+            dir_init_block(b);
+        }
+        let mut h = DirHash::default();
+        h.add_block(0, Some(&blocks[0])).unwrap();
+        h.add_block(1, Some(&blocks[1])).unwrap();
+        assert_eq!(h.block_with_room(20), Some(0));
+        for i in 0..120u32 {
+            let name = format!("entry-{i}");
+            let lbn = h.block_with_room(dirent_size(name.len())).unwrap();
+            let b = &mut blocks[lbn as usize];
+            let at = dir_find_space(b, name.len()).unwrap().unwrap();
+            let off = dir_insert(b, at, 10 + i, DT_REG, name.as_bytes()).unwrap();
+            let s = block_slack(b).unwrap();
+            h.inserted(name.as_bytes(), lbn, off, s);
+        }
+        assert_eq!(h.len(), 120);
+        // Every indexed location holds its name.
+        for i in 0..120u32 {
+            let name = format!("entry-{i}");
+            let (lbn, off) = h.get(name.as_bytes()).unwrap();
+            let e = dir_iter(&blocks[lbn as usize]).map(|e| e.unwrap()).find(|e| e.offset == off).unwrap();
+            assert_eq!(e.name, name.as_bytes());
+        }
+        let (lbn, off) = h.get(b"entry-7").unwrap();
+        dir_remove(&mut blocks[lbn as usize], off).unwrap();
+        let s = block_slack(&blocks[lbn as usize]).unwrap();
+        h.removed(b"entry-7", lbn, s);
+        assert!(h.get(b"entry-7").is_none());
+        // A rebuilt index agrees with the maintained one.
+        let mut r = DirHash::default();
+        r.add_block(0, Some(&blocks[0])).unwrap();
+        r.add_block(1, Some(&blocks[1])).unwrap();
+        assert_eq!(r.names, h.names);
+        assert_eq!(r.slack, h.slack);
+    }
+}
