@@ -12,6 +12,7 @@
 //!   reused;
 //! - on rename, the new name before the old name is removed; on link and mkdir, the raised link
 //!   count before the new name.
+//!
 //! `Async` delays every write and orders nothing: the upper bound, and the crash tester's
 //! negative control.
 
