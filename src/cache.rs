@@ -39,6 +39,8 @@ struct Buf {
     data: Box<[u8]>,
     /// Clock time at which the buffer was first dirtied; `None` when clean.
     dirty_since: Option<u64>,
+    /// File data rather than metadata (the update policies treat the two apart).
+    is_data: bool,
 }
 
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
@@ -122,7 +124,7 @@ impl Cache {
             let mut data = vec![0u8; self.bs].into_boxed_slice();
             self.dev.read_block(bno, &mut data)?;
             self.evict_clean(1);
-            self.bufs.insert(bno, Buf { data, dirty_since: None });
+            self.bufs.insert(bno, Buf { data, dirty_since: None, is_data: false });
             self.clean.put(bno, ());
         }
         Ok(self.bufs.get_mut(&bno).expect("just loaded"))
@@ -143,10 +145,16 @@ impl Cache {
     /// A newly allocated block: zeroed without reading it, and dirty.
     pub fn create(&mut self, bno: u64) -> &mut [u8] {
         match self.bufs.get_mut(&bno) {
-            Some(b) => b.data.fill(0),
+            Some(b) => {
+                b.data.fill(0);
+                b.is_data = false;
+            }
             None => {
                 self.evict_clean(1);
-                self.bufs.insert(bno, Buf { data: vec![0u8; self.bs].into_boxed_slice(), dirty_since: None });
+                self.bufs.insert(
+                    bno,
+                    Buf { data: vec![0u8; self.bs].into_boxed_slice(), dirty_since: None, is_data: false },
+                );
                 self.clean.put(bno, ());
             }
         }
@@ -165,6 +173,18 @@ impl Cache {
                 self.dirty.insert((now, bno));
             }
         }
+    }
+
+    /// Marks a cached buffer as holding file data (it stays so until it is dropped).
+    pub fn set_data(&mut self, bno: u64) {
+        if let Some(b) = self.bufs.get_mut(&bno) {
+            b.is_data = true;
+        }
+    }
+
+    /// Dirty metadata buffers (not file data).
+    pub fn dirty_metadata(&self) -> Vec<u64> {
+        self.dirty.iter().map(|&(_, b)| b).filter(|b| self.bufs.get(b).is_some_and(|x| !x.is_data)).collect()
     }
 
     /// Drops a buffer without writing it (its block was freed).

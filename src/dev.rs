@@ -10,6 +10,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::clock::Clock;
+
 use serde::Serialize;
 use thiserror::Error;
 
@@ -314,6 +316,205 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
     }
 }
 
+/// Mechanical parameters of a disk (Ruemmler & Wilkes's model): a seek curve that is a square
+/// root for short seeks and linear for long ones, a rotation, and a media transfer rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiskModel {
+    pub name: &'static str,
+    pub cylinders: u64,
+    pub rpm: f64,
+    /// Seek time in ms for a distance of `d` cylinders: `short_a + short_b * sqrt(d)` below
+    /// `boundary`, `long_a + long_b * d` from it on.
+    pub short_a: f64,
+    pub short_b: f64,
+    pub long_a: f64,
+    pub long_b: f64,
+    pub boundary: u64,
+    /// Media transfer rate, MB/s.
+    pub transfer_mb_s: f64,
+}
+
+impl DiskModel {
+    /// A DEC RZ58 (1.38 GB, 5400 RPM) as in Mogul's experiments, about 18 ms per random access:
+    /// 10.4 ms average seek, 5.6 ms average rotational latency, 2 ms to move 8 KiB.
+    pub fn rz58() -> DiskModel {
+        DiskModel {
+            name: "rz58",
+            cylinders: 2117,
+            rpm: 5400.0,
+            short_a: 3.0,
+            short_b: 0.4,
+            long_a: 8.0,
+            long_b: 0.0035,
+            boundary: 400,
+            transfer_mb_s: 4.0,
+        }
+    }
+
+    /// A 7200 RPM drive of the 2010s: 8.5 ms average seek, 150 MB/s.
+    pub fn modern() -> DiskModel {
+        DiskModel {
+            name: "modern",
+            cylinders: 100_000,
+            rpm: 7200.0,
+            short_a: 1.0,
+            short_b: 0.05,
+            long_a: 4.0,
+            long_b: 0.000135,
+            boundary: 3000,
+            transfer_mb_s: 150.0,
+        }
+    }
+
+    pub fn by_name(name: &str) -> Option<DiskModel> {
+        match name {
+            "rz58" => Some(Self::rz58()),
+            "modern" => Some(Self::modern()),
+            _ => None,
+        }
+    }
+
+    pub fn seek_ms(&self, d: u64) -> f64 {
+        if d == 0 {
+            0.0
+        } else if d < self.boundary {
+            self.short_a + self.short_b * (d as f64).sqrt()
+        } else {
+            self.long_a + self.long_b * d as f64
+        }
+    }
+
+    pub fn rotation_ms(&self) -> f64 {
+        60_000.0 / self.rpm
+    }
+}
+
+/// One request served by a `ModelDevice`, in simulated nanoseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ModelRequest {
+    pub write: bool,
+    pub sync: bool,
+    pub bno: u64,
+    pub arrival: u64,
+    pub start: u64,
+    pub done: u64,
+}
+
+struct ModelState {
+    free_at: u64,
+    head_cyl: u64,
+    last_bno: Option<u64>,
+    rng: rand::rngs::SmallRng,
+    log: Vec<ModelRequest>,
+}
+
+/// A 1990s disk on a simulated clock (Mogul §4): one FIFO queue, a seek curve, rotational latency
+/// and transfer time. Asynchronous writes are queued at the current simulated time and occupy the
+/// disk without advancing the clock; a read or a synchronous write waits behind everything queued
+/// before it, and the clock moves to its completion (the caller waited that long). The contents
+/// live in an inner device, so the file system runs on it unchanged; the same seed gives the
+/// same times.
+pub struct ModelDevice<D: BlockDevice> {
+    inner: D,
+    model: DiskModel,
+    clock: Arc<crate::clock::SimClock>,
+    state: Mutex<ModelState>,
+}
+
+impl<D: BlockDevice> ModelDevice<D> {
+    pub fn new(inner: D, model: DiskModel, clock: Arc<crate::clock::SimClock>, seed: u64) -> Self {
+        use rand::SeedableRng;
+        ModelDevice {
+            inner,
+            model,
+            clock,
+            state: Mutex::new(ModelState {
+                free_at: 0,
+                head_cyl: 0,
+                last_bno: None,
+                rng: rand::rngs::SmallRng::seed_from_u64(seed),
+                log: Vec::new(),
+            }),
+        }
+    }
+
+    /// Every request served so far.
+    pub fn requests(&self) -> Vec<ModelRequest> {
+        self.lock().log.clone()
+    }
+
+    pub fn clear_requests(&self) {
+        self.lock().log.clear();
+    }
+
+    /// When the queue drains, in simulated ns.
+    pub fn idle_at(&self) -> u64 {
+        self.lock().free_at
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ModelState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues one request arriving now; returns its completion time.
+    fn serve(&self, st: &mut ModelState, bno: u64, write: bool, sync: bool) -> u64 {
+        use rand::Rng;
+        let now = self.clock.now_ns();
+        let start = now.max(st.free_at);
+        let per_cyl = self.inner.num_blocks().div_ceil(self.model.cylinders).max(1);
+        let cyl = bno / per_cyl;
+        let bytes = self.inner.block_size() as f64;
+        let transfer_ms = bytes / (self.model.transfer_mb_s * 1e6) * 1e3;
+        // The next block, asked for as soon as the previous one is done, streams under the head.
+        let streaming = st.last_bno == Some(bno.wrapping_sub(1)) && start == st.free_at;
+        let ms = if streaming {
+            transfer_ms
+        } else {
+            let seek = self.model.seek_ms(cyl.abs_diff(st.head_cyl));
+            let rot = st.rng.gen::<f64>() * self.model.rotation_ms();
+            seek + rot + transfer_ms
+        };
+        let done = start + (ms * 1e6) as u64;
+        st.free_at = done;
+        st.head_cyl = cyl;
+        st.last_bno = Some(bno);
+        st.log.push(ModelRequest { write, sync, bno, arrival: now, start, done });
+        done
+    }
+}
+
+impl<D: BlockDevice> BlockDevice for ModelDevice<D> {
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.inner.read_block(bno, buf)?;
+        let mut st = self.lock();
+        let done = self.serve(&mut st, bno, false, true);
+        self.clock.set(done);
+        Ok(())
+    }
+    fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
+        self.inner.write_batch(reqs, kind)?;
+        let mut st = self.lock();
+        let sync = kind == WriteKind::Sync;
+        let mut last = 0;
+        for r in reqs {
+            last = self.serve(&mut st, r.bno, true, sync);
+        }
+        if sync {
+            self.clock.set(last);
+        }
+        Ok(())
+    }
+    fn stats(&self) -> DevStats {
+        self.inner.stats()
+    }
+}
+
 impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     fn block_size(&self) -> usize {
         (**self).block_size()
@@ -365,6 +566,39 @@ mod tests {
         d.read_block(7, &mut b).unwrap();
         assert_eq!(a, b);
         assert_eq!(d.stats().flushes, 1);
+    }
+
+    #[test]
+    fn model_device_queues_writes_and_charges_reads() {
+        let clock = Arc::new(crate::clock::SimClock::new());
+        let d = ModelDevice::new(MemDevice::new(8192, 100_000), DiskModel::rz58(), clock.clone(), 7);
+        let a = vec![1u8; 8192];
+        // A random read costs about the average access time.
+        let mut b = vec![0u8; 8192];
+        let mut total = 0;
+        for i in 0..200u64 {
+            let t0 = clock.now_ns();
+            d.read_block((i * 7919 * 13) % 100_000, &mut b).unwrap();
+            total += clock.now_ns() - t0;
+        }
+        let avg_ms = total as f64 / 200.0 / 1e6;
+        assert!((12.0..24.0).contains(&avg_ms), "average access {avg_ms} ms");
+        // Queued writes do not move the clock, but a read waits behind them.
+        let reqs: Vec<WriteReq> = (0..50).map(|i| WriteReq { bno: i * 1000, data: &a }).collect();
+        let t0 = clock.now_ns();
+        d.write_batch(&reqs, WriteKind::Async).unwrap();
+        assert_eq!(clock.now_ns(), t0);
+        d.read_block(5, &mut b).unwrap();
+        assert!(clock.now_ns() - t0 > 50 * 8_000_000, "the read waited for the queued writes");
+        // The same seed gives the same times.
+        let c2 = Arc::new(crate::clock::SimClock::new());
+        let d2 = ModelDevice::new(MemDevice::new(8192, 100_000), DiskModel::rz58(), c2.clone(), 7);
+        for i in 0..200u64 {
+            d2.read_block((i * 7919 * 13) % 100_000, &mut b).unwrap();
+        }
+        d2.write_batch(&reqs, WriteKind::Async).unwrap();
+        d2.read_block(5, &mut b).unwrap();
+        assert_eq!(c2.now_ns(), clock.now_ns());
     }
 
     #[test]

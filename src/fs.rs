@@ -298,6 +298,10 @@ pub struct Fs {
     spread_dirs: bool,
     /// Name indexes of large directories (FFS's dirhash).
     dirhash: HashMap<u32, DirHash>,
+    /// Update policy `wt`: every modification is queued for writing at once.
+    write_through: bool,
+    /// Full data blocks are queued for writing as soon as they fill (Mogul's "async writes").
+    async_full_blocks: bool,
 }
 
 impl Fs {
@@ -336,6 +340,8 @@ impl Fs {
             next_gen: 1,
             spread_dirs: true,
             dirhash: HashMap::new(),
+            write_through: false,
+            async_full_blocks: false,
         };
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
@@ -424,12 +430,17 @@ impl Fs {
 
     /// Writes every dirty buffer: group headers first, then the rest in block order.
     pub fn sync_all(&mut self) -> FsResult<()> {
+        self.flush_all().map(|_| ())
+    }
+
+    /// Writes every dirty buffer (the periodic-update sweep); returns how many.
+    pub fn flush_all(&mut self) -> FsResult<usize> {
         let mut all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
         all.sort_unstable();
         for chunk in all.chunks(1024) {
             self.write_bufs(chunk, WriteKind::Async)?;
         }
-        Ok(())
+        Ok(all.len())
     }
 
     /// Writes the buffers dirty for at least `age_ns` (the aging sweep; the syncer calls it).
@@ -450,8 +461,37 @@ impl Fs {
         Ok(n)
     }
 
+    /// Update policy `wt`: queue every modification for writing at the end of each operation.
+    pub fn set_write_through(&mut self, on: bool) {
+        self.write_through = on;
+    }
+
+    /// Queue full data blocks for writing as soon as they fill, instead of delaying them.
+    pub fn set_async_full_blocks(&mut self, on: bool) {
+        self.async_full_blocks = on;
+    }
+
+    /// The file system's clock, in nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// Writes every dirty metadata buffer (the update daemon's periodic metadata sync).
+    pub fn flush_metadata(&mut self) -> FsResult<usize> {
+        let mut meta = self.cache.dirty_metadata();
+        meta.sort_unstable();
+        for chunk in meta.chunks(1024) {
+            self.write_bufs(chunk, WriteKind::Async)?;
+        }
+        Ok(meta.len())
+    }
+
     /// Keeps the cache within its size: when it is full of dirty buffers, the oldest are written.
     fn balance(&mut self) -> FsResult<()> {
+        if self.write_through {
+            self.sync_all()?;
+            return Ok(());
+        }
         if !self.cache.over_capacity() && self.cache.dirty_count() < self.cache.capacity() * 3 / 4 {
             return Ok(());
         }
@@ -1556,6 +1596,10 @@ impl Fs {
             let src = &data[(pos - off) as usize..(pos - off) as usize + n];
             let buf = if fresh || n == bs as usize { self.cache.create(bno) } else { self.cache.modify(bno)? };
             buf[boff..boff + n].copy_from_slice(src);
+            self.cache.set_data(bno);
+            if self.async_full_blocks && boff + n == bs as usize {
+                self.write_bufs(&[bno], WriteKind::Async)?;
+            }
             pos += n as u64;
             if pos > d.size {
                 d.size = pos;
@@ -1623,6 +1667,7 @@ impl Fs {
                 let (bno, _) = self.bmap(ino, d, size / bs, false)?;
                 if bno != 0 {
                     self.cache.modify(bno)?[(size % bs) as usize..].fill(0);
+                    self.cache.set_data(bno);
                 }
             }
             d.size = size;

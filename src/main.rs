@@ -13,7 +13,7 @@ use sufs::dev::{BlockDevice, FileDevice};
 use sufs::format::Superblock;
 use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
 use sufs::fuse::{lock, SufsFuse};
-use sufs::syncer::{Syncer, SyncerOptions};
+use sufs::syncer::{Syncer, SyncerOptions, UpdatePolicy};
 use sufs::{format, fsck};
 
 #[derive(Parser)]
@@ -61,6 +61,18 @@ enum Cmd {
         /// Mount read-only.
         #[arg(long)]
         ro: bool,
+        /// Update policy: when delayed writes go to disk (Mogul 1994).
+        #[arg(long, value_enum, default_value_t = UpdatePolicy::Aipu)]
+        update: UpdatePolicy,
+        /// Seconds a buffer may stay dirty under aipu.
+        #[arg(long, default_value_t = 30)]
+        age: u64,
+        /// Seconds between sweeps (default: 1 for aipu and wt, 30 for pu).
+        #[arg(long)]
+        interval: Option<u64>,
+        /// Queue full data blocks for writing as soon as they fill, instead of delaying them.
+        #[arg(long)]
+        async_full_blocks: bool,
     },
     /// Unmount and wait until sufs has written everything and marked the image clean.
     Umount { dir: PathBuf },
@@ -110,8 +122,27 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Mkfs { image, size, block_size, inodes } => cmd_mkfs(&image, size, block_size, inodes).map(|_| 0),
-        Cmd::Mount { image, dir, ordering, foreground, stats, cache, size, ro } => {
-            cmd_mount(&image, &dir, ordering, foreground, stats, cache, size, ro).map(|_| 0)
+        Cmd::Mount {
+            image,
+            dir,
+            ordering,
+            foreground,
+            stats,
+            cache,
+            size,
+            ro,
+            update,
+            age,
+            interval,
+            async_full_blocks,
+        } => {
+            let mut sync = SyncerOptions::for_policy(update);
+            sync.age = Duration::from_secs(age);
+            if let Some(i) = interval {
+                sync.interval = Duration::from_secs(i.max(1));
+            }
+            let m = MountArgs { ordering, foreground, stats, cache, size, ro, sync, async_full_blocks };
+            cmd_mount(&image, &dir, m).map(|_| 0)
         }
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
         Cmd::Fsck { image, yes } => cmd_fsck(&image, yes),
@@ -184,17 +215,19 @@ fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Superblock), 
     Ok((dev, sb))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn cmd_mount(
-    image: &Path,
-    dir: &Path,
+struct MountArgs {
     ordering: Ordering,
     foreground: bool,
     stats: Option<PathBuf>,
     cache: u64,
     size: u64,
     ro: bool,
-) -> Result<(), Fail> {
+    sync: SyncerOptions,
+    async_full_blocks: bool,
+}
+
+fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
+    let MountArgs { ordering, foreground, stats, cache, size, ro, sync, async_full_blocks } = args;
     if !image.exists() {
         cmd_mkfs(image, Some(size), 4096, None)?;
     }
@@ -211,8 +244,9 @@ fn cmd_mount(
     }
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let opts = MountOptions { ordering, cache_blocks: (cache / sb.block_size as u64) as usize, readonly: ro };
-    let fs = Fs::mount(Arc::new(dev), opts, clock)
+    let mut fs = Fs::mount(Arc::new(dev), opts, clock)
         .map_err(|e| Fail(format!("cannot mount {}: {e}", image.display()), 32))?;
+    fs.set_async_full_blocks(async_full_blocks);
     let shared = Arc::new(Mutex::new(fs));
 
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
@@ -241,7 +275,7 @@ fn cmd_mount(
             }
         }
     });
-    let mut syncer = Syncer::start(shared.clone(), SyncerOptions::default());
+    let mut syncer = Syncer::start(shared.clone(), sync);
     notify_ready();
     let run = session.run();
     handle.close();
