@@ -2,6 +2,7 @@
 //! Mogul 1994, and the Block Register (Depoutovitch & Warkentin). See DESIGN.md for the map.
 
 pub mod alloc;
+pub mod bench;
 pub mod cache;
 pub mod clock;
 pub mod dev;

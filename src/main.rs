@@ -86,6 +86,35 @@ enum Cmd {
     },
     /// Print the superblock and the per-group counts.
     Dumpfs { image: PathBuf },
+    /// Experiments that reproduce the papers' figures, on a simulated disk.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Mogul 1994 §4.1: read response time under PU and AIPU, with delayed and async full-block
+    /// writes; and the kernel-build-like workload's blocks written per policy (Table 4-3).
+    UpdatePolicy {
+        #[arg(long, default_value_t = 6)]
+        trials: u32,
+        /// Simulated seconds per trial.
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+        /// Disk model: rz58 (the paper's) or modern.
+        #[arg(long, default_value = "rz58")]
+        disk: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Directory for the SVG plots.
+        #[arg(long, default_value = "bench-out")]
+        out: PathBuf,
+        /// Also write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -147,6 +176,9 @@ fn main() -> ExitCode {
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
         Cmd::Fsck { image, yes } => cmd_fsck(&image, yes),
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
+        Cmd::Bench { which: BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json } } => {
+            cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
+        }
     };
     match r {
         Ok(code) => ExitCode::from(code),
@@ -432,6 +464,56 @@ fn cmd_fsck(image: &Path, repair: bool) -> Result<u8, Fail> {
     } else {
         4
     })
+}
+
+fn cmd_bench_update(
+    trials: u32,
+    seconds: u64,
+    disk: &str,
+    seed: u64,
+    out: &Path,
+    json: Option<PathBuf>,
+) -> Result<(), Fail> {
+    use sufs::bench;
+    let disk = sufs::dev::DiskModel::by_name(disk)
+        .ok_or_else(|| Fail(format!("unknown disk model {disk:?} (rz58, modern)"), 2))?;
+    let o = bench::UpdateBenchOptions { trials, seconds, disk: disk.clone(), seed, ..Default::default() };
+    let bar = indicatif::ProgressBar::new(4 * trials as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} trials  {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let results = bench::update_policy(&o, |label, t| {
+        bar.set_message(format!("{label} trial {t}"));
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    println!(
+        "Mogul 1994 §4.1 on the {} model: {} trials of {} simulated s each, cache {} blocks of {} bytes, seed {}\n",
+        disk.name, trials, seconds, o.cache_blocks, o.block_size, seed
+    );
+    print!("{}", bench::update_policy_report(&results));
+    let pu = &results[0];
+    let aipu = &results[2];
+    println!(
+        "\nAIPU vs PU (delayed writes): max read response {:.1}x lower, std {:.1}x lower, mean {:.2}x",
+        pu.max_ms / aipu.max_ms.max(1e-9),
+        pu.std_ms / aipu.std_ms.max(1e-9),
+        aipu.mean_ms / pu.mean_ms.max(1e-9)
+    );
+    let build = bench::kernel_build(&disk, 300, seed)?;
+    println!("\nkernel-build-like workload (Table 4-3), 300 units:");
+    println!("{:<6} {:>15} {:>12}", "policy", "blocks written", "redirties");
+    for b in &build {
+        println!("{:<6} {:>15} {:>12}", b.policy.to_string(), b.blocks_written, b.redirties);
+    }
+    bench::update_policy_plots(&results, out).map_err(|e| Fail(format!("plots: {e}"), 1))?;
+    println!("\nplots: {}/update-policy-histogram.svg, {}/update-policy-bursts.svg", out.display(), out.display());
+    if let Some(j) = json {
+        let v = serde_json::json!({ "update_policy": results, "kernel_build": build });
+        std::fs::write(&j, serde_json::to_string_pretty(&v)?).map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
+    }
+    Ok(())
 }
 
 fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {

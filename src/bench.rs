@@ -1,0 +1,474 @@
+//! Experiments that reproduce the papers' measurements. `update_policy` is Mogul 1994 §4.1: a
+//! read-load generator reading random blocks of a file larger than the buffer cache as fast as
+//! it can, against a write-load generator that dirties half the cache every 30 s without
+//! touching a block twice a minute, under PU and AIPU, each with delayed and with async full-block
+//! writes. `kernel_build` is the §4.2-like workload behind Table 4-3: many files written,
+//! rewritten and deleted, counting blocks written per policy.
+//!
+//! Everything runs on `ModelDevice` in simulated time, so a ten-minute trial takes seconds and the
+//! same seed gives the same numbers.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::clock::{Clock, SimClock};
+use crate::dev::{BlockDevice, DiskModel, MemDevice, ModelDevice};
+use crate::format::ROOT_INO;
+use crate::fs::{mkfs, Fs, FsResult, MkfsOptions, MountOptions, Ordering};
+use crate::syncer::{Sweeper, SyncerOptions, UpdatePolicy};
+
+const NS_PER_MS: f64 = 1e6;
+const SEC: u64 = 1_000_000_000;
+
+#[derive(Debug, Clone)]
+pub struct UpdateBenchOptions {
+    pub trials: u32,
+    pub seconds: u64,
+    pub disk: DiskModel,
+    pub block_size: u32,
+    /// Buffer cache size in blocks (Mogul's faster system: 1228 blocks of 8 KiB).
+    pub cache_blocks: usize,
+    /// CPU time of one read request, so that cache hits still take time.
+    pub read_cpu_us: u64,
+    pub seed: u64,
+}
+
+impl Default for UpdateBenchOptions {
+    fn default() -> Self {
+        UpdateBenchOptions {
+            trials: 6,
+            seconds: 600,
+            disk: DiskModel::rz58(),
+            block_size: 8192,
+            cache_blocks: 1228,
+            read_cpu_us: 500,
+            seed: 1,
+        }
+    }
+}
+
+/// One configuration of §4.1: a policy, and whether full data blocks are written at once.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct UpdateConfig {
+    pub policy: UpdatePolicy,
+    pub async_full_blocks: bool,
+}
+
+impl UpdateConfig {
+    pub fn label(&self) -> String {
+        format!(
+            "{} {}",
+            self.policy.to_string().to_uppercase(),
+            if self.async_full_blocks { "async" } else { "delayed" }
+        )
+    }
+}
+
+/// Read response times and write bursts of one configuration over all trials.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpdateResult {
+    pub config: UpdateConfig,
+    pub label: String,
+    pub reads: u64,
+    pub mean_ms: f64,
+    pub std_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// Mean and standard deviation of each trial.
+    pub trial_means_ms: Vec<f64>,
+    pub trial_stds_ms: Vec<f64>,
+    /// Read response times in log2 buckets of ms: bucket 0 is < 1 ms, bucket i is [2^(i-1), 2^i).
+    pub histogram: Vec<u64>,
+    /// Writes queued by each sweep, over all trials.
+    pub bursts: Vec<usize>,
+    pub blocks_written: u64,
+}
+
+fn bucket(ms: f64) -> usize {
+    if ms < 1.0 {
+        0
+    } else {
+        (ms.log2().floor() as usize + 1).min(20)
+    }
+}
+
+struct Trial {
+    read_ns: Vec<u64>,
+    bursts: Vec<usize>,
+    blocks_written: u64,
+}
+
+fn new_fs(
+    disk: &DiskModel,
+    bs: u32,
+    cache_blocks: usize,
+    seed: u64,
+) -> FsResult<(Fs, Arc<SimClock>, Arc<ModelDevice<MemDevice>>)> {
+    let clock = Arc::new(SimClock::new());
+    let nblocks = 1_380_000_000 / bs as u64;
+    let dev = Arc::new(ModelDevice::new(MemDevice::new(bs as usize, nblocks), disk.clone(), clock.clone(), seed));
+    let d: Arc<dyn BlockDevice> = dev.clone();
+    mkfs(d.clone(), &MkfsOptions { block_size: bs, zeroed: true, ..Default::default() }, clock.wall())?;
+    let c: Arc<dyn Clock> = clock.clone();
+    let fs = Fs::mount(d, MountOptions { ordering: Ordering::Sync, cache_blocks, readonly: false }, c)?;
+    Ok((fs, clock, dev))
+}
+
+fn run_trial(cfg: UpdateConfig, o: &UpdateBenchOptions, seed: u64) -> FsResult<Trial> {
+    let (mut fs, clock, dev) = new_fs(&o.disk, o.block_size, o.cache_blocks, seed)?;
+    fs.set_async_full_blocks(cfg.async_full_blocks);
+    let bs = o.block_size as u64;
+    let read_blocks = o.cache_blocks as u64 * 4;
+    let half = (o.cache_blocks / 2) as u64;
+    let block = vec![0x5au8; bs as usize];
+    // Setup, not measured: the file to read (four times the cache) and the file to write.
+    let (rino, _) = fs.create(ROOT_INO, b"read", 0o644, 0, 0)?;
+    let (wino, _) = fs.create(ROOT_INO, b"write", 0o644, 0, 0)?;
+    let chunk = vec![0x11u8; 64 * bs as usize];
+    for i in (0..read_blocks).step_by(64) {
+        fs.write(rino, i * bs, &chunk)?;
+    }
+    for i in (0..2 * half).step_by(64) {
+        fs.write(wino, i * bs, &chunk[..(64.min(2 * half - i) * bs) as usize])?;
+    }
+    fs.flush_all()?;
+    clock.set(dev.idle_at() + SEC);
+    let writes0 = fs.stats().device.writes();
+    let start = clock.now_ns();
+    let end = start + o.seconds * SEC;
+    let mut sweeper = Sweeper::new(SyncerOptions::for_policy(cfg.policy), &mut fs);
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ 0x5eed);
+    let spacing = 30 * SEC / half.max(1);
+    let mut next_write = start;
+    let mut written = 0u64;
+    let mut read_ns = Vec::new();
+    loop {
+        let now = clock.now_ns();
+        if now >= end {
+            break;
+        }
+        // The writer: half the cache every 30 s, alternating halves of its file, so no block is
+        // touched twice a minute.
+        while next_write <= now {
+            let period = written / half;
+            let blk = (period % 2) * half + written % half;
+            fs.write(wino, blk * bs, &block)?;
+            written += 1;
+            next_write += spacing;
+        }
+        if sweeper.next_due() <= now {
+            sweeper.tick(&mut fs)?;
+        }
+        // The reader, as fast as it can.
+        clock.advance(o.read_cpu_us * 1000);
+        let lbn = rng.gen_range(0..read_blocks);
+        let t0 = clock.now_ns();
+        fs.read(rino, lbn * bs, bs as usize)?;
+        read_ns.push(clock.now_ns() - t0);
+    }
+    Ok(Trial { read_ns, bursts: sweeper.bursts, blocks_written: fs.stats().device.writes() - writes0 })
+}
+
+fn mean_std(xs: &[f64]) -> (f64, f64) {
+    if xs.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = xs.len() as f64;
+    let m = xs.iter().sum::<f64>() / n;
+    let v = xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n;
+    (m, v.sqrt())
+}
+
+/// Runs every configuration; `progress` is called after each trial.
+pub fn update_policy(o: &UpdateBenchOptions, mut progress: impl FnMut(&str, u32)) -> FsResult<Vec<UpdateResult>> {
+    let mut out = Vec::new();
+    for policy in [UpdatePolicy::Pu, UpdatePolicy::Aipu] {
+        for async_full_blocks in [false, true] {
+            let config = UpdateConfig { policy, async_full_blocks };
+            let mut all = Vec::new();
+            let mut trial_means = Vec::new();
+            let mut trial_stds = Vec::new();
+            let mut bursts = Vec::new();
+            let mut blocks_written = 0;
+            for t in 0..o.trials {
+                let tr = run_trial(config, o, o.seed + t as u64)?;
+                let ms: Vec<f64> = tr.read_ns.iter().map(|&n| n as f64 / NS_PER_MS).collect();
+                let (m, s) = mean_std(&ms);
+                trial_means.push(m);
+                trial_stds.push(s);
+                all.extend(ms);
+                bursts.extend(tr.bursts);
+                blocks_written += tr.blocks_written;
+                progress(&config.label(), t + 1);
+            }
+            let (mean_ms, std_ms) = mean_std(&all);
+            let mut sorted = all.clone();
+            sorted.sort_by(|a, b| a.total_cmp(b));
+            let p99_ms = sorted.get(sorted.len() * 99 / 100).copied().unwrap_or(0.0);
+            let max_ms = sorted.last().copied().unwrap_or(0.0);
+            let mut histogram = vec![0u64; 21];
+            for &x in &all {
+                histogram[bucket(x)] += 1;
+            }
+            out.push(UpdateResult {
+                config,
+                label: config.label(),
+                reads: all.len() as u64,
+                mean_ms,
+                std_ms,
+                p99_ms,
+                max_ms,
+                trial_means_ms: trial_means,
+                trial_stds_ms: trial_stds,
+                histogram,
+                bursts,
+                blocks_written,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The results as a table, with the histogram and the burst sizes.
+pub fn update_policy_report(rs: &[UpdateResult]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<14} {:>8} {:>9} {:>9} {:>9} {:>10} {:>9} {:>10}",
+        "config", "reads", "mean ms", "std ms", "p99 ms", "max ms", "bursts", "max burst"
+    );
+    for r in rs {
+        let _ = writeln!(
+            s,
+            "{:<14} {:>8} {:>9.2} {:>9.2} {:>9.1} {:>10.1} {:>9} {:>10}",
+            r.label,
+            r.reads,
+            r.mean_ms,
+            r.std_ms,
+            r.p99_ms,
+            r.max_ms,
+            r.bursts.len(),
+            r.bursts.iter().max().copied().unwrap_or(0)
+        );
+    }
+    let _ = writeln!(s, "\nread response time histogram (reads per log2 bucket, all trials):");
+    let last = rs.iter().filter_map(|r| r.histogram.iter().rposition(|&c| c > 0)).max().unwrap_or(0);
+    let _ = write!(s, "{:<14}", "bucket ms");
+    for b in 0..=last {
+        let _ = write!(s, " {:>7}", if b == 0 { "<1".to_string() } else { format!("<{}", 1u64 << b) });
+    }
+    let _ = writeln!(s);
+    for r in rs {
+        let _ = write!(s, "{:<14}", r.label);
+        for b in 0..=last {
+            let _ = write!(s, " {:>7}", r.histogram[b]);
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "\nwrites queued per sweep (burst sizes, all trials):");
+    for r in rs {
+        let mut hist = [0usize; 16];
+        for &b in &r.bursts {
+            hist[if b == 0 { 0 } else { ((b as f64).log2() as usize + 1).min(15) }] += 1;
+        }
+        let nz: Vec<String> = hist
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(i, c)| if i == 0 { format!("0:{c}") } else { format!("<{}:{c}", 1usize << i) })
+            .collect();
+        let _ = writeln!(s, "{:<14} {}", r.label, nz.join(" "));
+    }
+    s
+}
+
+/// Writes the histogram (Mogul's Figures 4-3/4-4) and the burst sizes (Figure 4-7) as SVG.
+pub fn update_policy_plots(rs: &[UpdateResult], dir: &Path) -> Result<(), String> {
+    use plotters::prelude::*;
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let colors = [RED, BLUE, GREEN, MAGENTA];
+    let hist_path = dir.join("update-policy-histogram.svg");
+    {
+        let root = SVGBackend::new(&hist_path, (900, 540)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let maxc = rs.iter().flat_map(|r| r.histogram.iter()).copied().max().unwrap_or(1).max(1) as f64;
+        let mut chart = ChartBuilder::on(&root)
+            .caption("Read response time (reads per log2 bucket)", ("sans-serif", 20))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..21f64, (0.5f64..maxc * 2.0).log_scale())
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("response time bucket: 0 = <1 ms, k = [2^(k-1), 2^k) ms")
+            .y_desc("reads")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, r) in rs.iter().enumerate() {
+            let c = colors[i % colors.len()];
+            let pts: Vec<(f64, f64)> =
+                r.histogram.iter().enumerate().filter(|(_, &n)| n > 0).map(|(b, &n)| (b as f64, n as f64)).collect();
+            chart
+                .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(r.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE)
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    let burst_path = dir.join("update-policy-bursts.svg");
+    {
+        let root = SVGBackend::new(&burst_path, (900, 540)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let maxb = rs.iter().flat_map(|r| r.bursts.iter()).copied().max().unwrap_or(1).max(1) as f64;
+        let mut chart = ChartBuilder::on(&root)
+            .caption("Writes queued per sweep (sorted, all trials)", ("sans-serif", 20))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..1f64, (0.5f64..maxb * 2.0).log_scale())
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("fraction of sweeps")
+            .y_desc("writes in the burst")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, r) in rs.iter().enumerate() {
+            let c = colors[i % colors.len()];
+            let mut b: Vec<usize> = r.bursts.iter().copied().filter(|&x| x > 0).collect();
+            b.sort_unstable();
+            let n = b.len().max(1) as f64;
+            let pts: Vec<(f64, f64)> = b.iter().enumerate().map(|(k, &x)| (k as f64 / n, x as f64)).collect();
+            chart
+                .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(r.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE)
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Table 4-3: blocks written and dirty-block re-modifications of a kernel-build-like workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct BuildResult {
+    pub policy: UpdatePolicy,
+    pub blocks_written: u64,
+    pub redirties: u64,
+}
+
+/// Compiles `units` files, one every 2 simulated seconds: each writes an object file, appends to
+/// a log, writes a temporary file that is deleted 5 s later, and every 20 units the "kernel" is
+/// relinked (rewritten whole). Everything left dirty is written at the end.
+pub fn kernel_build(disk: &DiskModel, units: u32, seed: u64) -> FsResult<Vec<BuildResult>> {
+    let mut out = Vec::new();
+    for policy in [UpdatePolicy::Wt, UpdatePolicy::Pu, UpdatePolicy::Aipu] {
+        let (mut fs, clock, _dev) = new_fs(disk, 8192, 1228, seed)?;
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let (src, _) = fs.mkdir(ROOT_INO, b"obj", 0o755, 0, 0)?;
+        let (log, _) = fs.create(ROOT_INO, b"build.log", 0o644, 0, 0)?;
+        fs.flush_all()?;
+        let w0 = fs.stats().device.writes();
+        let r0 = fs.stats().cache.redirties;
+        let mut sweeper = Sweeper::new(SyncerOptions::for_policy(policy), &mut fs);
+        let mut temps: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut log_off = 0u64;
+        let start = clock.now_ns();
+        for u in 0..units {
+            let t = start + u as u64 * 2 * SEC;
+            // Deletions and sweeps due before this unit.
+            while let Some((due, _)) = temps.first() {
+                if *due > t {
+                    break;
+                }
+                let (due, name) = temps.remove(0);
+                clock.set(clock.now_ns().max(due));
+                if sweeper.next_due() <= clock.now_ns() {
+                    sweeper.tick(&mut fs)?;
+                }
+                fs.unlink(src, &name)?;
+            }
+            while sweeper.next_due() <= t {
+                clock.set(clock.now_ns().max(sweeper.next_due()));
+                sweeper.tick(&mut fs)?;
+            }
+            clock.set(clock.now_ns().max(t));
+            let size = rng.gen_range(1..6) * 8192 + rng.gen_range(0..8192);
+            let (o, _) = fs.create(src, format!("unit{u}.o").as_bytes(), 0o644, 0, 0)?;
+            fs.write(o, 0, &vec![u as u8; size])?;
+            let tmp = format!("unit{u}.tmp").into_bytes();
+            let (tf, _) = fs.create(src, &tmp, 0o644, 0, 0)?;
+            fs.write(tf, 0, &vec![1u8; 8 * 8192])?;
+            temps.push((t + 5 * SEC, tmp));
+            let line = format!("compiled unit {u}\n");
+            fs.write(log, log_off, line.as_bytes())?;
+            log_off += line.len() as u64;
+            if u % 20 == 19 {
+                let (k, _) = match fs.lookup(ROOT_INO, b"kernel") {
+                    Ok(x) => x,
+                    Err(_) => fs.create(ROOT_INO, b"kernel", 0o755, 0, 0)?,
+                };
+                fs.write(k, 0, &vec![u as u8; 64 * 8192])?;
+            }
+        }
+        for (_, name) in std::mem::take(&mut temps) {
+            fs.unlink(src, &name)?;
+        }
+        fs.flush_all()?;
+        out.push(BuildResult {
+            policy,
+            blocks_written: fs.stats().device.writes() - w0,
+            redirties: fs.stats().cache.redirties - r0,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn update_policy_is_deterministic_and_aipu_spreads_writes() {
+        let o = UpdateBenchOptions { trials: 1, seconds: 90, cache_blocks: 256, ..Default::default() };
+        let a = update_policy(&o, |_, _| {}).unwrap();
+        let b = update_policy(&o, |_, _| {}).unwrap();
+        assert_eq!(a.len(), 4);
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.mean_ms, y.mean_ms);
+            assert_eq!(x.bursts, y.bursts);
+            assert!(x.reads > 1000);
+        }
+        let pu = &a[0];
+        let aipu = &a[2];
+        assert!(pu.bursts.iter().max() > aipu.bursts.iter().max(), "PU writes in larger bursts");
+    }
+
+    #[test]
+    fn kernel_build_counts_writes_per_policy() {
+        let r = kernel_build(&DiskModel::rz58(), 60, 3).unwrap();
+        assert_eq!(r.len(), 3);
+        let wt = r[0].blocks_written;
+        let aipu = r[2].blocks_written;
+        assert!(wt > aipu, "write-through writes more than aipu ({wt} vs {aipu})");
+    }
+}
