@@ -24,15 +24,18 @@ use crate::dev::{BlockDevice, DevError, WriteKind, WriteReq};
 pub trait WriteHooks {
     /// May change `copy` (what goes to the device) but not the buffer itself.
     fn before_write(&mut self, bno: u64, copy: &mut [u8]);
-    /// Called once the write of `bno` is durable.
-    fn after_write(&mut self, bno: u64);
+    /// Called once the write of `bno` is durable. Returns true if the copy written was rolled
+    /// back somewhere, so the buffer still holds changes that are not on disk and stays dirty.
+    fn after_write(&mut self, bno: u64) -> bool;
 }
 
 /// Hooks that change nothing.
 pub struct NoHooks;
 impl WriteHooks for NoHooks {
     fn before_write(&mut self, _: u64, _: &mut [u8]) {}
-    fn after_write(&mut self, _: u64) {}
+    fn after_write(&mut self, _: u64) -> bool {
+        false
+    }
 }
 
 struct Buf {
@@ -246,12 +249,14 @@ impl Cache {
         let reqs: Vec<WriteReq> = copies.iter().map(|(bno, d)| WriteReq { bno: *bno, data: d }).collect();
         self.dev.write_batch(&reqs, kind)?;
         for (bno, _) in &copies {
+            if hooks.after_write(*bno) {
+                continue; // rolled back: the current contents still have to go
+            }
             let b = self.bufs.get_mut(bno).expect("written buffer is cached");
             if let Some(t) = b.dirty_since.take() {
                 self.dirty.remove(&(t, *bno));
                 self.clean.put(*bno, ());
             }
-            hooks.after_write(*bno);
         }
         self.evict_clean(0);
         Ok(copies.len())
@@ -306,7 +311,9 @@ mod tests {
             fn before_write(&mut self, _: u64, copy: &mut [u8]) {
                 copy[0] = 0;
             }
-            fn after_write(&mut self, _: u64) {}
+            fn after_write(&mut self, _: u64) -> bool {
+                false
+            }
         }
         let (mut c, dev, _) = cache(64);
         c.create(7)[0] = 9;

@@ -27,10 +27,13 @@ use crate::clock::Clock;
 use crate::dev::{BlockDevice, DevError, DevStats, WriteKind, WriteReq};
 use crate::dirhash::{block_slack, DirHash, DIRHASH_MIN_BLOCKS};
 use crate::format::*;
+use crate::softdep::{PtrSlot, Softdep, Task};
 
 /// How dependent metadata writes are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum Ordering {
+    /// Soft updates: delayed writes, with per-pointer roll-back of unsatisfied dependencies.
+    Softdep,
     /// Traditional FFS: synchronous writes order dependent metadata.
     Sync,
     /// No ordering at all: every metadata write is delayed.
@@ -40,6 +43,7 @@ pub enum Ordering {
 impl std::fmt::Display for Ordering {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            Ordering::Softdep => "softdep",
             Ordering::Sync => "sync",
             Ordering::Async => "async",
         })
@@ -260,18 +264,25 @@ pub struct FsStats {
     pub cache_hit_rate: f64,
 }
 
-/// Seals group headers (their checksum) in the copy that goes to the device.
-struct Sealer {
+/// What happens around every write: soft updates roll back unsatisfied dependencies in the
+/// copy (and forward after), and group headers are sealed with their checksum.
+struct Hooks {
     bpg: u64,
+    softdep: Option<Softdep>,
 }
 
-impl WriteHooks for Sealer {
+impl WriteHooks for Hooks {
     fn before_write(&mut self, bno: u64, copy: &mut [u8]) {
+        if let Some(sd) = self.softdep.as_mut() {
+            sd.before_write(bno, copy);
+        }
         if bno % self.bpg == 1 {
             CgHeader::seal(copy);
         }
     }
-    fn after_write(&mut self, _bno: u64) {}
+    fn after_write(&mut self, bno: u64) -> bool {
+        self.softdep.as_mut().is_some_and(|sd| sd.after_write(bno))
+    }
 }
 
 /// Where an entry lives: the directory block and the byte offset in it.
@@ -287,7 +298,7 @@ pub struct Fs {
     pub sb: Superblock,
     cache: Cache,
     alloc: Alloc,
-    sealer: Sealer,
+    hooks: Hooks,
     ordering: Ordering,
     clock: Arc<dyn Clock>,
     readonly: bool,
@@ -302,6 +313,9 @@ pub struct Fs {
     write_through: bool,
     /// Full data blocks are queued for writing as soon as they fill (Mogul's "async writes").
     async_full_blocks: bool,
+    /// Soft updates' memory bound: past this many dependency structures, everything is
+    /// flushed before new ones are made.
+    softdep_limit: usize,
 }
 
 impl Fs {
@@ -329,7 +343,10 @@ impl Fs {
         sb.free_inodes = alloc.free_inodes();
         sb.ndirs = alloc.ndirs();
         let mut fs = Fs {
-            sealer: Sealer { bpg: sb.blocks_per_group as u64 },
+            hooks: Hooks {
+                bpg: sb.blocks_per_group as u64,
+                softdep: (opts.ordering == Ordering::Softdep).then(|| Softdep::new(&sb)),
+            },
             sb,
             cache,
             alloc,
@@ -342,10 +359,16 @@ impl Fs {
             dirhash: HashMap::new(),
             write_through: false,
             async_full_blocks: false,
+            softdep_limit: 200_000,
         };
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
             fs.sb.flags &= !SB_CLEAN;
+            if fs.ordering == Ordering::Softdep {
+                fs.sb.flags |= SB_SOFTDEP;
+            } else {
+                fs.sb.flags &= !SB_SOFTDEP;
+            }
             fs.sb.mount_count += 1;
             fs.sb.mount_time = fs.clock.wall().0;
             fs.write_superblock()?;
@@ -389,7 +412,7 @@ impl Fs {
         for ino in orphans {
             let d = self.iget(ino)?;
             if d.nlink == 0 {
-                self.release_inode(ino, d)?;
+                self.release_inode(ino, d, vec![])?;
             }
         }
         self.sync_all()?;
@@ -412,10 +435,10 @@ impl Fs {
                 .filter(|&b| self.cache.is_dirty(b))
                 .collect();
             if !cgs.is_empty() {
-                self.cache.write(&cgs, WriteKind::Sync, &mut self.sealer)?;
+                self.cache.write(&cgs, WriteKind::Sync, &mut self.hooks)?;
             }
         }
-        self.cache.write(bnos, kind, &mut self.sealer)?;
+        self.cache.write(bnos, kind, &mut self.hooks)?;
         Ok(())
     }
 
@@ -424,13 +447,136 @@ impl Fs {
     fn order_write(&mut self, bnos: &[u64]) -> FsResult<()> {
         match self.ordering {
             Ordering::Sync => self.write_bufs(bnos, WriteKind::Sync),
-            Ordering::Async => Ok(()),
+            Ordering::Async | Ordering::Softdep => Ok(()),
         }
     }
 
-    /// Writes every dirty buffer: group headers first, then the rest in block order.
+    fn sd(&mut self) -> Option<&mut Softdep> {
+        self.hooks.softdep.as_mut()
+    }
+
+    /// Sets soft updates' memory bound (dependency structures kept before a forced flush).
+    pub fn set_softdep_limit(&mut self, n: usize) {
+        self.softdep_limit = n.max(64);
+    }
+
+    /// Soft updates' counters, if mounted with soft updates.
+    pub fn softdep_stats(&self) -> Option<crate::softdep::SoftdepStats> {
+        self.hooks.softdep.as_ref().map(|s| s.stats.clone())
+    }
+
+    /// Writes everything and runs every task until nothing is pending (unmount, fsync, sync).
+    /// With soft updates this takes a few rounds: each write satisfies dependencies that let the
+    /// next one carry more.
     pub fn sync_all(&mut self) -> FsResult<()> {
-        self.flush_all().map(|_| ())
+        for _ in 0..64 {
+            self.run_tasks()?;
+            self.flush_all()?;
+            self.run_tasks()?;
+            let idle = self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle());
+            if idle && self.cache.dirty_count() == 0 {
+                return Ok(());
+            }
+        }
+        Err(FsError::Corrupt("dependencies did not drain after 64 rounds of writes".into()))
+    }
+
+    /// Runs the task list: work that completed writes made possible (soft updates' dirrem,
+    /// freeblks and freefile).
+    pub fn run_tasks(&mut self) -> FsResult<()> {
+        while let Some(t) = self.hooks.softdep.as_mut().and_then(|s| s.tasks.pop()) {
+            self.hooks.softdep.as_mut().expect("softdep").stats.tasks_run += 1;
+            self.run_task(t)?;
+        }
+        Ok(())
+    }
+
+    /// Soft updates hold freed blocks and inodes until the nullified pointers are on disk; when
+    /// an allocation finds the maps full, write until those frees complete. Only the free-map
+    /// tasks run here: this is called in the middle of an operation, which may hold inodes.
+    fn reclaim(&mut self) -> FsResult<bool> {
+        let mut any = false;
+        for _ in 0..8 {
+            let (pb, pi) = match self.hooks.softdep.as_ref() {
+                Some(s) => s.pending_frees(),
+                None => return Ok(any),
+            };
+            if pb == 0 && pi == 0 {
+                break;
+            }
+            let mut all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
+            all.sort_unstable();
+            self.cache.write(&all, WriteKind::Async, &mut self.hooks)?;
+            let free = self.sd().map(|s| s.take_free_tasks()).unwrap_or_default();
+            for t in free {
+                any = true;
+                match t {
+                    Task::FreeBlocks { blocks, then } => {
+                        for b in blocks {
+                            self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+                        }
+                        // What follows (link drops) waits for the task list proper.
+                        if let Some(sd) = self.sd() {
+                            sd.tasks.extend(then);
+                        }
+                    }
+                    other => self.run_task(other)?,
+                }
+            }
+        }
+        Ok(any)
+    }
+
+    fn alloc_block(&mut self, pref: u64) -> FsResult<u64> {
+        match self.alloc.alloc_block(&mut self.cache, &self.sb, pref) {
+            Err(AllocError::NoSpace) if self.reclaim()? => {
+                Ok(self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?)
+            }
+            r => Ok(r?),
+        }
+    }
+
+    fn run_task(&mut self, t: Task) -> FsResult<()> {
+        match t {
+            Task::DropLink(ino) => {
+                if let Some(sd) = self.sd() {
+                    sd.take_pending_unlink(ino);
+                }
+                self.drop_link(ino)
+            }
+            Task::RmdirChild { child, parent } => {
+                if let Some(sd) = self.sd() {
+                    sd.take_pending_unlink(child);
+                    sd.take_pending_unlink(child);
+                }
+                let mut d = self.iget(child)?;
+                d.nlink = 0;
+                self.touch_c(&mut d);
+                let then: Vec<Task> = parent.into_iter().map(Task::DropLink).collect();
+                if self.open.contains_key(&child) {
+                    self.iput(child, &d)?;
+                    for t in then {
+                        self.run_task(t)?;
+                    }
+                    Ok(())
+                } else {
+                    self.release_inode(child, d, then)
+                }
+            }
+            Task::FreeBlocks { blocks, then } => {
+                for b in blocks {
+                    self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+                }
+                for t in then {
+                    self.run_task(t)?;
+                }
+                Ok(())
+            }
+            Task::FreeInode { ino, is_dir } => {
+                self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
+                Ok(())
+            }
+        }
     }
 
     /// Writes every dirty buffer (the periodic-update sweep); returns how many.
@@ -440,6 +586,7 @@ impl Fs {
         for chunk in all.chunks(1024) {
             self.write_bufs(chunk, WriteKind::Async)?;
         }
+        self.run_tasks()?;
         Ok(all.len())
     }
 
@@ -458,6 +605,7 @@ impl Fs {
         for chunk in ready.chunks(1024) {
             self.write_bufs(chunk, WriteKind::Async)?;
         }
+        self.run_tasks()?;
         Ok(n)
     }
 
@@ -483,11 +631,17 @@ impl Fs {
         for chunk in meta.chunks(1024) {
             self.write_bufs(chunk, WriteKind::Async)?;
         }
+        self.run_tasks()?;
         Ok(meta.len())
     }
 
     /// Keeps the cache within its size: when it is full of dirty buffers, the oldest are written.
     fn balance(&mut self) -> FsResult<()> {
+        self.run_tasks()?;
+        if self.hooks.softdep.as_ref().is_some_and(|s| s.count() > self.softdep_limit) {
+            // The memory bound: new dependencies wait until old ones retire.
+            self.sync_all()?;
+        }
         if self.write_through {
             self.sync_all()?;
             return Ok(());
@@ -569,6 +723,9 @@ impl Fs {
         if !old.is_free() {
             return Err(FsError::Corrupt(format!("inode {ino} free in the bitmap but in use")));
         }
+        if let Some(sd) = self.sd() {
+            sd.new_inode(ino, is_dir);
+        }
         let (s, ns) = self.now();
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
         let d = Dinode {
@@ -604,18 +761,24 @@ impl Fs {
             }
             let pref =
                 if lbn > 0 && d.db[lbn as usize - 1] != 0 { d.db[lbn as usize - 1] + 1 } else { self.ino_pref(ino) };
-            let b = self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?;
+            let b = self.alloc_block(pref)?;
             self.cache.create(b);
             d.db[lbn as usize] = b;
             d.blocks += 1;
+            let is_dir = d.is_dir();
+            if let Some(sd) = self.sd() {
+                sd.alloc_direct(ino, is_dir, PtrSlot::Direct(lbn as usize), lbn, b);
+            }
             return Ok((b, true));
         }
         // Find the level and the index path.
         let mut rel = lbn - NDADDR as u64;
         let mut level = 0usize;
         let mut span = p;
+        let mut level_base = NDADDR as u64;
         while rel >= span {
             rel -= span;
+            level_base += span;
             level += 1;
             if level >= NIADDR {
                 return Err(FsError::TooBig);
@@ -632,6 +795,10 @@ impl Fs {
             ptr = self.alloc_indirect(ino, self.ino_pref(ino))?;
             d.ib[level] = ptr;
             d.blocks += 1;
+            let is_dir = d.is_dir();
+            if let Some(sd) = self.sd() {
+                sd.alloc_direct(ino, is_dir, PtrSlot::Indirect(level), level_base, ptr);
+            }
         }
         self.checked_ptr(ptr)?;
         let mut span = span / p; // blocks covered by each pointer of the top indirect block
@@ -653,7 +820,7 @@ impl Fs {
             }
             let pref = if idx > 0 { ind_get(self.cache.read(ptr)?, idx - 1) + 1 } else { ptr + 1 };
             let nb = if span == 1 {
-                let b = self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?;
+                let b = self.alloc_block(pref)?;
                 self.cache.create(b);
                 fresh = true;
                 b
@@ -661,6 +828,9 @@ impl Fs {
                 self.alloc_indirect(ino, pref)?
             };
             ind_set(self.cache.modify(ptr)?, idx, nb);
+            if let Some(sd) = self.sd() {
+                sd.alloc_indir(ptr, idx, nb);
+            }
             d.blocks += 1;
             if span == 1 {
                 return Ok((nb, fresh));
@@ -672,7 +842,7 @@ impl Fs {
 
     /// A new indirect block: zeroed, and in `Sync` mode on disk before any pointer to it.
     fn alloc_indirect(&mut self, _ino: u32, pref: u64) -> FsResult<u64> {
-        let b = self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?;
+        let b = self.alloc_block(pref)?;
         self.cache.create(b);
         self.order_write(&[b])?;
         Ok(b)
@@ -692,7 +862,9 @@ impl Fs {
     /// Frees every block at logical block `from` and beyond. Pointers are nullified in the inode
     /// and indirect blocks; in `Sync` mode those are written before the blocks return to the
     /// free map. The inode itself is written back.
-    fn truncate_blocks(&mut self, ino: u32, d: &mut Dinode, from: u64) -> FsResult<()> {
+    /// The tasks in `then` run once the blocks are free (with soft updates: once the nullified
+    /// pointers are on disk, the paper's freeblks).
+    fn truncate_blocks(&mut self, ino: u32, d: &mut Dinode, from: u64, then: Vec<Task>) -> FsResult<()> {
         let p = self.sb.ptrs_per_block();
         let mut freed = Vec::new();
         let mut dirtied = Vec::new();
@@ -721,12 +893,31 @@ impl Fs {
         }
         d.blocks = d.blocks.saturating_sub(freed.len() as u64);
         let ib = self.iput(ino, d)?;
-        dirtied.push(ib);
-        // The nullified pointers go first; only then may the blocks be reused.
-        self.order_write(&dirtied)?;
+        let mut then = then;
+        if let Some(sd) = self.hooks.softdep.as_mut() {
+            then.extend(sd.cancel_blocks(ino, &freed));
+            if dirtied.is_empty() {
+                // Only the inode points at the blocks: they are freed once it is on disk.
+                for &b in &freed {
+                    self.cache.forget(b);
+                }
+                sd.after_writes(&[ib], Task::FreeBlocks { blocks: freed, then });
+                return Ok(());
+            }
+            // Partial truncation through indirect blocks: synchronous writes, as in the paper.
+            dirtied.push(ib);
+            self.write_bufs(&dirtied, WriteKind::Sync)?;
+        } else {
+            dirtied.push(ib);
+            // The nullified pointers go first; only then may the blocks be reused.
+            self.order_write(&dirtied)?;
+        }
         for b in freed {
             self.cache.forget(b);
             self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+        }
+        for t in then {
+            self.run_task(t)?;
         }
         Ok(())
     }
@@ -801,20 +992,34 @@ impl Fs {
 
     /// Frees an inode whose last link and last open handle are gone: its blocks, then (once the
     /// cleared inode is ordered to disk) its bitmap bit.
-    fn release_inode(&mut self, ino: u32, mut d: Dinode) -> FsResult<()> {
+    /// `then` runs once the blocks are free.
+    fn release_inode(&mut self, ino: u32, mut d: Dinode, then: Vec<Task>) -> FsResult<()> {
         let is_dir = d.is_dir();
         if is_dir {
             self.dirhash.remove(&ino);
         }
+        let mut then = then;
         if d.has_blocks() {
             // Size goes with the pointers, so no crash shows a directory with a hole.
             d.size = 0;
-            self.truncate_blocks(ino, &mut d, 0)?;
+            self.truncate_blocks(ino, &mut d, 0, std::mem::take(&mut then))?;
         }
         let cleared = Dinode { generation: d.generation, ..Default::default() };
         let ib = self.iput(ino, &cleared)?;
+        if let Some(sd) = self.hooks.softdep.as_mut() {
+            // freefile: the inode returns to the map once its cleared dinode is on disk.
+            sd.forget_inode(ino);
+            sd.after_writes(&[ib], Task::FreeInode { ino, is_dir });
+            for t in then {
+                sd.after_writes(&[ib], t);
+            }
+            return Ok(());
+        }
         self.order_write(&[ib])?;
         self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
+        for t in then {
+            self.run_task(t)?;
+        }
         Ok(())
     }
 
@@ -827,7 +1032,7 @@ impl Fs {
         }
         self.touch_c(&mut d);
         if d.nlink == 0 && !self.open.contains_key(&ino) {
-            return self.release_inode(ino, d);
+            return self.release_inode(ino, d, vec![]);
         }
         self.iput(ino, &d)?;
         Ok(())
@@ -918,10 +1123,83 @@ impl Fs {
         Ok(())
     }
 
+    /// Link drops that `tasks` will make, counted now so users see final link counts at once.
+    fn note_pending(&mut self, tasks: &[Task]) {
+        let Some(sd) = self.sd() else { return };
+        for t in tasks {
+            match t {
+                Task::DropLink(i) => sd.add_pending_unlink(*i),
+                Task::RmdirChild { child, parent } => {
+                    sd.add_pending_unlink(*child);
+                    sd.add_pending_unlink(*child);
+                    if let Some(p) = parent {
+                        sd.add_pending_unlink(*p);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A name was added (or, with `old`, changed) at `off` of directory block `bno`: ordered
+    /// after the inode it names (and for mkdir after the parent's raised count and the new
+    /// directory's first block). `tasks` run once the name is on disk.
+    #[allow(clippy::too_many_arguments)]
+    fn entry_added(
+        &mut self,
+        bno: u64,
+        off: usize,
+        ino: u32,
+        old: Option<(u32, u8)>,
+        parent: Option<u32>,
+        mkdir: bool,
+        tasks: Vec<Task>,
+    ) -> FsResult<()> {
+        if self.hooks.softdep.is_some() {
+            self.note_pending(&tasks);
+            self.sd().expect("softdep").dir_add(bno, off, ino, old, parent, mkdir, tasks);
+            // The inodes the entry waits for must be written again for it to complete.
+            for i in std::iter::once(ino).chain(parent) {
+                let (ib, _) = self.sb.inode_location(i);
+                self.cache.modify(ib)?;
+            }
+            return Ok(());
+        }
+        self.order_write(&[bno])?;
+        for t in tasks {
+            self.run_task(t)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the entry `slot` of `dir`; `tasks` (the link drops) run once the removal is on
+    /// disk (soft updates' dirrem) or, ordered by a synchronous write, at once.
+    fn unlink_name(&mut self, dir: u32, slot: &Slot, name: &[u8], tasks: Vec<Task>) -> FsResult<()> {
+        self.remove_entry(dir, slot, name)?;
+        if self.hooks.softdep.is_some() {
+            self.note_pending(&tasks);
+            self.sd().expect("softdep").dir_remove(slot.bno, slot.off, tasks);
+            return Ok(());
+        }
+        self.order_write(&[slot.bno])?;
+        for t in tasks {
+            self.run_task(t)?;
+        }
+        Ok(())
+    }
+
+    /// The link count users see: soft updates count a link as gone as soon as its name is.
+    fn eff(&self, ino: u32, mut d: Dinode) -> Dinode {
+        if let Some(sd) = self.hooks.softdep.as_ref() {
+            d.nlink = d.nlink.saturating_sub(sd.pending_unlinks_of(ino));
+        }
+        d
+    }
+
     /// Adds an entry to `dir`, growing it by a block if no block has room. The directory inode
     /// `d` is updated in memory (size, times) and written back. Returns the block holding the
     /// new entry.
-    fn add_entry(&mut self, dir: u32, d: &mut Dinode, name: &[u8], ino: u32, dtype: u8) -> FsResult<u64> {
+    fn add_entry(&mut self, dir: u32, d: &mut Dinode, name: &[u8], ino: u32, dtype: u8) -> FsResult<(u64, usize)> {
         let bs = self.sb.block_size as u64;
         let nblocks = d.size.div_ceil(bs);
         let indexed = self.dirhash_ensure(dir, d)?;
@@ -945,7 +1223,7 @@ impl Fs {
                 }
                 self.touch_mc(d);
                 self.iput(dir, d)?;
-                return Ok(bno);
+                return Ok((bno, off));
             }
             assert!(!indexed, "dirhash of directory {dir} claims room in block {lbn}");
         }
@@ -964,7 +1242,7 @@ impl Fs {
         d.size = (nblocks + 1) * bs;
         self.touch_mc(d);
         self.iput(dir, d)?;
-        Ok(bno)
+        Ok((bno, off))
     }
 
     fn dir_is_empty(&mut self, ino: u32, d: &mut Dinode) -> FsResult<bool> {
@@ -1026,13 +1304,13 @@ impl Fs {
     }
 
     /// Sets the ".." entry of directory `ino` to `parent`; returns its block.
-    fn set_dotdot(&mut self, ino: u32, parent: u32) -> FsResult<u64> {
+    fn set_dotdot(&mut self, ino: u32, parent: u32) -> FsResult<(u64, usize)> {
         let mut d = self.dir_inode(ino)?;
         let slot = self
             .find_entry(ino, &mut d, b"..")?
             .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no ..")))?;
         dirent_set_ino(self.cache.modify(slot.bno)?, slot.off, parent);
-        Ok(slot.bno)
+        Ok((slot.bno, slot.off))
     }
 
     // ---------------------------------------------------------------- operations
@@ -1043,16 +1321,17 @@ impl Fs {
         }
         let mut d = self.dir_inode(dir)?;
         match self.find_entry(dir, &mut d, name)? {
-            Some(s) => Ok((
-                s.ino,
-                self.iget(s.ino).map_err(|_| FsError::Corrupt(format!("entry names free inode {}", s.ino)))?,
-            )),
+            Some(s) => {
+                let d = self.iget(s.ino).map_err(|_| FsError::Corrupt(format!("entry names free inode {}", s.ino)))?;
+                Ok((s.ino, self.eff(s.ino, d)))
+            }
             None => Err(FsError::NotFound),
         }
     }
 
     pub fn getattr(&mut self, ino: u32) -> FsResult<Dinode> {
-        self.iget(ino)
+        let d = self.iget(ino)?;
+        Ok(self.eff(ino, d))
     }
 
     /// Creates a non-directory node (regular file, fifo, device, socket) named `name` in `dir`.
@@ -1095,7 +1374,7 @@ impl Fs {
         self.check_writable()?;
         Self::check_name(name)?;
         let mut dd = self.dir_inode(dir)?;
-        if dd.nlink == 0 {
+        if self.eff(dir, dd.clone()).nlink == 0 {
             return Err(FsError::NotFound);
         }
         if self.find_entry(dir, &mut dd, name)?.is_some() {
@@ -1111,7 +1390,7 @@ impl Fs {
         // The initialised inode (and its bitmap bit) before the name.
         self.order_write(&[ib])?;
         match self.add_entry(dir, &mut dd, name, ino, dtype_of_mode(mode)) {
-            Ok(db) => self.order_write(&[db])?,
+            Ok((db, off)) => self.entry_added(db, off, ino, None, None, false, vec![])?,
             Err(e) => {
                 self.abandon_inode(ino, d)?;
                 return Err(e);
@@ -1123,14 +1402,14 @@ impl Fs {
     /// Undoes a half-made inode after a failure (e.g. ENOSPC for its directory entry).
     fn abandon_inode(&mut self, ino: u32, mut d: Dinode) -> FsResult<()> {
         d.nlink = 0;
-        self.release_inode(ino, d)
+        self.release_inode(ino, d, vec![])
     }
 
     pub fn mkdir(&mut self, dir: u32, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
         self.check_writable()?;
         Self::check_name(name)?;
         let mut dd = self.dir_inode(dir)?;
-        if dd.nlink == 0 {
+        if self.eff(dir, dd.clone()).nlink == 0 {
             return Err(FsError::NotFound);
         }
         if self.find_entry(dir, &mut dd, name)?.is_some() {
@@ -1166,7 +1445,7 @@ impl Fs {
         self.order_write(&[body])?;
         self.order_write(&[ib])?;
         match self.add_entry(dir, &mut dd, name, ino, DT_DIR) {
-            Ok(db) => self.order_write(&[db])?,
+            Ok((db, off)) => self.entry_added(db, off, ino, None, Some(dir), true, vec![])?,
             Err(e) => {
                 self.abandon_inode(ino, d)?;
                 let mut dd = self.iget(dir)?;
@@ -1211,7 +1490,7 @@ impl Fs {
             return Err(FsError::Perm);
         }
         let mut dd = self.dir_inode(newdir)?;
-        if dd.nlink == 0 {
+        if self.eff(newdir, dd.clone()).nlink == 0 {
             return Err(FsError::NotFound);
         }
         if self.find_entry(newdir, &mut dd, newname)?.is_some() {
@@ -1226,7 +1505,7 @@ impl Fs {
         let ib = self.iput(ino, &d)?;
         self.order_write(&[ib])?;
         match self.add_entry(newdir, &mut dd, newname, ino, dtype_of_mode(d.mode)) {
-            Ok(db) => self.order_write(&[db])?,
+            Ok((db, off)) => self.entry_added(db, off, ino, None, None, false, vec![])?,
             Err(e) => {
                 d.nlink -= 1;
                 self.iput(ino, &d)?;
@@ -1249,11 +1528,9 @@ impl Fs {
             return Err(FsError::Perm);
         }
         // The name goes first; then the link count.
-        self.remove_entry(dir, &slot, name)?;
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
-        self.order_write(&[slot.bno])?;
-        self.drop_link(slot.ino)?;
+        self.unlink_name(dir, &slot, name, vec![Task::DropLink(slot.ino)])?;
         self.balance()
     }
 
@@ -1277,21 +1554,11 @@ impl Fs {
         if !self.dir_is_empty(slot.ino, &mut d)? {
             return Err(FsError::NotEmpty);
         }
-        self.remove_entry(dir, &slot, name)?;
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
-        self.order_write(&[slot.bno])?;
-        // The child goes (its ".." reference with it), then the parent's count drops.
-        d.nlink = 0;
-        self.touch_c(&mut d);
-        if self.open.contains_key(&slot.ino) {
-            self.iput(slot.ino, &d)?;
-        } else {
-            self.release_inode(slot.ino, d)?;
-        }
-        let mut dd = self.iget(dir)?;
-        dd.nlink = dd.nlink.saturating_sub(1);
-        self.iput(dir, &dd)?;
+        // The name goes first; then the child (its ".." with it), then the parent's count.
+        let task = Task::RmdirChild { child: slot.ino, parent: Some(dir) };
+        self.unlink_name(dir, &slot, name, vec![task])?;
         self.balance()
     }
 
@@ -1381,25 +1648,34 @@ impl Fs {
             let b = self.iput(newdir, &nd2)?;
             self.order_write(&[b])?;
         }
-        // 3. The new name.
-        let nb = match victim {
-            Some((t, _)) => {
+        // 3. The new name; a replaced inode loses its link once the new name is on disk.
+        let across = moving_dir && dir != newdir;
+        match victim {
+            Some((t, ti)) => {
+                let victim_task = if ti.is_dir() {
+                    // Its ".." no longer counts for newdir (unless a moved directory's ".."
+                    // takes its place).
+                    Task::RmdirChild { child: t.ino, parent: (!across).then_some(newdir) }
+                } else {
+                    Task::DropLink(t.ino)
+                };
                 let buf = self.cache.modify(t.bno)?;
                 dirent_set_ino(buf, t.off, src.ino);
                 dirent_set_type(buf, t.off, dtype_of_mode(si.mode));
                 let mut nd2 = self.iget(newdir)?;
                 self.touch_mc(&mut nd2);
                 self.iput(newdir, &nd2)?;
-                t.bno
+                let old = Some((t.ino, dtype_of_mode(ti.mode)));
+                self.entry_added(t.bno, t.off, src.ino, old, None, false, vec![victim_task])?;
             }
             None => {
                 let mut nd2 = self.iget(newdir)?;
                 match self.add_entry(newdir, &mut nd2, newname, src.ino, dtype_of_mode(si.mode)) {
-                    Ok(b) => b,
+                    Ok((b, off)) => self.entry_added(b, off, src.ino, None, None, false, vec![])?,
                     Err(e) => {
                         si.nlink -= 1;
                         self.iput(src.ino, &si)?;
-                        if moving_dir && dir != newdir {
+                        if across {
                             let mut nd3 = self.iget(newdir)?;
                             nd3.nlink -= 1;
                             self.iput(newdir, &nd3)?;
@@ -1408,48 +1684,20 @@ impl Fs {
                     }
                 }
             }
-        };
-        self.order_write(&[nb])?;
-        // 4. The old name goes (found again: the new entry may share its block).
+        }
+        // 4. The old name goes (found again: the new entry may share its block); the source's
+        // temporary count drops once that is on disk.
         let mut sd = self.iget(dir)?;
         let old =
             self.find_entry(dir, &mut sd, name)?.ok_or_else(|| FsError::Corrupt("renamed entry vanished".into()))?;
-        self.remove_entry(dir, &old, name)?;
         self.touch_mc(&mut sd);
         self.iput(dir, &sd)?;
-        self.order_write(&[old.bno])?;
-        // 5. A moved directory's ".." now names its new parent; the old parent loses a link.
-        if moving_dir && dir != newdir {
-            let b = self.set_dotdot(src.ino, newdir)?;
-            self.order_write(&[b])?;
-            let mut od = self.iget(dir)?;
-            od.nlink = od.nlink.saturating_sub(1);
-            self.iput(dir, &od)?;
-        }
-        // 6. The source's temporary count drops.
-        let mut si = self.iget(src.ino)?;
-        si.nlink -= 1;
-        self.iput(src.ino, &si)?;
-        // 7. The replaced inode loses its name.
-        if let Some((t, ti)) = victim {
-            if ti.is_dir() {
-                // Its ".." no longer counts for newdir (a moved directory's ".." took its place
-                // when it came from elsewhere, so newdir's count is unchanged then).
-                let mut ti = ti;
-                ti.nlink = 0;
-                if self.open.contains_key(&t.ino) {
-                    self.iput(t.ino, &ti)?;
-                } else {
-                    self.release_inode(t.ino, ti)?;
-                }
-                if !(moving_dir && dir != newdir) {
-                    let mut nd3 = self.iget(newdir)?;
-                    nd3.nlink = nd3.nlink.saturating_sub(1);
-                    self.iput(newdir, &nd3)?;
-                }
-            } else {
-                self.drop_link(t.ino)?;
-            }
+        self.unlink_name(dir, &old, name, vec![Task::DropLink(src.ino)])?;
+        // 5. A moved directory's ".." names its new parent; the old parent loses a link once
+        // that is on disk.
+        if across {
+            let (b, off) = self.set_dotdot(src.ino, newdir)?;
+            self.entry_added(b, off, newdir, Some((dir, DT_DIR)), None, false, vec![Task::DropLink(dir)])?;
         }
         self.balance()
     }
@@ -1487,32 +1735,31 @@ impl Fs {
             let gb = self.iput(gainer, &g)?;
             self.order_write(&[gb])?;
         }
-        for (slot, ino, mode) in [(a, b.ino, bi.mode), (b, a.ino, ai.mode)] {
+        // Each entry now names the other inode; the inode it named loses its extra link once
+        // that is on disk.
+        for (slot, ino, mode, was, was_mode) in
+            [(a, b.ino, bi.mode, a.ino, ai.mode), (b, a.ino, ai.mode, b.ino, bi.mode)]
+        {
             let buf = self.cache.modify(slot.bno)?;
             dirent_set_ino(buf, slot.off, ino);
             dirent_set_type(buf, slot.off, dtype_of_mode(mode));
-            self.order_write(&[slot.bno])?;
+            let old = Some((was, dtype_of_mode(was_mode)));
+            self.entry_added(slot.bno, slot.off, ino, old, None, false, vec![Task::DropLink(was)])?;
         }
         if dir != newdir {
+            // A directory that changes parent: its ".." follows, and a parent left with one
+            // subdirectory fewer loses a link once that is on disk.
+            let loses = ai.is_dir() != bi.is_dir();
             if ai.is_dir() {
-                let x = self.set_dotdot(a.ino, newdir)?;
-                self.order_write(&[x])?;
+                let (x, off) = self.set_dotdot(a.ino, newdir)?;
+                let then = if loses { vec![Task::DropLink(dir)] } else { vec![] };
+                self.entry_added(x, off, newdir, Some((dir, DT_DIR)), None, false, then)?;
             }
             if bi.is_dir() {
-                let x = self.set_dotdot(b.ino, dir)?;
-                self.order_write(&[x])?;
+                let (x, off) = self.set_dotdot(b.ino, dir)?;
+                let then = if loses { vec![Task::DropLink(newdir)] } else { vec![] };
+                self.entry_added(x, off, dir, Some((newdir, DT_DIR)), None, false, then)?;
             }
-            if ai.is_dir() != bi.is_dir() {
-                let loser = if ai.is_dir() { dir } else { newdir };
-                let mut l = self.iget(loser)?;
-                l.nlink = l.nlink.saturating_sub(1);
-                self.iput(loser, &l)?;
-            }
-        }
-        for ino in [a.ino, b.ino] {
-            let mut d = self.iget(ino)?;
-            d.nlink -= 1;
-            self.iput(ino, &d)?;
         }
         for p in [dir, newdir] {
             let mut d = self.iget(p)?;
@@ -1652,7 +1899,7 @@ impl Fs {
         }
         self.iput(ino, &d)?;
         self.balance()?;
-        Ok(d)
+        Ok(self.eff(ino, d))
     }
 
     /// Sets the size of a regular file: shrinking frees the blocks past the end and zeroes the
@@ -1671,7 +1918,7 @@ impl Fs {
                 }
             }
             d.size = size;
-            self.truncate_blocks(ino, d, size.div_ceil(bs))?;
+            self.truncate_blocks(ino, d, size.div_ceil(bs), vec![])?;
         } else {
             d.size = size;
         }
@@ -1705,13 +1952,29 @@ impl Fs {
         Ok(out)
     }
 
-    pub fn statfs(&self) -> StatFs {
+    pub fn statfs(&mut self) -> StatFs {
         let meta_per_group = 2 + self.sb.inode_table_blocks() as u64;
+        let (mut pb, mut pi) = self.hooks.softdep.as_ref().map(|s| s.pending_frees()).unwrap_or((0, 0));
+        // Inodes whose last link is gone but whose dirrem has not run yet will be freed too.
+        let going: Vec<(u32, u32)> = self
+            .hooks
+            .softdep
+            .as_ref()
+            .map(|s| s.pending_unlinks.iter().map(|(&i, &n)| (i, n)).collect())
+            .unwrap_or_default();
+        for (ino, n) in going {
+            if let Ok(d) = self.iget(ino) {
+                if d.nlink <= n && !self.open.contains_key(&ino) {
+                    pb += d.blocks;
+                    pi += 1;
+                }
+            }
+        }
         StatFs {
             blocks: self.sb.num_blocks - meta_per_group * self.sb.ngroups as u64,
-            bfree: self.alloc.free_blocks(),
+            bfree: self.alloc.free_blocks() + pb,
             files: self.sb.total_inodes() - FIRST_INO as u64,
-            ffree: self.alloc.free_inodes(),
+            ffree: self.alloc.free_inodes() + pi,
             bsize: self.sb.block_size,
             namelen: MAXNAMLEN as u32,
         }
@@ -1740,7 +2003,7 @@ impl Fs {
             self.open.remove(&ino);
             if let Ok(d) = self.iget(ino) {
                 if d.nlink == 0 && !self.readonly {
-                    self.release_inode(ino, d)?;
+                    self.release_inode(ino, d, vec![])?;
                     self.balance()?;
                 }
             }

@@ -409,7 +409,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let fs = lock(&self.fs);
+        let mut fs = lock(&self.fs);
         let s = fs.statfs();
         reply.statfs(s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
     }

@@ -11,4 +11,5 @@ pub mod format;
 pub mod fs;
 pub mod fsck;
 pub mod fuse;
+pub mod softdep;
 pub mod syncer;

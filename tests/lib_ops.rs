@@ -7,7 +7,7 @@ use common::*;
 use sufs::format::*;
 use sufs::fs::{FsError, Ordering, RenameFlags, SetAttr};
 
-const ORDERINGS: [Ordering; 2] = [Ordering::Sync, Ordering::Async];
+const ORDERINGS: [Ordering; 3] = [Ordering::Softdep, Ordering::Sync, Ordering::Async];
 
 #[test]
 fn tree_files_links_renames_survive_remount() {
@@ -194,20 +194,24 @@ fn full_disk_is_enospc_and_loses_nothing() {
 
 #[test]
 fn unlinked_open_file_lives_until_last_close() {
-    let dev = new_image(4096);
-    let mut fs = mount(&dev, Ordering::Sync, 128);
-    let (f, _) = fs.create(ROOT_INO, b"tmp", 0o644, 0, 0).unwrap();
-    fs.open(f).unwrap();
-    fs.write(f, 0, b"still here").unwrap();
-    let free = fs.statfs().bfree;
-    fs.unlink(ROOT_INO, b"tmp").unwrap();
-    assert_eq!(fs.read(f, 0, 100).unwrap(), b"still here");
-    assert_eq!(fs.statfs().bfree, free);
-    fs.release(f).unwrap();
-    assert!(fs.getattr(f).is_err());
-    assert_eq!(fs.statfs().bfree, free + 1);
-    fs.unmount().unwrap();
-    assert_clean(&dev);
+    for ordering in ORDERINGS {
+        let dev = new_image(4096);
+        let mut fs = mount(&dev, ordering, 128);
+        let (f, _) = fs.create(ROOT_INO, b"tmp", 0o644, 0, 0).unwrap();
+        fs.open(f).unwrap();
+        fs.write(f, 0, b"still here").unwrap();
+        let free = fs.statfs().bfree;
+        fs.unlink(ROOT_INO, b"tmp").unwrap();
+        assert_eq!(fs.read(f, 0, 100).unwrap(), b"still here");
+        assert_eq!(fs.statfs().bfree, free);
+        fs.release(f).unwrap();
+        assert_eq!(fs.statfs().bfree, free + 1);
+        fs.sync_all().unwrap();
+        assert!(fs.getattr(f).is_err());
+        assert_eq!(fs.statfs().bfree, free + 1);
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
 }
 
 #[test]

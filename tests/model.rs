@@ -327,6 +327,11 @@ proptest! {
     }
 
     #[test]
+    fn softdep_matches_the_model(ops in proptest::collection::vec(op(), 1..60)) {
+        run(Ordering::Softdep, &ops);
+    }
+
+    #[test]
     fn async_matches_the_model(ops in proptest::collection::vec(op(), 1..60)) {
         run(Ordering::Async, &ops);
     }
@@ -349,7 +354,7 @@ fn a_known_sequence_succeeds_step_by_step() {
         Op::Create(6),
         Op::Rename(6, 8),
     ];
-    for ordering in [Ordering::Sync, Ordering::Async] {
+    for ordering in [Ordering::Softdep, Ordering::Sync, Ordering::Async] {
         let dev = new_image(4096);
         let mut fs = mount(&dev, ordering, 64);
         let mut m = Model::default();
