@@ -853,7 +853,10 @@ impl Fs {
         *d = nd;
         d.size = (nblocks + 1) * bs;
         self.touch_mc(d);
-        self.iput(dir, d)?;
+        let ib = self.iput(dir, d)?;
+        // The new name is reachable only once the directory's inode (size, pointer) is on disk:
+        // written now, as FFS's direnter does, so that a rename's old name never goes first.
+        self.order_write(&[ib])?;
         Ok(bno)
     }
 
