@@ -4,6 +4,7 @@
 pub mod alloc;
 pub mod cache;
 pub mod clock;
+pub mod crashtest;
 pub mod dev;
 pub mod format;
 pub mod fs;
