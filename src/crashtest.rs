@@ -618,7 +618,8 @@ impl Workload for GrowIndirect {
         let len = k as usize * BS - w.rng.gen_range(0..BS / 2);
         w.write("/gi/big", self.pos * BS as u64, len)?;
         self.pos += k;
-        let left = self.ops.saturating_sub(self.done).max(1) as u64;
+        // Strides reach the double indirect tree by half-way; dense growth after that.
+        let left = (self.ops / 2).saturating_sub(self.done).max(1) as u64;
         if self.done > 4 {
             self.pos += (target.saturating_sub(self.pos) / left).saturating_sub(k);
         }
@@ -1401,6 +1402,21 @@ mod tests {
         let s = subsets(20, 8, &mut rng);
         assert_eq!(s.len(), 8);
         assert!(s.iter().all(|x| !x.is_empty() && x.len() < 20));
+    }
+
+    #[test]
+    fn grow_indirect_reaches_the_double_indirect_tree() {
+        for ops in [16, 80] {
+            let rec = record(Ordering::Async, "grow-indirect", 3, &CrashOptions { ops, ..Default::default() }).unwrap();
+            let last = rec
+                .ops
+                .iter()
+                .filter_map(|o| o.strip_prefix("write /gi/big at "))
+                .filter_map(|o| o.split(' ').next()?.parse::<u64>().ok())
+                .max()
+                .unwrap();
+            assert!(last / BS as u64 > (NDADDR + 2 * BS / 8) as u64, "{ops} ops: last write at {last}");
+        }
     }
 
     #[test]
