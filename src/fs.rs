@@ -963,7 +963,10 @@ impl Fs {
         *d = nd;
         d.size = (nblocks + 1) * bs;
         self.touch_mc(d);
-        self.iput(dir, d)?;
+        let ib = self.iput(dir, d)?;
+        // The new name is reachable only once the directory's inode (size, pointer) is on disk:
+        // written now, as FFS's direnter does, so that a rename's old name never goes first.
+        self.order_write(&[ib])?;
         Ok(bno)
     }
 
@@ -1362,7 +1365,7 @@ impl Fs {
             }
             victim = Some((t, ti));
         }
-        if moving_dir && dir != newdir && victim.is_none() && nd.nlink >= LINK_MAX {
+        if moving_dir && dir != newdir && nd.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
         // 1. The source's count goes up while it has two names.
@@ -1374,8 +1377,10 @@ impl Fs {
         self.touch_c(&mut si);
         let ib = self.iput(src.ino, &si)?;
         self.order_write(&[ib])?;
-        // 2. A moved directory's new parent gains a link before ".." names it.
-        if moving_dir && dir != newdir && victim.is_none() {
+        // 2. A moved directory's new parent gains a link before ".." names it. Over a directory
+        //    victim too: the victim's ".." names newdir until the victim is freed (step 7), so for
+        //    a while both count; step 7 takes the extra link back.
+        if moving_dir && dir != newdir {
             let mut nd2 = self.iget(newdir)?;
             nd2.nlink += 1;
             let b = self.iput(newdir, &nd2)?;
@@ -1433,8 +1438,8 @@ impl Fs {
         // 7. The replaced inode loses its name.
         if let Some((t, ti)) = victim {
             if ti.is_dir() {
-                // Its ".." no longer counts for newdir (a moved directory's ".." took its place
-                // when it came from elsewhere, so newdir's count is unchanged then).
+                // Its ".." no longer counts for newdir once it is freed (a moved directory's ".."
+                // from elsewhere took its place, and step 2 counted that one).
                 let mut ti = ti;
                 ti.nlink = 0;
                 if self.open.contains_key(&t.ino) {
@@ -1442,11 +1447,9 @@ impl Fs {
                 } else {
                     self.release_inode(t.ino, ti)?;
                 }
-                if !(moving_dir && dir != newdir) {
-                    let mut nd3 = self.iget(newdir)?;
-                    nd3.nlink = nd3.nlink.saturating_sub(1);
-                    self.iput(newdir, &nd3)?;
-                }
+                let mut nd3 = self.iget(newdir)?;
+                nd3.nlink = nd3.nlink.saturating_sub(1);
+                self.iput(newdir, &nd3)?;
             } else {
                 self.drop_link(t.ino)?;
             }
