@@ -287,6 +287,10 @@ impl<D: BlockDevice> RecordingDevice<D> {
     pub fn log(&self) -> Vec<Record> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+    /// The number of records logged so far (a position in the log), without copying it.
+    pub fn log_len(&self) -> usize {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
     pub fn inner(&self) -> &D {
         &self.inner
     }

@@ -73,7 +73,14 @@ impl DirHash {
         self.set_slack(lbn, new_slack);
     }
 
-    fn set_slack(&mut self, lbn: u64, s: u32) {
+    /// Forgets a name whose entry is hidden (its space stays taken).
+    pub fn hide(&mut self, name: &[u8], lbn: u64, off: usize) {
+        if self.names.get(name) == Some(&(lbn, off as u32)) {
+            self.names.remove(name);
+        }
+    }
+
+    pub fn set_slack(&mut self, lbn: u64, s: u32) {
         let i = lbn as usize;
         if i >= self.slack.len() {
             self.slack.resize(i + 1, 0);

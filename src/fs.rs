@@ -316,6 +316,12 @@ pub struct Fs {
     /// Soft updates' memory bound: past this many dependency structures, everything is
     /// flushed before new ones are made.
     softdep_limit: usize,
+    /// Removed directories still counted by subdirectories' pending ".." drops: the parent
+    /// whose link goes when each is finally freed.
+    parent_drop: HashMap<u32, u32>,
+    /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
+    /// but gone for users: (block, offset) -> (directory, logical block, name).
+    hidden: HashMap<(u64, usize), (u32, u64, Vec<u8>, u32)>,
 }
 
 impl Fs {
@@ -360,6 +366,8 @@ impl Fs {
             write_through: false,
             async_full_blocks: false,
             softdep_limit: 200_000,
+            parent_drop: HashMap::new(),
+            hidden: HashMap::new(),
         };
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
@@ -537,6 +545,7 @@ impl Fs {
     }
 
     fn run_task(&mut self, t: Task) -> FsResult<()> {
+        log::trace!("task {t:?}");
         match t {
             Task::DropLink(ino) => {
                 if let Some(sd) = self.sd() {
@@ -549,11 +558,19 @@ impl Fs {
                     sd.take_pending_unlink(child);
                     sd.take_pending_unlink(child);
                 }
+                // Its name and its "." go; the ".." of subdirectories removed before it may
+                // still be counted (their dirrems pending): it is freed with the last of those.
                 let mut d = self.iget(child)?;
-                d.nlink = 0;
+                d.nlink = d.nlink.saturating_sub(2);
                 self.touch_c(&mut d);
                 let then: Vec<Task> = parent.into_iter().map(Task::DropLink).collect();
-                if self.open.contains_key(&child) {
+                if d.nlink > 0 {
+                    self.iput(child, &d)?;
+                    if let Some(p) = parent {
+                        self.parent_drop.insert(child, p);
+                    }
+                    Ok(())
+                } else if self.open.contains_key(&child) {
                     self.iput(child, &d)?;
                     for t in then {
                         self.run_task(t)?;
@@ -574,6 +591,26 @@ impl Fs {
             }
             Task::FreeInode { ino, is_dir } => {
                 self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
+                Ok(())
+            }
+            Task::RemoveOldName { dir, bno, lbn, off, tasks } => {
+                if self.hidden.remove(&(bno, off)).is_none() {
+                    return Err(FsError::Corrupt(format!("rename's old name in directory {dir} vanished")));
+                }
+                let buf = self.cache.modify(bno)?;
+                dir_remove(buf, off)?;
+                let slack = block_slack(buf)?;
+                if let Some(h) = self.dirhash.get_mut(&dir) {
+                    h.set_slack(lbn, slack);
+                }
+                match self.sd() {
+                    Some(sd) => sd.dir_remove(bno, off, tasks),
+                    None => {
+                        for t in tasks {
+                            self.run_task(t)?;
+                        }
+                    }
+                }
                 Ok(())
             }
         }
@@ -995,10 +1032,11 @@ impl Fs {
     /// `then` runs once the blocks are free.
     fn release_inode(&mut self, ino: u32, mut d: Dinode, then: Vec<Task>) -> FsResult<()> {
         let is_dir = d.is_dir();
+        let mut then = then;
         if is_dir {
             self.dirhash.remove(&ino);
+            then.extend(self.parent_drop.remove(&ino).map(Task::DropLink));
         }
-        let mut then = then;
         if d.has_blocks() {
             // Size goes with the pointers, so no crash shows a directory with a hole.
             d.size = 0;
@@ -1027,9 +1065,6 @@ impl Fs {
     fn drop_link(&mut self, ino: u32) -> FsResult<()> {
         let mut d = self.iget(ino)?;
         d.nlink = d.nlink.saturating_sub(1);
-        if d.is_dir() && d.nlink == 1 {
-            d.nlink = 0; // "." goes with the last name
-        }
         self.touch_c(&mut d);
         if d.nlink == 0 && !self.open.contains_key(&ino) {
             return self.release_inode(ino, d, vec![]);
@@ -1076,6 +1111,11 @@ impl Fs {
                 h.add_block(lbn, Some(self.cache.read(bno)?))?;
             }
         }
+        for (&(_, off), (hd, lbn, name, _)) in &self.hidden {
+            if *hd == dir {
+                h.hide(name, *lbn, off);
+            }
+        }
         self.dirhash.insert(dir, h);
         Ok(true)
     }
@@ -1105,7 +1145,7 @@ impl Fs {
             let buf = self.cache.read(bno)?;
             for e in dir_iter(buf) {
                 let e = e?;
-                if e.ino != 0 && e.name == name {
+                if e.ino != 0 && e.name == name && !self.hidden.contains_key(&(bno, e.offset)) {
                     return Ok(Some(Slot { bno, lbn, off: e.offset, ino: e.ino }));
                 }
             }
@@ -1175,6 +1215,7 @@ impl Fs {
     /// Removes the entry `slot` of `dir`; `tasks` (the link drops) run once the removal is on
     /// disk (soft updates' dirrem) or, ordered by a synchronous write, at once.
     fn unlink_name(&mut self, dir: u32, slot: &Slot, name: &[u8], tasks: Vec<Task>) -> FsResult<()> {
+        log::trace!("unlink {:?} from directory {dir} at {slot:?}: then {tasks:?}", String::from_utf8_lossy(name));
         self.remove_entry(dir, slot, name)?;
         if self.hooks.softdep.is_some() {
             self.note_pending(&tasks);
@@ -1184,6 +1225,15 @@ impl Fs {
         self.order_write(&[slot.bno])?;
         for t in tasks {
             self.run_task(t)?;
+        }
+        Ok(())
+    }
+
+    /// A directory about to be removed must not keep hidden old names of renames: write until
+    /// their new names are on disk and they are gone.
+    fn settle_hidden(&mut self, dir: u32) -> FsResult<()> {
+        if self.hidden.values().any(|(d, _, _, _)| *d == dir) {
+            self.sync_all()?;
         }
         Ok(())
     }
@@ -1241,7 +1291,10 @@ impl Fs {
         *d = nd;
         d.size = (nblocks + 1) * bs;
         self.touch_mc(d);
-        self.iput(dir, d)?;
+        let ib = self.iput(dir, d)?;
+        // The new name is reachable only once the directory's inode (size, pointer) is on disk:
+        // written now, as FFS's direnter does, so that a rename's old name never goes first.
+        self.order_write(&[ib])?;
         Ok((bno, off))
     }
 
@@ -1255,7 +1308,7 @@ impl Fs {
             let buf = self.cache.read(bno)?;
             for e in dir_iter(buf) {
                 let e = e?;
-                if e.ino != 0 && e.name != b"." && e.name != b".." {
+                if e.ino != 0 && e.name != b"." && e.name != b".." && !self.hidden.contains_key(&(bno, e.offset)) {
                     return Ok(false);
                 }
             }
@@ -1551,6 +1604,10 @@ impl Fs {
         if slot.ino == ROOT_INO {
             return Err(FsError::Perm);
         }
+        if self.hidden.values().any(|(hd, _, _, _)| *hd == slot.ino) {
+            self.settle_hidden(slot.ino)?;
+            return self.rmdir(dir, name);
+        }
         if !self.dir_is_empty(slot.ino, &mut d)? {
             return Err(FsError::NotEmpty);
         }
@@ -1610,6 +1667,11 @@ impl Fs {
             }
         }
         let moving_dir = si.is_dir();
+        if moving_dir && self.hidden.values().any(|h| h.3 == src.ino) {
+            // A directory keeps at most two names on disk: its previous rename completes first.
+            self.sync_all()?;
+            return self.rename(dir, name, newdir, newname, flags);
+        }
         if moving_dir && dir != newdir && self.is_ancestor(src.ino, newdir)? {
             return Err(FsError::Invalid("rename of a directory into itself"));
         }
@@ -1618,6 +1680,10 @@ impl Fs {
             let mut ti = self.iget(t.ino)?;
             if ti.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
                 return Err(FsError::Perm);
+            }
+            if moving_dir && ti.is_dir() && self.hidden.values().any(|(hd, _, _, _)| *hd == t.ino) {
+                self.settle_hidden(t.ino)?;
+                return self.rename(dir, name, newdir, newname, flags);
             }
             match (moving_dir, ti.is_dir()) {
                 (true, false) => return Err(FsError::NotDir),
@@ -1629,7 +1695,7 @@ impl Fs {
             }
             victim = Some((t, ti));
         }
-        if moving_dir && dir != newdir && victim.is_none() && nd.nlink >= LINK_MAX {
+        if moving_dir && dir != newdir && nd.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
         // 1. The source's count goes up while it has two names.
@@ -1641,21 +1707,32 @@ impl Fs {
         self.touch_c(&mut si);
         let ib = self.iput(src.ino, &si)?;
         self.order_write(&[ib])?;
-        // 2. A moved directory's new parent gains a link before ".." names it.
-        if moving_dir && dir != newdir && victim.is_none() {
+        // 2. A moved directory's new parent gains a link before ".." names it. Over a directory
+        //    victim too: the victim's ".." names newdir until the victim is freed (step 7), so for
+        //    a while both count; step 7 takes the extra link back.
+        if moving_dir && dir != newdir {
             let mut nd2 = self.iget(newdir)?;
             nd2.nlink += 1;
             let b = self.iput(newdir, &nd2)?;
             self.order_write(&[b])?;
         }
-        // 3. The new name; a replaced inode loses its link once the new name is on disk.
+        // 3. The new name; a replaced inode loses its link once the new name is on disk. With
+        // soft updates the old name stays in its block, hidden, until then (step 4).
         let across = moving_dir && dir != newdir;
+        let softdep = self.hooks.softdep.is_some();
+        let old_name_task = softdep.then(|| Task::RemoveOldName {
+            dir,
+            bno: src.bno,
+            lbn: src.lbn,
+            off: src.off,
+            tasks: vec![Task::DropLink(src.ino)],
+        });
         match victim {
             Some((t, ti)) => {
                 let victim_task = if ti.is_dir() {
-                    // Its ".." no longer counts for newdir (unless a moved directory's ".."
-                    // takes its place).
-                    Task::RmdirChild { child: t.ino, parent: (!across).then_some(newdir) }
+                    // Its ".." names newdir until it is freed; step 2 counted a moved
+                    // directory's new "..", so newdir's extra link goes once the victim does.
+                    Task::RmdirChild { child: t.ino, parent: Some(newdir) }
                 } else {
                     Task::DropLink(t.ino)
                 };
@@ -1666,12 +1743,16 @@ impl Fs {
                 self.touch_mc(&mut nd2);
                 self.iput(newdir, &nd2)?;
                 let old = Some((t.ino, dtype_of_mode(ti.mode)));
-                self.entry_added(t.bno, t.off, src.ino, old, None, false, vec![victim_task])?;
+                let tasks = std::iter::once(victim_task).chain(old_name_task).collect();
+                self.entry_added(t.bno, t.off, src.ino, old, None, false, tasks)?;
             }
             None => {
                 let mut nd2 = self.iget(newdir)?;
                 match self.add_entry(newdir, &mut nd2, newname, src.ino, dtype_of_mode(si.mode)) {
-                    Ok((b, off)) => self.entry_added(b, off, src.ino, None, None, false, vec![])?,
+                    Ok((b, off)) => {
+                        let tasks = old_name_task.into_iter().collect();
+                        self.entry_added(b, off, src.ino, None, None, false, tasks)?
+                    }
                     Err(e) => {
                         si.nlink -= 1;
                         self.iput(src.ino, &si)?;
@@ -1692,7 +1773,17 @@ impl Fs {
             self.find_entry(dir, &mut sd, name)?.ok_or_else(|| FsError::Corrupt("renamed entry vanished".into()))?;
         self.touch_mc(&mut sd);
         self.iput(dir, &sd)?;
-        self.unlink_name(dir, &old, name, vec![Task::DropLink(src.ino)])?;
+        if softdep {
+            // Rule 3: the old name leaves the disk only after the new one is there; for users
+            // it is gone now.
+            self.hidden.insert((old.bno, old.off), (dir, old.lbn, name.to_vec(), src.ino));
+            if let Some(h) = self.dirhash.get_mut(&dir) {
+                h.hide(name, old.lbn, old.off);
+            }
+            self.note_pending(&[Task::DropLink(src.ino)]);
+        } else {
+            self.unlink_name(dir, &old, name, vec![Task::DropLink(src.ino)])?;
+        }
         // 5. A moved directory's ".." names its new parent; the old parent loses a link once
         // that is on disk.
         if across {
@@ -1940,7 +2031,7 @@ impl Fs {
             for e in dir_iter(buf) {
                 let e = e?;
                 let pos = lbn * bs + e.offset as u64;
-                if e.ino == 0 || pos < offset {
+                if e.ino == 0 || pos < offset || self.hidden.contains_key(&(bno, e.offset)) {
                     continue;
                 }
                 if out.len() >= max {

@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod bench;
 pub mod cache;
 pub mod clock;
+pub mod crashtest;
 pub mod dev;
 pub mod dirhash;
 pub mod format;

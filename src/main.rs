@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use sufs::clock::{Clock, RealClock};
+use sufs::crashtest::{self, CrashOptions, End};
 use sufs::dev::{BlockDevice, FileDevice};
 use sufs::format::Superblock;
 use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
@@ -91,6 +92,30 @@ enum Cmd {
         #[command(subcommand)]
         which: BenchCmd,
     },
+    /// Run a workload in-process over a recording device and judge every crash state it could
+    /// leave with fsck and the workload's promises. Exit codes: 0 no violation, 1 violations,
+    /// 2 usage or operational error.
+    Crashtest {
+        #[arg(long, value_enum)]
+        ordering: Ordering,
+        /// A workload, or `all`.
+        #[arg(long, default_value = "all", value_parser = workload_names())]
+        workload: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Random subsets tried of each in-flight batch of more than 8 writes.
+        #[arg(long, default_value_t = 8)]
+        subsets: usize,
+        /// Operations in each workload.
+        #[arg(long, default_value_t = 80)]
+        ops: usize,
+        /// Buffer cache of the recorded mount, in blocks.
+        #[arg(long, default_value_t = 64)]
+        cache_blocks: usize,
+        /// End with unmount, or stop without it (auto: unmount for odd seeds).
+        #[arg(long, value_enum, default_value_t = End::Auto)]
+        end: End,
+    },
 }
 
 #[derive(Subcommand)]
@@ -115,6 +140,10 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+}
+
+fn workload_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(crashtest::WORKLOADS.iter().copied().chain(["all"]))
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -178,6 +207,10 @@ fn main() -> ExitCode {
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
         Cmd::Bench { which: BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json } } => {
             cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
+        }
+        Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end } => {
+            let opts = CrashOptions { subsets, ops, cache_blocks, end, ..Default::default() };
+            cmd_crashtest(ordering, &workload, seed, &opts)
         }
     };
     match r {
@@ -514,6 +547,25 @@ fn cmd_bench_update(
         std::fs::write(&j, serde_json::to_string_pretty(&v)?).map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
     }
     Ok(())
+}
+
+fn cmd_crashtest(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions) -> Result<u8, Fail> {
+    let names: Vec<&str> = if workload == "all" { crashtest::WORKLOADS.to_vec() } else { vec![workload] };
+    let (mut states, mut violations) = (0, 0);
+    for name in &names {
+        let s = crashtest::run(ordering, name, seed, opts).map_err(|e| Fail(e.to_string(), 2))?;
+        println!("{s}\n");
+        states += s.states;
+        violations += s.violations;
+    }
+    let what = format!("{} workload(s), ordering {ordering}, seed {seed}: {states} crash states", names.len());
+    if violations == 0 {
+        println!("crashtest: {what}, no violations");
+        Ok(0)
+    } else {
+        println!("crashtest: {what}, VIOLATIONS: {violations}");
+        Ok(1)
+    }
 }
 
 fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {

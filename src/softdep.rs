@@ -87,6 +87,9 @@ pub enum Task {
     FreeBlocks { blocks: Vec<u64>, then: Vec<Task> },
     /// freefile: the cleared dinode is on disk; the inode returns to the free map.
     FreeInode { ino: u32, is_dir: bool },
+    /// rename's old name, hidden from lookups until the new name is on disk (rule 3: the new
+    /// name before the old one goes), is now removed; `tasks` follow that removal to disk.
+    RemoveOldName { dir: u32, bno: u64, lbn: u64, off: usize, tasks: Vec<Task> },
 }
 
 /// A new (or changed, DIRCHG) directory entry.

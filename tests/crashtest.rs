@@ -1,0 +1,125 @@
+//! The crash tester on every workload: `sync` leaves no violation in any crash state, every such
+//! state mounts and works without fsck and repairs to a clean image; `async`, the negative control,
+//! is caught; and the `sufs crashtest` command says so in its exit code.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use sufs::clock::SimClock;
+use sufs::crashtest::{self, CrashOptions, End, Recording, WORKLOADS};
+use sufs::dev::BlockDevice;
+use sufs::format::ROOT_INO;
+use sufs::fs::{Fs, MountOptions, Ordering};
+use sufs::fsck;
+
+/// Small workloads: the whole file stays well within the test time budget in a debug build.
+fn small(ops: usize, end: End) -> CrashOptions {
+    CrashOptions { ops, end, ..Default::default() }
+}
+
+#[test]
+fn sync_leaves_no_violation_in_any_workload() {
+    for name in WORKLOADS {
+        for (seed, end) in [(1, End::Unmount), (2, End::Crash)] {
+            let s = crashtest::run(Ordering::Sync, name, seed, &small(40, end)).unwrap();
+            assert!(s.states > 10, "{s}");
+            assert_eq!(s.violations, 0, "{s}");
+        }
+    }
+}
+
+#[test]
+fn async_is_caught_on_metadata_heavy_workloads() {
+    for name in ["create-many", "remove-tree", "rename-storm", "mix"] {
+        for (seed, end) in [(1, End::Unmount), (2, End::Crash)] {
+            let s = crashtest::run(Ordering::Async, name, seed, &small(60, end)).unwrap();
+            assert!(s.violations > 0, "async not caught: the tester is broken\n{s}");
+            assert!(s.first_violation.as_deref().is_some_and(|v| v.contains("Violation")), "{s}");
+        }
+    }
+}
+
+/// The promises themselves catch async: names made before the workload, renames and fsyncs.
+#[test]
+fn async_breaks_promises_too() {
+    let s = crashtest::run(Ordering::Async, "rename-storm", 1, &small(60, End::Unmount)).unwrap();
+    assert!(s.violations_by_kind.contains_key("RenameLostBoth"), "{s}");
+    assert!(s.promises.get("stable names").is_some_and(|&n| n > 0), "{s}");
+}
+
+fn mount(dev: Arc<dyn BlockDevice>) -> Result<Fs, sufs::fs::FsError> {
+    Fs::mount(
+        dev,
+        MountOptions { ordering: Ordering::Sync, cache_blocks: 256, readonly: false },
+        Arc::new(SimClock::new()),
+    )
+}
+
+/// Every sync crash state: mounts read-write without fsck and takes new files; and fsck's repair
+/// leaves it clean.
+fn mount_and_repair_every_state(rec: &Recording) {
+    let states = rec
+        .for_each_state(4, |s, img| {
+            let how = rec.describe(s);
+            let fork = Arc::new(img.fork());
+            let mut fs = mount(img.clone()).unwrap_or_else(|e| panic!("{how}: mount fails: {e}"));
+            let (f, _) = fs.create(ROOT_INO, b"after-crash", 0o644, 0, 0).unwrap_or_else(|e| panic!("{how}: {e}"));
+            fs.write(f, 0, &[5u8; 9000]).unwrap_or_else(|e| panic!("{how}: {e}"));
+            fs.mkdir(ROOT_INO, b"dir-after-crash", 0o755, 0, 0).unwrap_or_else(|e| panic!("{how}: {e}"));
+            fs.unmount().unwrap_or_else(|e| panic!("{how}: unmount: {e}"));
+            let after = fsck::check(&*img).unwrap();
+            assert_eq!(after.violations(), 0, "{how}: violations after use");
+
+            fsck::repair(&*fork).unwrap_or_else(|e| panic!("{how}: repair: {e}"));
+            let c = fsck::check(&*fork).unwrap();
+            let left: Vec<String> = c.findings.iter().map(|f| f.to_string()).collect();
+            assert!(c.is_clean(), "{how}: not clean after repair:\n{}", left.join("\n"));
+            Ok(())
+        })
+        .unwrap();
+    assert!(states > 10);
+}
+
+#[test]
+fn sync_crash_states_mount_and_repair_mix() {
+    for (seed, end) in [(3, End::Unmount), (4, End::Crash)] {
+        let rec = crashtest::record(Ordering::Sync, "mix", seed, &small(48, end)).unwrap();
+        mount_and_repair_every_state(&rec);
+    }
+}
+
+#[test]
+fn sync_crash_states_mount_and_repair_each_workload() {
+    for name in WORKLOADS.iter().filter(|&&n| n != "mix") {
+        let rec = crashtest::record(Ordering::Sync, name, 5, &small(16, End::Unmount)).unwrap();
+        mount_and_repair_every_state(&rec);
+    }
+}
+
+#[test]
+fn same_seed_same_states() {
+    let a = crashtest::run(Ordering::Sync, "mix", 7, &small(30, End::Auto)).unwrap();
+    let b = crashtest::run(Ordering::Sync, "mix", 7, &small(30, End::Auto)).unwrap();
+    assert_eq!((a.states, a.writes, &a.findings_by_kind), (b.states, b.writes, &b.findings_by_kind));
+}
+
+fn sufs(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sufs")).args(args).output().expect("sufs runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn command_exit_codes() {
+    let (code, out) = sufs(&["crashtest", "--ordering", "async", "--workload", "create-many", "--seed", "1"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("VIOLATIONS"), "{out}");
+    assert!(out.contains("first violation"), "{out}");
+    let (code, out) = sufs(&["crashtest", "--ordering", "sync", "--workload", "create-many", "--seed", "1"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("crash states") && !out.contains("VIOLATIONS"), "{out}");
+    let (code, out) = sufs(&["crashtest", "--ordering", "sync", "--workload", "no-such-thing"]);
+    assert_eq!(code, 2, "{out}");
+    let (code, out) = sufs(&["crashtest", "--ordering", "sometimes", "--workload", "mix"]);
+    assert_eq!(code, 2, "{out}");
+}
