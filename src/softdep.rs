@@ -454,8 +454,12 @@ impl Softdep {
             }
         }
         if let Some(pd) = self.pagedeps.get(&bno) {
+            // A new directory block is not reachable until the pointer to it is on disk: its
+            // entries wait for that too (FreeBSD's newdirblk), or a rename's old name could go
+            // while the new one is still unreachable.
+            let reachable = !self.newblks.contains_key(&bno);
             for da in &pd.diradds {
-                if self.diradd_ready(da) {
+                if reachable && self.diradd_ready(da) {
                     inf.diradds_done.push(da.off);
                 } else {
                     dirent_set_ino(copy, da.off, da.old_ino);
