@@ -472,3 +472,106 @@ mod tests {
         assert!(wt > aipu, "write-through writes more than aipu ({wt} vs {aipu})");
     }
 }
+
+/// One ordering's run of the soft updates paper's comparison (§5), in-process on an image file
+/// whose writes are durable (`fdatasync` after each batch), as a mount's are.
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderingResult {
+    pub ordering: String,
+    /// Seconds per phase: create, remove, then the Andrew-like phases.
+    pub phases: Vec<(String, f64)>,
+    pub sync_writes: u64,
+    pub async_writes: u64,
+}
+
+fn copy_in(fs: &mut Fs, src: &Path, dir: u32, files: &mut Vec<(u32, u64)>, limit: usize) -> FsResult<()> {
+    let Ok(rd) = std::fs::read_dir(src) else { return Ok(()) };
+    let mut entries: Vec<_> = rd.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        if files.len() >= limit {
+            return Ok(());
+        }
+        let name = e.file_name();
+        let name = name.as_encoded_bytes();
+        if name.len() > crate::format::MAXNAMLEN {
+            continue;
+        }
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            let (d, _) = fs.mkdir(dir, name, 0o755, 0, 0)?;
+            copy_in(fs, &e.path(), d, files, limit)?;
+        } else if ft.is_file() {
+            let Ok(data) = std::fs::read(e.path()) else { continue };
+            let (f, _) = fs.create(dir, name, 0o644, 0, 0)?;
+            fs.write(f, 0, &data)?;
+            files.push((f, data.len() as u64));
+        }
+    }
+    Ok(())
+}
+
+/// Create `n` files and remove them, then an Andrew-like set of phases over a copy of `tree`
+/// (at most `tree_files` files): copy it in, stat every file, read every file, and write a new
+/// "object" file for each. Each ordering runs on a fresh image in `workdir`.
+pub fn ordering_compare(workdir: &Path, n: usize, tree: &Path, tree_files: usize) -> FsResult<Vec<OrderingResult>> {
+    use std::time::Instant;
+    let mut out = Vec::new();
+    for ordering in [Ordering::Sync, Ordering::Async, Ordering::Softdep] {
+        let img = workdir.join(format!("bench-{ordering}.img"));
+        let _ = std::fs::remove_file(&img);
+        crate::dev::FileDevice::create(&img, 1 << 30)?;
+        let dev: Arc<dyn BlockDevice> = Arc::new(crate::dev::FileDevice::open(&img, 4096, true)?);
+        mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, crate::clock::RealClock::new().wall())?;
+        let clock: Arc<dyn Clock> = Arc::new(crate::clock::RealClock::new());
+        let mut fs = Fs::mount(dev.clone(), MountOptions { ordering, cache_blocks: 32768, readonly: false }, clock)?;
+        let st0 = dev.stats();
+        let mut phases = Vec::new();
+        let (d, _) = fs.mkdir(ROOT_INO, b"many", 0o755, 0, 0)?;
+        let t = Instant::now();
+        for i in 0..n {
+            fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0)?;
+        }
+        phases.push(("create".to_string(), t.elapsed().as_secs_f64()));
+        let t = Instant::now();
+        for i in 0..n {
+            fs.unlink(d, format!("f{i}").as_bytes())?;
+        }
+        phases.push(("remove".to_string(), t.elapsed().as_secs_f64()));
+        let (top, _) = fs.mkdir(ROOT_INO, b"src", 0o755, 0, 0)?;
+        let mut files = Vec::new();
+        let t = Instant::now();
+        copy_in(&mut fs, tree, top, &mut files, tree_files)?;
+        phases.push(("copy tree".to_string(), t.elapsed().as_secs_f64()));
+        let t = Instant::now();
+        for &(f, _) in &files {
+            fs.getattr(f)?;
+        }
+        phases.push(("stat all".to_string(), t.elapsed().as_secs_f64()));
+        let t = Instant::now();
+        for &(f, size) in &files {
+            fs.read(f, 0, size as usize)?;
+        }
+        phases.push(("read all".to_string(), t.elapsed().as_secs_f64()));
+        let (obj, _) = fs.mkdir(ROOT_INO, b"obj", 0o755, 0, 0)?;
+        let t = Instant::now();
+        for (i, &(_, size)) in files.iter().enumerate() {
+            let (o, _) = fs.create(obj, format!("o{i}").as_bytes(), 0o644, 0, 0)?;
+            fs.write(o, 0, &vec![7u8; (size / 2).max(1) as usize])?;
+        }
+        phases.push(("compile".to_string(), t.elapsed().as_secs_f64()));
+        let t = Instant::now();
+        fs.unmount()?;
+        phases.push(("unmount".to_string(), t.elapsed().as_secs_f64()));
+        let st = dev.stats();
+        out.push(OrderingResult {
+            ordering: ordering.to_string(),
+            phases,
+            sync_writes: st.sync_writes - st0.sync_writes,
+            async_writes: st.async_writes - st0.async_writes,
+        });
+        drop(fs);
+        let _ = std::fs::remove_file(&img);
+    }
+    Ok(out)
+}

@@ -216,7 +216,7 @@ pub struct MountOptions {
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { ordering: Ordering::Sync, cache_blocks: 32768, readonly: false }
+        MountOptions { ordering: Ordering::Softdep, cache_blocks: 32768, readonly: false }
     }
 }
 
@@ -319,6 +319,10 @@ pub struct Fs {
     /// Removed directories still counted by subdirectories' pending ".." drops: the parent
     /// whose link goes when each is finally freed.
     parent_drop: HashMap<u32, u32>,
+    /// Directories whose last name is gone but which other pending link drops still hold.
+    removed_dirs: std::collections::HashSet<u32>,
+    /// Operations done (the memory bound is checked every 64).
+    ops: u64,
     /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
     /// but gone for users: (block, offset) -> (directory, logical block, name).
     hidden: HashMap<(u64, usize), (u32, u64, Vec<u8>, u32)>,
@@ -367,6 +371,8 @@ impl Fs {
             async_full_blocks: false,
             softdep_limit: 200_000,
             parent_drop: HashMap::new(),
+            ops: 0,
+            removed_dirs: std::collections::HashSet::new(),
             hidden: HashMap::new(),
         };
         fs.next_gen = fs.clock.wall().1 | 1;
@@ -558,14 +564,19 @@ impl Fs {
                     sd.take_pending_unlink(child);
                     sd.take_pending_unlink(child);
                 }
-                // Its name and its "." go; the ".." of subdirectories removed before it may
-                // still be counted (their dirrems pending): it is freed with the last of those.
+                // Its name goes. Links still pending (the ".." of subdirectories removed before
+                // it, an old name of a rename) keep it, and its "." with it, until the last of
+                // those drops: only then does "." go and the directory is freed.
                 let mut d = self.iget(child)?;
-                d.nlink = d.nlink.saturating_sub(2);
+                d.nlink = d.nlink.saturating_sub(1);
+                if d.nlink <= 1 {
+                    d.nlink = 0;
+                }
                 self.touch_c(&mut d);
                 let then: Vec<Task> = parent.into_iter().map(Task::DropLink).collect();
                 if d.nlink > 0 {
                     self.iput(child, &d)?;
+                    self.removed_dirs.insert(child);
                     if let Some(p) = parent {
                         self.parent_drop.insert(child, p);
                     }
@@ -675,7 +686,9 @@ impl Fs {
     /// Keeps the cache within its size: when it is full of dirty buffers, the oldest are written.
     fn balance(&mut self) -> FsResult<()> {
         self.run_tasks()?;
-        if self.hooks.softdep.as_ref().is_some_and(|s| s.count() > self.softdep_limit) {
+        self.ops += 1;
+        let limit = self.softdep_limit;
+        if self.ops % 64 == 0 && self.hooks.softdep.as_mut().is_some_and(|s| s.count() > limit) {
             // The memory bound: new dependencies wait until old ones retire.
             self.sync_all()?;
         }
@@ -1036,6 +1049,7 @@ impl Fs {
         if is_dir {
             self.dirhash.remove(&ino);
             then.extend(self.parent_drop.remove(&ino).map(Task::DropLink));
+            self.removed_dirs.remove(&ino);
         }
         if d.has_blocks() {
             // Size goes with the pointers, so no crash shows a directory with a hole.
@@ -1065,6 +1079,9 @@ impl Fs {
     fn drop_link(&mut self, ino: u32) -> FsResult<()> {
         let mut d = self.iget(ino)?;
         d.nlink = d.nlink.saturating_sub(1);
+        if d.is_dir() && d.nlink == 1 && self.removed_dirs.remove(&ino) {
+            d.nlink = 0; // a removed directory's "." goes with its last link
+        }
         self.touch_c(&mut d);
         if d.nlink == 0 && !self.open.contains_key(&ino) {
             return self.release_inode(ino, d, vec![]);
@@ -1236,6 +1253,27 @@ impl Fs {
             self.sync_all()?;
         }
         Ok(())
+    }
+
+    /// With soft updates, true if `dir` or one of its ancestors is named by an entry not yet on
+    /// disk: a rename's new name there would not be reachable after a crash, so the rename
+    /// first writes everything out (rule 3 for the whole path, not only the last name).
+    fn path_pending(&mut self, mut dir: u32) -> FsResult<bool> {
+        if self.hooks.softdep.is_none() {
+            return Ok(false);
+        }
+        for _ in 0..4096 {
+            if dir == ROOT_INO {
+                return Ok(false);
+            }
+            let named_late = self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(dir));
+            if named_late || self.hidden.values().any(|h| h.3 == dir) {
+                return Ok(true);
+            }
+            let mut d = self.dir_inode(dir)?;
+            dir = self.find_entry(dir, &mut d, b"..")?.ok_or_else(|| FsError::Corrupt(format!("{dir} has no ..")))?.ino;
+        }
+        Ok(true)
     }
 
     /// The link count users see: soft updates count a link as gone as soon as its name is.
@@ -1667,8 +1705,11 @@ impl Fs {
             }
         }
         let moving_dir = si.is_dir();
-        if moving_dir && self.hidden.values().any(|h| h.3 == src.ino) {
-            // A directory keeps at most two names on disk: its previous rename completes first.
+        let pending = self.hooks.softdep.as_ref().map_or(0, |s| s.pending_unlinks_of(src.ino));
+        let settle = moving_dir && (pending > 0 || self.hidden.values().any(|h| h.3 == src.ino));
+        if settle || self.path_pending(newdir)? {
+            // A directory keeps at most two names on disk: its previous rename (or any link
+            // drop still on its way to disk) completes first.
             self.sync_all()?;
             return self.rename(dir, name, newdir, newname, flags);
         }

@@ -45,7 +45,7 @@ enum Cmd {
         image: PathBuf,
         #[arg(default_value = "mnt")]
         dir: PathBuf,
-        #[arg(long, value_enum, default_value_t = Ordering::Sync)]
+        #[arg(long, value_enum, default_value_t = Ordering::Softdep)]
         ordering: Ordering,
         /// Stay in the foreground (otherwise sufs returns once the file system is mounted).
         #[arg(short, long)]
@@ -120,6 +120,22 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The soft updates paper's comparison (§5), in-process on durable image files: create and
+    /// remove files, then an Andrew-like set of phases, for sync, async and softdep.
+    Orderings {
+        /// Files created, then removed.
+        #[arg(long, default_value_t = 10_000)]
+        files: usize,
+        /// Source tree copied in the Andrew-like phases.
+        #[arg(long, default_value = "/usr/include")]
+        tree: PathBuf,
+        /// At most this many files of the tree.
+        #[arg(long, default_value_t = 4000)]
+        tree_files: usize,
+        /// Where the image files go.
+        #[arg(long, default_value = "/var/tmp")]
+        dir: PathBuf,
+    },
     /// Mogul 1994 §4.1: read response time under PU and AIPU, with delayed and async full-block
     /// writes; and the kernel-build-like workload's blocks written per policy (Table 4-3).
     UpdatePolicy {
@@ -205,6 +221,9 @@ fn main() -> ExitCode {
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
         Cmd::Fsck { image, yes } => cmd_fsck(&image, yes),
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
+        Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir } } => {
+            cmd_bench_orderings(files, &tree, tree_files, &dir).map(|_| 0)
+        }
         Cmd::Bench { which: BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json } } => {
             cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
         }
@@ -497,6 +516,40 @@ fn cmd_fsck(image: &Path, repair: bool) -> Result<u8, Fail> {
     } else {
         4
     })
+}
+
+fn cmd_bench_orderings(files: usize, tree: &Path, tree_files: usize, dir: &Path) -> Result<(), Fail> {
+    let rs = sufs::bench::ordering_compare(dir, files, tree, tree_files)?;
+    println!(
+        "soft updates §5 comparison, in-process, durable image files: {files} files created and removed; \
+         Andrew-like phases over {} (at most {tree_files} files)\n",
+        tree.display()
+    );
+    print!("{:<9}", "ordering");
+    for (name, _) in &rs[0].phases {
+        print!(" {:>10}", name);
+    }
+    println!(" {:>10} {:>12} {:>12}", "total s", "sync writes", "async writes");
+    let total = |r: &sufs::bench::OrderingResult| r.phases.iter().map(|p| p.1).sum::<f64>();
+    for r in &rs {
+        print!("{:<9}", r.ordering);
+        for (_, t) in &r.phases {
+            print!(" {:>10.3}", t);
+        }
+        println!(" {:>10.3} {:>12} {:>12}", total(r), r.sync_writes, r.async_writes);
+    }
+    let by = |name: &str| rs.iter().find(|r| r.ordering == name);
+    if let (Some(s), Some(a), Some(d)) = (by("sync"), by("async"), by("softdep")) {
+        let phase = |r: &sufs::bench::OrderingResult, i: usize| r.phases[i].1.max(1e-9);
+        println!(
+            "\nsoftdep vs async: {:.2}x the time; vs sync: creates {:.1}x faster, removes {:.1}x faster, {:.0}% fewer writes",
+            total(d) / total(a).max(1e-9),
+            phase(s, 0) / phase(d, 0),
+            phase(s, 1) / phase(d, 1),
+            100.0 * (1.0 - (d.sync_writes + d.async_writes) as f64 / (s.sync_writes + s.async_writes).max(1) as f64)
+        );
+    }
+    Ok(())
 }
 
 fn cmd_bench_update(

@@ -165,6 +165,9 @@ pub struct Softdep {
     /// (the paper's effnlink), so rmdir and stat see the final counts at once.
     pub pending_unlinks: HashMap<u32, u32>,
     pub stats: SoftdepStats,
+    writes_seen: u64,
+    /// Entries (DirAdds) not yet on disk, per inode they name.
+    pending_names: HashMap<u32, u32>,
 }
 
 impl Softdep {
@@ -184,6 +187,8 @@ impl Softdep {
             tasks: Vec::new(),
             pending_unlinks: HashMap::new(),
             stats: SoftdepStats::default(),
+            writes_seen: 0,
+            pending_names: HashMap::new(),
         }
     }
 
@@ -192,8 +197,15 @@ impl Softdep {
         self.epoch
     }
 
-    /// Dependency structures alive (the quantity the memory bound limits).
-    pub fn count(&self) -> usize {
+    /// Dependency structures alive (the quantity the memory bound limits); a scan, so callers
+    /// check it now and then.
+    pub fn count(&mut self) -> usize {
+        let n = self.count_now();
+        self.stats.max_deps = self.stats.max_deps.max(n);
+        n
+    }
+
+    fn count_now(&self) -> usize {
         self.inodedeps.len()
             + self.newblks.len()
             + self.allocindirs.values().map(Vec::len).sum::<usize>()
@@ -270,11 +282,14 @@ impl Softdep {
         let (old_ino, old_dtype, mut carried) = match pd.diradds.iter().position(|d| d.off == off) {
             Some(i) => {
                 let prev = pd.diradds.remove(i);
+                Self::name_done(&mut self.pending_names, prev.ino);
                 (prev.old_ino, prev.old_dtype, prev.on_complete)
             }
             None => old.map(|(i, t)| (i, t, Vec::new())).unwrap_or((0, DT_UNKNOWN, Vec::new())),
         };
         carried.extend(on_complete);
+        *self.pending_names.entry(ino).or_insert(0) += 1;
+        let pd = self.pagedeps.entry(dirblk).or_default();
         pd.diradds.push(DirAdd { off, ino, old_ino, old_dtype, epoch, parent, mkdir, on_complete: carried });
     }
 
@@ -285,7 +300,9 @@ impl Softdep {
         if let Some(i) = pd.diradds.iter().position(|d| d.off == off) {
             // The entry never reached disk as it was (or the old one still is there): what was
             // to follow its completion now follows the removal.
-            tasks.extend(pd.diradds.remove(i).on_complete);
+            let da = pd.diradds.remove(i);
+            Self::name_done(&mut self.pending_names, da.ino);
+            tasks.extend(da.on_complete);
         }
         pd.dirrems.push(DirRem { epoch, tasks });
     }
@@ -317,6 +334,9 @@ impl Softdep {
             self.allocindirs.remove(b);
             self.newblks.remove(b);
             if let Some(pd) = self.pagedeps.remove(b) {
+                for d in &pd.diradds {
+                    Self::name_done(&mut self.pending_names, d.ino);
+                }
                 orphans.extend(pd.diradds.into_iter().flat_map(|d| d.on_complete));
                 orphans.extend(pd.dirrems.into_iter().flat_map(|r| r.tasks));
             }
@@ -331,6 +351,20 @@ impl Softdep {
     /// The inode is being freed: its dependency record goes.
     pub fn forget_inode(&mut self, ino: u32) {
         self.inodedeps.remove(&ino);
+    }
+
+    fn name_done(names: &mut HashMap<u32, u32>, ino: u32) {
+        if let Some(n) = names.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                names.remove(&ino);
+            }
+        }
+    }
+
+    /// True if an entry naming `ino` is not on disk yet.
+    pub fn has_pending_name(&self, ino: u32) -> bool {
+        self.pending_names.contains_key(&ino)
     }
 
     pub fn add_pending_unlink(&mut self, ino: u32) {
@@ -525,6 +559,7 @@ impl Softdep {
             for off in &inf.diradds_done {
                 if let Some(i) = pd.diradds.iter().position(|d| d.off == *off) {
                     let da = pd.diradds.remove(i);
+                    Self::name_done(&mut self.pending_names, da.ino);
                     self.tasks.extend(da.on_complete);
                 }
             }
@@ -556,8 +591,9 @@ impl Softdep {
                 self.waiting_on.insert(bno, still);
             }
         }
-        // Inode records with nothing left to track go.
-        if self.inodedeps.len() > 4096 {
+        // Inode records with nothing left to track go (checked now and then: it is a scan).
+        self.writes_seen += 1;
+        if self.inodedeps.len() > 4096 && self.writes_seen % 1024 == 0 {
             let referenced: HashSet<u32> = self
                 .pagedeps
                 .values()
@@ -565,7 +601,6 @@ impl Softdep {
                 .collect();
             self.inodedeps.retain(|ino, d| !(d.bitmap_done && d.allocdirects.is_empty()) || referenced.contains(ino));
         }
-        self.stats.max_deps = self.stats.max_deps.max(self.count());
         inf.rolled_back
     }
 }

@@ -29,6 +29,31 @@ fn sync_leaves_no_violation_in_any_workload() {
 }
 
 #[test]
+fn softdep_leaves_no_violation_in_any_workload() {
+    for name in WORKLOADS {
+        for (seed, end) in [(1, End::Unmount), (2, End::Crash)] {
+            let s = crashtest::run(Ordering::Softdep, name, seed, &small(40, end)).unwrap();
+            assert!(s.states > 5, "{s}");
+            assert_eq!(s.violations, 0, "{s}");
+        }
+    }
+    // A longer run with a tiny cache, so that evictions and roll-backs happen mid-workload.
+    let o = CrashOptions { ops: 160, cache_blocks: 32, end: End::Crash, ..Default::default() };
+    for name in ["rename-storm", "mix", "mkdir-rmdir"] {
+        let s = crashtest::run(Ordering::Softdep, name, 4, &o).unwrap();
+        assert_eq!(s.violations, 0, "{s}");
+    }
+}
+
+#[test]
+fn softdep_crash_states_mount_and_repair_mix() {
+    for (seed, end) in [(3, End::Unmount), (4, End::Crash)] {
+        let rec = crashtest::record(Ordering::Softdep, "mix", seed, &small(48, end)).unwrap();
+        mount_and_repair_every_state(&rec);
+    }
+}
+
+#[test]
 fn async_is_caught_on_metadata_heavy_workloads() {
     for name in ["create-many", "remove-tree", "rename-storm", "mix"] {
         for (seed, end) in [(1, End::Unmount), (2, End::Crash)] {

@@ -166,7 +166,7 @@ fn operations_survive_unmount_and_fsck_in_both_orderings() {
     if !fuse_available() {
         return;
     }
-    for ordering in ["sync", "async"] {
+    for ordering in ["softdep", "sync", "async"] {
         let t = tempfile::tempdir().unwrap();
         let img = t.path().join("img");
         let mnt = t.path().join("mnt");
