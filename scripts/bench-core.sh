@@ -23,7 +23,7 @@ workload() {
 }
 
 printf "%-12s %10s %10s %10s %10s %12s\n" fs create10k write read remove dev_writes
-for ord in sync async; do
+for ord in softdep sync async; do
   rm -f "$W/img"
   "$SUFS" mkfs "$W/img" --size 2G >/dev/null
   "$SUFS" mount "$W/img" "$W/mnt" --ordering $ord --stats "$W/stats.json" >/dev/null

@@ -285,6 +285,10 @@ impl WriteHooks for Hooks {
     }
 }
 
+/// A rename's old name kept on disk until the new one is: (directory, logical block, name,
+/// inode it names).
+type HiddenName = (u32, u64, Vec<u8>, u32);
+
 /// Where an entry lives: the directory block and the byte offset in it.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
@@ -325,7 +329,7 @@ pub struct Fs {
     ops: u64,
     /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
     /// but gone for users: (block, offset) -> (directory, logical block, name).
-    hidden: HashMap<(u64, usize), (u32, u64, Vec<u8>, u32)>,
+    hidden: HashMap<(u64, usize), HiddenName>,
 }
 
 impl Fs {
@@ -688,7 +692,7 @@ impl Fs {
         self.run_tasks()?;
         self.ops += 1;
         let limit = self.softdep_limit;
-        if self.ops % 64 == 0 && self.hooks.softdep.as_mut().is_some_and(|s| s.count() > limit) {
+        if self.ops.is_multiple_of(64) && self.hooks.softdep.as_mut().is_some_and(|s| s.count() > limit) {
             // The memory bound: new dependencies wait until old ones retire.
             self.sync_all()?;
         }
@@ -1604,7 +1608,7 @@ impl Fs {
             }
         }
         self.balance()?;
-        Ok(d)
+        Ok(self.eff(ino, d))
     }
 
     pub fn unlink(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {

@@ -593,7 +593,7 @@ impl Softdep {
         }
         // Inode records with nothing left to track go (checked now and then: it is a scan).
         self.writes_seen += 1;
-        if self.inodedeps.len() > 4096 && self.writes_seen % 1024 == 0 {
+        if self.inodedeps.len() > 4096 && self.writes_seen.is_multiple_of(1024) {
             let referenced: HashSet<u32> = self
                 .pagedeps
                 .values()

@@ -35,6 +35,18 @@ fn is_mounted(dir: &Path) -> bool {
 struct Mounted {
     child: Child,
     dir: PathBuf,
+    done: bool,
+}
+
+impl Drop for Mounted {
+    /// A failed test must not leave its mount (and a server holding the test's output) behind.
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 fn mount_fg(image: &Path, dir: &Path, extra: &[&str]) -> Mounted {
@@ -50,7 +62,7 @@ fn mount_fg(image: &Path, dir: &Path, extra: &[&str]) -> Mounted {
         assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear");
         std::thread::sleep(Duration::from_millis(20));
     }
-    Mounted { child, dir: dir.to_path_buf() }
+    Mounted { child, dir: dir.to_path_buf(), done: false }
 }
 
 impl Mounted {
@@ -58,6 +70,7 @@ impl Mounted {
         let out = sufs(&["umount", self.dir.to_str().unwrap()]);
         assert!(out.status.success(), "umount: {}", String::from_utf8_lossy(&out.stderr));
         let st = self.child.wait().unwrap();
+        self.done = true;
         assert!(st.success(), "sufs mount exited with {st}");
     }
 }
@@ -204,6 +217,7 @@ fn sigterm_unmounts_cleanly() {
     fs::write(mnt.join("f"), pattern(5, 100_000)).unwrap();
     unsafe { libc::kill(m.child.id() as i32, libc::SIGTERM) };
     let st = m.child.wait().unwrap();
+    m.done = true;
     assert!(st.success(), "{st}");
     assert!(!is_mounted(&mnt));
     let dump = String::from_utf8(sufs(&["dumpfs", img.to_str().unwrap()]).stdout).unwrap();
