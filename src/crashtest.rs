@@ -24,6 +24,7 @@ use crate::dev::{BlockDevice, Counters, DevResult, DevStats, MemDevice, Record, 
 use crate::format::{NDADDR, ROOT_INO};
 use crate::fs::{mkfs, Fs, FsError, FsResult, MkfsOptions, MountOptions, Ordering, RenameFlags, SetAttr};
 use crate::fsck::{self, Class, Finding};
+use crate::syncer::{Sweeper, SyncerOptions, UpdatePolicy};
 
 /// The workloads, in the order `all` runs them.
 pub const WORKLOADS: [&str; 9] = [
@@ -72,11 +73,15 @@ pub struct CrashOptions {
     /// Size of the image in 4 KiB blocks.
     pub blocks: u64,
     pub end: End,
+    /// Run an update policy's sweeps during the workload (their times scaled to the workload:
+    /// PU every second, AIPU every 100 ms for buffers a second old, metadata every second)
+    /// instead of the plain sweep every 20 operations.
+    pub update: Option<UpdatePolicy>,
 }
 
 impl Default for CrashOptions {
     fn default() -> Self {
-        CrashOptions { subsets: 8, ops: 80, cache_blocks: 64, blocks: 8192, end: End::Auto }
+        CrashOptions { subsets: 8, ops: 80, cache_blocks: 64, blocks: 8192, end: End::Auto, update: None }
     }
 }
 
@@ -149,6 +154,7 @@ pub struct Work<'a> {
     ops: Vec<(usize, String)>,
     promises: Vec<Promise>,
     count: u64,
+    sweeper: Option<Sweeper>,
 }
 
 impl Work<'_> {
@@ -161,7 +167,12 @@ impl Work<'_> {
     fn begin(&mut self, what: String) -> FsResult<usize> {
         self.count += 1;
         self.clock.advance(50_000_000);
-        if self.count.is_multiple_of(20) {
+        if let Some(sw) = self.sweeper.as_mut() {
+            if sw.next_due() <= self.fs.now_ns() {
+                self.ops.push((self.rec.map_or(0, |r| r.log_len()), "syncer sweep".into()));
+                sw.tick(self.fs)?;
+            }
+        } else if self.count.is_multiple_of(20) {
             self.ops.push((self.pos(), "syncer sweep".into()));
             self.fs.flush_older_than(1_000_000_000)?;
         }
@@ -949,8 +960,16 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
     // Setup, then the names it left: each stays until an operation removes or renames it.
     let mut fs = mount(dev.clone(), 4096).map_err(fail("mount for setup"))?;
     let stable = {
-        let mut w =
-            Work { fs: &mut fs, rng: &mut rng, clock: &clock, rec: None, ops: Vec::new(), promises: vec![], count: 0 };
+        let mut w = Work {
+            fs: &mut fs,
+            rng: &mut rng,
+            clock: &clock,
+            rec: None,
+            ops: Vec::new(),
+            promises: vec![],
+            count: 0,
+            sweeper: None,
+        };
         wl.setup(&mut w).map_err(fail(&format!("setup: {}", w.ops.last().map_or("", |o| &o.1))))?;
         w.walk("/").map_err(fail("walk after setup"))?
     };
@@ -976,8 +995,23 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
         End::Unmount => true,
         End::Crash => false,
     };
-    let mut w =
-        Work { fs: &mut fs, rng: &mut rng, clock: &clock, rec: Some(&rec), ops: Vec::new(), promises, count: 0 };
+    let sweeper = opts.update.map(|policy| {
+        let mut o = SyncerOptions::for_policy(policy);
+        o.age = std::time::Duration::from_secs(1);
+        o.interval = std::time::Duration::from_millis(if policy == UpdatePolicy::Pu { 1000 } else { 100 });
+        o.metadata_interval = std::time::Duration::from_secs(1);
+        Sweeper::new(o, &mut fs)
+    });
+    let mut w = Work {
+        fs: &mut fs,
+        rng: &mut rng,
+        clock: &clock,
+        rec: Some(&rec),
+        ops: Vec::new(),
+        promises,
+        count: 0,
+        sweeper,
+    };
     for _ in 0..opts.ops {
         match wl.step(&mut w) {
             Ok(true) => {}

@@ -115,6 +115,9 @@ enum Cmd {
         /// End with unmount, or stop without it (auto: unmount for odd seeds).
         #[arg(long, value_enum, default_value_t = End::Auto)]
         end: End,
+        /// Run this update policy's sweeps during the workload (times scaled down).
+        #[arg(long, value_enum)]
+        update: Option<UpdatePolicy>,
     },
 }
 
@@ -227,8 +230,8 @@ fn main() -> ExitCode {
         Cmd::Bench { which: BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json } } => {
             cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
         }
-        Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end } => {
-            let opts = CrashOptions { subsets, ops, cache_blocks, end, ..Default::default() };
+        Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update } => {
+            let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ..Default::default() };
             cmd_crashtest(ordering, &workload, seed, &opts)
         }
     };

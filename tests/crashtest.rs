@@ -148,3 +148,16 @@ fn command_exit_codes() {
     let (code, out) = sufs(&["crashtest", "--ordering", "sometimes", "--workload", "mix"]);
     assert_eq!(code, 2, "{out}");
 }
+
+#[test]
+fn softdep_holds_under_every_update_policy() {
+    use sufs::syncer::UpdatePolicy;
+    for update in [UpdatePolicy::Wt, UpdatePolicy::Pu, UpdatePolicy::Aipu] {
+        for name in ["mix", "rename-storm"] {
+            let o = CrashOptions { ops: 48, end: End::Crash, update: Some(update), ..Default::default() };
+            let s = crashtest::run(Ordering::Softdep, name, 6, &o).unwrap();
+            assert!(s.states > 5, "{s}");
+            assert_eq!(s.violations, 0, "{update} {s}");
+        }
+    }
+}
