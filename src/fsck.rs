@@ -299,7 +299,18 @@ const MAX_ROUNDS: usize = 16;
 /// Checks and fixes everything found (fsck -y). Returns the findings of the first scan, with
 /// `repaired` set if anything was written. A successful repair leaves the image clean (SB_CLEAN).
 pub fn repair(dev: &dyn BlockDevice) -> Result<Report> {
-    let mut scan = Scan::run(dev)?;
+    repair_with(dev, false)
+}
+
+/// Preen (fsck -p), for the soft updates paper's "only leaks" crash states: fixes what `repair`
+/// fixes, but clears unreferenced inodes (a create or rename whose name never reached disk)
+/// instead of filling lost+found with them.
+pub fn preen(dev: &dyn BlockDevice) -> Result<Report> {
+    repair_with(dev, true)
+}
+
+fn repair_with(dev: &dyn BlockDevice, preen: bool) -> Result<Report> {
+    let mut scan = Scan::run_with(dev, preen)?;
     let mut report = scan.report();
     let mut changed = false;
     for _ in 0..MAX_ROUNDS {
@@ -308,7 +319,7 @@ pub fn repair(dev: &dyn BlockDevice) -> Result<Report> {
         }
         let wrote = scan.apply()?;
         changed |= wrote;
-        scan = Scan::run(dev)?;
+        scan = Scan::run_with(dev, preen)?;
         if !wrote {
             break;
         }
@@ -459,6 +470,8 @@ struct Fixes {
 
 struct Scan<'a> {
     dev: &'a dyn BlockDevice,
+    /// Preen (fsck -p, soft-updates aware): unreferenced inodes are cleared, not reconnected.
+    preen: bool,
     sb: Superblock,
     bs: usize,
     sb_block: Vec<u8>,
@@ -487,6 +500,10 @@ fn name_str(n: &[u8]) -> String {
 
 impl<'a> Scan<'a> {
     fn run(dev: &'a dyn BlockDevice) -> Result<Scan<'a>> {
+        Self::run_with(dev, false)
+    }
+
+    fn run_with(dev: &'a dyn BlockDevice, preen: bool) -> Result<Scan<'a>> {
         let bs = dev.block_size();
         if bs < SB_SIZE {
             return Err(FsckError::Geometry(format!("device block size {bs}")));
@@ -508,6 +525,7 @@ impl<'a> Scan<'a> {
             )));
         }
         let mut s = Scan {
+            preen,
             dev,
             bs,
             sb_block,
@@ -754,7 +772,9 @@ impl<'a> Scan<'a> {
             };
             info.orphan = true;
             self.findings.push(Finding::UnreferencedInode { ino: top, mode: info.mode, size: info.size });
-            if self.target.is_some() {
+            if self.preen {
+                self.fixes.clear_inodes.insert(top);
+            } else if self.target.is_some() {
                 self.fixes.reconnect.push(top);
             }
             self.walk_tree(top)?;
@@ -1002,7 +1022,7 @@ impl<'a> Scan<'a> {
             }
             if info.links == 0 && !info.is_dir() {
                 found.push(Finding::UnreferencedInode { ino, mode: info.mode, size: info.size });
-                if info.size == 0 && info.kept == 0 {
+                if self.preen || (info.size == 0 && info.kept == 0) {
                     self.fixes.clear_inodes.insert(ino);
                 } else if self.target.is_some() {
                     self.fixes.reconnect.push(ino);

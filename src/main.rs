@@ -84,6 +84,10 @@ enum Cmd {
         /// Repair everything found.
         #[arg(short = 'y', long)]
         yes: bool,
+        /// Preen (soft-updates aware): repair, clearing unreferenced inodes instead of moving
+        /// them to lost+found.
+        #[arg(short = 'p', long, conflicts_with = "yes")]
+        preen: bool,
     },
     /// Print the superblock and the per-group counts.
     Dumpfs { image: PathBuf },
@@ -222,7 +226,7 @@ fn main() -> ExitCode {
             cmd_mount(&image, &dir, m).map(|_| 0)
         }
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
-        Cmd::Fsck { image, yes } => cmd_fsck(&image, yes),
+        Cmd::Fsck { image, yes, preen } => cmd_fsck(&image, yes, preen),
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
         Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir } } => {
             cmd_bench_orderings(files, &tree, tree_files, &dir).map(|_| 0)
@@ -490,13 +494,20 @@ fn cmd_umount(dir: &Path) -> Result<(), Fail> {
     Err(Fail(format!("{image} is still busy after 5 minutes"), 1))
 }
 
-fn cmd_fsck(image: &Path, repair: bool) -> Result<u8, Fail> {
+fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
+    let repair = yes || preen;
     let f = std::fs::File::open(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
     if f.try_lock_shared().is_err() {
         return Err(Fail(format!("{} is mounted; unmount it first", image.display()), 8));
     }
     let dev = fsck::open_image(image, repair).map_err(|e| Fail(e.to_string(), 8))?;
-    let report = if repair { fsck::repair(&dev) } else { fsck::check(&dev) };
+    let report = if preen {
+        fsck::preen(&dev)
+    } else if yes {
+        fsck::repair(&dev)
+    } else {
+        fsck::check(&dev)
+    };
     let report = report.map_err(|e| Fail(e.to_string(), 8))?;
     for f in &report.findings {
         println!("{:?}: {f}", f.class());

@@ -87,6 +87,7 @@ fn mount_and_repair_every_state(rec: &Recording) {
         .for_each_state(4, |s, img| {
             let how = rec.describe(s);
             let fork = Arc::new(img.fork());
+            let fork2 = Arc::new(img.fork());
             let mut fs = mount(img.clone()).unwrap_or_else(|e| panic!("{how}: mount fails: {e}"));
             let (f, _) = fs.create(ROOT_INO, b"after-crash", 0o644, 0, 0).unwrap_or_else(|e| panic!("{how}: {e}"));
             fs.write(f, 0, &[5u8; 9000]).unwrap_or_else(|e| panic!("{how}: {e}"));
@@ -99,6 +100,13 @@ fn mount_and_repair_every_state(rec: &Recording) {
             let c = fsck::check(&*fork).unwrap();
             let left: Vec<String> = c.findings.iter().map(|f| f.to_string()).collect();
             assert!(c.is_clean(), "{how}: not clean after repair:\n{}", left.join("\n"));
+
+            // Preen (fsck -p) also leaves it clean, and finds nothing but allowed damage.
+            let p = fsck::preen(&*fork2).unwrap_or_else(|e| panic!("{how}: preen: {e}"));
+            assert_eq!(p.violations(), 0, "{how}: preen found violations");
+            let c = fsck::check(&*fork2).unwrap();
+            let left: Vec<String> = c.findings.iter().map(|f| f.to_string()).collect();
+            assert!(c.is_clean(), "{how}: not clean after preen:\n{}", left.join("\n"));
             Ok(())
         })
         .unwrap();
