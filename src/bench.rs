@@ -513,8 +513,14 @@ fn copy_in(fs: &mut Fs, src: &Path, dir: u32, files: &mut Vec<(u32, u64)>, limit
 
 /// Create `n` files and remove them, then an Andrew-like set of phases over a copy of `tree`
 /// (at most `tree_files` files): copy it in, stat every file, read every file, and write a new
-/// "object" file for each. Each ordering runs on a fresh image in `workdir`.
-pub fn ordering_compare(workdir: &Path, n: usize, tree: &Path, tree_files: usize) -> FsResult<Vec<OrderingResult>> {
+/// "object" file for each; then write a `big_mb` MiB file and fsync it. Each ordering runs on a fresh image in `workdir`.
+pub fn ordering_compare(
+    workdir: &Path,
+    n: usize,
+    tree: &Path,
+    tree_files: usize,
+    big_mb: usize,
+) -> FsResult<Vec<OrderingResult>> {
     use std::time::Instant;
     let mut out = Vec::new();
     for ordering in [Ordering::Sync, Ordering::Async, Ordering::Softdep] {
@@ -560,6 +566,15 @@ pub fn ordering_compare(workdir: &Path, n: usize, tree: &Path, tree_files: usize
             fs.write(o, 0, &vec![7u8; (size / 2).max(1) as usize])?;
         }
         phases.push(("compile".to_string(), t.elapsed().as_secs_f64()));
+        // A large file written and fsync'ed (the data path through the indirect blocks).
+        let (big, _) = fs.create(ROOT_INO, b"big", 0o644, 0, 0)?;
+        let chunk = vec![3u8; 1 << 20];
+        let t = Instant::now();
+        for i in 0..big_mb as u64 {
+            fs.write(big, i << 20, &chunk)?;
+        }
+        fs.fsync(big)?;
+        phases.push((format!("write {big_mb}M"), t.elapsed().as_secs_f64()));
         let t = Instant::now();
         fs.unmount()?;
         phases.push(("unmount".to_string(), t.elapsed().as_secs_f64()));

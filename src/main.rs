@@ -142,6 +142,9 @@ enum BenchCmd {
         /// Where the image files go.
         #[arg(long, default_value = "/var/tmp")]
         dir: PathBuf,
+        /// Size of the large file written and fsync'ed, in MiB.
+        #[arg(long, default_value_t = 256)]
+        big_mb: usize,
     },
     /// Mogul 1994 §4.1: read response time under PU and AIPU, with delayed and async full-block
     /// writes; and the kernel-build-like workload's blocks written per policy (Table 4-3).
@@ -228,8 +231,8 @@ fn main() -> ExitCode {
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
         Cmd::Fsck { image, yes, preen } => cmd_fsck(&image, yes, preen),
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
-        Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir } } => {
-            cmd_bench_orderings(files, &tree, tree_files, &dir).map(|_| 0)
+        Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir, big_mb } } => {
+            cmd_bench_orderings(files, &tree, tree_files, &dir, big_mb).map(|_| 0)
         }
         Cmd::Bench { which: BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json } } => {
             cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
@@ -532,8 +535,8 @@ fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
     })
 }
 
-fn cmd_bench_orderings(files: usize, tree: &Path, tree_files: usize, dir: &Path) -> Result<(), Fail> {
-    let rs = sufs::bench::ordering_compare(dir, files, tree, tree_files)?;
+fn cmd_bench_orderings(files: usize, tree: &Path, tree_files: usize, dir: &Path, big_mb: usize) -> Result<(), Fail> {
+    let rs = sufs::bench::ordering_compare(dir, files, tree, tree_files, big_mb)?;
     println!(
         "soft updates §5 comparison, in-process, durable image files: {files} files created and removed; \
          Andrew-like phases over {} (at most {tree_files} files)\n",

@@ -152,7 +152,7 @@ pub struct Softdep {
     epoch: Epoch,
     pub inodedeps: HashMap<u32, InodeDep>,
     newblks: HashMap<u64, NewBlk>,
-    allocindirs: HashMap<u64, Vec<AllocIndir>>,
+    allocindirs: HashMap<u64, HashMap<usize, AllocIndir>>,
     pagedeps: HashMap<u64, PageDep>,
     bmsafemap: HashMap<u32, (Vec<u32>, Vec<u64>)>,
     waiting: HashMap<u64, Waiting>,
@@ -208,7 +208,7 @@ impl Softdep {
     fn count_now(&self) -> usize {
         self.inodedeps.len()
             + self.newblks.len()
-            + self.allocindirs.values().map(Vec::len).sum::<usize>()
+            + self.allocindirs.values().map(HashMap::len).sum::<usize>()
             + self.pagedeps.values().map(|p| p.diradds.len() + p.dirrems.len()).sum::<usize>()
             + self.waiting.len()
     }
@@ -248,9 +248,7 @@ impl Softdep {
     /// A newly allocated block pointed to from an indirect block.
     pub fn alloc_indir(&mut self, indir: u64, idx: usize, bno: u64) {
         self.new_block(bno);
-        let v = self.allocindirs.entry(indir).or_default();
-        v.retain(|a| a.idx != idx);
-        v.push(AllocIndir { idx, bno });
+        self.allocindirs.entry(indir).or_default().insert(idx, AllocIndir { idx, bno });
     }
 
     fn new_block(&mut self, bno: u64) {
@@ -342,7 +340,7 @@ impl Softdep {
             }
         }
         self.allocindirs.retain(|_, v| {
-            v.retain(|a| !set.contains(&a.bno));
+            v.retain(|_, a| !set.contains(&a.bno));
             !v.is_empty()
         });
         orphans
@@ -478,7 +476,7 @@ impl Softdep {
             }
         }
         if let Some(list) = self.allocindirs.get(&bno) {
-            for a in list {
+            for a in list.values() {
                 if self.newblk_ready(a.bno) {
                     inf.indir_done.push(a.bno);
                 } else if ind_get(copy, a.idx) == a.bno {
@@ -546,7 +544,8 @@ impl Softdep {
         }
         if !inf.indir_done.is_empty() {
             if let Some(v) = self.allocindirs.get_mut(&bno) {
-                v.retain(|a| !inf.indir_done.contains(&a.bno));
+                let done: HashSet<u64> = inf.indir_done.iter().copied().collect();
+                v.retain(|_, a| !done.contains(&a.bno));
                 if v.is_empty() {
                     self.allocindirs.remove(&bno);
                 }
