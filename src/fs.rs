@@ -1468,13 +1468,7 @@ impl Fs {
     ) -> FsResult<(u32, Dinode)> {
         self.check_writable()?;
         Self::check_name(name)?;
-        let mut dd = self.dir_inode(dir)?;
-        if self.eff(dir, dd.clone()).nlink == 0 {
-            return Err(FsError::NotFound);
-        }
-        if self.find_entry(dir, &mut dd, name)?.is_some() {
-            return Err(FsError::Exists);
-        }
+        let mut dd = self.dir_for_new_name(dir, name)?;
         let (ino, mut d) = self.new_inode(dir, mode, uid, gid)?;
         d.nlink = 1;
         if let Err(e) = init(self, ino, &mut d) {
@@ -1494,6 +1488,18 @@ impl Fs {
         Ok((ino, d))
     }
 
+    /// The directory a new name goes in: it must exist, not be removed, and not hold the name.
+    fn dir_for_new_name(&mut self, dir: u32, name: &[u8]) -> FsResult<Dinode> {
+        let mut dd = self.dir_inode(dir)?;
+        if self.eff(dir, dd.clone()).nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        if self.find_entry(dir, &mut dd, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        Ok(dd)
+    }
+
     /// Undoes a half-made inode after a failure (e.g. ENOSPC for its directory entry).
     fn abandon_inode(&mut self, ino: u32, mut d: Dinode) -> FsResult<()> {
         d.nlink = 0;
@@ -1503,13 +1509,7 @@ impl Fs {
     pub fn mkdir(&mut self, dir: u32, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
         self.check_writable()?;
         Self::check_name(name)?;
-        let mut dd = self.dir_inode(dir)?;
-        if self.eff(dir, dd.clone()).nlink == 0 {
-            return Err(FsError::NotFound);
-        }
-        if self.find_entry(dir, &mut dd, name)?.is_some() {
-            return Err(FsError::Exists);
-        }
+        let mut dd = self.dir_for_new_name(dir, name)?;
         if dd.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
@@ -1584,13 +1584,7 @@ impl Fs {
         if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
             return Err(FsError::Perm);
         }
-        let mut dd = self.dir_inode(newdir)?;
-        if self.eff(newdir, dd.clone()).nlink == 0 {
-            return Err(FsError::NotFound);
-        }
-        if self.find_entry(newdir, &mut dd, newname)?.is_some() {
-            return Err(FsError::Exists);
-        }
+        let mut dd = self.dir_for_new_name(newdir, newname)?;
         if d.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }

@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::pattern;
+
 const SUFS: &str = env!("CARGO_BIN_EXE_sufs");
 
 fn fuse_available() -> bool {
@@ -84,18 +88,6 @@ fn fsck_clean(image: &Path) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
