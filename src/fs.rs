@@ -529,7 +529,7 @@ impl Fs {
             for t in free {
                 any = true;
                 match t {
-                    Task::FreeBlocks { blocks, then } => {
+                    Task::FreeBlks { blocks, then } => {
                         for b in blocks {
                             self.alloc.free_block(&mut self.cache, &self.sb, b)?;
                         }
@@ -595,7 +595,7 @@ impl Fs {
                     self.release_inode(child, d, then)
                 }
             }
-            Task::FreeBlocks { blocks, then } => {
+            Task::FreeBlks { blocks, then } => {
                 for b in blocks {
                     self.alloc.free_block(&mut self.cache, &self.sb, b)?;
                 }
@@ -604,7 +604,7 @@ impl Fs {
                 }
                 Ok(())
             }
-            Task::FreeInode { ino, is_dir } => {
+            Task::FreeFile { ino, is_dir } => {
                 self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
                 Ok(())
             }
@@ -955,7 +955,7 @@ impl Fs {
                 for &b in &freed {
                     self.cache.forget(b);
                 }
-                sd.after_writes(&[ib], Task::FreeBlocks { blocks: freed, then });
+                sd.after_writes(&[ib], Task::FreeBlks { blocks: freed, then });
                 return Ok(());
             }
             // Partial truncation through indirect blocks: synchronous writes, as in the paper.
@@ -1065,7 +1065,7 @@ impl Fs {
         if let Some(sd) = self.hooks.softdep.as_mut() {
             // freefile: the inode returns to the map once its cleared dinode is on disk.
             sd.forget_inode(ino);
-            sd.after_writes(&[ib], Task::FreeInode { ino, is_dir });
+            sd.after_writes(&[ib], Task::FreeFile { ino, is_dir });
             for t in then {
                 sd.after_writes(&[ib], t);
             }

@@ -84,9 +84,9 @@ pub enum Task {
     RmdirChild { child: u32, parent: Option<u32> },
     /// freeblks: the nullified pointers are on disk; the blocks return to the free map, then
     /// the tasks in `then` run.
-    FreeBlocks { blocks: Vec<u64>, then: Vec<Task> },
+    FreeBlks { blocks: Vec<u64>, then: Vec<Task> },
     /// freefile: the cleared dinode is on disk; the inode returns to the free map.
-    FreeInode { ino: u32, is_dir: bool },
+    FreeFile { ino: u32, is_dir: bool },
     /// rename's old name, hidden from lookups until the new name is on disk (rule 3: the new
     /// name before the old one goes), is now removed; `tasks` follow that removal to disk.
     RemoveOldName { dir: u32, bno: u64, lbn: u64, off: usize, tasks: Vec<Task> },
@@ -119,6 +119,13 @@ pub struct DirRem {
 pub struct PageDep {
     pub diradds: Vec<DirAdd>,
     pub dirrems: Vec<DirRem>,
+}
+
+/// A cylinder group's bitmap block: the new inodes and blocks waiting for it to reach disk.
+#[derive(Debug, Default)]
+pub struct BmSafeMap {
+    pub inodedeps: Vec<u32>,
+    pub newblks: Vec<u64>,
 }
 
 /// A task waiting for a write, after `epoch`, of each block in `remaining`.
@@ -154,7 +161,7 @@ pub struct Softdep {
     newblks: HashMap<u64, NewBlk>,
     allocindirs: HashMap<u64, HashMap<usize, AllocIndir>>,
     pagedeps: HashMap<u64, PageDep>,
-    bmsafemap: HashMap<u32, (Vec<u32>, Vec<u64>)>,
+    bmsafemap: HashMap<u32, BmSafeMap>,
     waiting: HashMap<u64, Waiting>,
     waiting_on: HashMap<u64, Vec<u64>>,
     next_wait: u64,
@@ -233,7 +240,7 @@ impl Softdep {
     pub fn new_inode(&mut self, ino: u32, is_dir: bool) {
         let cg = self.sb.cg_of_inode(ino);
         self.inodedeps.insert(ino, InodeDep { bitmap_done: false, disk_epoch: 0, allocdirects: Vec::new(), is_dir });
-        self.bmsafemap.entry(cg).or_default().0.push(ino);
+        self.bmsafemap.entry(cg).or_default().inodedeps.push(ino);
     }
 
     /// A newly allocated block pointed to from a dinode.
@@ -254,7 +261,7 @@ impl Softdep {
     fn new_block(&mut self, bno: u64) {
         let cg = self.sb.cg_of_block(bno);
         self.newblks.insert(bno, NewBlk::default());
-        self.bmsafemap.entry(cg).or_default().1.push(bno);
+        self.bmsafemap.entry(cg).or_default().newblks.push(bno);
     }
 
     /// A new entry at `off` of directory block `dirblk` naming `ino` (DIRCHG when `old` is the
@@ -385,8 +392,8 @@ impl Softdep {
         let mut inodes = 0;
         for t in self.waiting.values().map(|w| &w.task).chain(self.tasks.iter()) {
             match t {
-                Task::FreeBlocks { blocks: b, .. } => blocks += b.len() as u64,
-                Task::FreeInode { .. } => inodes += 1,
+                Task::FreeBlks { blocks: b, .. } => blocks += b.len() as u64,
+                Task::FreeFile { .. } => inodes += 1,
                 _ => {}
             }
         }
@@ -397,7 +404,7 @@ impl Softdep {
     pub fn take_free_tasks(&mut self) -> Vec<Task> {
         let (free, rest): (Vec<Task>, Vec<Task>) = std::mem::take(&mut self.tasks)
             .into_iter()
-            .partition(|t| matches!(t, Task::FreeBlocks { .. } | Task::FreeInode { .. }));
+            .partition(|t| matches!(t, Task::FreeBlks { .. } | Task::FreeFile { .. }));
         self.tasks = rest;
         free
     }
@@ -514,13 +521,13 @@ impl Softdep {
         let inf = self.inflight.remove(&bno).unwrap_or_default();
         // A group header: its new inodes and blocks are now allocated on disk.
         if bno % self.sb.blocks_per_group as u64 == 1 {
-            if let Some((inos, blks)) = self.bmsafemap.remove(&self.sb.cg_of_block(bno)) {
-                for i in inos {
+            if let Some(BmSafeMap { inodedeps, newblks }) = self.bmsafemap.remove(&self.sb.cg_of_block(bno)) {
+                for i in inodedeps {
                     if let Some(d) = self.inodedeps.get_mut(&i) {
                         d.bitmap_done = true;
                     }
                 }
-                for b in blks {
+                for b in newblks {
                     if let Some(n) = self.newblks.get_mut(&b) {
                         n.bitmap_done = true;
                     }
