@@ -286,86 +286,73 @@ pub fn update_policy_report(rs: &[UpdateResult]) -> String {
     s
 }
 
+/// One SVG line chart with a log-scale y axis, one series per configuration.
+fn line_plot(
+    path: &Path,
+    title: &str,
+    x: (&str, f64),
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let colors = [RED, BLUE, GREEN, MAGENTA];
+    let ymax = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)).fold(1.0f64, f64::max);
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..x.1, (0.5f64..ymax * 2.0).log_scale())
+        .map_err(|x| e(&x))?;
+    chart.configure_mesh().x_desc(x.0).y_desc(y_desc).draw().map_err(|x| e(&x))?;
+    for (i, (label, pts)) in series.iter().enumerate() {
+        let c = colors[i % colors.len()];
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(|x| e(&x))?
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+    }
+    chart.configure_series_labels().background_style(WHITE).border_style(BLACK).draw().map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))
+}
+
 /// Writes the histogram (Mogul's Figures 4-3/4-4) and the burst sizes (Figure 4-7) as SVG.
 pub fn update_policy_plots(rs: &[UpdateResult], dir: &Path) -> Result<(), String> {
-    use plotters::prelude::*;
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let colors = [RED, BLUE, GREEN, MAGENTA];
-    let hist_path = dir.join("update-policy-histogram.svg");
-    {
-        let root = SVGBackend::new(&hist_path, (900, 540)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let maxc = rs.iter().flat_map(|r| r.histogram.iter()).copied().max().unwrap_or(1).max(1) as f64;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Read response time (reads per log2 bucket)", ("sans-serif", 20))
-            .margin(10)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0f64..21f64, (0.5f64..maxc * 2.0).log_scale())
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc("response time bucket: 0 = <1 ms, k = [2^(k-1), 2^k) ms")
-            .y_desc("reads")
-            .draw()
-            .map_err(|e| e.to_string())?;
-        for (i, r) in rs.iter().enumerate() {
-            let c = colors[i % colors.len()];
-            let pts: Vec<(f64, f64)> =
-                r.histogram.iter().enumerate().filter(|(_, &n)| n > 0).map(|(b, &n)| (b as f64, n as f64)).collect();
-            chart
-                .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(r.label.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE)
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
-        root.present().map_err(|e| e.to_string())?;
-    }
-    let burst_path = dir.join("update-policy-bursts.svg");
-    {
-        let root = SVGBackend::new(&burst_path, (900, 540)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let maxb = rs.iter().flat_map(|r| r.bursts.iter()).copied().max().unwrap_or(1).max(1) as f64;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Writes queued per sweep (sorted, all trials)", ("sans-serif", 20))
-            .margin(10)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0f64..1f64, (0.5f64..maxb * 2.0).log_scale())
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc("fraction of sweeps")
-            .y_desc("writes in the burst")
-            .draw()
-            .map_err(|e| e.to_string())?;
-        for (i, r) in rs.iter().enumerate() {
-            let c = colors[i % colors.len()];
+    let hist: Vec<(String, Vec<(f64, f64)>)> = rs
+        .iter()
+        .map(|r| {
+            let pts = r.histogram.iter().enumerate().filter(|(_, &n)| n > 0).map(|(b, &n)| (b as f64, n as f64));
+            (r.label.clone(), pts.collect())
+        })
+        .collect();
+    line_plot(
+        &dir.join("update-policy-histogram.svg"),
+        "Read response time (reads per log2 bucket)",
+        ("response time bucket: 0 = <1 ms, k = [2^(k-1), 2^k) ms", 21.0),
+        "reads",
+        &hist,
+    )?;
+    let bursts: Vec<(String, Vec<(f64, f64)>)> = rs
+        .iter()
+        .map(|r| {
             let mut b: Vec<usize> = r.bursts.iter().copied().filter(|&x| x > 0).collect();
             b.sort_unstable();
             let n = b.len().max(1) as f64;
-            let pts: Vec<(f64, f64)> = b.iter().enumerate().map(|(k, &x)| (k as f64 / n, x as f64)).collect();
-            chart
-                .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(r.label.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE)
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
-        root.present().map_err(|e| e.to_string())?;
-    }
-    Ok(())
+            (r.label.clone(), b.iter().enumerate().map(|(k, &x)| (k as f64 / n, x as f64)).collect())
+        })
+        .collect();
+    line_plot(
+        &dir.join("update-policy-bursts.svg"),
+        "Writes queued per sweep (sorted, all trials)",
+        ("fraction of sweeps", 1.0),
+        "writes in the burst",
+        &bursts,
+    )
 }
 
 /// Table 4-3: blocks written and dirty-block re-modifications of a kernel-build-like workload.

@@ -586,6 +586,27 @@ impl Dinode {
         d
     }
 
+    /// A new inode: every time set to `now`, no blocks.
+    pub fn new(mode: u16, nlink: u32, uid: u32, gid: u32, now: (i64, u32), generation: u32) -> Dinode {
+        let (s, ns) = now;
+        Dinode {
+            mode,
+            nlink,
+            uid,
+            gid,
+            atime: s,
+            mtime: s,
+            ctime: s,
+            btime: s,
+            atime_ns: ns,
+            mtime_ns: ns,
+            ctime_ns: ns,
+            btime_ns: ns,
+            generation,
+            ..Default::default()
+        }
+    }
+
     pub fn is_free(&self) -> bool {
         self.mode == 0
     }

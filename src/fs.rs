@@ -782,22 +782,7 @@ impl Fs {
         }
         let (s, ns) = self.now();
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
-        let d = Dinode {
-            mode,
-            nlink: 0,
-            uid,
-            gid,
-            atime: s,
-            mtime: s,
-            ctime: s,
-            btime: s,
-            atime_ns: ns,
-            mtime_ns: ns,
-            ctime_ns: ns,
-            btime_ns: ns,
-            generation: old.generation.wrapping_add(self.next_gen) | 1,
-            ..Default::default()
-        };
+        let d = Dinode::new(mode, 0, uid, gid, (s, ns), old.generation.wrapping_add(self.next_gen) | 1);
         Ok((ino, d))
     }
 
@@ -1365,22 +1350,7 @@ impl Fs {
             return Err(FsError::Corrupt(format!("root got inode {ino}")));
         }
         let (s, ns) = self.now();
-        let mut d = Dinode {
-            mode: S_IFDIR | 0o755,
-            nlink: 2,
-            uid,
-            gid,
-            atime: s,
-            mtime: s,
-            ctime: s,
-            btime: s,
-            atime_ns: ns,
-            mtime_ns: ns,
-            ctime_ns: ns,
-            btime_ns: ns,
-            generation: 1,
-            ..Default::default()
-        };
+        let mut d = Dinode::new(S_IFDIR | 0o755, 2, uid, gid, (s, ns), 1);
         self.init_dir_block(ino, &mut d, ROOT_INO)?;
         self.iput(ino, &d)?;
         self.sync_all()
