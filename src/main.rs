@@ -74,6 +74,9 @@ enum Cmd {
         /// Queue full data blocks for writing as soon as they fill, instead of delaying them.
         #[arg(long)]
         async_full_blocks: bool,
+        /// Soft updates' memory bound: dependency structures kept before everything is flushed.
+        #[arg(long, default_value_t = 200_000)]
+        softdep_limit: usize,
     },
     /// Unmount and wait until sufs has written everything and marked the image clean.
     Umount { dir: PathBuf },
@@ -219,13 +222,14 @@ fn main() -> ExitCode {
             age,
             interval,
             async_full_blocks,
+            softdep_limit,
         } => {
             let mut sync = SyncerOptions::for_policy(update);
             sync.age = Duration::from_secs(age);
             if let Some(i) = interval {
                 sync.interval = Duration::from_secs(i.max(1));
             }
-            let m = MountArgs { ordering, foreground, stats, cache, size, ro, sync, async_full_blocks };
+            let m = MountArgs { ordering, foreground, stats, cache, size, ro, sync, async_full_blocks, softdep_limit };
             cmd_mount(&image, &dir, m).map(|_| 0)
         }
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
@@ -318,10 +322,11 @@ struct MountArgs {
     ro: bool,
     sync: SyncerOptions,
     async_full_blocks: bool,
+    softdep_limit: usize,
 }
 
 fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
-    let MountArgs { ordering, foreground, stats, cache, size, ro, sync, async_full_blocks } = args;
+    let MountArgs { ordering, foreground, stats, cache, size, ro, sync, async_full_blocks, softdep_limit } = args;
     if !image.exists() {
         cmd_mkfs(image, Some(size), 4096, None)?;
     }
@@ -341,6 +346,7 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
     let mut fs = Fs::mount(Arc::new(dev), opts, clock)
         .map_err(|e| Fail(format!("cannot mount {}: {e}", image.display()), 32))?;
     fs.set_async_full_blocks(async_full_blocks);
+    fs.set_softdep_limit(softdep_limit);
     let shared = Arc::new(Mutex::new(fs));
 
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
