@@ -1505,6 +1505,9 @@ impl Fs {
                 return Err(e);
             }
         };
+        if let Some(sd) = self.hooks.softdep.as_mut() {
+            sd.mkdir_parent(ino, dir);
+        }
         let ib = self.iput(ino, &d)?;
         // The new directory's block, then its inode, then its name.
         self.order_write(&[body])?;

@@ -54,6 +54,9 @@ pub struct AllocDirect {
     /// First logical block the pointer maps (for the size roll-back of a directory).
     pub lbn: u64,
     pub bno: u64,
+    /// mkdir (MKDIR_PARENT): the new directory's first block holds "..", so it is pointed to
+    /// only once the parent's raised link count (written after this epoch) is on disk.
+    pub parent: Option<(u32, Epoch)>,
 }
 
 /// A new block pointer in an indirect block.
@@ -249,7 +252,22 @@ impl Softdep {
         let d = self.inodedep(ino);
         d.is_dir |= is_dir;
         d.allocdirects.retain(|a| a.slot != slot);
-        d.allocdirects.push(AllocDirect { slot, lbn, bno });
+        d.allocdirects.push(AllocDirect { slot, lbn, bno, parent: None });
+    }
+
+    /// mkdir: the new directory `ino`'s first block may be pointed to on disk only after the
+    /// parent's raised link count is (the paper's rule for ".." in §2).
+    pub fn mkdir_parent(&mut self, ino: u32, parent: u32) {
+        let epoch = self.tick();
+        self.inodedep(parent);
+        if let Some(a) = self.inodedep(ino).allocdirects.iter_mut().find(|a| a.lbn == 0) {
+            a.parent = Some((parent, epoch));
+        }
+    }
+
+    fn allocdirect_ready(&self, a: &AllocDirect) -> bool {
+        self.newblk_ready(a.bno)
+            && a.parent.is_none_or(|(p, e)| self.inodedeps.get(&p).is_none_or(|pd| pd.disk_epoch > e))
     }
 
     /// A newly allocated block pointed to from an indirect block.
@@ -461,7 +479,7 @@ impl Softdep {
                 }
                 let mut d: Option<Dinode> = None;
                 for a in &id.allocdirects {
-                    if self.newblk_ready(a.bno) {
+                    if self.allocdirect_ready(a) {
                         inf.direct_done.push((ino, a.bno));
                         continue;
                     }
