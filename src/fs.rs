@@ -1193,6 +1193,7 @@ impl Fs {
     #[allow(clippy::too_many_arguments)]
     fn entry_added(
         &mut self,
+        dir: u32,
         bno: u64,
         off: usize,
         ino: u32,
@@ -1203,7 +1204,7 @@ impl Fs {
     ) -> FsResult<()> {
         if self.hooks.softdep.is_some() {
             self.note_pending(&tasks);
-            self.sd().expect("softdep").dir_add(bno, off, ino, old, parent, mkdir, tasks);
+            self.sd().expect("softdep").dir_add(dir, bno, off, ino, old, parent, mkdir, tasks);
             // The inodes the entry waits for must be written again for it to complete.
             for i in std::iter::once(ino).chain(parent) {
                 let (ib, _) = self.sb.inode_location(i);
@@ -1449,7 +1450,7 @@ impl Fs {
         // The initialised inode (and its bitmap bit) before the name.
         self.order_write(&[ib])?;
         match self.add_entry(dir, &mut dd, name, ino, dtype_of_mode(mode)) {
-            Ok((db, off)) => self.entry_added(db, off, ino, None, None, false, vec![])?,
+            Ok((db, off)) => self.entry_added(dir, db, off, ino, None, None, false, vec![])?,
             Err(e) => {
                 self.abandon_inode(ino, d)?;
                 return Err(e);
@@ -1513,7 +1514,7 @@ impl Fs {
         self.order_write(&[body])?;
         self.order_write(&[ib])?;
         match self.add_entry(dir, &mut dd, name, ino, DT_DIR) {
-            Ok((db, off)) => self.entry_added(db, off, ino, None, Some(dir), true, vec![])?,
+            Ok((db, off)) => self.entry_added(dir, db, off, ino, None, Some(dir), true, vec![])?,
             Err(e) => {
                 self.abandon_inode(ino, d)?;
                 let mut dd = self.iget(dir)?;
@@ -1567,7 +1568,7 @@ impl Fs {
         let ib = self.iput(ino, &d)?;
         self.order_write(&[ib])?;
         match self.add_entry(newdir, &mut dd, newname, ino, dtype_of_mode(d.mode)) {
-            Ok((db, off)) => self.entry_added(db, off, ino, None, None, false, vec![])?,
+            Ok((db, off)) => self.entry_added(newdir, db, off, ino, None, None, false, vec![])?,
             Err(e) => {
                 d.nlink -= 1;
                 self.iput(ino, &d)?;
@@ -1756,14 +1757,14 @@ impl Fs {
                 self.iput(newdir, &nd2)?;
                 let old = Some((t.ino, dtype_of_mode(ti.mode)));
                 let tasks = std::iter::once(victim_task).chain(old_name_task).collect();
-                self.entry_added(t.bno, t.off, src.ino, old, None, false, tasks)?;
+                self.entry_added(newdir, t.bno, t.off, src.ino, old, None, false, tasks)?;
             }
             None => {
                 let mut nd2 = self.iget(newdir)?;
                 match self.add_entry(newdir, &mut nd2, newname, src.ino, dtype_of_mode(si.mode)) {
                     Ok((b, off)) => {
                         let tasks = old_name_task.into_iter().collect();
-                        self.entry_added(b, off, src.ino, None, None, false, tasks)?
+                        self.entry_added(newdir, b, off, src.ino, None, None, false, tasks)?
                     }
                     Err(e) => {
                         si.nlink -= 1;
@@ -1800,7 +1801,7 @@ impl Fs {
         // that is on disk.
         if across {
             let (b, off) = self.set_dotdot(src.ino, newdir)?;
-            self.entry_added(b, off, newdir, Some((dir, DT_DIR)), None, false, vec![Task::DropLink(dir)])?;
+            self.entry_added(src.ino, b, off, newdir, Some((dir, DT_DIR)), None, false, vec![Task::DropLink(dir)])?;
         }
         self.balance()
     }
@@ -1840,14 +1841,14 @@ impl Fs {
         }
         // Each entry now names the other inode; the inode it named loses its extra link once
         // that is on disk.
-        for (slot, ino, mode, was, was_mode) in
-            [(a, b.ino, bi.mode, a.ino, ai.mode), (b, a.ino, ai.mode, b.ino, bi.mode)]
+        for (slot, in_dir, ino, mode, was, was_mode) in
+            [(a, dir, b.ino, bi.mode, a.ino, ai.mode), (b, newdir, a.ino, ai.mode, b.ino, bi.mode)]
         {
             let buf = self.cache.modify(slot.bno)?;
             dirent_set_ino(buf, slot.off, ino);
             dirent_set_type(buf, slot.off, dtype_of_mode(mode));
             let old = Some((was, dtype_of_mode(was_mode)));
-            self.entry_added(slot.bno, slot.off, ino, old, None, false, vec![Task::DropLink(was)])?;
+            self.entry_added(in_dir, slot.bno, slot.off, ino, old, None, false, vec![Task::DropLink(was)])?;
         }
         if dir != newdir {
             // A directory that changes parent: its ".." follows, and a parent left with one
@@ -1856,12 +1857,12 @@ impl Fs {
             if ai.is_dir() {
                 let (x, off) = self.set_dotdot(a.ino, newdir)?;
                 let then = if loses { vec![Task::DropLink(dir)] } else { vec![] };
-                self.entry_added(x, off, newdir, Some((dir, DT_DIR)), None, false, then)?;
+                self.entry_added(a.ino, x, off, newdir, Some((dir, DT_DIR)), None, false, then)?;
             }
             if bi.is_dir() {
                 let (x, off) = self.set_dotdot(b.ino, dir)?;
                 let then = if loses { vec![Task::DropLink(newdir)] } else { vec![] };
-                self.entry_added(x, off, dir, Some((newdir, DT_DIR)), None, false, then)?;
+                self.entry_added(b.ino, x, off, dir, Some((newdir, DT_DIR)), None, false, then)?;
             }
         }
         for p in [dir, newdir] {
@@ -2085,9 +2086,91 @@ impl Fs {
 
     /// Makes the file durable: its data, its inode, and every name on the way to it (here by
     /// writing all dirty buffers in order, which covers them).
+    /// Makes the file durable: its data, its inode, and every name on the way to it. Without
+    /// soft updates, by writing all dirty buffers; with them, as §4 of the paper does: the
+    /// bitmaps and data first, then the indirect blocks level by level, then the inodes, then
+    /// the directory blocks whose entries name it (and, up to the root, those naming its
+    /// directories), in batches, until none of it is pending.
     pub fn fsync(&mut self, ino: u32) -> FsResult<()> {
         self.iget(ino)?;
+        if self.hooks.softdep.is_none() {
+            return self.sync_all();
+        }
+        let start = self.sd().expect("softdep").track(&[ino]);
+        for _ in 0..16 {
+            self.run_tasks()?;
+            // The inode and the directories whose pending entries lead to it.
+            let mut inos = vec![ino];
+            let mut name_blocks = Vec::new();
+            let mut i = 0;
+            while i < inos.len() {
+                let pending = self.hooks.softdep.as_ref().map(|s| s.pending_name_blocks(inos[i])).unwrap_or_default();
+                for (b, d) in pending {
+                    name_blocks.push(b);
+                    if !inos.contains(&d) {
+                        inos.push(d);
+                    }
+                }
+                i += 1;
+            }
+            let mut data = Vec::new();
+            let mut levels: [Vec<u64>; NIADDR] = Default::default();
+            for &x in &inos {
+                let d = self.iget(x)?;
+                if d.has_blocks() {
+                    self.file_blocks(&d, &mut data, &mut levels)?;
+                }
+            }
+            let inode_blocks: Vec<u64> = inos.iter().map(|&x| self.sb.inode_location(x).0).collect();
+            self.sd().expect("softdep").track(&inos);
+            let settled = {
+                let sd = self.hooks.softdep.as_ref().expect("softdep");
+                // Each inode on disk as it is now: written since fsync began, or in a clean block
+                // (its block may stay dirty for a neighbour's sake).
+                let on_disk = |x: u32| sd.written_since(x, start) || !self.cache.is_dirty(self.sb.inode_location(x).0);
+                inos.iter().all(|&x| sd.inode_settled(x) && on_disk(x))
+                    && name_blocks.is_empty()
+                    && levels.iter().flatten().all(|&b| !sd.indir_pending(b))
+            };
+            let cache = &self.cache;
+            let dirty = |v: &[u64]| v.iter().any(|&b| cache.is_dirty(b));
+            if settled && !dirty(&data) && levels.iter().all(|l| !dirty(l)) {
+                return Ok(());
+            }
+            let mut first: Vec<u64> = (0..self.sb.ngroups)
+                .map(|cg| self.sb.cg_header_block(cg))
+                .filter(|&b| self.cache.is_dirty(b))
+                .collect();
+            first.extend(data);
+            self.write_bufs(&first, WriteKind::Sync)?;
+            for level in levels {
+                self.write_bufs(&level, WriteKind::Sync)?;
+            }
+            self.write_bufs(&inode_blocks, WriteKind::Sync)?;
+            self.write_bufs(&name_blocks, WriteKind::Sync)?;
+        }
+        // Something keeps it busy (another inode in its block, say): write everything.
         self.sync_all()
+    }
+
+    /// The data blocks of a file and its indirect blocks by level (0: those pointing at data).
+    fn file_blocks(&mut self, d: &Dinode, data: &mut Vec<u64>, levels: &mut [Vec<u64>; NIADDR]) -> FsResult<()> {
+        data.extend(d.db.iter().copied().filter(|&b| b != 0));
+        for (top_level, &top) in d.ib.iter().enumerate() {
+            let mut frontier = vec![top];
+            for level in (0..=top_level).rev() {
+                let mut next = Vec::new();
+                for &b in frontier.iter().filter(|&&b| b != 0) {
+                    self.checked_ptr(b)?;
+                    levels[level].push(b);
+                    let buf = self.cache.read(b)?;
+                    next.extend((0..self.sb.ptrs_per_block() as usize).map(|i| ind_get(buf, i)).filter(|&c| c != 0));
+                }
+                frontier = next;
+            }
+            data.extend(frontier);
+        }
+        Ok(())
     }
 
     pub fn open(&mut self, ino: u32) -> FsResult<Dinode> {

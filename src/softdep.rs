@@ -178,6 +178,8 @@ pub struct Softdep {
     writes_seen: u64,
     /// Entries (DirAdds) not yet on disk, per inode they name.
     pending_names: HashMap<u32, u32>,
+    /// The directory each block with entries belongs to (for fsync's walk up to the root).
+    block_dir: HashMap<u64, u32>,
 }
 
 impl Softdep {
@@ -199,6 +201,7 @@ impl Softdep {
             stats: SoftdepStats::default(),
             writes_seen: 0,
             pending_names: HashMap::new(),
+            block_dir: HashMap::new(),
         }
     }
 
@@ -287,6 +290,7 @@ impl Softdep {
     #[allow(clippy::too_many_arguments)]
     pub fn dir_add(
         &mut self,
+        dir: u32,
         dirblk: u64,
         off: usize,
         ino: u32,
@@ -296,6 +300,7 @@ impl Softdep {
         on_complete: Vec<Task>,
     ) {
         let epoch = self.tick();
+        self.block_dir.insert(dirblk, dir);
         self.inodedep(ino);
         if let Some(p) = parent {
             self.inodedep(p);
@@ -383,6 +388,42 @@ impl Softdep {
                 names.remove(&ino);
             }
         }
+    }
+
+    /// Directory blocks holding entries naming `ino` that are not on disk yet, with their
+    /// directories.
+    pub fn pending_name_blocks(&self, ino: u32) -> Vec<(u64, u32)> {
+        if !self.pending_names.contains_key(&ino) {
+            return Vec::new();
+        }
+        self.pagedeps
+            .iter()
+            .filter(|(_, pd)| pd.diradds.iter().any(|d| d.ino == ino))
+            .filter_map(|(&b, _)| self.block_dir.get(&b).map(|&d| (b, d)))
+            .collect()
+    }
+
+    /// True if the inode's own dependencies (bitmap bit, new block pointers) are all on disk.
+    pub fn inode_settled(&self, ino: u32) -> bool {
+        self.inodedeps.get(&ino).is_none_or(|d| d.bitmap_done && d.allocdirects.is_empty())
+    }
+
+    /// The current epoch, after making sure `inos` are tracked (fsync's starting point).
+    pub fn track(&mut self, inos: &[u32]) -> Epoch {
+        for &i in inos {
+            self.inodedep(i);
+        }
+        self.tick()
+    }
+
+    /// True if the inode was written, as it is in memory, after `epoch`.
+    pub fn written_since(&self, ino: u32, epoch: Epoch) -> bool {
+        self.inodedeps.get(&ino).is_some_and(|d| d.disk_epoch > epoch)
+    }
+
+    /// True if an indirect block still has new pointers not on disk.
+    pub fn indir_pending(&self, bno: u64) -> bool {
+        self.allocindirs.contains_key(&bno)
     }
 
     /// True if an entry naming `ino` is not on disk yet.
@@ -595,6 +636,7 @@ impl Softdep {
             }
             if pd.diradds.is_empty() && pd.dirrems.is_empty() {
                 self.pagedeps.remove(&bno);
+                self.block_dir.remove(&bno);
             }
         }
         if let Some(ids) = self.waiting_on.remove(&bno) {

@@ -321,3 +321,40 @@ fn large_directories_stay_consistent_under_the_name_index() {
         fs.unmount().unwrap();
     }
 }
+
+#[test]
+fn softdep_fsync_writes_the_file_not_the_whole_cache() {
+    let dev = new_image(16384);
+    let mut fs = mount(&dev, Ordering::Softdep, 8192);
+    let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+    let (other, _) = fs.create(ROOT_INO, b"other", 0o644, 0, 0).unwrap();
+    fs.write(other, 0, &pattern(1, 4 << 20)).unwrap(); // 1024 dirty blocks, unrelated
+    let (f, _) = fs.create(d, b"f", 0o644, 0, 0).unwrap();
+    fs.write(f, 0, &pattern(2, 20_000)).unwrap();
+    let before = fs.stats().device.writes();
+    fs.fsync(f).unwrap();
+    let written = fs.stats().device.writes() - before;
+    assert!(written > 5, "the file, its inode and its names were written ({written})");
+    assert!(written < 200, "fsync of a small file wrote {written} blocks: the unrelated file went too");
+    // What fsync promised is on disk: a crash now (drop without unmount) keeps the file.
+    drop(fs);
+    let mut fs = mount(&dev, Ordering::Softdep, 256);
+    let f2 = resolve(&mut fs, "d/f").unwrap();
+    assert_eq!(f2, f);
+    assert_eq!(fs.read(f2, 0, 30_000).unwrap(), pattern(2, 20_000));
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn softdep_fsync_of_a_clean_file_writes_nothing() {
+    let dev = new_image(4096);
+    let mut fs = mount(&dev, Ordering::Softdep, 512);
+    let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+    fs.write(f, 0, b"data").unwrap();
+    fs.fsync(f).unwrap();
+    let before = fs.stats().device.writes();
+    fs.fsync(f).unwrap();
+    assert_eq!(fs.stats().device.writes(), before);
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
