@@ -2150,6 +2150,7 @@ impl Fs {
             self.write_bufs(&name_blocks, WriteKind::Sync)?;
         }
         // Something keeps it busy (another inode in its block, say): write everything.
+        log::debug!("fsync of inode {ino}: not settled after 16 rounds, writing everything");
         self.sync_all()
     }
 
