@@ -1141,9 +1141,13 @@ impl Fs {
             }
             panic!("dirhash of directory {dir} names a missing entry");
         }
+        self.scan_dir(dir, d, |e| e.name == name)
+    }
+
+    /// The first live entry of `dir` (hidden old names of renames excluded) that `pred` accepts.
+    fn scan_dir(&mut self, dir: u32, d: &mut Dinode, pred: impl Fn(&DirRef) -> bool) -> FsResult<Option<Slot>> {
         let bs = self.sb.block_size as u64;
-        let nblocks = d.size.div_ceil(bs);
-        for lbn in 0..nblocks {
+        for lbn in 0..d.size.div_ceil(bs) {
             let (bno, _) = self.bmap(dir, d, lbn, false)?;
             if bno == 0 {
                 continue;
@@ -1151,7 +1155,7 @@ impl Fs {
             let buf = self.cache.read(bno)?;
             for e in dir_iter(buf) {
                 let e = e?;
-                if e.ino != 0 && e.name == name && !self.hidden.contains_key(&(bno, e.offset)) {
+                if e.ino != 0 && !self.hidden.contains_key(&(bno, e.offset)) && pred(&e) {
                     return Ok(Some(Slot { bno, lbn, off: e.offset, ino: e.ino }));
                 }
             }
@@ -1327,21 +1331,7 @@ impl Fs {
     }
 
     fn dir_is_empty(&mut self, ino: u32, d: &mut Dinode) -> FsResult<bool> {
-        let bs = self.sb.block_size as u64;
-        for lbn in 0..d.size.div_ceil(bs) {
-            let (bno, _) = self.bmap(ino, d, lbn, false)?;
-            if bno == 0 {
-                continue;
-            }
-            let buf = self.cache.read(bno)?;
-            for e in dir_iter(buf) {
-                let e = e?;
-                if e.ino != 0 && e.name != b"." && e.name != b".." && !self.hidden.contains_key(&(bno, e.offset)) {
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(true)
+        Ok(self.scan_dir(ino, d, |e| e.name != b"." && e.name != b"..")?.is_none())
     }
 
     /// Makes the root directory of a new file system (mkfs only).
