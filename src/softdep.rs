@@ -92,7 +92,8 @@ pub enum Task {
     FreeFile { ino: u32, is_dir: bool },
     /// rename's old name, hidden from lookups until the new name is on disk (rule 3: the new
     /// name before the old one goes), is now removed; `tasks` follow that removal to disk.
-    RemoveOldName { dir: u32, bno: u64, lbn: u64, off: usize, tasks: Vec<Task> },
+    /// If `newdir`'s path is not yet reachable on disk, the removal waits for that too.
+    RemoveOldName { dir: u32, newdir: u32, bno: u64, lbn: u64, off: usize, tasks: Vec<Task> },
 }
 
 /// A new (or changed, DIRCHG) directory entry.
@@ -466,6 +467,11 @@ impl Softdep {
             .partition(|t| matches!(t, Task::FreeBlks { .. } | Task::FreeFile { .. }));
         self.tasks = rest;
         free
+    }
+
+    /// Block writes completed so far.
+    pub fn writes_completed(&self) -> u64 {
+        self.writes_seen
     }
 
     pub fn pending_unlinks_of(&self, ino: u32) -> u32 {
