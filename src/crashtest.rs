@@ -567,7 +567,7 @@ impl Workload for RenameStorm {
                 let files: Vec<&(String, bool, u32)> = all.iter().filter(|e| !e.1).collect();
                 if let Some((f, _, _)) = pick(w.rng, &files) {
                     let to = join(&p, &w.name("m", self.n));
-                    w.rename(&f, &to)?;
+                    w.rename(f, &to)?;
                 }
             } else {
                 w.create(&p, 1500)?;

@@ -27,7 +27,7 @@ use crate::clock::Clock;
 use crate::dev::{BlockDevice, DevError, DevStats, WriteKind, WriteReq};
 use crate::dirhash::{block_slack, DirHash, DIRHASH_MIN_BLOCKS};
 use crate::format::*;
-use crate::softdep::{PtrSlot, Softdep, Task};
+use crate::softdep::{FreeBlks, FreeFile, PtrSlot, Softdep, Task};
 
 /// How dependent metadata writes are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -547,7 +547,7 @@ impl Fs {
             for t in free {
                 any = true;
                 match t {
-                    Task::FreeBlks { blocks, then } => {
+                    Task::FreeBlks(FreeBlks { blocks, then, .. }) => {
                         for b in blocks {
                             self.alloc.free_block(&mut self.cache, &self.sb, b)?;
                         }
@@ -613,7 +613,7 @@ impl Fs {
                     self.release_inode(child, d, then)
                 }
             }
-            Task::FreeBlks { blocks, then } => {
+            Task::FreeBlks(FreeBlks { blocks, then, .. }) => {
                 for b in blocks {
                     self.alloc.free_block(&mut self.cache, &self.sb, b)?;
                 }
@@ -622,7 +622,7 @@ impl Fs {
                 }
                 Ok(())
             }
-            Task::FreeFile { ino, is_dir } => {
+            Task::FreeFile(FreeFile { ino, is_dir }) => {
                 self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
                 Ok(())
             }
@@ -762,6 +762,9 @@ impl Fs {
         let (bno, off) = self.sb.inode_location(ino);
         let buf = self.cache.modify(bno)?;
         d.encode(&mut buf[off..off + DINODE_SIZE]);
+        if let Some(sd) = self.hooks.softdep.as_mut() {
+            sd.inode_update(ino);
+        }
         Ok(bno)
     }
 
@@ -953,7 +956,6 @@ impl Fs {
             span = span.saturating_mul(p);
         }
         d.blocks = d.blocks.saturating_sub(freed.len() as u64);
-        let ib = self.iput(ino, d)?;
         let mut then = then;
         if let Some(sd) = self.hooks.softdep.as_mut() {
             then.extend(sd.cancel_blocks(ino, &freed));
@@ -962,9 +964,13 @@ impl Fs {
                 for &b in &freed {
                     self.cache.forget(b);
                 }
-                sd.after_writes(&[ib], Task::FreeBlks { blocks: freed, then });
+                sd.free_blocks(ino, freed, then);
+                self.iput(ino, d)?;
                 return Ok(());
             }
+        }
+        let ib = self.iput(ino, d)?;
+        if self.hooks.softdep.is_some() {
             // Partial truncation through indirect blocks: synchronous writes, as in the paper.
             dirtied.push(ib);
             self.write_bufs(&dirtied, WriteKind::Sync)?;
@@ -1068,16 +1074,13 @@ impl Fs {
             self.truncate_blocks(ino, &mut d, 0, std::mem::take(&mut then))?;
         }
         let cleared = Dinode { generation: d.generation, ..Default::default() };
-        let ib = self.iput(ino, &cleared)?;
         if let Some(sd) = self.hooks.softdep.as_mut() {
             // freefile: the inode returns to the map once its cleared dinode is on disk.
-            sd.forget_inode(ino);
-            sd.after_writes(&[ib], Task::FreeFile { ino, is_dir });
-            for t in then {
-                sd.after_writes(&[ib], t);
-            }
+            sd.free_file(ino, is_dir, then);
+            self.iput(ino, &cleared)?;
             return Ok(());
         }
+        let ib = self.iput(ino, &cleared)?;
         self.order_write(&[ib])?;
         self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
         for t in then {
