@@ -3,9 +3,11 @@
 
 pub mod alloc;
 pub mod bench;
+pub use fs::br;
 pub mod cache;
 pub mod clock;
 pub mod crashtest;
+pub mod ctl;
 pub mod dev;
 pub mod dirhash;
 pub mod format;

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 use sufs::clock::{Clock, RealClock};
 use sufs::crashtest::{self, CrashOptions, End};
+use sufs::ctl::{self, CtlClient, CtlServer};
 use sufs::dev::{BlockDevice, FileDevice};
 use sufs::format::Superblock;
 use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
@@ -94,6 +95,15 @@ enum Cmd {
     },
     /// Print the superblock and the per-group counts.
     Dumpfs { image: PathBuf },
+    /// The Block Register: reservations of free blocks for other components, on an unmounted
+    /// image or (through its control channel, IMAGE.ctl) a mounted file system.
+    Br {
+        /// An image file (mounted or not) or the directory it is mounted on.
+        #[arg(long, global = true, default_value = "sufs.img")]
+        on: PathBuf,
+        #[command(subcommand)]
+        op: BrCmd,
+    },
     /// Experiments that reproduce the papers' figures, on a simulated disk.
     Bench {
         #[command(subcommand)]
@@ -126,6 +136,33 @@ enum Cmd {
         #[arg(long, value_enum)]
         update: Option<UpdatePolicy>,
     },
+}
+
+#[derive(Subcommand)]
+enum BrCmd {
+    /// Reserve NBLOCKS blocks under NAME (the file /.br/NAME).
+    Reserve {
+        name: String,
+        nblocks: u64,
+        /// Place the blocks near this physical block.
+        #[arg(long)]
+        hint: Option<u64>,
+    },
+    /// The physical runs of logical blocks OFFSET..OFFSET+COUNT: "offset start length" lines.
+    Query { name: String, offset: u64, count: u64 },
+    /// Add NBLOCKS blocks at the end of the reservation.
+    Expand {
+        name: String,
+        nblocks: u64,
+        #[arg(long)]
+        hint: Option<u64>,
+    },
+    /// Return physical block PHYSBLOCK to the file system.
+    Truncate { name: String, physblock: u64 },
+    /// Remove the reservation; its blocks return to the file system.
+    Free { name: String },
+    /// Every reservation.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -235,6 +272,7 @@ fn main() -> ExitCode {
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
         Cmd::Fsck { image, yes, preen } => cmd_fsck(&image, yes, preen),
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
+        Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),
         Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir, big_mb } } => {
             cmd_bench_orderings(files, &tree, tree_files, &dir, big_mb).map(|_| 0)
         }
@@ -348,6 +386,7 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
     fs.set_async_full_blocks(async_full_blocks);
     fs.set_softdep_limit(softdep_limit);
     let shared = Arc::new(Mutex::new(fs));
+    let mut ctl = CtlServer::start(&ctl::socket_path(image), shared.clone())?;
 
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
     let mut config = fuser::Config::default();
@@ -380,6 +419,7 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
     let run = session.run();
     handle.close();
     syncer.stop();
+    ctl.stop();
     let mut fs = lock(&shared);
     fs.unmount().map_err(|e| Fail(format!("unmount of {} failed: {e}", image.display()), 1))?;
     let st = fs.stats();
@@ -467,7 +507,8 @@ fn notify_ready() {
     }
 }
 
-fn cmd_umount(dir: &Path) -> Result<(), Fail> {
+/// The image a sufs mount on `dir` serves (from /proc/self/mountinfo).
+fn mounted_image(dir: &Path) -> Result<(PathBuf, String), Fail> {
     let abs = std::fs::canonicalize(dir).map_err(|e| Fail(format!("{}: {e}", dir.display()), 1))?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
     // mountinfo: ... mountpoint ... - fstype source options
@@ -480,9 +521,14 @@ fn cmd_umount(dir: &Path) -> Result<(), Fail> {
         (mp == abs.to_str()? && fstype.starts_with("fuse") && source.starts_with("sufs:"))
             .then(|| source.trim_start_matches("sufs:").to_string())
     });
-    let Some(image) = image else {
-        return Err(Fail(format!("{} is not a sufs mount", dir.display()), 1));
-    };
+    match image {
+        Some(image) => Ok((abs, image)),
+        None => Err(Fail(format!("{} is not a sufs mount", dir.display()), 1)),
+    }
+}
+
+fn cmd_umount(dir: &Path) -> Result<(), Fail> {
+    let (abs, image) = mounted_image(dir)?;
     let ok = if unsafe { libc::geteuid() } == 0 {
         let c = std::ffi::CString::new(abs.as_os_str().as_encoded_bytes())?;
         unsafe { libc::umount2(c.as_ptr(), 0) == 0 }
@@ -501,6 +547,68 @@ fn cmd_umount(dir: &Path) -> Result<(), Fail> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Err(Fail(format!("{image} is still busy after 5 minutes"), 1))
+}
+
+/// Runs a control request on `on`: through the control channel of the mount serving it (a mount
+/// point, or an image some sufs holds), or on the unmounted image itself.
+fn control(on: &Path, req: ctl::Request) -> Result<serde_json::Value, Fail> {
+    let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
+    let f = std::fs::File::open(&image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    if f.try_lock().is_err() {
+        let sock = ctl::socket_path(&image);
+        let mut c =
+            CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is mounted, but: {e}", image.display()), 1))?;
+        return c.call(&req).map_err(|e| Fail(e.to_string(), 1));
+    }
+    let (dev, sb) = open_image(&image, true)?;
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let opts = MountOptions { cache_blocks: (64 << 20) / sb.block_size as usize, ..Default::default() };
+    let mut fs = Fs::mount(Arc::new(dev), opts, clock).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let r = ctl::execute(&mut fs, req);
+    fs.unmount().map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    drop(f);
+    r.map_err(|e| Fail(e.to_string(), 1))
+}
+
+fn cmd_br(on: &Path, op: BrCmd) -> Result<(), Fail> {
+    use ctl::Request;
+    let show = |v: &serde_json::Value| {
+        format!(
+            "{}: {} blocks reserved, length {} (inode {})",
+            v["name"].as_str().unwrap_or("?"),
+            v["blocks"],
+            v["length"],
+            v["ino"]
+        )
+    };
+    match op {
+        BrCmd::Reserve { name, nblocks, hint } => {
+            println!("{}", show(&control(on, Request::BrReserve { name, nblocks, hint })?))
+        }
+        BrCmd::Expand { name, nblocks, hint } => {
+            println!("{}", show(&control(on, Request::BrExpand { name, nblocks, hint })?))
+        }
+        BrCmd::Truncate { name, physblock } => {
+            println!("{}", show(&control(on, Request::BrTruncate { name, block: physblock })?))
+        }
+        BrCmd::Query { name, offset, count } => {
+            let runs = control(on, Request::BrQuery { name, offset, count })?;
+            for r in runs.as_array().into_iter().flatten() {
+                println!("{} {} {}", r["offset"], r["start"], r["len"]);
+            }
+        }
+        BrCmd::Free { name } => {
+            let n = control(on, Request::BrFree { name: name.clone() })?;
+            println!("{name}: freed, {n} blocks returned");
+        }
+        BrCmd::List => {
+            let list = control(on, Request::BrList)?;
+            for v in list.as_array().into_iter().flatten() {
+                println!("{}", show(v));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
@@ -532,6 +640,14 @@ fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
         report.violations(),
         if report.repaired { ", repaired" } else { "" }
     );
+    if report.reservations > 0 {
+        println!(
+            "{}: {} Block Register reservations in /.br own {} blocks",
+            image.display(),
+            report.reservations,
+            report.reserved_blocks
+        );
+    }
     Ok(if report.findings.is_empty() {
         0
     } else if repair {

@@ -279,6 +279,15 @@ impl Softdep {
         self.allocindirs.entry(indir).or_default().insert(idx, AllocIndir { idx, bno });
     }
 
+    /// A new block allocated without contents (a Block Register reservation, like fallocate's
+    /// unwritten extents): the file system never writes it, so its pointer waits only for the
+    /// bitmap bit.
+    pub fn unwritten_block(&mut self, bno: u64) {
+        if let Some(n) = self.newblks.get_mut(&bno) {
+            n.written = true;
+        }
+    }
+
     fn new_block(&mut self, bno: u64) {
         let cg = self.sb.cg_of_block(bno);
         self.newblks.insert(bno, NewBlk::default());
