@@ -16,3 +16,4 @@ pub mod fsck;
 pub mod fuse;
 pub mod softdep;
 pub mod syncer;
+pub mod volume;
