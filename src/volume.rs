@@ -250,8 +250,7 @@ impl VolumeDevice {
         // The exception table: areas until one is not full.
         let gen = gen_of(&st.header);
         let mut buf = vec![0u8; bs];
-        loop {
-            let Some(p) = st.map.phys(st.area) else { break };
+        while let Some(p) = st.map.phys(st.area) {
             inner.read_block(p, &mut buf)?;
             let mut used = 0;
             while used < epa {
