@@ -214,6 +214,13 @@ impl Fs {
         Ok(out)
     }
 
+    /// The physical block of logical block `lbn` of any file (0 for a hole), as FIBMAP answers:
+    /// what direct I/O to an allocated file writes.
+    pub fn fibmap(&mut self, ino: u32, lbn: u64) -> FsResult<u64> {
+        let mut d = self.iget(ino)?;
+        Ok(self.bmap(ino, &mut d, lbn, false)?.0)
+    }
+
     /// The reservation's counts: data blocks (its block count less the indirect blocks).
     fn br_info(&mut self, name: &[u8], ino: u32) -> FsResult<Reservation> {
         let mut d = self.iget(ino)?;

@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod bench;
+pub mod bench_br;
 pub use fs::br;
 pub mod cache;
 pub mod clock;

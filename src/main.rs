@@ -213,6 +213,36 @@ enum BrCmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The Block Register paper's Figure 2: a volume snapshot with the reserved store and with the
+    /// br store, side by side: 4 KiB direct writes and unpack-then-delete, on the simulated disk
+    /// and on an image file.
+    Br {
+        /// Volume size.
+        #[arg(long, value_parser = parse_size, default_value = "1G")]
+        size: u64,
+        /// The large file written to.
+        #[arg(long, value_parser = parse_size, default_value = "256M")]
+        file: u64,
+        /// Requests per direct-write run on the simulated disk.
+        #[arg(long, default_value_t = 4000)]
+        ios: u64,
+        /// Requests per direct-write run on the image file.
+        #[arg(long, default_value_t = 1000)]
+        file_ios: u64,
+        #[arg(long, default_value = "/usr/include")]
+        tree: PathBuf,
+        #[arg(long, default_value_t = 2000)]
+        tree_files: usize,
+        #[arg(long, default_value_t = 5)]
+        copies: usize,
+        /// Where the image files go.
+        #[arg(long, default_value = "/var/tmp")]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// The soft updates paper's comparison (§5), in-process on durable image files: create and
     /// remove files, then an Andrew-like set of phases, for sync, async and softdep.
     Orderings {
@@ -335,6 +365,20 @@ fn main() -> ExitCode {
         Cmd::Volume { op: VolumeCmd::Snapshot { op } } => cmd_volume(op).map(|_| 0),
         Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir, big_mb } } => {
             cmd_bench_orderings(files, &tree, tree_files, &dir, big_mb).map(|_| 0)
+        }
+        Cmd::Bench { which: BenchCmd::Br { size, file, ios, file_ios, tree, tree_files, copies, dir, seed, json } } => {
+            let o = sufs::bench_br::BrBenchOptions {
+                blocks: size / 4096,
+                file_blocks: file / 4096,
+                ios,
+                file_ios,
+                tree,
+                tree_files,
+                copies,
+                dir,
+                seed,
+            };
+            cmd_bench_br(&o, json).map(|_| 0)
         }
         Cmd::Bench { which: BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json } } => {
             cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
@@ -830,6 +874,28 @@ fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
     } else {
         4
     })
+}
+
+fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<PathBuf>) -> Result<(), Fail> {
+    let r = sufs::bench_br::run(o)?;
+    println!("| device | test | reserved store | br store | br vs reserved |");
+    println!("| --- | --- | --- | --- | --- |");
+    for row in &r.rows {
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.0}% |",
+            row.device, row.test, row.reserved, row.br, row.br_vs_reserved
+        );
+    }
+    println!();
+    println!("| store | blocks used | space set aside |");
+    println!("| --- | --- | --- |");
+    for (what, used, size) in &r.space {
+        println!("| {what} | {used} ({} MiB) | {size} ({} MiB) |", used * 4096 >> 20, size * 4096 >> 20);
+    }
+    if let Some(p) = json {
+        std::fs::write(&p, serde_json::to_string_pretty(&r)?)?;
+    }
+    Ok(())
 }
 
 fn cmd_bench_orderings(files: usize, tree: &Path, tree_files: usize, dir: &Path, big_mb: usize) -> Result<(), Fail> {
