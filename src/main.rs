@@ -890,7 +890,7 @@ fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<PathBuf>) -> Re
     println!("| store | blocks used | space set aside |");
     println!("| --- | --- | --- |");
     for (what, used, size) in &r.space {
-        println!("| {what} | {used} ({} MiB) | {size} ({} MiB) |", used * 4096 >> 20, size * 4096 >> 20);
+        println!("| {what} | {used} ({} MiB) | {size} ({} MiB) |", (used * 4096) >> 20, (size * 4096) >> 20);
     }
     if let Some(p) = json {
         std::fs::write(&p, serde_json::to_string_pretty(&r)?)?;
