@@ -6,14 +6,12 @@ use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::pattern;
-
-const SUFS: &str = env!("CARGO_BIN_EXE_sufs");
+use common::{pattern, sufs, SUFS};
 
 fn fuse_available() -> bool {
     if Path::new("/dev/fuse").exists() {
@@ -22,10 +20,6 @@ fn fuse_available() -> bool {
         eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
         false
     }
-}
-
-fn sufs(args: &[&str]) -> Output {
-    Command::new(SUFS).args(args).output().expect("run sufs")
 }
 
 fn is_mounted(dir: &Path) -> bool {
