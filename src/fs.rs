@@ -134,6 +134,11 @@ pub type FsResult<T> = Result<T, FsError>;
 #[path = "br.rs"]
 pub mod br;
 
+// Snapshots (§6) live in their own file but inside `fs`: their copy-on-write and claiming hook
+// into its writes and frees.
+#[path = "snapshot.rs"]
+pub mod snapshot;
+
 /// Options of a new file system.
 #[derive(Debug, Clone)]
 pub struct MkfsOptions {
@@ -342,6 +347,11 @@ pub struct Fs {
     deferred_tried_at: u64,
     /// Where the next new data block should go (a Block Register placement hint), once.
     br_hint: Option<u64>,
+    /// Active snapshots, oldest first (the superblock's list).
+    snaps: Vec<snapshot::Active>,
+    /// Blocks copied before an overwrite, and freed blocks claimed, by snapshots.
+    stats_cow: u64,
+    stats_claimed: u64,
 }
 
 impl Fs {
@@ -393,7 +403,11 @@ impl Fs {
             deferred_old_names: Vec::new(),
             deferred_tried_at: 0,
             br_hint: None,
+            snaps: Vec::new(),
+            stats_cow: 0,
+            stats_claimed: 0,
         };
+        fs.snap_activate()?;
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
             fs.sb.flags &= !SB_CLEAN;
@@ -462,6 +476,7 @@ impl Fs {
     /// Writes `bnos` as one batch. In `Sync` mode any dirty group header is written in a batch
     /// of its own first, so that no pointer reaches the disk before the bitmap bit that owns it.
     fn write_bufs(&mut self, bnos: &[u64], kind: WriteKind) -> FsResult<()> {
+        self.snap_cow(bnos)?;
         if self.ordering == Ordering::Sync && bnos.iter().any(|&b| !self.is_cg_block(b)) {
             let cgs: Vec<u64> = (0..self.sb.ngroups)
                 .map(|cg| self.sb.cg_header_block(cg))
@@ -550,6 +565,7 @@ impl Fs {
             }
             let mut all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
             all.sort_unstable();
+            self.snap_cow(&all)?;
             self.cache.write(&all, WriteKind::Async, &mut self.hooks)?;
             let free = self.sd().map(|s| s.take_free_tasks()).unwrap_or_default();
             for t in free {
@@ -557,7 +573,7 @@ impl Fs {
                 match t {
                     Task::FreeBlks(FreeBlks { blocks, then, .. }) => {
                         for b in blocks {
-                            self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+                            self.free_block(b)?;
                         }
                         // What follows (link drops) waits for the task list proper.
                         if let Some(sd) = self.sd() {
@@ -623,7 +639,7 @@ impl Fs {
             }
             Task::FreeBlks(FreeBlks { blocks, then, .. }) => {
                 for b in blocks {
-                    self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+                    self.free_block(b)?;
                 }
                 for t in then {
                     self.run_task(t)?;
@@ -991,7 +1007,7 @@ impl Fs {
         }
         for b in freed {
             self.cache.forget(b);
-            self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+            self.free_block(b)?;
         }
         for t in then {
             self.run_task(t)?;
@@ -1920,6 +1936,10 @@ impl Fs {
         if d.flags & DI_UNMOVABLE != 0 {
             // A reservation's blocks belong to its owner, who writes them on the device.
             return self.br_read(ino, &mut d, off, len);
+        }
+        if d.flags & DI_SNAPSHOT != 0 {
+            // A snapshot reads as the frozen file system.
+            return self.snap_read(&d, off, len);
         }
         let end = d.size.min(off.saturating_add(len as u64));
         let bs = self.sb.block_size as u64;
