@@ -17,7 +17,7 @@ use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
 use sufs::fuse::{lock, SufsFuse};
 use sufs::syncer::{Syncer, SyncerOptions, UpdatePolicy};
 use sufs::volume::{self, PoolOptions, PrefixDevice, Refiller, SnapshotDevice, StoreKind, VolumeDevice};
-use sufs::{format, fsck};
+use sufs::{format, fsck, snapshot};
 
 #[derive(Parser)]
 #[command(name = "sufs", version, about = "A user-space FFS with soft updates, update policies and the Block Register")]
@@ -113,6 +113,15 @@ enum Cmd {
         #[command(subcommand)]
         op: BrCmd,
     },
+    /// File-system snapshots (soft updates §6), `/.snap/NAME`: on an unmounted image or, through
+    /// its control channel, a mounted file system.
+    Snapshot {
+        /// An image file (mounted or not) or the directory it is mounted on.
+        #[arg(long, global = true, default_value = "sufs.img")]
+        on: PathBuf,
+        #[command(subcommand)]
+        op: FsSnapCmd,
+    },
     /// Experiments that reproduce the papers' figures, on a simulated disk.
     Bench {
         #[command(subcommand)]
@@ -182,6 +191,25 @@ enum SnapCmd {
     },
     /// Delete the snapshot (and a br store's reservation).
     Delete { image: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum FsSnapCmd {
+    /// Take a snapshot NAME (writers wait meanwhile).
+    Create { name: String },
+    /// The snapshots, oldest first.
+    List,
+    /// Delete a snapshot; its blocks go to the other snapshots that need them, or are freed.
+    Delete { name: String },
+    /// Write the file system as it was when NAME was taken to a new image OUT.
+    Export { name: String, out: PathBuf },
+    /// Mount the frozen file system of NAME read-only on DIR.
+    Mount {
+        name: String,
+        dir: PathBuf,
+        #[arg(short, long)]
+        foreground: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -362,6 +390,7 @@ fn main() -> ExitCode {
         Cmd::Fsck { image, yes, preen } => cmd_fsck(&image, yes, preen),
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
         Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),
+        Cmd::Snapshot { on, op } => cmd_snapshot(&on, op).map(|_| 0),
         Cmd::Volume { op: VolumeCmd::Snapshot { op } } => cmd_volume(op).map(|_| 0),
         Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir, big_mb } } => {
             cmd_bench_orderings(files, &tree, tree_files, &dir, big_mb).map(|_| 0)
@@ -825,6 +854,124 @@ fn cmd_br(on: &Path, op: BrCmd) -> Result<(), Fail> {
             for v in list.as_array().into_iter().flatten() {
                 println!("{}", show(v));
             }
+        }
+    }
+    Ok(())
+}
+
+/// The mount point of a mounted image (from /proc/self/mountinfo).
+fn mount_point_of(image: &Path) -> Option<PathBuf> {
+    let abs = std::fs::canonicalize(image).ok()?;
+    let want = format!("sufs:{}", abs.display());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounts.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mut r = right.split(' ');
+        let (_fstype, source) = (r.next()?, r.next()?);
+        let mp = left.split(' ').nth(4)?;
+        (source == want).then(|| PathBuf::from(mp))
+    })
+}
+
+/// The frozen file system of snapshot `name` of `on` as a read-only device: the snapshot file
+/// read through the mount (a mounted image), or the image opened here. The lock file (if any)
+/// must be kept while the device is used.
+fn frozen_device(on: &Path, name: &str) -> Result<(Arc<dyn BlockDevice>, Option<std::fs::File>), Fail> {
+    let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
+    let f = std::fs::File::open(&image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let (_, sb) = open_image(&image, false)?;
+    if f.try_lock_shared().is_err() {
+        let mnt = if on.is_dir() {
+            on.to_path_buf()
+        } else {
+            mount_point_of(&image).ok_or_else(|| {
+                Fail(format!("{} is in use but not mounted where this process can see it", image.display()), 1)
+            })?
+        };
+        let file = mnt.join(".snap").join(name);
+        let dev = FileDevice::open(&file, sb.block_size as usize, false)
+            .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
+        return Ok((Arc::new(dev), None));
+    }
+    let (dev, sb) = open_image(&image, false)?;
+    let opts = MountOptions { readonly: true, cache_blocks: (16 << 20) / sb.block_size as usize, ..Default::default() };
+    let fs = Fs::mount(Arc::new(dev), opts, Arc::new(RealClock::new()))
+        .map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let frozen = snapshot::FrozenDevice::new(snapshot::shared(fs), name.as_bytes())
+        .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
+    Ok((Arc::new(frozen), Some(f)))
+}
+
+fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
+    use ctl::Request;
+    let show = |v: &serde_json::Value| {
+        format!(
+            "{}: inode {}, taken at {}, {} blocks owned, {} blocks shared with the file system",
+            v["name"].as_str().unwrap_or("?"),
+            v["ino"],
+            v["created"],
+            v["blocks"],
+            v["shared"]
+        )
+    };
+    match op {
+        FsSnapCmd::Create { name } => {
+            let t = std::time::Instant::now();
+            let v = control(on, Request::SnapshotCreate { name })?;
+            println!("{} (took {:.3} s)", show(&v), t.elapsed().as_secs_f64());
+        }
+        FsSnapCmd::List => {
+            for v in control(on, Request::SnapshotList)?.as_array().into_iter().flatten() {
+                println!("{}", show(v));
+            }
+        }
+        FsSnapCmd::Delete { name } => {
+            let n = control(on, Request::SnapshotDelete { name: name.clone() })?;
+            println!("{name}: deleted, {n} blocks released");
+        }
+        FsSnapCmd::Export { name, out } => {
+            if out.exists() {
+                return Err(Fail(format!("{} exists; not overwriting it", out.display()), 1));
+            }
+            let (dev, _lock) = frozen_device(on, &name)?;
+            let n = snapshot::export(dev.as_ref(), &out)?;
+            println!("{name}: exported to {} ({n} blocks written)", out.display());
+        }
+        FsSnapCmd::Mount { name, dir, foreground } => {
+            if !foreground {
+                return spawn_daemon(on, &dir);
+            }
+            let (dev, lock_file) = frozen_device(on, &name)?;
+            let opts = MountOptions { readonly: true, cache_blocks: 4096, ..Default::default() };
+            let fs = Fs::mount(dev, opts, Arc::new(RealClock::new()))
+                .map_err(|e| Fail(format!("cannot mount snapshot {name}: {e}"), 32))?;
+            let shared = Arc::new(Mutex::new(fs));
+            let mut config = fuser::Config::default();
+            config.mount_options = vec![
+                fuser::MountOption::FSName(format!("sufs-snapshot:{name}")),
+                fuser::MountOption::Subtype("sufs".into()),
+                fuser::MountOption::DefaultPermissions,
+                fuser::MountOption::RO,
+            ];
+            if unsafe { libc::geteuid() } == 0 {
+                config.acl = fuser::SessionACL::All;
+                config.mount_options.push(fuser::MountOption::CUSTOM("allow_other".into()));
+            }
+            let mut session = fuser::Session::new(SufsFuse::new(shared), &dir, &config)
+                .map_err(|e| Fail(format!("cannot mount snapshot {name} on {}: {e}", dir.display()), 32))?;
+            let mut unmounter = session.unmount_callable();
+            let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+            let handle = signals.handle();
+            std::thread::spawn(move || {
+                if signals.forever().next().is_some() {
+                    let _ = unmounter.unmount();
+                }
+            });
+            notify_ready();
+            let run = session.run();
+            handle.close();
+            drop(lock_file);
+            run.map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1))?;
         }
     }
     Ok(())
