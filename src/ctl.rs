@@ -61,6 +61,10 @@ pub enum Request {
     SnapshotDelete {
         name: String,
     },
+    /// Background fsck's adjust: frees lost blocks and inodes, lowers link counts.
+    FsckAdjust {
+        adjust: crate::snapshot::Adjust,
+    },
 }
 
 #[derive(Debug, Error)]
@@ -201,6 +205,7 @@ pub fn execute(fs: &mut Fs, req: Request) -> Result<Value, FsError> {
         Request::SnapshotCreate { name } => json(serde_json::to_value(fs.snapshot_create(name.as_bytes())?)),
         Request::SnapshotList => json(serde_json::to_value(fs.snapshot_list()?)),
         Request::SnapshotDelete { name } => Ok(Value::from(fs.snapshot_delete(name.as_bytes())?)),
+        Request::FsckAdjust { adjust } => json(serde_json::to_value(fs.fsck_adjust(&adjust)?)),
     }
 }
 

@@ -608,6 +608,102 @@ impl Fs {
     }
 }
 
+/// What background fsck found on a snapshot and hands to the live file system (§6.1: FreeBSD's
+/// fsck sysctls): blocks and inodes lost at snapshot time, and link counts too high by `delta`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Adjust {
+    /// Blocks marked used that nothing owned.
+    pub blocks: Vec<u64>,
+    /// Inodes in use that no entry named: freed with their blocks.
+    pub unreferenced: Vec<u32>,
+    /// Inodes marked used whose dinode was free: their bitmap bits are cleared.
+    pub leaked_inodes: Vec<u32>,
+    /// (inode, how much its count is too high).
+    pub links: Vec<(u32, u32)>,
+}
+
+/// What an adjust did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct AdjustDone {
+    pub blocks_freed: u64,
+    pub inodes_freed: u64,
+    pub links_lowered: u64,
+    /// Items left alone (no longer in the state fsck saw: freed since, or open).
+    pub skipped: u64,
+}
+
+impl Fs {
+    /// Applies background fsck's findings to the live file system. Each change is checked against
+    /// the live state first: a block must still be marked used, an inode still in use and not
+    /// open; counts are lowered by a difference, so links made since the snapshot stay counted.
+    pub fn fsck_adjust(&mut self, a: &Adjust) -> FsResult<AdjustDone> {
+        self.check_writable()?;
+        let mut done = AdjustDone::default();
+        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
+        for &b in &a.blocks {
+            if !self.sb.is_data_block(b) {
+                return Err(FsError::Invalid("adjust: not a data block"));
+            }
+            let cg = self.sb.cg_of_block(b);
+            let used =
+                bit_get(&self.cache.read(self.sb.cg_header_block(cg))?[bmoff..], (b - self.sb.cg_start(cg)) as usize);
+            if used {
+                self.cache.forget(b);
+                self.free_block(b)?;
+                done.blocks_freed += 1;
+            } else {
+                done.skipped += 1;
+            }
+        }
+        for &(ino, delta) in &a.links {
+            self.check_ino(ino)?;
+            let mut d = self.iget_raw(ino)?;
+            if d.is_free() || delta == 0 {
+                done.skipped += 1;
+                continue;
+            }
+            d.nlink = d.nlink.saturating_sub(delta);
+            self.touch_c(&mut d);
+            done.links_lowered += 1;
+            if d.nlink == 0 && !self.open.contains_key(&ino) {
+                self.release_inode(ino, d, vec![])?;
+                done.inodes_freed += 1;
+            } else {
+                self.iput(ino, &d)?;
+            }
+        }
+        for &ino in &a.unreferenced {
+            self.check_ino(ino)?;
+            let d = self.iget_raw(ino)?;
+            // Directories are left for a full fsck, which reconnects them.
+            if d.is_free() || d.is_dir() || self.open.contains_key(&ino) || d.flags & DI_SNAPSHOT != 0 {
+                done.skipped += 1;
+                continue;
+            }
+            self.release_inode(ino, d, vec![])?;
+            done.inodes_freed += 1;
+        }
+        let imoff = CgHeader::inode_map_offset();
+        for &ino in &a.leaked_inodes {
+            self.check_ino(ino)?;
+            let cg = self.sb.cg_of_inode(ino);
+            let used = bit_get(
+                &self.cache.read(self.sb.cg_header_block(cg))?[imoff..],
+                (ino % self.sb.inodes_per_group) as usize,
+            );
+            if used && self.iget_raw(ino)?.is_free() {
+                self.alloc.free_inode(&mut self.cache, &self.sb, ino, false)?;
+                done.inodes_freed += 1;
+            } else {
+                done.skipped += 1;
+            }
+        }
+        self.balance()?;
+        self.sync_all()?;
+        Ok(done)
+    }
+}
+
 /// The frozen file system of a snapshot as a read-only device, read through the file system
 /// that holds it (in this process).
 pub struct FrozenDevice {

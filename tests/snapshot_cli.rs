@@ -144,3 +144,104 @@ fn snapshots_of_a_mounted_and_an_unmounted_file_system() {
     let e = sufs(&["snapshot", "--on", img_s, "delete", "nope"]);
     assert!(!e.status.success());
 }
+
+/// Damage a crash could leave (a leaked block, a link count too high, an unreferenced file),
+/// made on the unmounted image through the library.
+fn damage(img: &Path) -> (u64, u32) {
+    use std::sync::Arc;
+    use sufs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
+    use sufs::format::*;
+    let dev = Arc::new(FileDevice::open(img, 4096, true).unwrap());
+    let mut fs = sufs::fs::Fs::mount(dev.clone(), Default::default(), Arc::new(sufs::clock::RealClock::new())).unwrap();
+    let (a, _) = fs.lookup(ROOT_INO, b"a").unwrap();
+    let (orphan, _) = fs.create(ROOT_INO, b"orphan", 0o644, 0, 0).unwrap();
+    fs.write(orphan, 0, &[3u8; 20000]).unwrap();
+    fs.unmount().unwrap();
+    let sb = fs.sb.clone();
+    drop(fs);
+    let rw = |bno: u64, f: &dyn Fn(&mut [u8])| {
+        let mut b = vec![0u8; 4096];
+        dev.read_block(bno, &mut b).unwrap();
+        f(&mut b);
+        dev.write_batch(&[WriteReq { bno, data: &b }], WriteKind::Sync).unwrap();
+    };
+    // "a" counts two links too many; "orphan" loses its name (its entry's inode becomes 0).
+    let (ib, off) = sb.inode_location(a);
+    rw(ib, &|b| {
+        let mut d = Dinode::decode(&b[off..off + DINODE_SIZE]);
+        d.nlink += 2;
+        d.encode(&mut b[off..off + DINODE_SIZE]);
+    });
+    let root = {
+        let mut b = vec![0u8; 4096];
+        dev.read_block(sb.inode_location(ROOT_INO).0, &mut b).unwrap();
+        let o = sb.inode_location(ROOT_INO).1;
+        Dinode::decode(&b[o..o + DINODE_SIZE]).db[0]
+    };
+    rw(root, &|b| {
+        let e = dir_entries(b).unwrap().into_iter().find(|e| e.name == b"orphan").unwrap();
+        dirent_set_ino(b, e.offset, 0);
+    });
+    // A free block of the last group marked used.
+    let cg = sb.ngroups - 1;
+    let leaked = sb.cg_start(cg) + sb.cg_blocks(cg) as u64 - 1;
+    rw(sb.cg_header_block(cg), &|b| {
+        let bm = CgHeader::block_map_offset(sb.inodes_per_group);
+        assert!(!bit_get(&b[bm..], (leaked - sb.cg_start(cg)) as usize));
+        bit_set(&mut b[bm..], (leaked - sb.cg_start(cg)) as usize, true);
+        let f = cg_get_free_blocks(b) - 1;
+        cg_set_free_blocks(b, f);
+        CgHeader::seal(b);
+    });
+    (leaked, a)
+}
+
+#[test]
+fn background_fsck_repairs_a_mounted_file_system_while_a_writer_works() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img");
+    let mnt = dir.path().join("mnt");
+    let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    ok(&["mkfs", img_s, "--size", "64M"]);
+    ok(&["mount", img_s, mnt_s]);
+    let guard = Unmount(&mnt, true);
+    fs::write(mnt.join("a"), pattern(1, 10_000)).unwrap();
+    drop(guard);
+    let (leaked, _a) = damage(&img);
+    let f = sufs(&["fsck", img_s]);
+    let text = String::from_utf8_lossy(&f.stdout);
+    assert!(text.contains("LinkCountTooHigh") || text.contains("link count"), "{text}");
+    assert!(text.contains(&format!("block {leaked} marked used")), "{text}");
+    // Instant restart: mount without fsck; a writer keeps writing during the background check.
+    ok(&["mount", img_s, mnt_s]);
+    let guard = Unmount(&mnt, true);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (m2, s2) = (mnt.clone(), stop.clone());
+    let writer = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            fs::write(m2.join(format!("w{}", n % 20)), pattern(n, 30_000)).unwrap();
+            n += 1;
+        }
+        n
+    });
+    let out = sufs(&["fsck", "--background", mnt_s]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("\"blocks_freed\":1") && text.contains("\"links_lowered\":1"), "{text}");
+    assert!(text.contains("\"inodes_freed\":1"), "{text}");
+    assert!(writes > 0);
+    assert!(!mnt.join(".snap").read_dir().unwrap().any(|_| true), "its snapshot is gone");
+    // A second run finds nothing.
+    let out = sufs(&["fsck", "--background", img_s]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    drop(guard);
+    let f = ok(&["fsck", img_s]);
+    assert!(f.contains(" 0 findings"), "{f}");
+}
