@@ -504,19 +504,29 @@ fn copy_in(fs: &mut Fs, src: &Path, dir: u32, files: &mut Vec<(u32, u64)>, limit
 /// fresh image in `workdir`, `rounds` times, the orderings interleaved (sync, async, softdep,
 /// sync, ...) so that the machine's slow spells fall on all of them; each phase's time is the
 /// median of its rounds.
-pub fn ordering_compare(
-    workdir: &Path,
-    n: usize,
-    tree: &Path,
-    tree_files: usize,
-    big_mb: usize,
+pub fn ordering_compare(workdir: &Path, work: &OrderingWork, rounds: usize) -> FsResult<Vec<OrderingResult>> {
+    interleaved(rounds, |ordering| ordering_run(ordering, workdir, work))
+}
+
+/// What `sufs bench orderings` does: `files` files created and removed, at most `tree_files`
+/// files of `tree` in the Andrew-like phases, then a `big_mb` MiB file written and fsync'ed.
+pub struct OrderingWork<'a> {
+    pub files: usize,
+    pub tree: &'a Path,
+    pub tree_files: usize,
+    pub big_mb: usize,
+}
+
+/// Runs every ordering `rounds` times, interleaved; the medians.
+fn interleaved<E>(
     rounds: usize,
-) -> FsResult<Vec<OrderingResult>> {
+    mut run: impl FnMut(Ordering) -> Result<OrderingResult, E>,
+) -> Result<Vec<OrderingResult>, E> {
     let orderings = [Ordering::Sync, Ordering::Async, Ordering::Softdep];
     let mut runs: Vec<Vec<OrderingResult>> = orderings.iter().map(|_| Vec::new()).collect();
     for _ in 0..rounds.max(1) {
         for (i, &ordering) in orderings.iter().enumerate() {
-            runs[i].push(ordering_run(ordering, workdir, n, tree, tree_files, big_mb)?);
+            runs[i].push(run(ordering)?);
         }
     }
     Ok(runs.into_iter().map(median_run).collect())
@@ -539,15 +549,9 @@ fn median_run(runs: Vec<OrderingResult>) -> OrderingResult {
     }
 }
 
-fn ordering_run(
-    ordering: Ordering,
-    workdir: &Path,
-    n: usize,
-    tree: &Path,
-    tree_files: usize,
-    big_mb: usize,
-) -> FsResult<OrderingResult> {
+fn ordering_run(ordering: Ordering, workdir: &Path, work: &OrderingWork) -> FsResult<OrderingResult> {
     use std::time::Instant;
+    let &OrderingWork { files: n, tree, tree_files, big_mb } = work;
     let img = workdir.join(format!("bench-{ordering}.img"));
     let _ = std::fs::remove_file(&img);
     crate::dev::FileDevice::create(&img, 1 << 30)?;
@@ -633,20 +637,10 @@ fn run_err(what: &str, e: impl std::fmt::Display) -> BenchError {
 pub fn ordering_compare_fuse(
     exe: &Path,
     workdir: &Path,
-    n: usize,
-    tree: &Path,
-    tree_files: usize,
-    big_mb: usize,
+    work: &OrderingWork,
     rounds: usize,
 ) -> Result<Vec<OrderingResult>, BenchError> {
-    let orderings = [Ordering::Sync, Ordering::Async, Ordering::Softdep];
-    let mut runs: Vec<Vec<OrderingResult>> = orderings.iter().map(|_| Vec::new()).collect();
-    for _ in 0..rounds.max(1) {
-        for (i, &ordering) in orderings.iter().enumerate() {
-            runs[i].push(fuse_run(exe, ordering, workdir, n, tree, tree_files, big_mb)?);
-        }
-    }
-    Ok(runs.into_iter().map(median_run).collect())
+    interleaved(rounds, |ordering| fuse_run(exe, ordering, workdir, work))
 }
 
 fn is_mounted(dir: &Path) -> bool {
@@ -750,17 +744,10 @@ fn copy_tree(
     Ok(())
 }
 
-fn fuse_run(
-    exe: &Path,
-    ordering: Ordering,
-    workdir: &Path,
-    n: usize,
-    tree: &Path,
-    tree_files: usize,
-    big_mb: usize,
-) -> Result<OrderingResult, BenchError> {
+fn fuse_run(exe: &Path, ordering: Ordering, workdir: &Path, work: &OrderingWork) -> Result<OrderingResult, BenchError> {
     use std::io::Write;
     use std::time::Instant;
+    let &OrderingWork { files: n, tree, tree_files, big_mb } = work;
     let img = workdir.join(format!("bench-fuse-{ordering}.img"));
     let mnt = workdir.join(format!("bench-fuse-{ordering}.mnt"));
     let stats = workdir.join(format!("bench-fuse-{ordering}.json"));

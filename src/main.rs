@@ -918,8 +918,9 @@ fn cmd_bench_orderings(
          {tree_files} files); a {big_mb} MiB file written and fsync'ed; median of {rounds} interleaved rounds",
         tree.display()
     );
+    let work = sufs::bench::OrderingWork { files, tree, tree_files, big_mb };
     if through != "fuse" {
-        let rs = sufs::bench::ordering_compare(dir, files, tree, tree_files, big_mb, rounds)?;
+        let rs = sufs::bench::ordering_compare(dir, &work, rounds)?;
         print_orderings("in-process, durable image files", &rs);
     }
     if through != "lib" {
@@ -927,7 +928,7 @@ fn cmd_bench_orderings(
             return Err(Fail("/dev/fuse is missing: the FUSE comparison cannot run (use --through lib)".into(), 1));
         }
         let exe = std::env::current_exe()?;
-        let rs = sufs::bench::ordering_compare_fuse(&exe, dir, files, tree, tree_files, big_mb, rounds)?;
+        let rs = sufs::bench::ordering_compare_fuse(&exe, dir, &work, rounds)?;
         print_orderings("through the FUSE mount", &rs);
     }
     Ok(())
