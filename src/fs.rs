@@ -1573,16 +1573,19 @@ impl Fs {
         self.check_writable()?;
         let mut dd = self.dir_inode(dir)?;
         let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
-        let d = self.iget(slot.ino)?;
+        let mut d = self.iget(slot.ino)?;
         if d.is_dir() {
             return Err(FsError::IsDir);
         }
         if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
             return Err(FsError::Perm);
         }
-        // The name goes first; then the link count.
+        // The name goes first; then the link count. The inode's change time is the unlink's,
+        // even when soft updates drop the link later.
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
+        self.touch_c(&mut d);
+        self.iput(slot.ino, &d)?;
         self.unlink_name(dir, &slot, name, vec![Task::DropLink(slot.ino)])?;
         self.balance()
     }
@@ -1731,7 +1734,10 @@ impl Fs {
             tasks: vec![Task::DropLink(src.ino)],
         });
         match victim {
-            Some((t, ti)) => {
+            Some((t, mut ti)) => {
+                // The replaced inode changes now, whenever its link drop reaches the disk.
+                self.touch_c(&mut ti);
+                self.iput(t.ino, &ti)?;
                 let victim_task = if ti.is_dir() {
                     // Its ".." names newdir until it is freed; step 2 counted a moved
                     // directory's new "..", so newdir's extra link goes once the victim does.
