@@ -5,90 +5,13 @@
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
 mod common;
 
+use common::fuse::*;
 use common::pattern;
-
-const SUFS: &str = env!("CARGO_BIN_EXE_sufs");
-
-fn fuse_available() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        true
-    } else {
-        eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
-        false
-    }
-}
-
-fn sufs(args: &[&str]) -> Output {
-    Command::new(SUFS).args(args).output().expect("run sufs")
-}
-
-fn is_mounted(dir: &Path) -> bool {
-    let dir = fs::canonicalize(dir).unwrap();
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()) && l.contains("sufs:"))
-}
-
-struct Mounted {
-    child: Child,
-    dir: PathBuf,
-    done: bool,
-}
-
-impl Drop for Mounted {
-    /// A failed test must not leave its mount (and a server holding the test's output) behind.
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn mount_fg(image: &Path, dir: &Path, extra: &[&str]) -> Mounted {
-    fs::create_dir_all(dir).unwrap();
-    let mut args = vec!["mount", image.to_str().unwrap(), dir.to_str().unwrap(), "-f"];
-    args.extend_from_slice(extra);
-    let mut child = Command::new(SUFS).args(&args).spawn().unwrap();
-    let start = Instant::now();
-    while !is_mounted(dir) {
-        if let Some(st) = child.try_wait().unwrap() {
-            panic!("sufs mount exited early: {st}");
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Mounted { child, dir: dir.to_path_buf(), done: false }
-}
-
-impl Mounted {
-    fn umount(mut self) {
-        let out = sufs(&["umount", self.dir.to_str().unwrap()]);
-        assert!(out.status.success(), "umount: {}", String::from_utf8_lossy(&out.stderr));
-        let st = self.child.wait().unwrap();
-        self.done = true;
-        assert!(st.success(), "sufs mount exited with {st}");
-    }
-}
-
-fn fsck_clean(image: &Path) {
-    let out = sufs(&["fsck", image.to_str().unwrap()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "fsck: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
     r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod fuse;
+
 use std::sync::Arc;
 
 use sufs::clock::SimClock;
