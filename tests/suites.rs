@@ -129,11 +129,15 @@ fn pjdfstest_passes() {
         let m = mount_fg(&img, &mnt, &["--ordering", &ordering]);
         let config = |remount: bool| {
             let p = t.path().join(format!("pjdfstest-{remount}.toml"));
+            let base = include_str!("../docs/suites/pjdfstest.toml");
+            let auth = base.find("[dummy_auth]").expect("a [dummy_auth] section in docs/suites/pjdfstest.toml");
             let body = format!(
-                "[features]\nutime_now = {{}}\nutimensat = {{}}\nposix_fallocate = {{}}\nrename_ctime = {{}}\n\n\
-                 [settings]\nnaptime = 0.001\nallow_remount = {remount}\n\n\
-                 [dummy_auth]\nentries = [[\"{}\", \"{}\"], [\"{}\", \"{}\"]]\n",
-                users[0].0, users[0].1, users[1].0, users[1].1
+                "{}[dummy_auth]\nentries = [[\"{}\", \"{}\"], [\"{}\", \"{}\"]]\n",
+                base[..auth].replace("allow_remount = false", &format!("allow_remount = {remount}")),
+                users[0].0,
+                users[0].1,
+                users[1].0,
+                users[1].1
             );
             fs::write(&p, body).unwrap();
             p
@@ -165,28 +169,8 @@ fn pjdfstest_passes() {
 // ---------------------------------------------------------------- fsx
 
 /// Every operation fsx has that sufs supports, on a file large enough for the double indirect
-/// block. Hole punching is left out: sufs has no fallocate(2) (docs/suites/fsx.md).
-const FSX_CONFIG: &str = "flen = 8388608
-
-[opsize]
-max = 262144
-
-[weights]
-close_open = 1
-read = 10
-write = 10
-mapread = 10
-mapwrite = 10
-invalidate = 1
-truncate = 2
-fsync = 1
-fdatasync = 1
-posix_fallocate = 1
-punch_hole = 0
-sendfile = 1
-posix_fadvise = 1
-copy_file_range = 1
-";
+/// block; the same file the long runs of scripts/suites.sh use.
+const FSX_CONFIG: &str = include_str!("../docs/suites/fsx.toml");
 
 /// A short fsx run on each ordering (the long one is in docs/suites/fsx.md), then a remount to
 /// check the file survives, and fsck.
