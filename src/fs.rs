@@ -487,16 +487,23 @@ impl Fs {
     /// With soft updates this takes a few rounds: each write satisfies dependencies that let the
     /// next one carry more.
     pub fn sync_all(&mut self) -> FsResult<()> {
-        for _ in 0..64 {
+        // A round can retire one level of a chain of dependencies (a removed tree drains one
+        // directory per level), so the rounds go on while they have something to write; the
+        // chain is never longer than the number of inodes.
+        let max_rounds = self.sb.total_inodes() + 64;
+        for _ in 0..max_rounds {
             self.run_tasks()?;
-            self.flush_all()?;
+            let wrote = self.flush_all()?;
             self.run_tasks()?;
             let idle = self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle());
             if idle && self.cache.dirty_count() == 0 {
                 return Ok(());
             }
+            if wrote == 0 && self.cache.dirty_count() == 0 {
+                break;
+            }
         }
-        Err(FsError::Corrupt("dependencies did not drain after 64 rounds of writes".into()))
+        Err(FsError::Corrupt("dependencies did not drain: nothing left to write".into()))
     }
 
     /// Runs the task list: work that completed writes made possible (soft updates' dirrem,

@@ -395,3 +395,32 @@ fn unlink_and_replacing_rename_change_ctime_at_once() {
         assert_clean(&dev);
     }
 }
+
+/// A removed tree drains one directory level per round of writes; sync_all (which an rmdir or a
+/// rename may need) must go on while rounds make progress. It gave up after 64 rounds with EIO
+/// once stress-ng's dirdeep had removed a deeper tree.
+#[test]
+fn sync_all_drains_a_removed_deep_tree() {
+    for ordering in ORDERINGS {
+        let dev = new_image(8192);
+        let mut fs = mount(&dev, ordering, 1024);
+        let mut chain = vec![ROOT_INO];
+        for _ in 0..200 {
+            let (d, _) = fs.mkdir(*chain.last().unwrap(), b"d", 0o755, 0, 0).unwrap();
+            chain.push(d);
+        }
+        for w in chain.windows(2).rev() {
+            fs.rmdir(w[0], b"d").unwrap();
+        }
+        // An rmdir of a directory with a renamed (hidden) old name settles it with sync_all.
+        let (p, _) = fs.mkdir(ROOT_INO, b"p", 0o755, 0, 0).unwrap();
+        fs.create(p, b"a", 0o644, 0, 0).unwrap();
+        fs.rename(p, b"a", p, b"b", RenameFlags::default()).unwrap();
+        fs.unlink(p, b"b").unwrap();
+        fs.rmdir(ROOT_INO, b"p").unwrap_or_else(|e| panic!("{ordering:?}: rmdir: {e}"));
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_clean(&dev);
+    }
+}
