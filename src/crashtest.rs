@@ -561,7 +561,14 @@ impl Workload for RenameStorm {
             let parent = pick(w.rng, &dirs).unwrap_or_else(|| "/rs".into());
             let p = join(&parent, &format!("new{}", self.n));
             if r == 0 {
+                // A new directory, and at once a file renamed into it: the new name is on disk
+                // before the directory is reachable, so the old name must stay until it is.
                 w.mkdir(&p)?;
+                let files: Vec<&(String, bool, u32)> = all.iter().filter(|e| !e.1).collect();
+                if let Some((f, _, _)) = pick(w.rng, &files) {
+                    let to = join(&p, &w.name("m", self.n));
+                    w.rename(f, &to)?;
+                }
             } else {
                 w.create(&p, 1500)?;
             }

@@ -27,7 +27,7 @@ use crate::clock::Clock;
 use crate::dev::{BlockDevice, DevError, DevStats, WriteKind, WriteReq};
 use crate::dirhash::{block_slack, DirHash, DIRHASH_MIN_BLOCKS};
 use crate::format::*;
-use crate::softdep::{PtrSlot, Softdep, Task};
+use crate::softdep::{FreeBlks, FreeFile, PtrSlot, Softdep, Task};
 
 /// How dependent metadata writes are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -330,6 +330,11 @@ pub struct Fs {
     /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
     /// but gone for users: (block, offset) -> (directory, logical block, name).
     hidden: HashMap<(u64, usize), HiddenName>,
+    /// Renames' old-name removals whose new name is on disk but in a directory not yet
+    /// reachable on disk (rule 3 for the whole path): retried after later writes complete.
+    deferred_old_names: Vec<Task>,
+    /// The soft updates write count when the deferred removals were last tried.
+    deferred_tried_at: u64,
 }
 
 impl Fs {
@@ -378,6 +383,8 @@ impl Fs {
             ops: 0,
             removed_dirs: std::collections::HashSet::new(),
             hidden: HashMap::new(),
+            deferred_old_names: Vec::new(),
+            deferred_tried_at: 0,
         };
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
@@ -495,7 +502,7 @@ impl Fs {
             self.run_tasks()?;
             let wrote = self.flush_all()?;
             self.run_tasks()?;
-            let idle = self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle());
+            let idle = self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle()) && self.deferred_old_names.is_empty();
             if idle && self.cache.dirty_count() == 0 {
                 return Ok(());
             }
@@ -509,11 +516,22 @@ impl Fs {
     /// Runs the task list: work that completed writes made possible (soft updates' dirrem,
     /// freeblks and freefile).
     pub fn run_tasks(&mut self) -> FsResult<()> {
-        while let Some(t) = self.hooks.softdep.as_mut().and_then(|s| s.tasks.pop()) {
-            self.hooks.softdep.as_mut().expect("softdep").stats.tasks_run += 1;
-            self.run_task(t)?;
+        loop {
+            while let Some(t) = self.hooks.softdep.as_mut().and_then(|s| s.tasks.pop()) {
+                self.hooks.softdep.as_mut().expect("softdep").stats.tasks_run += 1;
+                self.run_task(t)?;
+            }
+            // Deferred old names: only writes can make their paths durable, so they are tried
+            // again only after some have completed.
+            let writes = self.hooks.softdep.as_ref().map_or(0, |s| s.writes_completed());
+            if self.deferred_old_names.is_empty() || writes == self.deferred_tried_at {
+                return Ok(());
+            }
+            self.deferred_tried_at = writes;
+            for t in std::mem::take(&mut self.deferred_old_names) {
+                self.run_task(t)?;
+            }
         }
-        Ok(())
     }
 
     /// Soft updates hold freed blocks and inodes until the nullified pointers are on disk; when
@@ -536,7 +554,7 @@ impl Fs {
             for t in free {
                 any = true;
                 match t {
-                    Task::FreeBlks { blocks, then } => {
+                    Task::FreeBlks(FreeBlks { blocks, then, .. }) => {
                         for b in blocks {
                             self.alloc.free_block(&mut self.cache, &self.sb, b)?;
                         }
@@ -602,7 +620,7 @@ impl Fs {
                     self.release_inode(child, d, then)
                 }
             }
-            Task::FreeBlks { blocks, then } => {
+            Task::FreeBlks(FreeBlks { blocks, then, .. }) => {
                 for b in blocks {
                     self.alloc.free_block(&mut self.cache, &self.sb, b)?;
                 }
@@ -611,11 +629,15 @@ impl Fs {
                 }
                 Ok(())
             }
-            Task::FreeFile { ino, is_dir } => {
+            Task::FreeFile(FreeFile { ino, is_dir }) => {
                 self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
                 Ok(())
             }
-            Task::RemoveOldName { dir, bno, lbn, off, tasks } => {
+            Task::RemoveOldName { dir, newdir, bno, lbn, off, tasks } => {
+                if self.new_path_pending(newdir)? {
+                    self.deferred_old_names.push(Task::RemoveOldName { dir, newdir, bno, lbn, off, tasks });
+                    return Ok(());
+                }
                 if self.hidden.remove(&(bno, off)).is_none() {
                     return Err(FsError::Corrupt(format!("rename's old name in directory {dir} vanished")));
                 }
@@ -747,6 +769,9 @@ impl Fs {
         let (bno, off) = self.sb.inode_location(ino);
         let buf = self.cache.modify(bno)?;
         d.encode(&mut buf[off..off + DINODE_SIZE]);
+        if let Some(sd) = self.hooks.softdep.as_mut() {
+            sd.inode_update(ino);
+        }
         Ok(bno)
     }
 
@@ -938,7 +963,6 @@ impl Fs {
             span = span.saturating_mul(p);
         }
         d.blocks = d.blocks.saturating_sub(freed.len() as u64);
-        let ib = self.iput(ino, d)?;
         let mut then = then;
         if let Some(sd) = self.hooks.softdep.as_mut() {
             then.extend(sd.cancel_blocks(ino, &freed));
@@ -947,9 +971,13 @@ impl Fs {
                 for &b in &freed {
                     self.cache.forget(b);
                 }
-                sd.after_writes(&[ib], Task::FreeBlks { blocks: freed, then });
+                sd.free_blocks(ino, freed, then);
+                self.iput(ino, d)?;
                 return Ok(());
             }
+        }
+        let ib = self.iput(ino, d)?;
+        if self.hooks.softdep.is_some() {
             // Partial truncation through indirect blocks: synchronous writes, as in the paper.
             dirtied.push(ib);
             self.write_bufs(&dirtied, WriteKind::Sync)?;
@@ -1053,16 +1081,13 @@ impl Fs {
             self.truncate_blocks(ino, &mut d, 0, std::mem::take(&mut then))?;
         }
         let cleared = Dinode { generation: d.generation, ..Default::default() };
-        let ib = self.iput(ino, &cleared)?;
         if let Some(sd) = self.hooks.softdep.as_mut() {
             // freefile: the inode returns to the map once its cleared dinode is on disk.
-            sd.forget_inode(ino);
-            sd.after_writes(&[ib], Task::FreeFile { ino, is_dir });
-            for t in then {
-                sd.after_writes(&[ib], t);
-            }
+            sd.free_file(ino, is_dir, then);
+            self.iput(ino, &cleared)?;
             return Ok(());
         }
+        let ib = self.iput(ino, &cleared)?;
         self.order_write(&[ib])?;
         self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
         for t in then {
@@ -1256,9 +1281,19 @@ impl Fs {
         Ok(())
     }
 
+    /// A rename's new name in `newdir` is on disk; true if it is not reachable there yet. A
+    /// directory that has since been removed holds no name of the renamed inode any more (it was
+    /// moved again or unlinked), so its old name may go.
+    fn new_path_pending(&mut self, newdir: u32) -> FsResult<bool> {
+        match self.path_pending(newdir) {
+            Err(FsError::NotDir | FsError::NotFound | FsError::Stale(_)) => Ok(false),
+            r => r,
+        }
+    }
+
     /// With soft updates, true if `dir` or one of its ancestors is named by an entry not yet on
-    /// disk: a rename's new name there would not be reachable after a crash, so the rename
-    /// first writes everything out (rule 3 for the whole path, not only the last name).
+    /// disk: a rename's new name there would not be reachable after a crash, so the old name
+    /// stays on disk until the path is (rule 3 for the whole path, not only the last name).
     fn path_pending(&mut self, mut dir: u32) -> FsResult<bool> {
         if self.hooks.softdep.is_none() {
             return Ok(false);
@@ -1679,7 +1714,7 @@ impl Fs {
         let moving_dir = si.is_dir();
         let pending = self.hooks.softdep.as_ref().map_or(0, |s| s.pending_unlinks_of(src.ino));
         let settle = moving_dir && (pending > 0 || self.hidden.values().any(|h| h.3 == src.ino));
-        if settle || self.path_pending(newdir)? {
+        if settle {
             // A directory keeps at most two names on disk: its previous rename (or any link
             // drop still on its way to disk) completes first.
             self.sync_all()?;
@@ -1735,6 +1770,7 @@ impl Fs {
         let softdep = self.hooks.softdep.is_some();
         let old_name_task = softdep.then(|| Task::RemoveOldName {
             dir,
+            newdir,
             bno: src.bno,
             lbn: src.lbn,
             off: src.off,

@@ -4,24 +4,32 @@
 //! stays dirty). Dependencies are tracked per pointer and per entry, so blocks may be written in
 //! any order.
 //!
-//! The paper's structures (Table 1), keyed as the cache sees blocks:
+//! The paper's structures (Table 1), each starting with a `WorkList` header (its kind and its
+//! `DepState`: ATTACHED, DEPCOMPLETE, COMPLETE, and DIRCHG, MKDIR_BODY, MKDIR_PARENT):
 //! - `BmSafeMap` per cylinder group: the new inodes and blocks whose bitmap bits must reach disk
-//!   before anything points to them (their DEPCOMPLETE);
-//! - `InodeDep` per inode: whether its bitmap bit is on disk (until then the whole dinode is
-//!   written as free), the epoch of the last write that carried it, and its `AllocDirect`s (new
-//!   block pointers in the dinode, each waiting for the block's bitmap bit and first contents:
-//!   its COMPLETE);
-//! - `AllocIndir` per pointer in an indirect block (the safe copy is the rolled-back copy);
+//!   before anything points to them (when its header block is written, they become DEPCOMPLETE);
+//! - `InodeDep` per inode, with the paper's lists: pending ops (entries and mkdirs waiting for
+//!   this inode to be written), buf wait (work that runs once its block is written: freeblks,
+//!   freefile), inode wait (such work recorded before the dinode was copied into its buffer),
+//!   buffer update (`AllocDirect`s whose pointers are in the buffer) and incore update (those
+//!   whose pointers are only in the in-memory dinode so far);
+//! - `NewBlk` per new block: DEPCOMPLETE when its bitmap bit is on disk, COMPLETE when its
+//!   first contents are;
+//! - `AllocDirect` per new pointer in a dinode, `AllocIndir` per new pointer in an indirect block,
+//!   gathered by `IndirDep` (one per indirect block, with its safe copy: the block as the disk
+//!   may hold it, only complete pointers in it);
 //! - `PageDep` per directory block: its `DirAdd`s (a new entry, rolled back to 0, or for a
-//!   DIRCHG to the old inode, until the inode is on disk, and for a mkdir until the new directory's
-//!   first block and the parent's raised link count are) and its `DirRem`s (a removed entry: once
-//!   the removal is on disk, the link count is dropped);
-//! - `FreeBlks` / `FreeFile`: blocks and inodes that return to the free maps only once the
-//!   nullified pointers or the cleared inode are on disk.
+//!   DIRCHG to the old inode, until the inode is on disk; for a mkdir also until its `Mkdir`
+//!   records complete: MKDIR_BODY, the new directory's first block on disk and pointed to, and
+//!   MKDIR_PARENT, the parent's raised link count on disk) and its `DirRem`s (a removed entry:
+//!   once the removal is on disk, its work items run);
+//! - `FreeBlks` / `FreeFile`: blocks and an inode that return to the free maps once the
+//!   nullified pointers or the cleared dinode are on disk. There are no fragments, so no
+//!   freefrag.
 //!
-//! Work that a completed write makes possible goes on the task list (`tasks`), which the file
-//! system runs outside the I/O path. Ordering uses epochs: every dependency and every block
-//! write takes the next number, so "written after the dependency was made" is a comparison.
+//! Work that a completed write makes possible goes on the work list (`tasks`), which the file
+//! system runs outside the I/O path. "Written after the dependency was made" is decided by
+//! epochs: every dependency and every block write takes the next number.
 //!
 //! Invariant: a copy given to the device never holds a pointer to a block or inode whose bitmap
 //! bit is not on disk, a pointer to a new block whose contents are not on disk, nor an entry for
@@ -33,6 +41,57 @@ use crate::format::*;
 
 pub type Epoch = u64;
 
+bitflags::bitflags! {
+    /// The state bits of a dependency (FreeBSD's `wk_state`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct DepState: u16 {
+        /// Recorded against the buffer that holds the change.
+        const ATTACHED = 1;
+        /// What it waits for outside its own block is on disk (a bitmap bit; for an entry, the
+        /// inode it names).
+        const DEPCOMPLETE = 1 << 1;
+        /// Its own block is on disk (a new block's first contents; an entry's block carrying it).
+        const COMPLETE = 1 << 2;
+        /// An entry that changes an existing one (rename over a name): rolled back to the old inode.
+        const DIRCHG = 1 << 3;
+        /// mkdir: the new directory's first block is not yet on disk and pointed to.
+        const MKDIR_BODY = 1 << 4;
+        /// mkdir: the parent's raised link count is not yet on disk.
+        const MKDIR_PARENT = 1 << 5;
+        const ALLCOMPLETE = Self::ATTACHED.bits() | Self::DEPCOMPLETE.bits() | Self::COMPLETE.bits();
+    }
+}
+
+/// The kinds of Table 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepKind {
+    BmSafeMap,
+    InodeDep,
+    NewBlk,
+    AllocDirect,
+    IndirDep,
+    AllocIndir,
+    PageDep,
+    DirAdd,
+    Mkdir,
+    DirRem,
+    FreeBlks,
+    FreeFile,
+}
+
+/// The header every dependency starts with (FreeBSD's `struct worklist`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkList {
+    pub kind: DepKind,
+    pub state: DepState,
+}
+
+impl WorkList {
+    fn new(kind: DepKind, state: DepState) -> WorkList {
+        WorkList { kind, state }
+    }
+}
+
 /// Where a pointer lives in a dinode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PtrSlot {
@@ -40,43 +99,146 @@ pub enum PtrSlot {
     Indirect(usize),
 }
 
-/// A new block: its bitmap bit on disk (DEPCOMPLETE) and its first contents on disk (COMPLETE).
-#[derive(Debug, Default, Clone, Copy)]
-struct NewBlk {
-    bitmap_done: bool,
-    written: bool,
+/// A newly allocated block: DEPCOMPLETE once its bitmap bit is on disk, COMPLETE once its first
+/// contents are.
+#[derive(Debug, Clone, Copy)]
+pub struct NewBlk {
+    pub wk: WorkList,
 }
 
 /// A new block pointer in a dinode.
 #[derive(Debug, Clone, Copy)]
 pub struct AllocDirect {
+    pub wk: WorkList,
     pub slot: PtrSlot,
     /// First logical block the pointer maps (for the size roll-back of a directory).
     pub lbn: u64,
     pub bno: u64,
-    /// mkdir (MKDIR_PARENT): the new directory's first block holds "..", so it is pointed to
-    /// only once the parent's raised link count (written after this epoch) is on disk.
+    /// A new directory's first block (it holds ".."): pointed to on disk only once the parent's
+    /// raised link count, written after this epoch, is on disk (MKDIR_PARENT on the body too).
     pub parent: Option<(u32, Epoch)>,
 }
 
 /// A new block pointer in an indirect block.
 #[derive(Debug, Clone, Copy)]
 pub struct AllocIndir {
+    pub wk: WorkList,
     pub idx: usize,
     pub bno: u64,
 }
 
-#[derive(Debug, Default)]
+/// An indirect block with new pointers not yet safe to write.
+#[derive(Debug)]
+pub struct IndirDep {
+    pub wk: WorkList,
+    pub allocindirs: HashMap<usize, AllocIndir>,
+    /// The block as last handed to the device: every pointer in it complete. Present while the
+    /// disk holds a rolled-back version.
+    pub safe_copy: Option<Box<[u8]>>,
+}
+
+/// An entry of a `PageDep` (directory block, offset, the epoch the entry was made in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirAddRef {
+    pub dirblk: u64,
+    pub off: usize,
+    pub epoch: Epoch,
+}
+
+/// mkdir's extra requirements of its entry: MKDIR_BODY (on the new directory's inodedep) or
+/// MKDIR_PARENT (on the parent's).
+#[derive(Debug, Clone, Copy)]
+pub struct Mkdir {
+    pub wk: WorkList,
+    pub diradd: DirAddRef,
+}
+
+/// What waits on an inode's write (an inodedep's pending ops).
+#[derive(Debug, Clone, Copy)]
+pub enum PendingOp {
+    /// The entry naming the inode: DEPCOMPLETE once the inode is written after it was made.
+    DirAdd(DirAddRef),
+    Mkdir(Mkdir),
+}
+
+impl PendingOp {
+    fn diradd(&self) -> DirAddRef {
+        match self {
+            PendingOp::DirAdd(r) => *r,
+            PendingOp::Mkdir(m) => m.diradd,
+        }
+    }
+}
+
+#[derive(Debug)]
 pub struct InodeDep {
-    /// The inode's bitmap bit is on disk (false only for a newly allocated inode).
-    pub bitmap_done: bool,
+    /// DEPCOMPLETE: the inode's bitmap bit is on disk (not yet only for a newly allocated one).
+    pub wk: WorkList,
+    pub is_dir: bool,
     /// Capture epoch of the last write of its block that carried this dinode as it was in memory.
     pub disk_epoch: Epoch,
-    pub allocdirects: Vec<AllocDirect>,
+    /// Pending ops: entries and mkdir requirements waiting for this inode to be written.
+    pub pending: Vec<PendingOp>,
+    /// Buf wait: work that runs once the inode's block has been written after the epoch.
+    pub bufwait: Vec<(Epoch, Task)>,
+    /// Inode wait: such work recorded before the dinode was copied into its buffer.
+    pub inowait: Vec<Task>,
+    /// Buffer update: new pointers in the dinode as its buffer holds it.
+    pub inoupdt: Vec<AllocDirect>,
+    /// Incore update: new pointers only in the in-memory dinode so far.
+    pub newinoupdt: Vec<AllocDirect>,
+}
+
+impl InodeDep {
+    fn new(state: DepState, is_dir: bool) -> InodeDep {
+        InodeDep {
+            wk: WorkList::new(DepKind::InodeDep, state),
+            is_dir,
+            disk_epoch: 0,
+            pending: Vec::new(),
+            bufwait: Vec::new(),
+            inowait: Vec::new(),
+            inoupdt: Vec::new(),
+            newinoupdt: Vec::new(),
+        }
+    }
+
+    fn bitmap_done(&self) -> bool {
+        self.wk.state.contains(DepState::DEPCOMPLETE)
+    }
+
+    fn allocdirects(&self) -> impl Iterator<Item = &AllocDirect> {
+        self.inoupdt.iter().chain(&self.newinoupdt)
+    }
+
+    /// Nothing to track: allocated on disk, no new pointers, no work waiting on it.
+    fn idle(&self) -> bool {
+        self.bitmap_done()
+            && self.inoupdt.is_empty()
+            && self.newinoupdt.is_empty()
+            && self.pending.is_empty()
+            && self.bufwait.is_empty()
+            && self.inowait.is_empty()
+    }
+}
+
+/// freeblks: blocks that return to the free map once the pointers to them are nullified on
+/// disk; `then` runs after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FreeBlks {
+    pub ino: u32,
+    pub blocks: Vec<u64>,
+    pub then: Vec<Task>,
+}
+
+/// freefile: an inode that returns to the free map once its cleared dinode is on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FreeFile {
+    pub ino: u32,
     pub is_dir: bool,
 }
 
-/// Work that waits for writes and then runs in the file system.
+/// A work item: what the work list holds once the writes it waited for are done.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Task {
     /// dirrem: the name is gone on disk; drop one link of the inode.
@@ -84,59 +246,96 @@ pub enum Task {
     /// dirrem of rmdir (or a directory replaced by rename): the child's name is gone on disk;
     /// free the child, and once its block pointers are nullified on disk, the parent (if any)
     /// loses the link of "..".
-    RmdirChild { child: u32, parent: Option<u32> },
-    /// freeblks: the nullified pointers are on disk; the blocks return to the free map, then
-    /// the tasks in `then` run.
-    FreeBlks { blocks: Vec<u64>, then: Vec<Task> },
-    /// freefile: the cleared dinode is on disk; the inode returns to the free map.
-    FreeFile { ino: u32, is_dir: bool },
+    RmdirChild {
+        child: u32,
+        parent: Option<u32>,
+    },
+    FreeBlks(FreeBlks),
+    FreeFile(FreeFile),
     /// rename's old name, hidden from lookups until the new name is on disk (rule 3: the new
     /// name before the old one goes), is now removed; `tasks` follow that removal to disk.
-    RemoveOldName { dir: u32, bno: u64, lbn: u64, off: usize, tasks: Vec<Task> },
+    /// If `newdir`'s path is not yet reachable on disk, the removal waits for that too.
+    RemoveOldName {
+        dir: u32,
+        newdir: u32,
+        bno: u64,
+        lbn: u64,
+        off: usize,
+        tasks: Vec<Task>,
+    },
+}
+
+impl Task {
+    pub fn kind(&self) -> DepKind {
+        match self {
+            Task::FreeBlks(_) => DepKind::FreeBlks,
+            Task::FreeFile(_) => DepKind::FreeFile,
+            _ => DepKind::DirRem,
+        }
+    }
 }
 
 /// A new (or changed, DIRCHG) directory entry.
 #[derive(Debug)]
 pub struct DirAdd {
+    pub wk: WorkList,
     pub off: usize,
     pub ino: u32,
     /// What the entry held on disk before (0 for a new entry).
     pub old_ino: u32,
     pub old_dtype: u8,
     pub epoch: Epoch,
-    /// mkdir (MKDIR_PARENT): the parent's raised link count must be on disk too.
+    /// mkdir: the parent, whose raised link count must be on disk (MKDIR_PARENT).
     pub parent: Option<u32>,
-    /// mkdir (MKDIR_BODY): the new directory's first block must be on disk and pointed to.
-    pub mkdir: bool,
-    /// Tasks that run once the entry is on disk (a replaced inode's dirrem).
+    /// Work items that run once the entry is on disk (a replaced inode's dirrem).
     pub on_complete: Vec<Task>,
 }
 
+impl DirAdd {
+    /// Safe to write: the inode is on disk and no mkdir requirement is left.
+    fn ready(&self) -> bool {
+        self.wk.state.contains(DepState::DEPCOMPLETE)
+            && !self.wk.state.intersects(DepState::MKDIR_BODY | DepState::MKDIR_PARENT)
+    }
+}
+
+/// A removed entry: its work items run once a write after the removal is on disk.
 #[derive(Debug)]
 pub struct DirRem {
+    pub wk: WorkList,
     pub epoch: Epoch,
     pub tasks: Vec<Task>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PageDep {
+    pub wk: WorkList,
     pub diradds: Vec<DirAdd>,
     pub dirrems: Vec<DirRem>,
 }
 
+impl Default for PageDep {
+    fn default() -> PageDep {
+        PageDep { wk: WorkList::new(DepKind::PageDep, DepState::ATTACHED), diradds: Vec::new(), dirrems: Vec::new() }
+    }
+}
+
 /// A cylinder group's bitmap block: the new inodes and blocks waiting for it to reach disk.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BmSafeMap {
+    pub wk: WorkList,
     pub inodedeps: Vec<u32>,
     pub newblks: Vec<u64>,
 }
 
-/// A task waiting for a write, after `epoch`, of each block in `remaining`.
-#[derive(Debug)]
-struct Waiting {
-    remaining: HashSet<u64>,
-    epoch: Epoch,
-    task: Task,
+impl Default for BmSafeMap {
+    fn default() -> BmSafeMap {
+        BmSafeMap {
+            wk: WorkList::new(DepKind::BmSafeMap, DepState::ATTACHED),
+            inodedeps: Vec::new(),
+            newblks: Vec::new(),
+        }
+    }
 }
 
 /// What a write in flight carried, to be retired when it completes.
@@ -160,16 +359,13 @@ pub struct SoftdepStats {
 pub struct Softdep {
     sb: Superblock,
     epoch: Epoch,
-    pub inodedeps: HashMap<u32, InodeDep>,
+    inodedeps: HashMap<u32, InodeDep>,
     newblks: HashMap<u64, NewBlk>,
-    allocindirs: HashMap<u64, HashMap<usize, AllocIndir>>,
+    indirdeps: HashMap<u64, IndirDep>,
     pagedeps: HashMap<u64, PageDep>,
     bmsafemap: HashMap<u32, BmSafeMap>,
-    waiting: HashMap<u64, Waiting>,
-    waiting_on: HashMap<u64, Vec<u64>>,
-    next_wait: u64,
     inflight: HashMap<u64, Inflight>,
-    /// The task list: work made possible by completed writes.
+    /// The work list: work items made possible by completed writes.
     pub tasks: Vec<Task>,
     /// Link drops queued behind their dirrems, per inode: users see `nlink` minus these
     /// (the paper's effnlink), so rmdir and stat see the final counts at once.
@@ -189,12 +385,9 @@ impl Softdep {
             epoch: 1,
             inodedeps: HashMap::new(),
             newblks: HashMap::new(),
-            allocindirs: HashMap::new(),
+            indirdeps: HashMap::new(),
             pagedeps: HashMap::new(),
             bmsafemap: HashMap::new(),
-            waiting: HashMap::new(),
-            waiting_on: HashMap::new(),
-            next_wait: 0,
             inflight: HashMap::new(),
             tasks: Vec::new(),
             pending_unlinks: HashMap::new(),
@@ -219,25 +412,23 @@ impl Softdep {
     }
 
     fn count_now(&self) -> usize {
-        self.inodedeps.len()
+        self.inodedeps.values().map(|d| 1 + d.pending.len() + d.bufwait.len() + d.inowait.len()).sum::<usize>()
             + self.newblks.len()
-            + self.allocindirs.values().map(HashMap::len).sum::<usize>()
+            + self.indirdeps.values().map(|i| 1 + i.allocindirs.len()).sum::<usize>()
             + self.pagedeps.values().map(|p| p.diradds.len() + p.dirrems.len()).sum::<usize>()
-            + self.waiting.len()
     }
 
-    /// Nothing is pending: every change is on disk and every task has run.
+    /// Nothing is pending: every change is on disk and every work item has run.
     pub fn is_idle(&self) -> bool {
         self.tasks.is_empty()
-            && self.waiting.is_empty()
             && self.pagedeps.is_empty()
-            && self.allocindirs.is_empty()
+            && self.indirdeps.is_empty()
             && self.newblks.is_empty()
-            && self.inodedeps.values().all(|d| d.bitmap_done && d.allocdirects.is_empty())
+            && self.inodedeps.values().all(InodeDep::idle)
     }
 
     fn inodedep(&mut self, ino: u32) -> &mut InodeDep {
-        self.inodedeps.entry(ino).or_insert_with(|| InodeDep { bitmap_done: true, ..Default::default() })
+        self.inodedeps.entry(ino).or_insert_with(|| InodeDep::new(DepState::ATTACHED | DepState::DEPCOMPLETE, false))
     }
 
     // ------------------------------------------------------------ recording dependencies
@@ -245,17 +436,23 @@ impl Softdep {
     /// A newly allocated inode: written as free until its bitmap bit is on disk.
     pub fn new_inode(&mut self, ino: u32, is_dir: bool) {
         let cg = self.sb.cg_of_inode(ino);
-        self.inodedeps.insert(ino, InodeDep { bitmap_done: false, disk_epoch: 0, allocdirects: Vec::new(), is_dir });
+        if let Some(old) = self.inodedeps.get(&ino) {
+            assert!(old.bufwait.is_empty() && old.inowait.is_empty(), "inode {ino} reallocated before it was freed");
+        }
+        self.inodedeps.insert(ino, InodeDep::new(DepState::ATTACHED, is_dir));
         self.bmsafemap.entry(cg).or_default().inodedeps.push(ino);
     }
 
-    /// A newly allocated block pointed to from a dinode.
+    /// A newly allocated block pointed to from the in-memory dinode (incore update, until the
+    /// dinode is copied into its buffer).
     pub fn alloc_direct(&mut self, ino: u32, is_dir: bool, slot: PtrSlot, lbn: u64, bno: u64) {
         self.new_block(bno);
         let d = self.inodedep(ino);
         d.is_dir |= is_dir;
-        d.allocdirects.retain(|a| a.slot != slot);
-        d.allocdirects.push(AllocDirect { slot, lbn, bno, parent: None });
+        d.inoupdt.retain(|a| a.slot != slot);
+        d.newinoupdt.retain(|a| a.slot != slot);
+        let wk = WorkList::new(DepKind::AllocDirect, DepState::ATTACHED);
+        d.newinoupdt.push(AllocDirect { wk, slot, lbn, bno, parent: None });
     }
 
     /// mkdir: the new directory `ino`'s first block may be pointed to on disk only after the
@@ -263,9 +460,26 @@ impl Softdep {
     pub fn mkdir_parent(&mut self, ino: u32, parent: u32) {
         let epoch = self.tick();
         self.inodedep(parent);
-        if let Some(a) = self.inodedep(ino).allocdirects.iter_mut().find(|a| a.lbn == 0) {
+        let d = self.inodedep(ino);
+        if let Some(a) = d.inoupdt.iter_mut().chain(d.newinoupdt.iter_mut()).find(|a| a.lbn == 0) {
             a.parent = Some((parent, epoch));
         }
+    }
+
+    /// The dinode was copied into its buffer (FreeBSD's softdep_update_inodeblock): its incore
+    /// updates are now buffer updates, and work waiting for that copy now waits for the buffer.
+    pub fn inode_update(&mut self, ino: u32) {
+        let Some(d) = self.inodedeps.get(&ino) else { return };
+        if d.newinoupdt.is_empty() && d.inowait.is_empty() {
+            return;
+        }
+        let epoch = self.tick();
+        let d = self.inodedeps.get_mut(&ino).expect("present");
+        for a in std::mem::take(&mut d.newinoupdt) {
+            d.inoupdt.retain(|b| b.slot != a.slot);
+            d.inoupdt.push(a);
+        }
+        d.bufwait.extend(std::mem::take(&mut d.inowait).into_iter().map(|t| (epoch, t)));
     }
 
     fn allocdirect_ready(&self, a: &AllocDirect) -> bool {
@@ -276,17 +490,23 @@ impl Softdep {
     /// A newly allocated block pointed to from an indirect block.
     pub fn alloc_indir(&mut self, indir: u64, idx: usize, bno: u64) {
         self.new_block(bno);
-        self.allocindirs.entry(indir).or_default().insert(idx, AllocIndir { idx, bno });
+        let id = self.indirdeps.entry(indir).or_insert_with(|| IndirDep {
+            wk: WorkList::new(DepKind::IndirDep, DepState::ATTACHED),
+            allocindirs: HashMap::new(),
+            safe_copy: None,
+        });
+        id.allocindirs.insert(idx, AllocIndir { wk: WorkList::new(DepKind::AllocIndir, DepState::ATTACHED), idx, bno });
     }
 
     fn new_block(&mut self, bno: u64) {
         let cg = self.sb.cg_of_block(bno);
-        self.newblks.insert(bno, NewBlk::default());
+        self.newblks.insert(bno, NewBlk { wk: WorkList::new(DepKind::NewBlk, DepState::ATTACHED) });
         self.bmsafemap.entry(cg).or_default().newblks.push(bno);
     }
 
     /// A new entry at `off` of directory block `dirblk` naming `ino` (DIRCHG when `old` is the
-    /// inode the entry named before).
+    /// inode the entry named before); for a mkdir, `parent` (MKDIR_PARENT) and `mkdir`
+    /// (MKDIR_BODY).
     #[allow(clippy::too_many_arguments)]
     pub fn dir_add(
         &mut self,
@@ -301,54 +521,89 @@ impl Softdep {
     ) {
         let epoch = self.tick();
         self.block_dir.insert(dirblk, dir);
-        self.inodedep(ino);
-        if let Some(p) = parent {
-            self.inodedep(p);
-        }
-        let pd = self.pagedeps.entry(dirblk).or_default();
         // A change of an entry that is itself still pending keeps the on-disk original.
-        let (old_ino, old_dtype, mut carried) = match pd.diradds.iter().position(|d| d.off == off) {
-            Some(i) => {
-                let prev = pd.diradds.remove(i);
-                Self::name_done(&mut self.pending_names, prev.ino);
-                (prev.old_ino, prev.old_dtype, prev.on_complete)
-            }
+        let prev = self.take_diradd(dirblk, off);
+        let (old_ino, old_dtype, mut carried) = match prev {
+            Some(prev) => (prev.old_ino, prev.old_dtype, prev.on_complete),
             None => old.map(|(i, t)| (i, t, Vec::new())).unwrap_or((0, DT_UNKNOWN, Vec::new())),
         };
         carried.extend(on_complete);
         *self.pending_names.entry(ino).or_insert(0) += 1;
+        let r = DirAddRef { dirblk, off, epoch };
+        let mut state = DepState::ATTACHED;
+        if old_ino != 0 {
+            state |= DepState::DIRCHG;
+        }
+        let d = self.inodedep(ino);
+        d.pending.push(PendingOp::DirAdd(r));
+        if mkdir && d.allocdirects().any(|a| a.lbn == 0) {
+            state |= DepState::MKDIR_BODY;
+            d.pending
+                .push(PendingOp::Mkdir(Mkdir { wk: WorkList::new(DepKind::Mkdir, DepState::MKDIR_BODY), diradd: r }));
+        }
+        if let Some(p) = parent {
+            state |= DepState::MKDIR_PARENT;
+            let mk = Mkdir { wk: WorkList::new(DepKind::Mkdir, DepState::MKDIR_PARENT), diradd: r };
+            self.inodedep(p).pending.push(PendingOp::Mkdir(mk));
+        }
+        let wk = WorkList::new(DepKind::DirAdd, state);
         let pd = self.pagedeps.entry(dirblk).or_default();
-        pd.diradds.push(DirAdd { off, ino, old_ino, old_dtype, epoch, parent, mkdir, on_complete: carried });
+        pd.diradds.push(DirAdd { wk, off, ino, old_ino, old_dtype, epoch, parent, on_complete: carried });
+    }
+
+    /// Removes the pending entry at `off` of `dirblk`, if any, with the pending ops that name it.
+    fn take_diradd(&mut self, dirblk: u64, off: usize) -> Option<DirAdd> {
+        let pd = self.pagedeps.get_mut(&dirblk)?;
+        let i = pd.diradds.iter().position(|d| d.off == off)?;
+        let da = pd.diradds.remove(i);
+        self.forget_diradd(dirblk, &da);
+        Some(da)
+    }
+
+    /// A DirAdd leaves its page: its name is no longer pending and no inode waits for it.
+    fn forget_diradd(&mut self, dirblk: u64, da: &DirAdd) {
+        Self::name_done(&mut self.pending_names, da.ino);
+        let r = DirAddRef { dirblk, off: da.off, epoch: da.epoch };
+        for ino in std::iter::once(da.ino).chain(da.parent) {
+            if let Some(d) = self.inodedeps.get_mut(&ino) {
+                d.pending.retain(|op| op.diradd() != r);
+            }
+        }
     }
 
     /// The entry at `off` of `dirblk` was removed; `tasks` run once the removal is on disk.
     pub fn dir_remove(&mut self, dirblk: u64, off: usize, mut tasks: Vec<Task>) {
         let epoch = self.tick();
-        let pd = self.pagedeps.entry(dirblk).or_default();
-        if let Some(i) = pd.diradds.iter().position(|d| d.off == off) {
+        if let Some(da) = self.take_diradd(dirblk, off) {
             // The entry never reached disk as it was (or the old one still is there): what was
             // to follow its completion now follows the removal.
-            let da = pd.diradds.remove(i);
-            Self::name_done(&mut self.pending_names, da.ino);
             tasks.extend(da.on_complete);
         }
-        pd.dirrems.push(DirRem { epoch, tasks });
+        let wk = WorkList::new(DepKind::DirRem, DepState::ATTACHED);
+        self.pagedeps.entry(dirblk).or_default().dirrems.push(DirRem { wk, epoch, tasks });
     }
 
-    /// `task` runs once each of `blocks` has been written after now.
-    pub fn after_writes(&mut self, blocks: &[u64], task: Task) {
-        let epoch = self.tick();
-        let id = self.next_wait;
-        self.next_wait += 1;
-        for &b in blocks {
-            self.waiting_on.entry(b).or_default().push(id);
-        }
-        self.waiting.insert(id, Waiting { remaining: blocks.iter().copied().collect(), epoch, task });
+    /// freeblks: `blocks` (no longer pointed to by the in-memory dinode of `ino`) return to the
+    /// free map once that dinode is on disk; `then` runs after. Recorded before the dinode is
+    /// copied into its buffer (inode wait).
+    pub fn free_blocks(&mut self, ino: u32, blocks: Vec<u64>, then: Vec<Task>) {
+        self.inodedep(ino).inowait.push(Task::FreeBlks(FreeBlks { ino, blocks, then }));
+    }
+
+    /// freefile: the inode returns to the free map once its cleared dinode is on disk, and
+    /// `then` runs. Recorded before the cleared dinode is copied into its buffer.
+    pub fn free_file(&mut self, ino: u32, is_dir: bool, then: Vec<Task>) {
+        let d = self.inodedep(ino);
+        // Its pointers are gone with it: nothing of the old file is to be rolled back.
+        d.inoupdt.clear();
+        d.newinoupdt.clear();
+        d.inowait.push(Task::FreeFile(FreeFile { ino, is_dir }));
+        d.inowait.extend(then);
     }
 
     /// Blocks being freed: their pending allocation dependencies are cancelled (their pointers
-    /// have been nullified in memory). Tasks that waited on a freed directory block's writes
-    /// are returned: they may run once the blocks are unreachable on disk.
+    /// have been nullified in memory). Work items that waited on a freed directory block's
+    /// writes are returned: they may run once the blocks are unreachable on disk.
     pub fn cancel_blocks(&mut self, ino: u32, freed: &[u64]) -> Vec<Task> {
         let mut orphans = Vec::new();
         if freed.is_empty() {
@@ -356,29 +611,26 @@ impl Softdep {
         }
         let set: HashSet<u64> = freed.iter().copied().collect();
         if let Some(d) = self.inodedeps.get_mut(&ino) {
-            d.allocdirects.retain(|a| !set.contains(&a.bno));
+            d.inoupdt.retain(|a| !set.contains(&a.bno));
+            d.newinoupdt.retain(|a| !set.contains(&a.bno));
         }
         for b in freed {
-            self.allocindirs.remove(b);
+            self.indirdeps.remove(b);
             self.newblks.remove(b);
+            self.block_dir.remove(b);
             if let Some(pd) = self.pagedeps.remove(b) {
-                for d in &pd.diradds {
-                    Self::name_done(&mut self.pending_names, d.ino);
+                for da in pd.diradds {
+                    self.forget_diradd(*b, &da);
+                    orphans.extend(da.on_complete);
                 }
-                orphans.extend(pd.diradds.into_iter().flat_map(|d| d.on_complete));
                 orphans.extend(pd.dirrems.into_iter().flat_map(|r| r.tasks));
             }
         }
-        self.allocindirs.retain(|_, v| {
-            v.retain(|_, a| !set.contains(&a.bno));
-            !v.is_empty()
+        self.indirdeps.retain(|_, v| {
+            v.allocindirs.retain(|_, a| !set.contains(&a.bno));
+            !v.allocindirs.is_empty()
         });
         orphans
-    }
-
-    /// The inode is being freed: its dependency record goes.
-    pub fn forget_inode(&mut self, ino: u32) {
-        self.inodedeps.remove(&ino);
     }
 
     fn name_done(names: &mut HashMap<u32, u32>, ino: u32) {
@@ -405,7 +657,7 @@ impl Softdep {
 
     /// True if the inode's own dependencies (bitmap bit, new block pointers) are all on disk.
     pub fn inode_settled(&self, ino: u32) -> bool {
-        self.inodedeps.get(&ino).is_none_or(|d| d.bitmap_done && d.allocdirects.is_empty())
+        self.inodedeps.get(&ino).is_none_or(|d| d.bitmap_done() && d.inoupdt.is_empty() && d.newinoupdt.is_empty())
     }
 
     /// The current epoch, after making sure `inos` are tracked (fsync's starting point).
@@ -423,7 +675,7 @@ impl Softdep {
 
     /// True if an indirect block still has new pointers not on disk.
     pub fn indir_pending(&self, bno: u64) -> bool {
-        self.allocindirs.contains_key(&bno)
+        self.indirdeps.contains_key(&bno)
     }
 
     /// True if an entry naming `ino` is not on disk yet.
@@ -449,23 +701,29 @@ impl Softdep {
     pub fn pending_frees(&self) -> (u64, u64) {
         let mut blocks = 0;
         let mut inodes = 0;
-        for t in self.waiting.values().map(|w| &w.task).chain(self.tasks.iter()) {
+        let waiting = self.inodedeps.values().flat_map(|d| d.bufwait.iter().map(|(_, t)| t).chain(&d.inowait));
+        for t in waiting.chain(self.tasks.iter()) {
             match t {
-                Task::FreeBlks { blocks: b, .. } => blocks += b.len() as u64,
-                Task::FreeFile { .. } => inodes += 1,
+                Task::FreeBlks(f) => blocks += f.blocks.len() as u64,
+                Task::FreeFile(_) => inodes += 1,
                 _ => {}
             }
         }
         (blocks, inodes)
     }
 
-    /// Takes the tasks that only return blocks and inodes to the free maps.
+    /// Takes the work items that only return blocks and inodes to the free maps.
     pub fn take_free_tasks(&mut self) -> Vec<Task> {
         let (free, rest): (Vec<Task>, Vec<Task>) = std::mem::take(&mut self.tasks)
             .into_iter()
-            .partition(|t| matches!(t, Task::FreeBlks { .. } | Task::FreeFile { .. }));
+            .partition(|t| matches!(t.kind(), DepKind::FreeBlks | DepKind::FreeFile));
         self.tasks = rest;
         free
+    }
+
+    /// Block writes completed so far.
+    pub fn writes_completed(&self) -> u64 {
+        self.writes_seen
     }
 
     pub fn pending_unlinks_of(&self, ino: u32) -> u32 {
@@ -475,20 +733,7 @@ impl Softdep {
     // ------------------------------------------------------------ readiness
 
     fn newblk_ready(&self, bno: u64) -> bool {
-        self.newblks.get(&bno).is_none_or(|n| n.bitmap_done && n.written)
-    }
-
-    fn diradd_ready(&self, da: &DirAdd) -> bool {
-        let Some(id) = self.inodedeps.get(&da.ino) else { return true };
-        if !id.bitmap_done || id.disk_epoch <= da.epoch {
-            return false;
-        }
-        if let Some(p) = da.parent {
-            if self.inodedeps.get(&p).is_some_and(|pd| pd.disk_epoch <= da.epoch) {
-                return false;
-            }
-        }
-        !(da.mkdir && id.allocdirects.iter().any(|a| a.lbn == 0))
+        self.newblks.get(&bno).is_none_or(|n| n.wk.state.contains(DepState::ALLCOMPLETE))
     }
 
     fn is_inode_block(&self, bno: u64) -> bool {
@@ -512,14 +757,14 @@ impl Softdep {
                 let Some(id) = self.inodedeps.get(&ino) else { continue };
                 let off = (ino - first) as usize * DINODE_SIZE;
                 let raw = &mut copy[off..off + DINODE_SIZE];
-                if !id.bitmap_done {
+                if !id.bitmap_done() {
                     // Not allocated on disk yet: the dinode goes out as a free one.
                     raw.fill(0);
                     inf.rolled_back = true;
                     continue;
                 }
                 let mut d: Option<Dinode> = None;
-                for a in &id.allocdirects {
+                for a in id.allocdirects() {
                     if self.allocdirect_ready(a) {
                         inf.direct_done.push((ino, a.bno));
                         continue;
@@ -541,15 +786,19 @@ impl Softdep {
                 inf.inodes_written.push(ino);
             }
         }
-        if let Some(list) = self.allocindirs.get(&bno) {
-            for a in list.values() {
+        if let Some(id) = self.indirdeps.get(&bno) {
+            let mut rolled = false;
+            for a in id.allocindirs.values() {
                 if self.newblk_ready(a.bno) {
                     inf.indir_done.push(a.bno);
                 } else if ind_get(copy, a.idx) == a.bno {
                     ind_set(copy, a.idx, 0);
-                    inf.rolled_back = true;
+                    rolled = true;
                 }
             }
+            let safe = rolled.then(|| copy.to_vec().into_boxed_slice());
+            self.indirdeps.get_mut(&bno).expect("present").safe_copy = safe;
+            inf.rolled_back |= rolled;
         }
         if let Some(pd) = self.pagedeps.get(&bno) {
             // A new directory block is not reachable until the pointer to it is on disk: its
@@ -557,11 +806,11 @@ impl Softdep {
             // while the new one is still unreachable.
             let reachable = !self.newblks.contains_key(&bno);
             for da in &pd.diradds {
-                if reachable && self.diradd_ready(da) {
+                if reachable && da.ready() {
                     inf.diradds_done.push(da.off);
                 } else {
                     dirent_set_ino(copy, da.off, da.old_ino);
-                    if da.old_ino != 0 {
+                    if da.wk.state.contains(DepState::DIRCHG) {
                         dirent_set_type(copy, da.off, da.old_dtype);
                     }
                     inf.rolled_back = true;
@@ -574,57 +823,62 @@ impl Softdep {
         self.inflight.insert(bno, inf);
     }
 
-    /// The write of `bno` is durable: satisfied dependencies retire and the work they held back
-    /// goes on the task list. Returns true if the copy was rolled back (the buffer stays dirty).
+    /// The write of `bno` is durable: satisfied dependencies retire (their state reaches
+    /// COMPLETE or DEPCOMPLETE) and the work they held back goes on the work list. Returns true
+    /// if the copy was rolled back (the buffer stays dirty).
     pub fn after_write(&mut self, bno: u64) -> bool {
         let inf = self.inflight.remove(&bno).unwrap_or_default();
         // A group header: its new inodes and blocks are now allocated on disk.
         if bno % self.sb.blocks_per_group as u64 == 1 {
-            if let Some(BmSafeMap { inodedeps, newblks }) = self.bmsafemap.remove(&self.sb.cg_of_block(bno)) {
+            if let Some(BmSafeMap { inodedeps, newblks, .. }) = self.bmsafemap.remove(&self.sb.cg_of_block(bno)) {
                 for i in inodedeps {
                     if let Some(d) = self.inodedeps.get_mut(&i) {
-                        d.bitmap_done = true;
+                        d.wk.state |= DepState::DEPCOMPLETE;
                     }
                 }
                 for b in newblks {
                     if let Some(n) = self.newblks.get_mut(&b) {
-                        n.bitmap_done = true;
+                        n.wk.state |= DepState::DEPCOMPLETE;
                     }
                 }
             }
         }
         // A new block's first contents.
         if let Some(n) = self.newblks.get_mut(&bno) {
-            n.written = true;
-        }
-        for ino in inf.inodes_written {
-            if let Some(d) = self.inodedeps.get_mut(&ino) {
-                d.disk_epoch = d.disk_epoch.max(inf.epoch);
-            }
+            n.wk.state |= DepState::COMPLETE;
         }
         for (ino, b) in inf.direct_done {
             if let Some(d) = self.inodedeps.get_mut(&ino) {
-                d.allocdirects.retain(|a| a.bno != b);
+                d.inoupdt.retain(|a| a.bno != b);
+                d.newinoupdt.retain(|a| a.bno != b);
             }
             self.newblks.remove(&b);
         }
+        for ino in inf.inodes_written {
+            self.inode_written(ino, inf.epoch);
+        }
         if !inf.indir_done.is_empty() {
-            if let Some(v) = self.allocindirs.get_mut(&bno) {
+            if let Some(id) = self.indirdeps.get_mut(&bno) {
                 let done: HashSet<u64> = inf.indir_done.iter().copied().collect();
-                v.retain(|_, a| !done.contains(&a.bno));
-                if v.is_empty() {
-                    self.allocindirs.remove(&bno);
+                id.allocindirs.retain(|_, a| !done.contains(&a.bno));
+                if id.allocindirs.is_empty() {
+                    self.indirdeps.remove(&bno);
                 }
             }
             for b in &inf.indir_done {
                 self.newblks.remove(b);
             }
         }
-        if let Some(pd) = self.pagedeps.get_mut(&bno) {
+        if let Some(mut pd) = self.pagedeps.remove(&bno) {
             for off in &inf.diradds_done {
                 if let Some(i) = pd.diradds.iter().position(|d| d.off == *off) {
-                    let da = pd.diradds.remove(i);
-                    Self::name_done(&mut self.pending_names, da.ino);
+                    let mut da = pd.diradds.remove(i);
+                    da.wk.state |= DepState::COMPLETE;
+                    assert!(
+                        da.ready() && da.wk.state.contains(DepState::ALLCOMPLETE),
+                        "diradd written too early: {da:?}"
+                    );
+                    self.forget_diradd(bno, &da);
                     self.tasks.extend(da.on_complete);
                 }
             }
@@ -635,38 +889,202 @@ impl Softdep {
                 self.tasks.extend(r.tasks);
             }
             if pd.diradds.is_empty() && pd.dirrems.is_empty() {
-                self.pagedeps.remove(&bno);
                 self.block_dir.remove(&bno);
-            }
-        }
-        if let Some(ids) = self.waiting_on.remove(&bno) {
-            let mut still = Vec::new();
-            for id in ids {
-                let Some(w) = self.waiting.get_mut(&id) else { continue };
-                if w.epoch >= inf.epoch {
-                    still.push(id);
-                    continue;
-                }
-                w.remaining.remove(&bno);
-                if w.remaining.is_empty() {
-                    let w = self.waiting.remove(&id).expect("present");
-                    self.tasks.push(w.task);
-                }
-            }
-            if !still.is_empty() {
-                self.waiting_on.insert(bno, still);
+            } else {
+                self.pagedeps.insert(bno, pd);
             }
         }
         // Inode records with nothing left to track go (checked now and then: it is a scan).
         self.writes_seen += 1;
         if self.inodedeps.len() > 4096 && self.writes_seen.is_multiple_of(1024) {
-            let referenced: HashSet<u32> = self
-                .pagedeps
-                .values()
-                .flat_map(|p| p.diradds.iter().flat_map(|d| std::iter::once(d.ino).chain(d.parent)))
-                .collect();
-            self.inodedeps.retain(|ino, d| !(d.bitmap_done && d.allocdirects.is_empty()) || referenced.contains(ino));
+            self.inodedeps.retain(|_, d| !d.idle());
         }
         inf.rolled_back
+    }
+
+    /// The dinode of `ino`, as it was in memory, is on disk as of `epoch`: the entries and
+    /// mkdir requirements pending on it complete, and its buf wait work goes on the work list.
+    fn inode_written(&mut self, ino: u32, epoch: Epoch) {
+        let Some(d) = self.inodedeps.get_mut(&ino) else { return };
+        d.disk_epoch = d.disk_epoch.max(epoch);
+        let (ready, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut d.bufwait).into_iter().partition(|(e, _)| *e < epoch);
+        d.bufwait = waiting;
+        let body_on_disk = !d.allocdirects().any(|a| a.lbn == 0);
+        let mut keep = Vec::new();
+        let mut done = Vec::new();
+        for op in std::mem::take(&mut d.pending) {
+            let clear = match op {
+                PendingOp::DirAdd(r) if r.epoch < epoch => DepState::DEPCOMPLETE,
+                PendingOp::Mkdir(m) if m.wk.state == DepState::MKDIR_PARENT && m.diradd.epoch < epoch => {
+                    DepState::MKDIR_PARENT
+                }
+                PendingOp::Mkdir(m) if m.wk.state == DepState::MKDIR_BODY && body_on_disk => DepState::MKDIR_BODY,
+                _ => {
+                    keep.push(op);
+                    continue;
+                }
+            };
+            done.push((op.diradd(), clear));
+        }
+        d.pending = keep;
+        self.tasks.extend(ready.into_iter().map(|(_, t)| t));
+        for (r, what) in done {
+            let Some(da) = self
+                .pagedeps
+                .get_mut(&r.dirblk)
+                .and_then(|pd| pd.diradds.iter_mut().find(|da| da.off == r.off && da.epoch == r.epoch))
+            else {
+                continue;
+            };
+            if what == DepState::DEPCOMPLETE {
+                da.wk.state |= DepState::DEPCOMPLETE;
+            } else {
+                da.wk.state.remove(what);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (Superblock, Softdep) {
+        let sb = Superblock::geometry(4096, 100_000, Some(3000)).unwrap();
+        let sd = Softdep::new(&sb);
+        (sb, sd)
+    }
+
+    /// Hands a copy of `buf` to the device as the cache does; returns the copy and whether the
+    /// buffer stays dirty.
+    fn write(sd: &mut Softdep, bno: u64, buf: &[u8]) -> (Vec<u8>, bool) {
+        let mut copy = buf.to_vec();
+        sd.before_write(bno, &mut copy);
+        let again = sd.after_write(bno);
+        (copy, again)
+    }
+
+    fn dirent_ino(block: &[u8], off: usize) -> u32 {
+        dir_iter(block).map(|e| e.unwrap()).find(|e| e.offset == off).map_or(0, |e| e.ino)
+    }
+
+    fn diradd_state(sd: &Softdep, dirblk: u64) -> DepState {
+        sd.pagedeps[&dirblk].diradds[0].wk.state
+    }
+
+    #[test]
+    fn a_new_entry_waits_for_the_bitmap_then_the_inode() {
+        let (sb, mut sd) = setup();
+        let ino = 40;
+        let dirblk = sb.cg_data_start(0) + 10;
+        let mut dir = vec![0u8; 4096];
+        dir_init_block(&mut dir);
+        dirent_put(&mut dir, 0, ino, 512, DT_REG, b"f");
+        sd.new_inode(ino, false);
+        sd.dir_add(ROOT_INO, dirblk, 0, ino, None, None, false, vec![Task::DropLink(7)]);
+        assert_eq!(diradd_state(&sd, dirblk), DepState::ATTACHED);
+        let (ib, ioff) = sb.inode_location(ino);
+        let mut itable = vec![0u8; 4096];
+        Dinode::new(S_IFREG | 0o644, 1, 0, 0, (1, 0), 1).encode(&mut itable[ioff..ioff + DINODE_SIZE]);
+
+        // Nothing is safe yet: the entry goes out as 0, the dinode as a free one.
+        let (copy, again) = write(&mut sd, dirblk, &dir);
+        assert!(again && dirent_ino(&copy, 0) == 0);
+        let (copy, again) = write(&mut sd, ib, &itable);
+        assert!(again && copy[ioff..ioff + DINODE_SIZE].iter().all(|&b| b == 0));
+
+        // The bitmap, then the dinode: the entry's inode is on disk (DEPCOMPLETE).
+        write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
+        assert!(sd.inodedeps[&ino].wk.state.contains(DepState::DEPCOMPLETE));
+        let (copy, again) = write(&mut sd, ib, &itable);
+        assert!(!again && copy == itable);
+        assert!(diradd_state(&sd, dirblk).contains(DepState::DEPCOMPLETE));
+
+        // The entry is written as it is, and retires; its work item goes on the work list.
+        let (copy, again) = write(&mut sd, dirblk, &dir);
+        assert!(!again && dirent_ino(&copy, 0) == ino);
+        assert_eq!(sd.tasks, vec![Task::DropLink(7)]);
+        sd.tasks.clear();
+        assert!(sd.is_idle());
+    }
+
+    #[test]
+    fn mkdir_waits_for_its_body_and_its_parents_link_count() {
+        let (sb, mut sd) = setup();
+        let (ino, parent) = (40, 35);
+        let (body, dirblk) = (sb.cg_data_start(0) + 20, sb.cg_data_start(0) + 10);
+        sd.new_inode(ino, true);
+        sd.alloc_direct(ino, true, PtrSlot::Direct(0), 0, body);
+        sd.mkdir_parent(ino, parent);
+        sd.inode_update(ino);
+        sd.dir_add(parent, dirblk, 0, ino, None, Some(parent), true, vec![]);
+        let st = diradd_state(&sd, dirblk);
+        assert!(st.contains(DepState::MKDIR_BODY | DepState::MKDIR_PARENT) && !st.contains(DepState::DEPCOMPLETE));
+        let (ib, ioff) = sb.inode_location(ino);
+        assert_eq!(ib, sb.inode_location(parent).0, "both dinodes in one block");
+        let mut itable = vec![0u8; 4096];
+        let mut d = Dinode::new(S_IFDIR | 0o755, 2, 0, 0, (1, 0), 1);
+        d.db[0] = body;
+        d.size = 4096;
+        d.encode(&mut itable[ioff..ioff + DINODE_SIZE]);
+
+        write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
+        write(&mut sd, body, &[0u8; 4096]);
+        // The first write of the block carries the parent's count: the body pointer (it holds
+        // "..") still waits for that, so it is rolled back, and so is the directory's size.
+        let (copy, again) = write(&mut sd, ib, &itable);
+        let on_disk = Dinode::decode(&copy[ioff..ioff + DINODE_SIZE]);
+        assert!(again && on_disk.db[0] == 0 && on_disk.size == 0);
+        let st = diradd_state(&sd, dirblk);
+        assert!(st.contains(DepState::DEPCOMPLETE | DepState::MKDIR_BODY) && !st.contains(DepState::MKDIR_PARENT));
+        // The second carries the body pointer: MKDIR_BODY is met, the entry may go.
+        let (copy, again) = write(&mut sd, ib, &itable);
+        assert!(!again && Dinode::decode(&copy[ioff..ioff + DINODE_SIZE]).db[0] == body);
+        assert!(diradd_state(&sd, dirblk).contains(DepState::ALLCOMPLETE - DepState::COMPLETE));
+        assert!(diradd_state(&sd, dirblk).intersection(DepState::MKDIR_BODY | DepState::MKDIR_PARENT).is_empty());
+        let mut dir = vec![0u8; 4096];
+        dir_init_block(&mut dir);
+        dirent_put(&mut dir, 0, ino, 512, DT_DIR, b"d");
+        let (copy, again) = write(&mut sd, dirblk, &dir);
+        assert!(!again && dirent_ino(&copy, 0) == ino);
+        assert!(sd.is_idle());
+    }
+
+    #[test]
+    fn freed_blocks_and_inode_wait_for_the_cleared_dinode() {
+        let (sb, mut sd) = setup();
+        let ino = 40;
+        let (ib, _) = sb.inode_location(ino);
+        sd.free_blocks(ino, vec![900, 901], vec![Task::DropLink(2)]);
+        sd.free_file(ino, false, vec![]);
+        assert_eq!(sd.pending_frees(), (2, 1));
+        // Not yet copied into the buffer: a write of the block now does not carry them.
+        write(&mut sd, ib, &[0u8; 4096]);
+        assert!(sd.tasks.is_empty());
+        sd.inode_update(ino);
+        assert!(sd.inodedeps[&ino].inowait.is_empty() && sd.inodedeps[&ino].bufwait.len() == 2);
+        write(&mut sd, ib, &[0u8; 4096]);
+        let free = sd.take_free_tasks();
+        assert!(sd.tasks.is_empty() && sd.is_idle());
+        let want = Task::FreeBlks(FreeBlks { ino, blocks: vec![900, 901], then: vec![Task::DropLink(2)] });
+        assert_eq!(free, vec![want, Task::FreeFile(FreeFile { ino, is_dir: false })]);
+    }
+
+    #[test]
+    fn an_indirect_block_goes_out_as_its_safe_copy() {
+        let (sb, mut sd) = setup();
+        let (indir, child) = (sb.cg_data_start(0) + 30, sb.cg_data_start(0) + 31);
+        sd.alloc_indir(indir, 3, child);
+        let mut blk = vec![0u8; 4096];
+        ind_set(&mut blk, 3, child);
+        let (copy, again) = write(&mut sd, indir, &blk);
+        assert!(again && ind_get(&copy, 3) == 0);
+        assert_eq!(sd.indirdeps[&indir].safe_copy.as_deref(), Some(&copy[..]));
+        write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
+        write(&mut sd, child, &[0u8; 4096]);
+        let (copy, again) = write(&mut sd, indir, &blk);
+        assert!(!again && ind_get(&copy, 3) == child && !sd.indir_pending(indir));
+        assert!(sd.is_idle());
     }
 }

@@ -43,6 +43,11 @@ fn softdep_leaves_no_violation_in_any_workload() {
         let s = crashtest::run(Ordering::Softdep, name, 4, &o).unwrap();
         assert_eq!(s.violations, 0, "{s}");
     }
+    // Renames into directories whose own names are not on disk yet: the old name must outlive
+    // the unreachable new one (this seed loses both names if it does not).
+    let o = CrashOptions { ops: 200, cache_blocks: 32, end: End::Crash, ..Default::default() };
+    let s = crashtest::run(Ordering::Softdep, "rename-storm", 4, &o).unwrap();
+    assert_eq!(s.violations, 0, "{s}");
 }
 
 #[test]
