@@ -13,6 +13,7 @@ set -euo pipefail
 SUFS=${SUFS:-$(pwd)/target/release/sufs}
 DOCS=$(pwd)/docs/suites
 W=$(mktemp -d /var/tmp/sufs-suites.XXXX)
+chmod 755 "$W"   # pjdfstest switches to unprivileged users, who must reach the mount
 trap 'umount -l "$W/mnt" 2>/dev/null || true; rm -rf "$W"' EXIT
 what=${1:?usage: scripts/suites.sh pjdfstest|fsx|stress ...}
 shift
