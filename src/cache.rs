@@ -232,11 +232,12 @@ impl Cache {
     /// uncached blocks in `bnos` are skipped.
     pub fn write(&mut self, bnos: &[u64], kind: WriteKind, hooks: &mut dyn WriteHooks) -> Result<usize, DevError> {
         let mut copies: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(bnos.len());
+        let mut seen = std::collections::HashSet::with_capacity(bnos.len());
         for &bno in bnos {
             let Some(b) = self.bufs.get(&bno) else {
                 continue;
             };
-            if b.dirty_since.is_none() || copies.iter().any(|(c, _)| *c == bno) {
+            if b.dirty_since.is_none() || !seen.insert(bno) {
                 continue;
             }
             let mut copy = b.data.clone();

@@ -19,6 +19,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use thiserror::Error;
 
+use crate::br::BrRun;
 use crate::clock::SimClock;
 use crate::dev::{BlockDevice, Counters, DevResult, DevStats, MemDevice, Record, RecordingDevice, WriteKind, WriteReq};
 use crate::format::{NDADDR, ROOT_INO};
@@ -27,7 +28,7 @@ use crate::fsck::{self, Class, Finding};
 use crate::syncer::{Sweeper, SyncerOptions, UpdatePolicy};
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 9] = [
+pub const WORKLOADS: [&str; 10] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -37,6 +38,7 @@ pub const WORKLOADS: [&str; 9] = [
     "hard-links",
     "fsync",
     "mix",
+    "br",
 ];
 
 const BS: usize = 4096;
@@ -96,6 +98,9 @@ pub enum PromiseKind {
     Rename,
     /// An fsync'ed file keeps its name and its contents from the moment fsync returned.
     Fsync,
+    /// A Block Register reservation keeps its name and exactly its blocks from the moment a
+    /// Block Register call on it returned.
+    Reservation,
 }
 
 /// What must hold in every crash state whose writes all lie in `[from, until)` (log positions).
@@ -107,6 +112,8 @@ pub struct Promise {
     pub ino: u32,
     /// The file's full contents (fsync).
     pub contents: Option<Vec<u8>>,
+    /// A reservation's runs, as brquery answered (reservation).
+    pub runs: Option<Vec<BrRun>>,
     pub from: usize,
     /// The start of the operation that next touches the name (or, with contents, the data).
     pub until: Option<usize>,
@@ -319,6 +326,7 @@ impl Work<'_> {
                 paths: vec![from.to_string(), to.to_string()],
                 ino,
                 contents: None,
+                runs: None,
                 from: pos,
                 until: None,
             });
@@ -339,6 +347,32 @@ impl Work<'_> {
                 paths: vec![path.to_string()],
                 ino,
                 contents: Some(contents),
+                runs: None,
+                from,
+                until: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// A Block Register call on reservation `name`; once it returns, the reservation (if it
+    /// still exists) keeps its name and exactly the blocks brquery answers.
+    fn br(&mut self, what: String, name: &str, call: impl FnOnce(&mut Fs) -> FsResult<()>) -> FsResult<()> {
+        let pos = self.begin(what)?;
+        let path = format!("/.br/{name}");
+        self.touch_name(pos, &path);
+        call(self.fs)?;
+        let Ok(ino) = self.resolve(&path) else { return Ok(()) };
+        let runs = self.fs.brquery(name.as_bytes(), 0, u64::MAX)?;
+        if self.rec.is_some() {
+            let from = self.pos();
+            let paths = vec![path];
+            self.promises.push(Promise {
+                kind: PromiseKind::Reservation,
+                paths,
+                ino,
+                contents: None,
+                runs: Some(runs),
                 from,
                 until: None,
             });
@@ -366,6 +400,7 @@ fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>> {
         "truncate" => Box::new(Truncate),
         "hard-links" => Box::new(HardLinks::default()),
         "fsync" => Box::new(FsyncWork::default()),
+        "br" => Box::new(BrWork::default()),
         "mix" => {
             let each = (ops / 8).max(4);
             let subs = WORKLOADS[..8].iter().filter_map(|n| make_workload(n, each)).map(|w| (w, true)).collect();
@@ -835,6 +870,86 @@ impl Workload for FsyncWork {
     }
 }
 
+/// Block Register reservations made, grown (some near a hint), punched, shortened and freed, among
+/// files created, grown and removed that compete for the same blocks.
+#[derive(Default)]
+struct BrWork {
+    live: Vec<String>,
+    files: Vec<String>,
+    n: usize,
+}
+
+impl BrWork {
+    fn some_block(w: &mut Work, name: &str) -> FsResult<Option<u64>> {
+        let runs = w.fs.brquery(name.as_bytes(), 0, u64::MAX)?;
+        let blocks: Vec<u64> = runs.iter().flat_map(|r| r.start..r.start + r.len).collect();
+        Ok(pick(w.rng, &blocks))
+    }
+}
+
+impl Workload for BrWork {
+    fn setup(&mut self, w: &mut Work) -> FsResult<()> {
+        w.mkdir("/b")?;
+        w.create("/b/f0", 30000)?;
+        w.br("brreserve r0 40".into(), "r0", |fs| fs.brreserve(b"r0", 40, None).map(|_| ()))?;
+        self.live.push("r0".into());
+        self.files.push("/b/f0".into());
+        Ok(())
+    }
+    fn step(&mut self, w: &mut Work) -> FsResult<bool> {
+        self.n += 1;
+        let n = self.n;
+        let hint = if w.rng.gen_bool(0.3) { Some(w.rng.gen_range(0..w.fs.sb.num_blocks)) } else { None };
+        match w.rng.gen_range(0..12) {
+            0..=1 => {
+                let name = format!("r{n}");
+                let k = w.rng.gen_range(1..40);
+                w.br(format!("brreserve {name} {k} {hint:?}"), &name, |fs| {
+                    fs.brreserve(name.as_bytes(), k, hint).map(|_| ())
+                })?;
+                self.live.push(name);
+            }
+            2..=4 => {
+                let Some(name) = pick(w.rng, &self.live) else { return Ok(true) };
+                let k = w.rng.gen_range(1..30);
+                w.br(format!("brexpand {name} {k} {hint:?}"), &name, |fs| {
+                    fs.brexpand(name.as_bytes(), k, hint).map(|_| ())
+                })?;
+            }
+            5..=6 => {
+                let Some(name) = pick(w.rng, &self.live) else { return Ok(true) };
+                if let Some(b) = Self::some_block(w, &name)? {
+                    w.br(format!("brtruncate {name} {b}"), &name, |fs| fs.brtruncate(name.as_bytes(), b).map(|_| ()))?;
+                }
+            }
+            7 => {
+                let Some(name) = pick(w.rng, &self.live) else { return Ok(true) };
+                w.br(format!("brfree {name}"), &name, |fs| fs.brfree(name.as_bytes()).map(|_| ()))?;
+                self.live.retain(|x| *x != name);
+            }
+            8..=9 => {
+                let p = format!("/b/f{n}");
+                let len = w.rng.gen_range(0..60000);
+                w.create(&p, len)?;
+                self.files.push(p);
+            }
+            10 => {
+                if let Some(p) = pick(w.rng, &self.files) {
+                    let off = w.rng.gen_range(0..70000);
+                    w.write(&p, off, 8000)?;
+                }
+            }
+            _ => {
+                if let Some(p) = pick(w.rng, &self.files) {
+                    w.unlink(&p)?;
+                    self.files.retain(|x| *x != p);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
 /// All of them, interleaved at random, each in its own directory.
 struct Mix {
     subs: Vec<(Box<dyn Workload>, bool)>,
@@ -989,6 +1104,7 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
             paths: vec![path],
             ino,
             contents: None,
+            runs: None,
             from: 0,
             until: None,
         })
@@ -1227,6 +1343,7 @@ impl Recording {
                     PromiseKind::Stable => ("StableNameLost", "a name made before the workload and not yet removed"),
                     PromiseKind::Rename => ("RenameLostBoth", "a renamed inode, durable before the rename"),
                     PromiseKind::Fsync => ("FsyncNameLost", "an fsync'ed file"),
+                    PromiseKind::Reservation => ("ReservationLost", "a reservation"),
                 };
                 let got: Vec<String> = p
                     .paths
@@ -1244,6 +1361,16 @@ impl Recording {
                 };
                 out.push(violation(kind, format!("{what}, inode {}, is not named: {}", p.ino, got.join("; "))));
                 continue;
+            }
+            if let Some(want) = &p.runs {
+                let name = p.paths[0].trim_start_matches("/.br/");
+                match fs.brquery(name.as_bytes(), 0, u64::MAX) {
+                    Ok(got) if got == *want => {}
+                    got => out.push(violation(
+                        "ReservationWrong",
+                        format!("reservation {name} (inode {}): brquery answers {got:?}, expected {want:?}", p.ino),
+                    )),
+                }
             }
             if let Some(want) = &p.contents {
                 let got = fs.getattr(p.ino).and_then(|d| fs.read(p.ino, 0, d.size as usize));
@@ -1289,6 +1416,7 @@ impl Recording {
                 PromiseKind::Stable => "stable names",
                 PromiseKind::Rename => "renames",
                 PromiseKind::Fsync => "fsyncs",
+                PromiseKind::Reservation => "reservations",
             };
             *sum.promises.entry(k).or_default() += 1;
         }

@@ -129,6 +129,11 @@ impl From<DirError> for FsError {
 
 pub type FsResult<T> = Result<T, FsError>;
 
+// The Block Register lives in its own file but inside `fs`, as a part of the file system: it
+// allocates into reservations with the file system's own block map and ordering.
+#[path = "br.rs"]
+pub mod br;
+
 /// Options of a new file system.
 #[derive(Debug, Clone)]
 pub struct MkfsOptions {
@@ -335,6 +340,8 @@ pub struct Fs {
     deferred_old_names: Vec<Task>,
     /// The soft updates write count when the deferred removals were last tried.
     deferred_tried_at: u64,
+    /// Where the next new data block should go (a Block Register placement hint), once.
+    br_hint: Option<u64>,
 }
 
 impl Fs {
@@ -385,6 +392,7 @@ impl Fs {
             hidden: HashMap::new(),
             deferred_old_names: Vec::new(),
             deferred_tried_at: 0,
+            br_hint: None,
         };
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
@@ -832,6 +840,7 @@ impl Fs {
             }
             let pref =
                 if lbn > 0 && d.db[lbn as usize - 1] != 0 { d.db[lbn as usize - 1] + 1 } else { self.ino_pref(ino) };
+            let pref = self.br_hint.take().unwrap_or(pref);
             let b = self.alloc_block(pref)?;
             self.cache.create(b);
             d.db[lbn as usize] = b;
@@ -891,6 +900,7 @@ impl Fs {
             }
             let pref = if idx > 0 { ind_get(self.cache.read(ptr)?, idx - 1) + 1 } else { ptr + 1 };
             let nb = if span == 1 {
+                let pref = self.br_hint.take().unwrap_or(pref);
                 let b = self.alloc_block(pref)?;
                 self.cache.create(b);
                 fresh = true;
@@ -1919,6 +1929,10 @@ impl Fs {
         }
         if off >= d.size {
             return Ok(Vec::new());
+        }
+        if d.flags & DI_UNMOVABLE != 0 {
+            // A reservation's blocks belong to its owner, who writes them on the device.
+            return self.br_read(ino, &mut d, off, len);
         }
         let end = d.size.min(off.saturating_add(len as u64));
         let bs = self.sb.block_size as u64;

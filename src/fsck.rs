@@ -154,6 +154,12 @@ pub enum Finding {
     InodeUsedButFree {
         ino: u32,
     },
+    /// A Block Register reservation that breaks its rules: flagged unmovable but not immutable
+    /// or not a regular file, or named outside `/.br`.
+    BadReservation {
+        ino: u32,
+        what: String,
+    },
 }
 
 impl Finding {
@@ -182,6 +188,7 @@ impl Finding {
             | BadDot { .. }
             | BadDotDot { .. }
             | DirMultiplyLinked { .. }
+            | BadReservation { .. }
             | LinkCountTooLow { .. }
             | BadRoot { .. } => Class::Violation,
         }
@@ -244,6 +251,7 @@ impl fmt::Display for Finding {
             BlockUsedButFree { bno } => write!(f, "block {bno} in use but free in the bitmap"),
             LeakedInode { ino } => write!(f, "inode {ino} marked used but free"),
             InodeUsedButFree { ino } => write!(f, "inode {ino} in use but free in the bitmap"),
+            BadReservation { ino, what } => write!(f, "reservation inode {ino}: {what}"),
         }
     }
 }
@@ -260,6 +268,9 @@ pub struct Report {
     /// Blocks in use: metadata and every block an inode owns.
     pub used_blocks: u64,
     pub used_inodes: u64,
+    /// Block Register reservations in `/.br`, and the blocks they own (indirect blocks included).
+    pub reservations: u64,
+    pub reserved_blocks: u64,
 }
 
 impl Report {
@@ -376,6 +387,7 @@ enum Loc {
 #[derive(Debug, Default)]
 struct Ino {
     mode: u16,
+    flags: u32,
     nlink: u32,
     size: u64,
     /// Pointers in range (data and indirect), duplicates included.
@@ -460,6 +472,8 @@ enum DirFix {
 struct Fixes {
     ptr_clears: Vec<Loc>,
     clear_inodes: BTreeSet<u32>,
+    /// Inodes whose reservation flags go (they break a reservation's rules).
+    clear_br_flags: BTreeSet<u32>,
     set_nlink: BTreeMap<u32, u32>,
     set_blocks: BTreeMap<u32, u64>,
     set_size: BTreeMap<u32, u64>,
@@ -484,6 +498,11 @@ struct Scan<'a> {
     fixes: Fixes,
     /// Where unreferenced inodes are reconnected (lost+found, or the root without one).
     target: Option<u32>,
+    /// `/.br`, the directory of Block Register reservations, once the root's scan finds it.
+    br_dir: Option<u32>,
+    /// Reservations named in `/.br` and the blocks they own.
+    reservations: u64,
+    reserved_blocks: u64,
 }
 
 /// A directory entry as read from a chunk.
@@ -536,6 +555,9 @@ impl<'a> Scan<'a> {
             findings: Vec::new(),
             fixes: Fixes::default(),
             target: None,
+            br_dir: None,
+            reservations: 0,
+            reserved_blocks: 0,
             sb,
         };
         s.pass1_groups()?;
@@ -561,6 +583,8 @@ impl<'a> Scan<'a> {
             dirs,
             used_blocks: self.owned.count(),
             used_inodes: self.inodes.len() as u64,
+            reservations: self.reservations,
+            reserved_blocks: self.reserved_blocks,
         }
     }
 
@@ -624,7 +648,15 @@ impl<'a> Scan<'a> {
     }
 
     fn check_inode(&mut self, ino: u32, d: &Dinode) -> Result<()> {
-        let mut info = Ino { mode: d.mode, nlink: d.nlink, size: d.size, ..Default::default() };
+        let mut info = Ino { mode: d.mode, flags: d.flags, nlink: d.nlink, size: d.size, ..Default::default() };
+        if d.flags & DI_UNMOVABLE != 0 && (d.flags & DI_IMMUTABLE == 0 || d.file_type() != S_IFREG) {
+            let what = format!(
+                "flagged unmovable (flags {:#x}, mode {:#o}) but not an immutable regular file",
+                d.flags, d.mode
+            );
+            self.findings.push(Finding::BadReservation { ino, what });
+            self.fixes.clear_br_flags.insert(ino);
+        }
         if !matches!(d.file_type(), S_IFREG | S_IFDIR | S_IFLNK | S_IFIFO | S_IFCHR | S_IFBLK | S_IFSOCK) {
             self.findings.push(Finding::BadInode { ino, what: format!("unknown file type in mode {:#o}", d.mode) });
             info.bad = true;
@@ -939,6 +971,22 @@ impl<'a> Scan<'a> {
             return;
         };
         t.links = t.links.saturating_add(1);
+        if dir == ROOT_INO && r.name == crate::br::BR_DIR && t.is_dir() {
+            self.br_dir = Some(r.ino);
+        }
+        if t.flags & DI_UNMOVABLE != 0 && !t.is_dir() {
+            if self.br_dir == Some(dir) {
+                self.reservations += 1;
+                self.reserved_blocks += t.kept;
+            } else {
+                self.findings.push(Finding::BadReservation {
+                    ino: r.ino,
+                    what: format!("named {:?} in directory {dir}, outside /.br", name_str(&r.name)),
+                });
+                self.fixes.clear_br_flags.insert(r.ino);
+            }
+        }
+        let t = self.inodes.get_mut(&r.ino).expect("looked up above");
         let want = dtype_of_mode(t.mode);
         let type_wrong = !t.bad && r.dtype != want;
         if t.is_dir() && !t.bad {
@@ -1022,7 +1070,9 @@ impl<'a> Scan<'a> {
             }
             if info.links == 0 && !info.is_dir() {
                 found.push(Finding::UnreferencedInode { ino, mode: info.mode, size: info.size });
-                if self.preen || (info.size == 0 && info.kept == 0) {
+                // A reservation without a name was being freed (brfree): its blocks go.
+                let reservation = info.flags & DI_UNMOVABLE != 0;
+                if self.preen || reservation || (info.size == 0 && info.kept == 0) {
                     self.fixes.clear_inodes.insert(ino);
                 } else if self.target.is_some() {
                     self.fixes.reconnect.push(ino);
@@ -1153,6 +1203,9 @@ impl<'a> Scan<'a> {
                 })?,
                 Loc::Ind { bno, idx } => ind_set(ws.get(bno)?, idx, 0),
             }
+        }
+        for &ino in &fixes.clear_br_flags {
+            ws.inode(&sb, ino, |d| d.flags &= !(DI_IMMUTABLE | DI_UNMOVABLE))?;
         }
         for (&ino, &size) in &fixes.set_size {
             ws.inode(&sb, ino, |d| d.size = size)?;

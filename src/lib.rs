@@ -3,9 +3,12 @@
 
 pub mod alloc;
 pub mod bench;
+pub mod bench_br;
+pub use fs::br;
 pub mod cache;
 pub mod clock;
 pub mod crashtest;
+pub mod ctl;
 pub mod dev;
 pub mod dirhash;
 pub mod format;
@@ -14,3 +17,4 @@ pub mod fsck;
 pub mod fuse;
 pub mod softdep;
 pub mod syncer;
+pub mod volume;

@@ -10,11 +10,13 @@ use clap::{Parser, Subcommand};
 
 use sufs::clock::{Clock, RealClock};
 use sufs::crashtest::{self, CrashOptions, End};
+use sufs::ctl::{self, CtlClient, CtlServer};
 use sufs::dev::{BlockDevice, FileDevice};
 use sufs::format::Superblock;
 use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
 use sufs::fuse::{lock, SufsFuse};
 use sufs::syncer::{Syncer, SyncerOptions, UpdatePolicy};
+use sufs::volume::{self, PoolOptions, PrefixDevice, Refiller, SnapshotDevice, StoreKind, VolumeDevice};
 use sufs::{format, fsck};
 
 #[derive(Parser)]
@@ -37,6 +39,10 @@ enum Cmd {
         /// Number of inodes (default: one per 16 KiB).
         #[arg(long)]
         inodes: Option<u64>,
+        /// Leave this much at the end of the device outside the file system, for a volume
+        /// snapshot's `reserved` exception store.
+        #[arg(long, value_parser = parse_size)]
+        snapshot_reserve: Option<u64>,
     },
     /// Mount an image through FUSE. With no arguments: ./sufs.img (made, 1 GiB sparse, if missing)
     /// on ./mnt.
@@ -94,6 +100,19 @@ enum Cmd {
     },
     /// Print the superblock and the per-group counts.
     Dumpfs { image: PathBuf },
+    /// The Block Register: reservations of free blocks for other components, on an unmounted
+    /// image or (through its control channel, IMAGE.ctl) a mounted file system.
+    Volume {
+        #[command(subcommand)]
+        op: VolumeCmd,
+    },
+    Br {
+        /// An image file (mounted or not) or the directory it is mounted on.
+        #[arg(long, global = true, default_value = "sufs.img")]
+        on: PathBuf,
+        #[command(subcommand)]
+        op: BrCmd,
+    },
     /// Experiments that reproduce the papers' figures, on a simulated disk.
     Bench {
         #[command(subcommand)]
@@ -129,7 +148,101 @@ enum Cmd {
 }
 
 #[derive(Subcommand)]
+enum VolumeCmd {
+    /// The volume snapshot: a copy-on-write snapshot of the whole volume under the file system.
+    Snapshot {
+        #[command(subcommand)]
+        op: SnapCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum SnapCmd {
+    /// Take a snapshot of an unmounted volume. `--store reserved` keeps the old blocks in the area
+    /// after the file system (mkfs --snapshot-reserve); `--store br` in a Block Register
+    /// reservation of the file system itself.
+    Create {
+        image: PathBuf,
+        #[arg(long, value_enum)]
+        store: StoreKind,
+        /// Blocks the br store reserves at first.
+        #[arg(long, default_value_t = 4096)]
+        initial: u64,
+    },
+    /// The snapshot's store, its size and whether it is valid.
+    Status { image: PathBuf },
+    /// Write the volume as it was at snapshot time to a new image OUT.
+    Export { image: PathBuf, out: PathBuf },
+    /// Mount the snapshot read-only through FUSE.
+    Mount {
+        image: PathBuf,
+        dir: PathBuf,
+        #[arg(short, long)]
+        foreground: bool,
+    },
+    /// Delete the snapshot (and a br store's reservation).
+    Delete { image: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum BrCmd {
+    /// Reserve NBLOCKS blocks under NAME (the file /.br/NAME).
+    Reserve {
+        name: String,
+        nblocks: u64,
+        /// Place the blocks near this physical block.
+        #[arg(long)]
+        hint: Option<u64>,
+    },
+    /// The physical runs of logical blocks OFFSET..OFFSET+COUNT: "offset start length" lines.
+    Query { name: String, offset: u64, count: u64 },
+    /// Add NBLOCKS blocks at the end of the reservation.
+    Expand {
+        name: String,
+        nblocks: u64,
+        #[arg(long)]
+        hint: Option<u64>,
+    },
+    /// Return physical block PHYSBLOCK to the file system.
+    Truncate { name: String, physblock: u64 },
+    /// Remove the reservation; its blocks return to the file system.
+    Free { name: String },
+    /// Every reservation.
+    List,
+}
+
+#[derive(Subcommand)]
 enum BenchCmd {
+    /// The Block Register paper's Figure 2: a volume snapshot with the reserved store and with the
+    /// br store, side by side: 4 KiB direct writes and unpack-then-delete, on the simulated disk
+    /// and on an image file.
+    Br {
+        /// Volume size.
+        #[arg(long, value_parser = parse_size, default_value = "1G")]
+        size: u64,
+        /// The large file written to.
+        #[arg(long, value_parser = parse_size, default_value = "256M")]
+        file: u64,
+        /// Requests per direct-write run on the simulated disk.
+        #[arg(long, default_value_t = 4000)]
+        ios: u64,
+        /// Requests per direct-write run on the image file.
+        #[arg(long, default_value_t = 1000)]
+        file_ios: u64,
+        #[arg(long, default_value = "/usr/include")]
+        tree: PathBuf,
+        #[arg(long, default_value_t = 2000)]
+        tree_files: usize,
+        #[arg(long, default_value_t = 5)]
+        copies: usize,
+        /// Where the image files go.
+        #[arg(long, default_value = "/var/tmp")]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// The soft updates paper's comparison (§5), in-process on durable image files: create and
     /// remove files, then an Andrew-like set of phases, for sync, async and softdep.
     Orderings {
@@ -208,7 +321,9 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,fuser=error")).init();
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Mkfs { image, size, block_size, inodes } => cmd_mkfs(&image, size, block_size, inodes).map(|_| 0),
+        Cmd::Mkfs { image, size, block_size, inodes, snapshot_reserve } => {
+            cmd_mkfs(&image, size, block_size, inodes, snapshot_reserve).map(|_| 0)
+        }
         Cmd::Mount {
             image,
             dir,
@@ -229,14 +344,41 @@ fn main() -> ExitCode {
             if let Some(i) = interval {
                 sync.interval = Duration::from_secs(i.max(1));
             }
-            let m = MountArgs { ordering, foreground, stats, cache, size, ro, sync, async_full_blocks, softdep_limit };
+            let m = MountArgs {
+                ordering,
+                foreground,
+                stats,
+                cache,
+                size,
+                ro,
+                sync,
+                async_full_blocks,
+                softdep_limit,
+                snapshot: false,
+            };
             cmd_mount(&image, &dir, m).map(|_| 0)
         }
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
         Cmd::Fsck { image, yes, preen } => cmd_fsck(&image, yes, preen),
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
+        Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),
+        Cmd::Volume { op: VolumeCmd::Snapshot { op } } => cmd_volume(op).map(|_| 0),
         Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir, big_mb } } => {
             cmd_bench_orderings(files, &tree, tree_files, &dir, big_mb).map(|_| 0)
+        }
+        Cmd::Bench { which: BenchCmd::Br { size, file, ios, file_ios, tree, tree_files, copies, dir, seed, json } } => {
+            let o = sufs::bench_br::BrBenchOptions {
+                blocks: size / 4096,
+                file_blocks: file / 4096,
+                ios,
+                file_ios,
+                tree,
+                tree_files,
+                copies,
+                dir,
+                seed,
+            };
+            cmd_bench_br(&o, json).map(|_| 0)
         }
         Cmd::Bench { which: BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json } } => {
             cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
@@ -255,7 +397,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn cmd_mkfs(image: &Path, size: Option<u64>, block_size: u32, inodes: Option<u64>) -> Result<(), Fail> {
+fn cmd_mkfs(
+    image: &Path,
+    size: Option<u64>,
+    block_size: u32,
+    inodes: Option<u64>,
+    snapshot_reserve: Option<u64>,
+) -> Result<(), Fail> {
     if !block_size.is_power_of_two() || !(format::MIN_BLOCK_SIZE..=format::MAX_BLOCK_SIZE).contains(&block_size) {
         return Err(Fail(
             format!(
@@ -278,7 +426,15 @@ fn cmd_mkfs(image: &Path, size: Option<u64>, block_size: u32, inodes: Option<u64
             return Err(Fail(format!("{} is smaller than --size", image.display()), 1));
         }
     }
-    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    if let Some(r) = snapshot_reserve {
+        let keep = r.div_ceil(block_size as u64);
+        if keep + 1024 > dev.num_blocks() {
+            return Err(Fail(format!("--snapshot-reserve {r} leaves too little for a file system"), 1));
+        }
+        let blocks = dev.num_blocks() - keep;
+        dev = Arc::new(PrefixDevice { inner: dev, blocks });
+    }
     let opts = MkfsOptions {
         block_size,
         inodes,
@@ -323,12 +479,16 @@ struct MountArgs {
     sync: SyncerOptions,
     async_full_blocks: bool,
     softdep_limit: usize,
+    /// Mount the volume snapshot (read-only) instead of the file system.
+    snapshot: bool,
 }
 
 fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
-    let MountArgs { ordering, foreground, stats, cache, size, ro, sync, async_full_blocks, softdep_limit } = args;
+    let MountArgs { ordering, foreground, stats, cache, size, ro, sync, async_full_blocks, softdep_limit, snapshot } =
+        args;
+    let ro = ro || snapshot;
     if !image.exists() {
-        cmd_mkfs(image, Some(size), 4096, None)?;
+        cmd_mkfs(image, Some(size), 4096, None, None)?;
     }
     if !dir.exists() {
         std::fs::create_dir_all(dir).map_err(|e| Fail(format!("cannot create {}: {e}", dir.display()), 1))?;
@@ -343,11 +503,32 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
     }
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let opts = MountOptions { ordering, cache_blocks: (cache / sb.block_size as u64) as usize, readonly: ro };
-    let mut fs = Fs::mount(Arc::new(dev), opts, clock)
-        .map_err(|e| Fail(format!("cannot mount {}: {e}", image.display()), 32))?;
+    // A volume snapshot: §4's start-up (the store found read-only, then copy-on-write, then the
+    // read-write mount), or the snapshot itself.
+    let cache_blocks = opts.cache_blocks as u64;
+    let pool = PoolOptions { low_watermark: cache_blocks + 1024, grow: cache_blocks + 1024, ..Default::default() };
+    let base: Arc<dyn BlockDevice> = Arc::new(dev);
+    let (dev, vol): (Arc<dyn BlockDevice>, Option<Arc<VolumeDevice>>) = if snapshot {
+        let vol = VolumeDevice::open(base, pool)?
+            .ok_or_else(|| Fail(format!("{}: no volume snapshot", image.display()), 32))?;
+        if let Some(why) = vol.invalid_reason() {
+            return Err(Fail(format!("{}: {why}", image.display()), 32));
+        }
+        (Arc::new(SnapshotDevice(vol)), None)
+    } else if ro {
+        (base, None)
+    } else {
+        match VolumeDevice::open(base.clone(), pool)? {
+            Some(v) => (v.clone(), Some(v)),
+            None => (base, None),
+        }
+    };
+    let mut fs = Fs::mount(dev, opts, clock).map_err(|e| Fail(format!("cannot mount {}: {e}", image.display()), 32))?;
     fs.set_async_full_blocks(async_full_blocks);
     fs.set_softdep_limit(softdep_limit);
     let shared = Arc::new(Mutex::new(fs));
+    let mut ctl = CtlServer::start(&ctl::socket_path(image), shared.clone())?;
+    let mut refiller = vol.filter(|v| v.kind() == StoreKind::Br).map(|v| Refiller::start(v, shared.clone()));
 
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
     let mut config = fuser::Config::default();
@@ -380,6 +561,10 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
     let run = session.run();
     handle.close();
     syncer.stop();
+    ctl.stop();
+    if let Some(r) = refiller.as_mut() {
+        r.stop();
+    }
     let mut fs = lock(&shared);
     fs.unmount().map_err(|e| Fail(format!("unmount of {} failed: {e}", image.display()), 1))?;
     let st = fs.stats();
@@ -467,7 +652,8 @@ fn notify_ready() {
     }
 }
 
-fn cmd_umount(dir: &Path) -> Result<(), Fail> {
+/// The image a sufs mount on `dir` serves (from /proc/self/mountinfo).
+fn mounted_image(dir: &Path) -> Result<(PathBuf, String), Fail> {
     let abs = std::fs::canonicalize(dir).map_err(|e| Fail(format!("{}: {e}", dir.display()), 1))?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
     // mountinfo: ... mountpoint ... - fstype source options
@@ -480,9 +666,14 @@ fn cmd_umount(dir: &Path) -> Result<(), Fail> {
         (mp == abs.to_str()? && fstype.starts_with("fuse") && source.starts_with("sufs:"))
             .then(|| source.trim_start_matches("sufs:").to_string())
     });
-    let Some(image) = image else {
-        return Err(Fail(format!("{} is not a sufs mount", dir.display()), 1));
-    };
+    match image {
+        Some(image) => Ok((abs, image)),
+        None => Err(Fail(format!("{} is not a sufs mount", dir.display()), 1)),
+    }
+}
+
+fn cmd_umount(dir: &Path) -> Result<(), Fail> {
+    let (abs, image) = mounted_image(dir)?;
     let ok = if unsafe { libc::geteuid() } == 0 {
         let c = std::ffi::CString::new(abs.as_os_str().as_encoded_bytes())?;
         unsafe { libc::umount2(c.as_ptr(), 0) == 0 }
@@ -501,6 +692,142 @@ fn cmd_umount(dir: &Path) -> Result<(), Fail> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Err(Fail(format!("{image} is still busy after 5 minutes"), 1))
+}
+
+/// Runs a control request on `on`: through the control channel of the mount serving it (a mount
+/// point, or an image some sufs holds), or on the unmounted image itself.
+fn control(on: &Path, req: ctl::Request) -> Result<serde_json::Value, Fail> {
+    let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
+    let f = std::fs::File::open(&image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    if f.try_lock().is_err() {
+        let sock = ctl::socket_path(&image);
+        let mut c =
+            CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is mounted, but: {e}", image.display()), 1))?;
+        return c.call(&req).map_err(|e| Fail(e.to_string(), 1));
+    }
+    let (dev, sb) = open_image(&image, true)?;
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let opts = MountOptions { cache_blocks: (64 << 20) / sb.block_size as usize, ..Default::default() };
+    let mut fs = Fs::mount(Arc::new(dev), opts, clock).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let r = ctl::execute(&mut fs, req);
+    fs.unmount().map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    drop(f);
+    r.map_err(|e| Fail(e.to_string(), 1))
+}
+
+/// Opens an unmounted image for the volume commands (whole device: file system and reserved area).
+fn volume_device(image: &Path, writable: bool) -> Result<(Arc<dyn BlockDevice>, std::fs::File), Fail> {
+    let f = std::fs::File::open(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let locked = if writable { f.try_lock().is_ok() } else { f.try_lock_shared().is_ok() };
+    if !locked {
+        return Err(Fail(format!("{} is mounted; unmount it first", image.display()), 1));
+    }
+    let (dev, _) = open_image(image, writable)?;
+    Ok((Arc::new(dev), f))
+}
+
+fn cmd_volume(op: SnapCmd) -> Result<(), Fail> {
+    let pool = PoolOptions::default();
+    match op {
+        SnapCmd::Create { image, store, initial } => {
+            let (dev, _lock) = volume_device(&image, true)?;
+            VolumeDevice::create(dev, store, PoolOptions { initial, ..pool }, RealClock::new().wall().0)?;
+            println!("{}: snapshot taken ({store} store)", image.display());
+        }
+        SnapCmd::Status { image } => {
+            let (dev, _lock) = volume_device(&image, false)?;
+            let Some(vol) = VolumeDevice::open(dev, pool)? else {
+                println!("{}: no volume snapshot", image.display());
+                return Ok(());
+            };
+            let s = vol.volume_stats();
+            let state = vol.invalid_reason().map_or("valid".to_string(), |r| format!("INVALID: {r}"));
+            println!(
+                "{}: {} store, {state}; {} exceptions; store blocks used {} of {} ({} MiB)",
+                image.display(),
+                vol.kind(),
+                s.exceptions,
+                s.store_used,
+                s.store_size,
+                (s.store_size * vol.block_size() as u64) >> 20
+            );
+        }
+        SnapCmd::Export { image, out } => {
+            let (dev, _lock) = volume_device(&image, false)?;
+            let vol = VolumeDevice::open(dev, pool)?
+                .ok_or_else(|| Fail(format!("{}: no volume snapshot", image.display()), 1))?;
+            let n = volume::export(&vol, &out)?;
+            println!("{}: snapshot exported to {} ({n} blocks written)", image.display(), out.display());
+        }
+        SnapCmd::Mount { image, dir, foreground } => {
+            if !foreground {
+                return spawn_daemon(&image, &dir);
+            }
+            let m = MountArgs {
+                ordering: Ordering::Softdep,
+                foreground,
+                stats: None,
+                cache: 128 << 20,
+                size: 0,
+                ro: true,
+                sync: SyncerOptions::for_policy(UpdatePolicy::Aipu),
+                async_full_blocks: false,
+                softdep_limit: 200_000,
+                snapshot: true,
+            };
+            if !image.exists() {
+                return Err(Fail(format!("{} does not exist", image.display()), 32));
+            }
+            cmd_mount(&image, &dir, m)?;
+        }
+        SnapCmd::Delete { image } => {
+            let (dev, _lock) = volume_device(&image, true)?;
+            let kind = VolumeDevice::delete(dev)?;
+            println!("{}: snapshot deleted ({kind} store)", image.display());
+        }
+    }
+    Ok(())
+}
+
+fn cmd_br(on: &Path, op: BrCmd) -> Result<(), Fail> {
+    use ctl::Request;
+    let show = |v: &serde_json::Value| {
+        format!(
+            "{}: {} blocks reserved, length {} (inode {})",
+            v["name"].as_str().unwrap_or("?"),
+            v["blocks"],
+            v["length"],
+            v["ino"]
+        )
+    };
+    match op {
+        BrCmd::Reserve { name, nblocks, hint } => {
+            println!("{}", show(&control(on, Request::BrReserve { name, nblocks, hint })?))
+        }
+        BrCmd::Expand { name, nblocks, hint } => {
+            println!("{}", show(&control(on, Request::BrExpand { name, nblocks, hint })?))
+        }
+        BrCmd::Truncate { name, physblock } => {
+            println!("{}", show(&control(on, Request::BrTruncate { name, block: physblock })?))
+        }
+        BrCmd::Query { name, offset, count } => {
+            let runs = control(on, Request::BrQuery { name, offset, count })?;
+            for r in runs.as_array().into_iter().flatten() {
+                println!("{} {} {}", r["offset"], r["start"], r["len"]);
+            }
+        }
+        BrCmd::Free { name } => {
+            let n = control(on, Request::BrFree { name: name.clone() })?;
+            println!("{name}: freed, {n} blocks returned");
+        }
+        BrCmd::List => {
+            let list = control(on, Request::BrList)?;
+            for v in list.as_array().into_iter().flatten() {
+                println!("{}", show(v));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
@@ -532,6 +859,14 @@ fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
         report.violations(),
         if report.repaired { ", repaired" } else { "" }
     );
+    if report.reservations > 0 {
+        println!(
+            "{}: {} Block Register reservations in /.br own {} blocks",
+            image.display(),
+            report.reservations,
+            report.reserved_blocks
+        );
+    }
     Ok(if report.findings.is_empty() {
         0
     } else if repair {
@@ -539,6 +874,28 @@ fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
     } else {
         4
     })
+}
+
+fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<PathBuf>) -> Result<(), Fail> {
+    let r = sufs::bench_br::run(o)?;
+    println!("| device | test | reserved store | br store | br vs reserved |");
+    println!("| --- | --- | --- | --- | --- |");
+    for row in &r.rows {
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.0}% |",
+            row.device, row.test, row.reserved, row.br, row.br_vs_reserved
+        );
+    }
+    println!();
+    println!("| store | blocks used | space set aside |");
+    println!("| --- | --- | --- |");
+    for (what, used, size) in &r.space {
+        println!("| {what} | {used} ({} MiB) | {size} ({} MiB) |", (used * 4096) >> 20, (size * 4096) >> 20);
+    }
+    if let Some(p) = json {
+        std::fs::write(&p, serde_json::to_string_pretty(&r)?)?;
+    }
+    Ok(())
 }
 
 fn cmd_bench_orderings(files: usize, tree: &Path, tree_files: usize, dir: &Path, big_mb: usize) -> Result<(), Fail> {

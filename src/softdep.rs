@@ -498,6 +498,15 @@ impl Softdep {
         id.allocindirs.insert(idx, AllocIndir { wk: WorkList::new(DepKind::AllocIndir, DepState::ATTACHED), idx, bno });
     }
 
+    /// A new block allocated without contents (a Block Register reservation, like fallocate's
+    /// unwritten extents): the file system never writes it, so its pointer waits only for the
+    /// bitmap bit.
+    pub fn unwritten_block(&mut self, bno: u64) {
+        if let Some(n) = self.newblks.get_mut(&bno) {
+            n.wk.state |= DepState::COMPLETE;
+        }
+    }
+
     fn new_block(&mut self, bno: u64) {
         let cg = self.sb.cg_of_block(bno);
         self.newblks.insert(bno, NewBlk { wk: WorkList::new(DepKind::NewBlk, DepState::ATTACHED) });

@@ -3,10 +3,10 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
 
-pub const SUFS: &str = env!("CARGO_BIN_EXE_sufs");
+use super::{sufs, SUFS};
+use std::time::{Duration, Instant};
 
 pub fn fuse_available() -> bool {
     if Path::new("/dev/fuse").exists() {
@@ -15,10 +15,6 @@ pub fn fuse_available() -> bool {
         eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
         false
     }
-}
-
-pub fn sufs(args: &[&str]) -> Output {
-    Command::new(SUFS).args(args).output().expect("run sufs")
 }
 
 pub fn mkfs(image: &Path, size: &str) {

@@ -4,6 +4,7 @@
 
 pub mod fuse;
 
+use std::process::{Command, Output};
 use std::sync::Arc;
 
 use sufs::clock::SimClock;
@@ -62,4 +63,19 @@ pub fn assert_clean(dev: &MemDevice) {
     let report = sufs::fsck::check(dev).expect("fsck runs");
     let found: Vec<String> = report.findings.iter().map(|f| format!("{:?}: {f}", f.class())).collect();
     assert!(found.is_empty(), "fsck findings:\n{}", found.join("\n"));
+}
+
+/// The `sufs` binary under test.
+pub const SUFS: &str = env!("CARGO_BIN_EXE_sufs");
+
+/// Runs `sufs` with `args`.
+pub fn sufs(args: &[&str]) -> Output {
+    Command::new(SUFS).args(args).output().expect("run sufs")
+}
+
+/// Runs `sufs` and returns its stdout, failing the test on a non-zero exit.
+pub fn ok(args: &[&str]) -> String {
+    let out = sufs(args);
+    assert!(out.status.success(), "sufs {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -1,0 +1,269 @@
+//! The control channel of a mount: a Unix socket beside the image (`IMAGE.ctl`) through which
+//! other processes ask the mounted file system for things the file interface has no call for (the
+//! Block Register's five calls, and more to come: snapshots, background fsck's adjust). A thread
+//! accepts connections and serves each in its own thread; every request takes the mount's lock
+//! (`SharedFs`), exactly as a FUSE request does, so it is one more file-system operation.
+//!
+//! Protocol: one JSON object per line each way. A request is `{"op": "...", ...arguments}`; the
+//! answer is `{"ok": value}` or `{"error": "message", "errno": n}`. A connection may carry many
+//! requests. To add a request, add a variant to `Request` and its arm to `execute`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::fs::{Fs, FsError};
+use crate::fuse::{lock, SharedFs};
+
+/// A request to the mounted file system.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Is anybody there? Answers the file system's block size and size in blocks.
+    Ping,
+    BrReserve {
+        name: String,
+        nblocks: u64,
+        hint: Option<u64>,
+    },
+    BrQuery {
+        name: String,
+        offset: u64,
+        count: u64,
+    },
+    BrExpand {
+        name: String,
+        nblocks: u64,
+        hint: Option<u64>,
+    },
+    BrTruncate {
+        name: String,
+        block: u64,
+    },
+    BrFree {
+        name: String,
+    },
+    BrList,
+}
+
+#[derive(Debug, Error)]
+pub enum CtlError {
+    #[error("control channel {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("control channel: bad message: {0}")]
+    Protocol(String),
+    /// The file system refused the request.
+    #[error("{message}")]
+    Remote { message: String, errno: i32 },
+}
+
+impl CtlError {
+    /// The errno of a refused request (EIO for a channel that failed).
+    pub fn errno(&self) -> i32 {
+        match self {
+            CtlError::Remote { errno, .. } => *errno,
+            _ => libc::EIO,
+        }
+    }
+}
+
+/// The control socket of an image: `IMAGE.ctl`.
+pub fn socket_path(image: &Path) -> PathBuf {
+    let mut s = image.as_os_str().to_owned();
+    s.push(".ctl");
+    PathBuf::from(s)
+}
+
+/// A running control channel; `stop` (or drop) closes it and removes the socket.
+pub struct CtlServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CtlServer {
+    /// Listens on `path` (readable and writable by the mount's owner only). A socket left by a
+    /// mount that died is replaced; one another mount still serves is not.
+    pub fn start(path: &Path, fs: SharedFs) -> Result<CtlServer, CtlError> {
+        let io = |source| CtlError::Io { path: path.to_path_buf(), source };
+        if path.exists() {
+            if UnixStream::connect(path).is_ok() {
+                return Err(io(std::io::Error::new(std::io::ErrorKind::AddrInUse, "another mount serves it")));
+            }
+            std::fs::remove_file(path).map_err(io)?;
+        }
+        let listener = UnixListener::bind(path).map_err(io)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("sufs-ctl".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if flag.load(Ordering::Acquire) {
+                        break;
+                    }
+                    match conn {
+                        Ok(c) => {
+                            let fs = fs.clone();
+                            let _ =
+                                std::thread::Builder::new().name("sufs-ctl-conn".into()).spawn(move || serve(c, &fs));
+                        }
+                        Err(e) => log::warn!("control channel: accept: {e}"),
+                    }
+                }
+            })
+            .map_err(io)?;
+        Ok(CtlServer { path: path.to_path_buf(), stop, thread: Some(thread) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn stop(&mut self) {
+        let Some(t) = self.thread.take() else { return };
+        self.stop.store(true, Ordering::Release);
+        // Wake the accept loop.
+        let _ = UnixStream::connect(&self.path);
+        let _ = t.join();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Drop for CtlServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Serves one connection until the peer closes it.
+fn serve(conn: UnixStream, fs: &SharedFs) {
+    let Ok(mut out) = conn.try_clone() else { return };
+    let mut lines = BufReader::new(conn);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match lines.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let answer = match serde_json::from_str::<Request>(line.trim()) {
+            Ok(req) => match execute(&mut lock(fs), req) {
+                Ok(v) => serde_json::json!({ "ok": v }),
+                Err(e) => serde_json::json!({ "error": e.to_string(), "errno": e.errno() }),
+            },
+            Err(e) => serde_json::json!({ "error": format!("bad request: {e}"), "errno": libc::EINVAL }),
+        };
+        let mut text = answer.to_string();
+        text.push('\n');
+        if out.write_all(text.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Runs one request on a file system (the mount's, under its lock, or an image opened by the
+/// command line).
+pub fn execute(fs: &mut Fs, req: Request) -> Result<Value, FsError> {
+    let json = |v: Result<Value, serde_json::Error>| v.map_err(|e| FsError::Corrupt(e.to_string()));
+    match req {
+        Request::Ping => Ok(serde_json::json!({ "block_size": fs.sb.block_size, "blocks": fs.sb.num_blocks })),
+        Request::BrReserve { name, nblocks, hint } => {
+            json(serde_json::to_value(fs.brreserve(name.as_bytes(), nblocks, hint)?))
+        }
+        Request::BrQuery { name, offset, count } => {
+            json(serde_json::to_value(fs.brquery(name.as_bytes(), offset, count)?))
+        }
+        Request::BrExpand { name, nblocks, hint } => {
+            json(serde_json::to_value(fs.brexpand(name.as_bytes(), nblocks, hint)?))
+        }
+        Request::BrTruncate { name, block } => json(serde_json::to_value(fs.brtruncate(name.as_bytes(), block)?)),
+        Request::BrFree { name } => Ok(Value::from(fs.brfree(name.as_bytes())?)),
+        Request::BrList => json(serde_json::to_value(fs.brlist()?)),
+    }
+}
+
+/// A connection to a mount's control channel.
+pub struct CtlClient {
+    path: PathBuf,
+    out: UnixStream,
+    lines: BufReader<UnixStream>,
+}
+
+impl CtlClient {
+    pub fn connect(path: &Path) -> Result<CtlClient, CtlError> {
+        let io = |source| CtlError::Io { path: path.to_path_buf(), source };
+        let out = UnixStream::connect(path).map_err(io)?;
+        // A request waits for the mount's lock; a long brexpand may take a while.
+        out.set_read_timeout(Some(Duration::from_secs(600))).map_err(io)?;
+        let lines = BufReader::new(out.try_clone().map_err(io)?);
+        Ok(CtlClient { path: path.to_path_buf(), out, lines })
+    }
+
+    /// Sends one request and waits for its answer.
+    pub fn call(&mut self, req: &Request) -> Result<Value, CtlError> {
+        let io = |source| CtlError::Io { path: self.path.clone(), source };
+        let mut text = serde_json::to_string(req).map_err(|e| CtlError::Protocol(e.to_string()))?;
+        text.push('\n');
+        self.out.write_all(text.as_bytes()).map_err(io)?;
+        let mut line = String::new();
+        if self.lines.read_line(&mut line).map_err(io)? == 0 {
+            return Err(CtlError::Protocol("the mount closed the channel".into()));
+        }
+        let mut v: Value = serde_json::from_str(line.trim()).map_err(|e| CtlError::Protocol(e.to_string()))?;
+        if let Some(ok) = v.get_mut("ok") {
+            return Ok(ok.take());
+        }
+        let message = v.get("error").and_then(Value::as_str).unwrap_or("malformed answer").to_string();
+        let errno = v.get("errno").and_then(Value::as_i64).unwrap_or(libc::EIO as i64) as i32;
+        Err(CtlError::Remote { message, errno })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::dev::MemDevice;
+    use crate::fs::{mkfs, MkfsOptions, MountOptions};
+    use std::sync::Mutex;
+
+    #[test]
+    fn requests_round_trip_and_errors_come_back() {
+        let dev = Arc::new(MemDevice::new(4096, 4096));
+        mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+        let fs = Fs::mount(dev, MountOptions::default(), Arc::new(SimClock::new())).unwrap();
+        let shared: SharedFs = Arc::new(Mutex::new(fs));
+        let dir = tempfile::tempdir().unwrap();
+        let path = socket_path(&dir.path().join("img"));
+        let mut server = CtlServer::start(&path, shared.clone()).unwrap();
+        assert!(CtlServer::start(&path, shared.clone()).is_err(), "a second server is refused");
+        let mut c = CtlClient::connect(&path).unwrap();
+        assert_eq!(c.call(&Request::Ping).unwrap()["blocks"], 4096);
+        let r = c.call(&Request::BrReserve { name: "s".into(), nblocks: 10, hint: None }).unwrap();
+        assert_eq!(r["blocks"], 10);
+        let runs = c.call(&Request::BrQuery { name: "s".into(), offset: 0, count: 10 }).unwrap();
+        assert_eq!(runs.as_array().unwrap().iter().map(|r| r["len"].as_u64().unwrap()).sum::<u64>(), 10);
+        let e = c.call(&Request::BrFree { name: "nope".into() }).unwrap_err();
+        assert_eq!(e.errno(), libc::ENOENT);
+        // A malformed line gets an error, and the connection keeps working.
+        c.out.write_all(b"{\"op\":\"explode\"}\n").unwrap();
+        let mut line = String::new();
+        c.lines.read_line(&mut line).unwrap();
+        assert!(line.contains("bad request"), "{line}");
+        assert_eq!(c.call(&Request::BrList).unwrap().as_array().unwrap().len(), 1);
+        server.stop();
+        assert!(!path.exists());
+        assert!(CtlClient::connect(&path).is_err());
+    }
+}

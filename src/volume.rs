@@ -1,0 +1,880 @@
+//! A volume snapshot layer under the file system (Block Register paper §4): `VolumeDevice` sits
+//! between the file system and the real device and keeps the whole volume as it was when the
+//! snapshot was taken, by copy-on-write of chunks (one block each) into an exception store, as
+//! device-mapper's dm-snapshot does. The store is persistent, in dm-snapshot's persistent layout
+//! (a header block, then exception areas: a metadata block of `(origin, store index)` entries
+//! followed by the data blocks they name), so a snapshot survives a restart. Two stores:
+//! - `reserved`: the blocks after the file system, set aside at mkfs (`--snapshot-reserve`), the
+//!   LVM way; when they are used up the snapshot is invalidated, as LVM does, and says so;
+//! - `br`: a Block Register reservation (`/.br/volume-snapshot`) in the file system on this very
+//!   volume. A pool of store blocks with a low watermark is refilled by `refill` (a background
+//!   thread, `Refiller`), which calls brexpand near the last copied block; never from inside a
+//!   file-system operation or the I/O path. The store's own writes go to the device directly
+//!   (they bypass copy-on-write), and its block map (brquery's runs) is cached and searched by
+//!   binary search after a most-recently-used run.
+//!
+//! A block the br store gains after the snapshot may have been in use at snapshot time (a file
+//! removed since): before the store uses it, its old contents are copied like any other chunk.
+//!
+//! Start-up (§4): `open` first opens the file system read-only to query the reservation, then
+//! activates copy-on-write; the caller then mounts the file system read-write on it.
+//!
+//! Invariant: an origin block is written only after its old contents and the exception naming
+//! them are on disk (data, then the area block, then the origin write, each a barrier).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::br::BrRun;
+use crate::clock::SimClock;
+use crate::dev::{BlockDevice, DevError, DevResult, DevStats, WriteKind, WriteReq};
+use crate::format::*;
+use crate::fs::{Fs, FsError, MountOptions};
+use crate::fuse::{lock, SharedFs};
+
+/// The Block Register reservation that holds a `br` store.
+pub const BR_STORE: &str = "volume-snapshot";
+
+#[derive(Debug, Error)]
+pub enum VolumeError {
+    #[error(transparent)]
+    Dev(#[from] DevError),
+    #[error("file system: {0}")]
+    Fs(#[from] FsError),
+    #[error("{0}")]
+    Format(#[from] FormatError),
+    #[error("no volume snapshot on this volume")]
+    NoSnapshot,
+    #[error("a volume snapshot already exists ({0} store); delete it first")]
+    Exists(StoreKind),
+    #[error("no reserved area after the file system: make it with `sufs mkfs --snapshot-reserve SIZE`")]
+    NoReservedArea,
+    #[error("the snapshot is invalid: {0}")]
+    Invalid(String),
+}
+
+pub type VolResult<T> = Result<T, VolumeError>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// A fixed area after the file system (LVM's way).
+    Reserved,
+    /// A Block Register reservation in the file system itself.
+    Br,
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StoreKind::Reserved => "reserved",
+            StoreKind::Br => "br",
+        })
+    }
+}
+
+/// Tuning of the br store's pool.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolOptions {
+    /// Blocks reserved when the snapshot is created.
+    pub initial: u64,
+    /// The refill runs when fewer free store blocks than this remain.
+    pub low_watermark: u64,
+    /// Blocks each refill asks brexpand for.
+    pub grow: u64,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions { initial: 4096, low_watermark: 1024, grow: 4096 }
+    }
+}
+
+/// Where the store's blocks are on the device.
+enum StoreMap {
+    Reserved {
+        start: u64,
+        len: u64,
+    },
+    /// brquery's runs, sorted by logical offset and contiguous from 0; `mru` is the run last hit.
+    Br {
+        runs: Vec<BrRun>,
+        len: u64,
+        mru: usize,
+    },
+}
+
+impl StoreMap {
+    fn len(&self) -> u64 {
+        match self {
+            StoreMap::Reserved { len, .. } | StoreMap::Br { len, .. } => *len,
+        }
+    }
+
+    /// The physical block of store index `i`.
+    fn phys(&mut self, i: u64) -> Option<u64> {
+        match self {
+            StoreMap::Reserved { start, len } => (i < *len).then_some(*start + i),
+            StoreMap::Br { runs, mru, .. } => {
+                let hit = |r: &BrRun| r.offset <= i && i < r.offset + r.len;
+                if let Some(r) = runs.get(*mru).filter(|r| hit(r)) {
+                    return Some(r.start + (i - r.offset));
+                }
+                let k = runs.partition_point(|r| r.offset + r.len <= i);
+                let r = runs.get(k).filter(|r| hit(r))?;
+                *mru = k;
+                Some(r.start + (i - r.offset))
+            }
+        }
+    }
+
+    /// Appends physical block `b` as the next store index (br only).
+    fn push(&mut self, b: u64) {
+        if let StoreMap::Br { runs, len, .. } = self {
+            match runs.last_mut() {
+                Some(r) if r.start + r.len == b => r.len += 1,
+                _ => runs.push(BrRun { offset: *len, start: b, len: 1 }),
+            }
+            *len += 1;
+        }
+    }
+}
+
+struct State {
+    map: StoreMap,
+    header: VolumeHeader,
+    /// Origin block -> store index of its old contents.
+    exceptions: HashMap<u64, u64>,
+    /// Store index of the current area's metadata block, its contents and entries used.
+    area: u64,
+    area_buf: Vec<u8>,
+    area_used: usize,
+    /// The file system as it was at snapshot time (for the br store's new blocks).
+    snap_sb: Option<Superblock>,
+    /// The origin block copied last: where the br store's next blocks are asked for.
+    last_cow: u64,
+}
+
+/// Counters of a volume.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct VolumeStats {
+    pub kind: Option<StoreKind>,
+    pub valid: bool,
+    pub exceptions: u64,
+    /// Store blocks in use (header, area blocks, data) and available in all.
+    pub store_used: u64,
+    pub store_size: u64,
+    pub refills: u64,
+    /// Blocks the br store gained that were in use at snapshot time, copied before reuse.
+    pub preserved: u64,
+}
+
+pub struct VolumeDevice {
+    inner: Arc<dyn BlockDevice>,
+    kind: StoreKind,
+    epa: usize,
+    pool: PoolOptions,
+    st: Mutex<State>,
+    /// Set when the pool is below its low watermark; the refiller waits on it.
+    wanted: Mutex<bool>,
+    wake: Condvar,
+    refills: AtomicU64,
+    preserved: AtomicU64,
+}
+
+/// The superblock of the file system on `dev`.
+fn read_sb(dev: &dyn BlockDevice) -> VolResult<Superblock> {
+    let mut b = vec![0u8; dev.block_size()];
+    dev.read_block(0, &mut b)?;
+    Ok(Superblock::decode(&b)?)
+}
+
+fn gen_of(h: &VolumeHeader) -> u64 {
+    (h.created as u64 & 0xffff) << 48
+}
+
+/// The store of the snapshot on `inner`, if any: header and map. Opens the file system read-only
+/// to query a br store (the first step of §4's start-up).
+fn find_store(inner: &Arc<dyn BlockDevice>) -> VolResult<Option<(StoreKind, VolumeHeader, StoreMap)>> {
+    let sb = read_sb(inner.as_ref())?;
+    let bs = inner.block_size();
+    let mut b = vec![0u8; bs];
+    if inner.num_blocks() > sb.num_blocks {
+        inner.read_block(sb.num_blocks, &mut b)?;
+        if let Some(h) = VolumeHeader::decode(&b).filter(|h| h.kind == VOL_STORE_RESERVED) {
+            let map = StoreMap::Reserved { start: sb.num_blocks, len: inner.num_blocks() - sb.num_blocks };
+            return Ok(Some((StoreKind::Reserved, h, map)));
+        }
+    }
+    let opts = MountOptions { readonly: true, cache_blocks: 1024, ..Default::default() };
+    let mut fs = Fs::mount(inner.clone(), opts, Arc::new(SimClock::new()))?;
+    let runs = match fs.brquery(BR_STORE.as_bytes(), 0, u64::MAX) {
+        Ok(r) => r,
+        Err(FsError::NotFound) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let len = runs.iter().map(|r| r.len).sum();
+    if runs.first().is_none_or(|r| r.offset != 0) || runs.last().is_some_and(|r| r.offset + r.len != len) {
+        return Err(VolumeError::Invalid("the br store's reservation has holes".into()));
+    }
+    inner.read_block(runs[0].start, &mut b)?;
+    match VolumeHeader::decode(&b).filter(|h| h.kind == VOL_STORE_BR) {
+        Some(h) => Ok(Some((StoreKind::Br, h, StoreMap::Br { runs, len, mru: 0 }))),
+        None => Ok(None),
+    }
+}
+
+impl VolumeDevice {
+    /// §4's start-up: finds the snapshot's store (querying the file system read-only), loads its
+    /// exception table and activates copy-on-write. None if the volume has no snapshot.
+    pub fn open(inner: Arc<dyn BlockDevice>, pool: PoolOptions) -> VolResult<Option<Arc<VolumeDevice>>> {
+        let Some((kind, header, map)) = find_store(&inner)? else { return Ok(None) };
+        let bs = inner.block_size();
+        let epa = bs / VOL_ENTRY_SIZE;
+        let mut st = State {
+            map,
+            header,
+            exceptions: HashMap::new(),
+            area: 1,
+            area_buf: vec![0xff; bs],
+            area_used: 0,
+            snap_sb: None,
+            last_cow: 0,
+        };
+        // The exception table: areas until one is not full.
+        let gen = gen_of(&st.header);
+        let mut buf = vec![0u8; bs];
+        while let Some(p) = st.map.phys(st.area) {
+            inner.read_block(p, &mut buf)?;
+            let mut used = 0;
+            while used < epa {
+                let want = st.area + 1 + used as u64;
+                match vol_entry_get(&buf, used) {
+                    Some((o, i)) if i == (want | gen) && o < st.header.origin_blocks => {
+                        st.exceptions.insert(o, want);
+                        used += 1;
+                    }
+                    _ => break,
+                }
+            }
+            st.area_buf.copy_from_slice(&buf);
+            st.area_used = used;
+            if used < epa {
+                break;
+            }
+            st.area += epa as u64 + 1;
+            st.area_buf.fill(0xff);
+            st.area_used = 0;
+        }
+        let vol = Arc::new(VolumeDevice {
+            inner,
+            kind,
+            epa,
+            pool,
+            st: Mutex::new(st),
+            wanted: Mutex::new(false),
+            wake: Condvar::new(),
+            refills: AtomicU64::new(0),
+            preserved: AtomicU64::new(0),
+        });
+        {
+            let mut st = vol.lock();
+            if kind == StoreKind::Br && st.header.invalid == 0 {
+                let mut b = vec![0u8; bs];
+                vol.read_snapshot_locked(&mut st, 0, &mut b)?;
+                st.snap_sb = Some(Superblock::decode(&b)?);
+            }
+        }
+        Ok(Some(vol))
+    }
+
+    /// Takes a snapshot of the (unmounted) volume on `inner` with the given store.
+    pub fn create(inner: Arc<dyn BlockDevice>, kind: StoreKind, pool: PoolOptions, now: i64) -> VolResult<()> {
+        if let Some((k, _, _)) = find_store(&inner)? {
+            return Err(VolumeError::Exists(k));
+        }
+        let sb = read_sb(inner.as_ref())?;
+        let (first, second) = match kind {
+            StoreKind::Reserved => {
+                if inner.num_blocks() < sb.num_blocks + 2 {
+                    return Err(VolumeError::NoReservedArea);
+                }
+                (sb.num_blocks, sb.num_blocks + 1)
+            }
+            StoreKind::Br => {
+                let mut fs = Fs::mount(inner.clone(), MountOptions::default(), Arc::new(SimClock::new()))?;
+                let r = fs.brreserve(BR_STORE.as_bytes(), pool.initial.max(2), None);
+                let runs = r.and_then(|_| fs.brquery(BR_STORE.as_bytes(), 0, 2));
+                fs.unmount()?;
+                let runs = runs?;
+                let mut map = StoreMap::Br { len: 2, runs, mru: 0 };
+                (map.phys(0).expect("2 blocks"), map.phys(1).expect("2 blocks"))
+            }
+        };
+        let bs = inner.block_size();
+        let mut area = vec![0u8; bs];
+        vol_area_init(&mut area);
+        let mut hdr = vec![0u8; bs];
+        let kind_code = if kind == StoreKind::Reserved { VOL_STORE_RESERVED } else { VOL_STORE_BR };
+        VolumeHeader { kind: kind_code, invalid: 0, origin_blocks: sb.num_blocks, created: now }.encode(&mut hdr);
+        // The empty table first, then the header that makes the snapshot exist.
+        inner.write_batch(&[WriteReq { bno: second, data: &area }], WriteKind::Sync)?;
+        inner.write_batch(&[WriteReq { bno: first, data: &hdr }], WriteKind::Sync)?;
+        Ok(())
+    }
+
+    /// Deletes the snapshot of the (unmounted) volume on `inner`: its header goes, and a br
+    /// store's reservation is freed.
+    pub fn delete(inner: Arc<dyn BlockDevice>) -> VolResult<StoreKind> {
+        let Some((kind, _, mut map)) = find_store(&inner)? else { return Err(VolumeError::NoSnapshot) };
+        let zero = vec![0u8; inner.block_size()];
+        let first = map.phys(0).ok_or(VolumeError::NoSnapshot)?;
+        inner.write_batch(&[WriteReq { bno: first, data: &zero }], WriteKind::Sync)?;
+        if kind == StoreKind::Br {
+            let mut fs = Fs::mount(inner.clone(), MountOptions::default(), Arc::new(SimClock::new()))?;
+            let r = fs.brfree(BR_STORE.as_bytes());
+            fs.unmount()?;
+            r?;
+        }
+        Ok(kind)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn kind(&self) -> StoreKind {
+        self.kind
+    }
+
+    pub fn volume_stats(&self) -> VolumeStats {
+        let st = self.lock();
+        VolumeStats {
+            kind: Some(self.kind),
+            valid: st.header.invalid == 0,
+            exceptions: st.exceptions.len() as u64,
+            store_used: (st.area + 1 + st.area_used as u64).min(st.map.len()),
+            store_size: st.map.len(),
+            refills: self.refills.load(AtOrd::Relaxed),
+            preserved: self.preserved.load(AtOrd::Relaxed),
+        }
+    }
+
+    /// Why the snapshot is invalid, if it is.
+    pub fn invalid_reason(&self) -> Option<String> {
+        let st = self.lock();
+        match st.header.invalid {
+            0 => None,
+            VOL_INVALID_FULL => Some(format!(
+                "the {} exception store filled up ({} blocks, {} exceptions); the snapshot was invalidated",
+                self.kind,
+                st.map.len(),
+                st.exceptions.len()
+            )),
+            n => Some(format!("invalidated (reason {n})")),
+        }
+    }
+
+    /// Blocks of the origin the snapshot covers.
+    pub fn origin_blocks(&self) -> u64 {
+        self.lock().header.origin_blocks
+    }
+
+    /// Store blocks not yet used.
+    fn available(&self, st: &State) -> u64 {
+        st.map.len().saturating_sub(st.area + 1 + st.area_used as u64)
+    }
+
+    /// The next store index for data, opening a new area when the current one is full.
+    fn alloc_data(&self, st: &mut State) -> Option<u64> {
+        if st.area_used == self.epa {
+            let next = st.area + self.epa as u64 + 1;
+            if next + 1 >= st.map.len() {
+                return None;
+            }
+            st.area = next;
+            st.area_buf.fill(0xff);
+            st.area_used = 0;
+        }
+        let d = st.area + 1 + st.area_used as u64;
+        (d < st.map.len()).then_some(d)
+    }
+
+    /// Copies the old contents of `blocks` into the store and commits their exceptions.
+    fn cow(&self, st: &mut State, blocks: &[u64]) -> DevResult<()> {
+        let bs = self.inner.block_size();
+        let gen = gen_of(&st.header);
+        let mut old = vec![0u8; bs * blocks.len()];
+        let mut targets = Vec::with_capacity(blocks.len());
+        let mut areas: Vec<(u64, Vec<u8>)> = Vec::new();
+        for (k, &b) in blocks.iter().enumerate() {
+            let Some(d) = self.alloc_data(st) else {
+                return self.invalidate(st);
+            };
+            if areas.last().is_none_or(|(a, _)| *a != st.area) {
+                areas.push((st.area, Vec::new()));
+            }
+            vol_entry_set(&mut st.area_buf, st.area_used, b, d | gen);
+            st.area_used += 1;
+            areas.last_mut().expect("pushed").1 = st.area_buf.clone();
+            self.inner.read_block(b, &mut old[k * bs..(k + 1) * bs])?;
+            let p = st.map.phys(d).expect("allocated inside the store");
+            targets.push((b, d, p));
+        }
+        let mut data: Vec<WriteReq> =
+            targets.iter().enumerate().map(|(k, t)| WriteReq { bno: t.2, data: &old[k * bs..(k + 1) * bs] }).collect();
+        data.sort_by_key(|r| r.bno);
+        self.inner.write_batch(&data, WriteKind::Sync)?;
+        let mut meta = Vec::new();
+        for (a, buf) in &areas {
+            meta.push((st.map.phys(*a).expect("area inside the store"), buf));
+        }
+        let reqs: Vec<WriteReq> = meta.iter().map(|(p, b)| WriteReq { bno: *p, data: b }).collect();
+        self.inner.write_batch(&reqs, WriteKind::Sync)?;
+        for (b, d, _) in targets {
+            st.exceptions.insert(b, d);
+            st.last_cow = b;
+        }
+        if self.kind == StoreKind::Br && self.available(st) < self.pool.low_watermark {
+            *self.wanted.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            self.wake.notify_all();
+        }
+        Ok(())
+    }
+
+    /// The store is full: the snapshot becomes invalid (on disk too), and says so.
+    fn invalidate(&self, st: &mut State) -> DevResult<()> {
+        if st.header.invalid != 0 {
+            return Ok(());
+        }
+        st.header.invalid = VOL_INVALID_FULL;
+        let mut hdr = vec![0u8; self.inner.block_size()];
+        st.header.encode(&mut hdr);
+        let p = st.map.phys(0).expect("header");
+        self.inner.write_batch(&[WriteReq { bno: p, data: &hdr }], WriteKind::Sync)?;
+        log::error!(
+            "volume snapshot invalidated: the {} exception store is full ({} blocks, {} exceptions)",
+            self.kind,
+            st.map.len(),
+            st.exceptions.len()
+        );
+        Ok(())
+    }
+
+    fn read_snapshot_locked(&self, st: &mut State, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        match st.exceptions.get(&bno) {
+            Some(&i) => self.inner.read_block(st.map.phys(i).expect("exception inside the store"), buf),
+            None => self.inner.read_block(bno, buf),
+        }
+    }
+
+    /// Reads block `bno` of the volume as it was at snapshot time.
+    pub fn read_snapshot(&self, bno: u64, buf: &mut [u8]) -> VolResult<()> {
+        let mut st = self.lock();
+        if st.header.invalid != 0 {
+            drop(st);
+            return Err(VolumeError::Invalid(self.invalid_reason().unwrap_or_default()));
+        }
+        Ok(self.read_snapshot_locked(&mut st, bno, buf)?)
+    }
+
+    /// True when a br store's pool is below its low watermark.
+    pub fn needs_refill(&self) -> bool {
+        let st = self.lock();
+        self.kind == StoreKind::Br && st.header.invalid == 0 && self.available(&st) < self.pool.low_watermark
+    }
+
+    /// Grows a br store's pool by brexpand near the last copied block. Runs outside any
+    /// file-system operation and any I/O (the paper's deadlock rule): it takes the mount's lock
+    /// itself. Returns the blocks added (0 when the file system is full).
+    pub fn refill(&self, fs: &SharedFs) -> VolResult<u64> {
+        let (old_len, hint) = {
+            let st = self.lock();
+            (st.map.len(), st.last_cow)
+        };
+        let name = BR_STORE.as_bytes();
+        let grow = self.pool.grow;
+        let r = lock(fs).brexpand(name, grow, Some(hint));
+        match r {
+            Ok(_) => {}
+            Err(FsError::NoSpace) => {
+                log::warn!("volume snapshot: the file system is full; the br store cannot grow");
+                return Ok(0);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let runs = lock(fs).brquery(name, old_len, grow)?;
+        self.refills.fetch_add(1, AtOrd::Relaxed);
+        let mut st = self.lock();
+        let sb = st.snap_sb.clone();
+        let mut added = 0;
+        for b in runs.iter().flat_map(|r| r.start..r.start + r.len) {
+            // In use at snapshot time and never copied: copy it before the store writes it.
+            if let Some(sb) = sb.as_ref().filter(|_| !st.exceptions.contains_key(&b) && b < st.header.origin_blocks) {
+                if self.in_use_at_snapshot(&mut st, sb, b)? {
+                    self.cow(&mut st, &[b])?;
+                    self.preserved.fetch_add(1, AtOrd::Relaxed);
+                }
+            }
+            st.map.push(b);
+            added += 1;
+        }
+        Ok(added)
+    }
+
+    fn in_use_at_snapshot(&self, st: &mut State, sb: &Superblock, b: u64) -> DevResult<bool> {
+        if !sb.is_data_block(b) {
+            return Ok(true);
+        }
+        let cg = sb.cg_of_block(b);
+        let mut buf = vec![0u8; self.inner.block_size()];
+        self.read_snapshot_locked(st, sb.cg_header_block(cg), &mut buf)?;
+        let map = &buf[CgHeader::block_map_offset(sb.inodes_per_group)..];
+        Ok(bit_get(map, (b - sb.cg_start(cg)) as usize))
+    }
+}
+
+impl BlockDevice for VolumeDevice {
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.inner.read_block(bno, buf)
+    }
+    fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
+        {
+            let mut st = self.lock();
+            if st.header.invalid == 0 {
+                let mut todo: Vec<u64> = reqs
+                    .iter()
+                    .map(|r| r.bno)
+                    .filter(|b| *b < st.header.origin_blocks && !st.exceptions.contains_key(b))
+                    .collect();
+                todo.sort_unstable();
+                todo.dedup();
+                if !todo.is_empty() {
+                    self.cow(&mut st, &todo)?;
+                }
+            }
+        }
+        self.inner.write_batch(reqs, kind)
+    }
+    fn stats(&self) -> DevStats {
+        self.inner.stats()
+    }
+}
+
+/// The volume as it was at snapshot time, read-only (what `export` writes and a snapshot mount
+/// reads).
+pub struct SnapshotDevice(pub Arc<VolumeDevice>);
+
+impl BlockDevice for SnapshotDevice {
+    fn block_size(&self) -> usize {
+        self.0.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.0.origin_blocks()
+    }
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.0.read_snapshot(bno, buf).map_err(|e| DevError::Open(e.to_string()))
+    }
+    fn write_batch(&self, reqs: &[WriteReq], _kind: WriteKind) -> DevResult<()> {
+        Err(DevError::Io {
+            bno: reqs.first().map_or(0, |r| r.bno),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, "a volume snapshot is read-only"),
+        })
+    }
+    fn stats(&self) -> DevStats {
+        self.0.stats_dev()
+    }
+}
+
+impl VolumeDevice {
+    fn stats_dev(&self) -> DevStats {
+        self.inner.stats()
+    }
+}
+
+/// Writes the volume as it was at snapshot time to a new image file `out` (sparse: blocks of
+/// zeros are skipped). Returns the blocks written.
+pub fn export(vol: &Arc<VolumeDevice>, out: &Path) -> VolResult<u64> {
+    let bs = vol.block_size();
+    let n = vol.origin_blocks();
+    crate::dev::FileDevice::create(out, n * bs as u64)?;
+    let dst = crate::dev::FileDevice::open(out, bs, true)?;
+    let mut buf = vec![0u8; bs * 256];
+    let mut written = 0;
+    let mut b = 0;
+    while b < n {
+        let k = (n - b).min(256) as usize;
+        let mut reqs = Vec::new();
+        for j in 0..k {
+            vol.read_snapshot(b + j as u64, &mut buf[j * bs..(j + 1) * bs])?;
+        }
+        for j in 0..k {
+            let data = &buf[j * bs..(j + 1) * bs];
+            if data.iter().any(|&x| x != 0) {
+                reqs.push(WriteReq { bno: b + j as u64, data });
+            }
+        }
+        written += reqs.len() as u64;
+        if !reqs.is_empty() {
+            dst.write_batch(&reqs, WriteKind::Async)?;
+        }
+        b += k as u64;
+    }
+    Ok(written)
+}
+
+/// The br store's background thread: waits until the pool is below its low watermark, then
+/// refills it through the mount's lock.
+pub struct Refiller {
+    stop: Arc<AtomicBool>,
+    vol: Arc<VolumeDevice>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Refiller {
+    pub fn start(vol: Arc<VolumeDevice>, fs: SharedFs) -> Refiller {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (v, s) = (vol.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("sufs-volume-refill".into())
+            .spawn(move || loop {
+                if s.load(AtOrd::Acquire) {
+                    return;
+                }
+                if v.needs_refill() {
+                    match v.refill(&fs) {
+                        Ok(0) => std::thread::sleep(std::time::Duration::from_secs(1)),
+                        Ok(_) => {}
+                        Err(e) => {
+                            log::error!("volume snapshot: refill of the br store failed: {e}");
+                            std::thread::sleep(std::time::Duration::from_secs(1));
+                        }
+                    }
+                    continue;
+                }
+                // Not under the state lock: `cow` takes this one inside it.
+                let mut w = v.wanted.lock().unwrap_or_else(|p| p.into_inner());
+                if !*w {
+                    w = v.wake.wait_timeout(w, std::time::Duration::from_secs(1)).unwrap_or_else(|p| p.into_inner()).0;
+                }
+                *w = false;
+            })
+            .ok();
+        Refiller { stop, vol, thread }
+    }
+
+    pub fn stop(&mut self) {
+        let Some(t) = self.thread.take() else { return };
+        self.stop.store(true, AtOrd::Release);
+        self.vol.wake.notify_all();
+        let _ = t.join();
+    }
+}
+
+impl Drop for Refiller {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The first `blocks` blocks of a device: where mkfs makes the file system when the rest is the
+/// reserved area of a `reserved` store.
+pub struct PrefixDevice {
+    pub inner: Arc<dyn BlockDevice>,
+    pub blocks: u64,
+}
+
+impl BlockDevice for PrefixDevice {
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.blocks.min(self.inner.num_blocks())
+    }
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        if bno >= self.num_blocks() {
+            return Err(DevError::OutOfRange { bno, nblocks: self.num_blocks() });
+        }
+        self.inner.read_block(bno, buf)
+    }
+    fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
+        if let Some(r) = reqs.iter().find(|r| r.bno >= self.num_blocks()) {
+            return Err(DevError::OutOfRange { bno: r.bno, nblocks: self.num_blocks() });
+        }
+        self.inner.write_batch(reqs, kind)
+    }
+    fn stats(&self) -> DevStats {
+        self.inner.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev::MemDevice;
+    use crate::fs::{mkfs, MkfsOptions};
+    use std::collections::BTreeMap;
+
+    const N: u64 = 32768;
+
+    fn pattern(seed: u64, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 / 7) % 251) as u8).collect()
+    }
+
+    /// Every file and directory under the root but /.br, with the files' bytes.
+    fn tree(fs: &mut Fs) -> BTreeMap<String, Option<Vec<u8>>> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((dir, path)) = stack.pop() {
+            for e in fs.readdir(dir, 0, usize::MAX).unwrap() {
+                if e.name == b"." || e.name == b".." || (dir == ROOT_INO && e.name == crate::br::BR_DIR) {
+                    continue;
+                }
+                let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+                let d = fs.getattr(e.ino).unwrap();
+                if d.is_dir() {
+                    stack.push((e.ino, p.clone()));
+                    out.insert(p, None);
+                } else {
+                    out.insert(p, Some(fs.read(e.ino, 0, d.size as usize).unwrap()));
+                }
+            }
+        }
+        out
+    }
+
+    fn mount(dev: Arc<dyn BlockDevice>) -> Fs {
+        let opts = MountOptions { cache_blocks: 256, ..Default::default() };
+        Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap()
+    }
+
+    fn volume(kind: StoreKind, fs_blocks: u64) -> Arc<MemDevice> {
+        let dev = Arc::new(MemDevice::new(4096, N));
+        let prefix = Arc::new(PrefixDevice { inner: dev.clone(), blocks: fs_blocks });
+        mkfs(prefix, &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+        let mut fs = mount(dev.clone());
+        fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        for i in 0..40u64 {
+            let (ino, _) = fs
+                .create(if i % 2 == 0 { ROOT_INO } else { LOST_FOUND_INO }, format!("f{i}").as_bytes(), 0o644, 0, 0)
+                .unwrap();
+            fs.write(ino, 0, &pattern(i, 3000 + i as usize * 2500)).unwrap();
+        }
+        fs.unmount().unwrap();
+        let _ = kind;
+        dev
+    }
+
+    #[test]
+    fn snapshot_survives_heavy_writes_deletes_and_restart() {
+        for kind in [StoreKind::Reserved, StoreKind::Br] {
+            let fs_blocks = if kind == StoreKind::Reserved { N - 4096 } else { N };
+            let dev = volume(kind, fs_blocks);
+            let pool = PoolOptions { initial: 512, low_watermark: 400, grow: 1024 };
+            let inner: Arc<dyn BlockDevice> = dev.clone();
+            VolumeDevice::create(inner.clone(), kind, pool, 77).unwrap();
+            assert!(matches!(VolumeDevice::create(inner.clone(), kind, pool, 78), Err(VolumeError::Exists(_))));
+            let before = tree(&mut mount(inner.clone()));
+            // Mount on the volume (§4: the store is found read-only first) and change a lot.
+            let vol = VolumeDevice::open(inner.clone(), pool).unwrap().expect("a snapshot");
+            let shared: SharedFs = Arc::new(Mutex::new(mount(vol.clone())));
+            let mut refiller = (kind == StoreKind::Br).then(|| Refiller::start(vol.clone(), shared.clone()));
+            for round in 0..6u64 {
+                let mut fs = lock(&shared);
+                for i in (round..40).step_by(3) {
+                    let dir = if i % 2 == 0 { ROOT_INO } else { LOST_FOUND_INO };
+                    match fs.lookup(dir, format!("f{i}").as_bytes()) {
+                        Ok((ino, _)) if round % 2 == 0 => {
+                            fs.write(ino, 1000, &pattern(i + 100 * round, 20000)).unwrap();
+                        }
+                        Ok(_) => fs.unlink(dir, format!("f{i}").as_bytes()).unwrap(),
+                        Err(_) => {
+                            let (ino, _) = fs.create(dir, format!("f{i}").as_bytes(), 0o600, 0, 0).unwrap();
+                            fs.write(ino, 0, &pattern(i * 7, 50000)).unwrap();
+                        }
+                    }
+                }
+                fs.sync_all().unwrap();
+                drop(fs);
+                // Give the refiller its turn, as time would.
+                for _ in 0..200 {
+                    if !vol.needs_refill() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+            if let Some(r) = refiller.as_mut() {
+                r.stop();
+            }
+            lock(&shared).unmount().unwrap();
+            let st = vol.volume_stats();
+            assert!(st.valid && st.exceptions > 256, "{kind}: more than one exception area: {st:?}");
+            if kind == StoreKind::Br {
+                assert!(st.refills > 0, "the br store grew: {st:?}");
+            }
+            drop(shared);
+            drop(refiller);
+            drop(vol);
+            // Restart: the table is read back; the export is the volume at snapshot time.
+            let vol = VolumeDevice::open(inner.clone(), pool).unwrap().expect("the snapshot survives");
+            assert_eq!(vol.volume_stats().exceptions, st.exceptions);
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("export.img");
+            export(&vol, &out).unwrap();
+            let img: Arc<dyn BlockDevice> = Arc::new(crate::dev::FileDevice::open(&out, 4096, false).unwrap());
+            let report = crate::fsck::check(img.as_ref()).unwrap();
+            assert!(report.is_clean(), "{kind}: {:?}", report.findings);
+            let ro = MountOptions { readonly: true, ..Default::default() };
+            let snap = tree(
+                &mut Fs::mount(Arc::new(SnapshotDevice(vol.clone())), ro.clone(), Arc::new(SimClock::new())).unwrap(),
+            );
+            assert_eq!(snap, before, "{kind}: the snapshot mount shows the files of snapshot time");
+            let exported = tree(&mut Fs::mount(img, ro, Arc::new(SimClock::new())).unwrap());
+            assert_eq!(exported, before, "{kind}: the export holds the files of snapshot time");
+            // The origin moved on and is consistent.
+            let now = tree(&mut mount(inner.clone()));
+            assert_ne!(now, before);
+            assert!(crate::fsck::check(&PrefixDevice { inner: inner.clone(), blocks: fs_blocks }).unwrap().is_clean());
+            drop(vol);
+            assert_eq!(VolumeDevice::delete(inner.clone()).unwrap(), kind);
+            assert!(VolumeDevice::open(inner.clone(), pool).unwrap().is_none());
+        }
+    }
+
+    #[test]
+    fn a_full_reserved_store_invalidates_the_snapshot() {
+        let dev = volume(StoreKind::Reserved, N - 40);
+        let inner: Arc<dyn BlockDevice> = dev.clone();
+        VolumeDevice::create(inner.clone(), StoreKind::Reserved, PoolOptions::default(), 1).unwrap();
+        assert!(matches!(
+            VolumeDevice::create(inner.clone(), StoreKind::Br, PoolOptions::default(), 1),
+            Err(VolumeError::Exists(StoreKind::Reserved))
+        ));
+        let vol = VolumeDevice::open(inner.clone(), PoolOptions::default()).unwrap().unwrap();
+        let mut fs = mount(vol.clone());
+        let (ino, _) = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap();
+        fs.write(ino, 0, &pattern(1, 400_000)).unwrap();
+        fs.unmount().unwrap();
+        let reason = vol.invalid_reason().expect("invalidated");
+        assert!(reason.contains("filled up"), "{reason}");
+        let mut b = vec![0u8; 4096];
+        assert!(matches!(vol.read_snapshot(0, &mut b), Err(VolumeError::Invalid(_))));
+        // It stays invalid after a restart, and the file system is intact.
+        let vol = VolumeDevice::open(inner.clone(), PoolOptions::default()).unwrap().unwrap();
+        assert!(vol.invalid_reason().is_some());
+        assert!(crate::fsck::check(&PrefixDevice { inner, blocks: N - 40 }).unwrap().is_clean());
+    }
+}
