@@ -517,16 +517,23 @@ impl Fs {
     /// With soft updates this takes a few rounds: each write satisfies dependencies that let the
     /// next one carry more.
     pub fn sync_all(&mut self) -> FsResult<()> {
-        for _ in 0..64 {
+        // A round can retire one level of a chain of dependencies (a removed tree drains one
+        // directory per level), so the rounds go on while they have something to write; the
+        // chain is never longer than the number of inodes.
+        let max_rounds = self.sb.total_inodes() + 64;
+        for _ in 0..max_rounds {
             self.run_tasks()?;
-            self.flush_all()?;
+            let wrote = self.flush_all()?;
             self.run_tasks()?;
             let idle = self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle()) && self.deferred_old_names.is_empty();
             if idle && self.cache.dirty_count() == 0 {
                 return Ok(());
             }
+            if wrote == 0 && self.cache.dirty_count() == 0 {
+                break;
+            }
         }
-        Err(FsError::Corrupt("dependencies did not drain after 64 rounds of writes".into()))
+        Err(FsError::Corrupt("dependencies did not drain: nothing left to write".into()))
     }
 
     /// Runs the task list: work that completed writes made possible (soft updates' dirrem,
@@ -1634,16 +1641,19 @@ impl Fs {
         self.check_writable()?;
         let mut dd = self.dir_inode(dir)?;
         let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
-        let d = self.iget(slot.ino)?;
+        let mut d = self.iget(slot.ino)?;
         if d.is_dir() {
             return Err(FsError::IsDir);
         }
         if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
             return Err(FsError::Perm);
         }
-        // The name goes first; then the link count.
+        // The name goes first; then the link count. The inode's change time is the unlink's,
+        // even when soft updates drop the link later.
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
+        self.touch_c(&mut d);
+        self.iput(slot.ino, &d)?;
         self.unlink_name(dir, &slot, name, vec![Task::DropLink(slot.ino)])?;
         self.balance()
     }
@@ -1793,7 +1803,10 @@ impl Fs {
             tasks: vec![Task::DropLink(src.ino)],
         });
         match victim {
-            Some((t, ti)) => {
+            Some((t, mut ti)) => {
+                // The replaced inode changes now, whenever its link drop reaches the disk.
+                self.touch_c(&mut ti);
+                self.iput(t.ino, &ti)?;
                 let victim_task = if ti.is_dir() {
                     // Its ".." names newdir until it is freed; step 2 counted a moved
                     // directory's new "..", so newdir's extra link goes once the victim does.
