@@ -626,7 +626,7 @@ pub enum BenchError {
     Run(String),
 }
 
-fn run_err(what: &str, e: impl std::fmt::Display) -> BenchError {
+pub(crate) fn run_err(what: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::Run(format!("{what}: {e}"))
 }
 
@@ -643,61 +643,80 @@ pub fn ordering_compare_fuse(
     interleaved(rounds, |ordering| fuse_run(exe, ordering, workdir, work))
 }
 
-fn is_mounted(dir: &Path) -> bool {
+pub(crate) fn is_mounted(dir: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
     let dir = dir.to_string_lossy();
     info.lines().any(|l| l.split(' ').nth(4) == Some(&*dir))
 }
 
-/// A `sufs mount -f` child; unmounted (lazily, if need be) when dropped.
-struct FuseMount {
-    exe: std::path::PathBuf,
-    dir: std::path::PathBuf,
+/// A FUSE server child (`sufs mount -f`, or another file system's) whose mount is at `dir`;
+/// unmounted (lazily, if need be) when dropped.
+pub(crate) struct FuseMount {
+    /// The command that unmounts it, given the mount point as its last argument.
+    umount: Vec<std::ffi::OsString>,
+    pub(crate) dir: std::path::PathBuf,
     child: Option<std::process::Child>,
 }
 
 impl FuseMount {
-    fn start(exe: &Path, image: &Path, dir: &Path, ordering: Ordering, stats: &Path) -> Result<FuseMount, BenchError> {
-        use std::process::{Command, Stdio};
+    pub(crate) fn start(
+        exe: &Path,
+        image: &Path,
+        dir: &Path,
+        ordering: Ordering,
+        stats: &Path,
+    ) -> Result<FuseMount, BenchError> {
+        let umount = vec![exe.as_os_str().to_owned(), "umount".into()];
+        FuseMount::spawn(dir, umount, |dir| {
+            let mut c = std::process::Command::new(exe);
+            c.arg("mount").arg(image).arg(dir).args(["-f", "--ordering", &ordering.to_string(), "--stats"]).arg(stats);
+            c
+        })
+    }
+
+    /// Runs the server that `command` builds for the (canonical) mount point, in the foreground,
+    /// and waits until the mount appears.
+    pub(crate) fn spawn(
+        dir: &Path,
+        umount: Vec<std::ffi::OsString>,
+        command: impl FnOnce(&Path) -> std::process::Command,
+    ) -> Result<FuseMount, BenchError> {
+        use std::process::Stdio;
         std::fs::create_dir_all(dir).map_err(|e| run_err("mount point", e))?;
         let dir = dir.canonicalize().map_err(|e| run_err("mount point", e))?;
-        let child = Command::new(exe)
-            .arg("mount")
-            .arg(image)
-            .arg(&dir)
-            .args(["-f", "--ordering", &ordering.to_string(), "--stats"])
-            .arg(stats)
-            .stdout(Stdio::null())
-            .spawn()
-            .map_err(|e| run_err("sufs mount", e))?;
-        let mut m = FuseMount { exe: exe.to_path_buf(), dir, child: Some(child) };
+        let mut cmd = command(&dir);
+        let what = cmd.get_program().to_string_lossy().into_owned();
+        let child = cmd.stdout(Stdio::null()).spawn().map_err(|e| run_err(&what, e))?;
+        let mut m = FuseMount { umount, dir, child: Some(child) };
         let start = std::time::Instant::now();
         while !is_mounted(&m.dir) {
             let child = m.child.as_mut().expect("running");
             if let Ok(Some(st)) = child.try_wait() {
                 m.child = None;
-                return Err(BenchError::Run(format!("sufs mount exited early: {st}")));
+                return Err(BenchError::Run(format!("{what} exited early: {st}")));
             }
             if start.elapsed() > std::time::Duration::from_secs(30) {
-                return Err(BenchError::Run("the mount did not appear within 30 s".into()));
+                return Err(BenchError::Run(format!("the mount of {what} did not appear within 30 s")));
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         Ok(m)
     }
 
-    fn unmount(mut self) -> Result<(), BenchError> {
-        let out = std::process::Command::new(&self.exe)
-            .arg("umount")
+    /// Unmounts and waits for the server to exit (after it has written everything).
+    pub(crate) fn unmount(mut self) -> Result<(), BenchError> {
+        let what = self.umount.join(std::ffi::OsStr::new(" ")).to_string_lossy().into_owned();
+        let out = std::process::Command::new(&self.umount[0])
+            .args(&self.umount[1..])
             .arg(&self.dir)
             .output()
-            .map_err(|e| run_err("sufs umount", e))?;
+            .map_err(|e| run_err(&what, e))?;
         if !out.status.success() {
-            return Err(BenchError::Run(format!("sufs umount: {}", String::from_utf8_lossy(&out.stderr))));
+            return Err(BenchError::Run(format!("{what}: {}", String::from_utf8_lossy(&out.stderr))));
         }
-        let st = self.child.take().expect("running").wait().map_err(|e| run_err("sufs mount", e))?;
+        let st = self.child.take().expect("running").wait().map_err(|e| run_err("FUSE server", e))?;
         if !st.success() {
-            return Err(BenchError::Run(format!("sufs mount exited with {st}")));
+            return Err(BenchError::Run(format!("the FUSE server exited with {st}")));
         }
         Ok(())
     }
@@ -714,7 +733,7 @@ impl Drop for FuseMount {
 }
 
 /// Copies at most `limit` files of `src` into `dst` with ordinary file calls.
-fn copy_tree(
+pub(crate) fn copy_tree(
     src: &Path,
     dst: &Path,
     files: &mut Vec<(std::path::PathBuf, usize)>,
@@ -744,6 +763,52 @@ fn copy_tree(
     Ok(())
 }
 
+/// A new sparse image file of `size` bytes with a fresh sufs on it.
+pub(crate) fn fresh_image(img: &Path, size: u64) -> FsResult<()> {
+    let _ = std::fs::remove_file(img);
+    crate::dev::FileDevice::create(img, size)?;
+    let dev = crate::dev::FileDevice::open(img, 4096, true)?;
+    mkfs(Arc::new(dev), &MkfsOptions { zeroed: true, ..Default::default() }, crate::clock::RealClock::new().wall())?;
+    Ok(())
+}
+
+/// The Andrew-like phases with ordinary file calls under `root`: copy at most `limit` files of
+/// `tree` in ("copy tree"), stat every file ("stat all"), read every file ("read all"), and write
+/// an "object" file of half the size for each ("compile"). Appends each phase's seconds to
+/// `phases`; returns the number of files.
+pub(crate) fn andrew_phases(
+    root: &Path,
+    tree: &Path,
+    limit: usize,
+    phases: &mut Vec<(String, f64)>,
+) -> std::io::Result<usize> {
+    use std::time::Instant;
+    let src = root.join("src");
+    std::fs::create_dir(&src)?;
+    let mut files = Vec::new();
+    let t = Instant::now();
+    copy_tree(tree, &src, &mut files, limit)?;
+    phases.push(("copy tree".to_string(), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    for (f, _) in &files {
+        std::fs::metadata(f)?;
+    }
+    phases.push(("stat all".to_string(), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    for (f, _) in &files {
+        std::fs::read(f)?;
+    }
+    phases.push(("read all".to_string(), t.elapsed().as_secs_f64()));
+    let obj = root.join("obj");
+    std::fs::create_dir(&obj)?;
+    let t = Instant::now();
+    for (i, (_, size)) in files.iter().enumerate() {
+        std::fs::write(obj.join(format!("o{i}")), vec![7u8; (size / 2).max(1)])?;
+    }
+    phases.push(("compile".to_string(), t.elapsed().as_secs_f64()));
+    Ok(files.len())
+}
+
 fn fuse_run(exe: &Path, ordering: Ordering, workdir: &Path, work: &OrderingWork) -> Result<OrderingResult, BenchError> {
     use std::io::Write;
     use std::time::Instant;
@@ -751,10 +816,7 @@ fn fuse_run(exe: &Path, ordering: Ordering, workdir: &Path, work: &OrderingWork)
     let img = workdir.join(format!("bench-fuse-{ordering}.img"));
     let mnt = workdir.join(format!("bench-fuse-{ordering}.mnt"));
     let stats = workdir.join(format!("bench-fuse-{ordering}.json"));
-    let _ = std::fs::remove_file(&img);
-    crate::dev::FileDevice::create(&img, 1 << 30).map_err(crate::fs::FsError::from)?;
-    let dev = crate::dev::FileDevice::open(&img, 4096, true).map_err(crate::fs::FsError::from)?;
-    mkfs(Arc::new(dev), &MkfsOptions { zeroed: true, ..Default::default() }, crate::clock::RealClock::new().wall())?;
+    fresh_image(&img, 1 << 30)?;
     let m = FuseMount::start(exe, &img, &mnt, ordering, &stats)?;
     let io = |e: std::io::Error| run_err("file call on the mount", e);
     let mut phases = Vec::new();
@@ -770,29 +832,7 @@ fn fuse_run(exe: &Path, ordering: Ordering, workdir: &Path, work: &OrderingWork)
         std::fs::remove_file(many.join(format!("f{i}"))).map_err(io)?;
     }
     phases.push(("remove".to_string(), t.elapsed().as_secs_f64()));
-    let src = m.dir.join("src");
-    std::fs::create_dir(&src).map_err(io)?;
-    let mut files = Vec::new();
-    let t = Instant::now();
-    copy_tree(tree, &src, &mut files, tree_files).map_err(io)?;
-    phases.push(("copy tree".to_string(), t.elapsed().as_secs_f64()));
-    let t = Instant::now();
-    for (f, _) in &files {
-        std::fs::metadata(f).map_err(io)?;
-    }
-    phases.push(("stat all".to_string(), t.elapsed().as_secs_f64()));
-    let t = Instant::now();
-    for (f, _) in &files {
-        std::fs::read(f).map_err(io)?;
-    }
-    phases.push(("read all".to_string(), t.elapsed().as_secs_f64()));
-    let obj = m.dir.join("obj");
-    std::fs::create_dir(&obj).map_err(io)?;
-    let t = Instant::now();
-    for (i, (_, size)) in files.iter().enumerate() {
-        std::fs::write(obj.join(format!("o{i}")), vec![7u8; (size / 2).max(1)]).map_err(io)?;
-    }
-    phases.push(("compile".to_string(), t.elapsed().as_secs_f64()));
+    andrew_phases(&m.dir, tree, tree_files, &mut phases).map_err(io)?;
     let t = Instant::now();
     let mut big = std::fs::File::create(m.dir.join("big")).map_err(io)?;
     let chunk = vec![3u8; 1 << 20];

@@ -4,6 +4,7 @@
 pub mod alloc;
 pub mod bench;
 pub mod bench_br;
+pub mod bench_peers;
 pub use fs::br;
 pub use fs::snapshot;
 pub mod cache;

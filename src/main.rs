@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use sufs::clock::{Clock, RealClock};
 use sufs::crashtest::{self, CrashOptions, End};
@@ -26,6 +26,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once per run: `bench`'s flattened peer options make it the largest variant, at no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Make a file system on an image file (created sparse if missing) or a block device.
@@ -127,10 +129,14 @@ enum Cmd {
         #[command(subcommand)]
         op: FsSnapCmd,
     },
-    /// Experiments that reproduce the papers' figures, on a simulated disk.
+    /// Benchmarks. With no subcommand, `peers`: sufs against fuse2fs and kernel ext4 through
+    /// their mounts. The others reproduce the papers' figures.
+    #[command(args_conflicts_with_subcommands = true)]
     Bench {
         #[command(subcommand)]
-        which: BenchCmd,
+        which: Option<BenchCmd>,
+        #[command(flatten)]
+        peers: PeersArgs,
     },
     /// Run a workload in-process over a recording device and judge every crash state it could
     /// leave with fsck and the workload's promises. Exit codes: 0 no violation, 1 violations,
@@ -244,8 +250,64 @@ enum BrCmd {
     List,
 }
 
+/// `sufs bench peers`: sizes default to issue 8's; `--scale` shrinks them all for a quick run.
+#[derive(Args, Clone)]
+struct PeersArgs {
+    /// File systems, comma-separated (default: all of them).
+    #[arg(long, value_delimiter = ',', default_value = "sufs-softdep,sufs-sync,sufs-async,fuse2fs,ext4-kernel")]
+    peers: Vec<String>,
+    /// Workloads, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "files,copy,andrew,postmark,fio")]
+    workloads: Vec<String>,
+    /// Multiply every count and size below (but the image's) by this.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Empty files created, stat'ed and removed (1,000 to a directory).
+    #[arg(long, default_value_t = 100_000)]
+    files: usize,
+    /// Trees copied in and removed.
+    #[arg(long, value_delimiter = ',', default_value = "/usr/include,/usr/share/doc")]
+    trees: Vec<PathBuf>,
+    /// At most this many files of the trees.
+    #[arg(long, default_value_t = 100_000)]
+    tree_files: usize,
+    /// Source tree of the Andrew-like phases, and at most this many of its files.
+    #[arg(long, default_value = "/usr/include")]
+    andrew_tree: PathBuf,
+    #[arg(long, default_value_t = 4000)]
+    andrew_files: usize,
+    /// PostMark: files in the initial pool, and transactions.
+    #[arg(long, default_value_t = 20_000)]
+    postmark_files: usize,
+    #[arg(long, default_value_t = 50_000)]
+    postmark_tx: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// fio's file, and the time limit of each of its four jobs in seconds.
+    #[arg(long, value_parser = parse_size, default_value = "2G")]
+    fio_size: u64,
+    #[arg(long, default_value_t = 30)]
+    fio_runtime: u64,
+    /// Size of every image.
+    #[arg(long, value_parser = parse_size, default_value = "4G")]
+    image_size: u64,
+    /// Where the images and mount points go.
+    #[arg(long, default_value = "/var/tmp")]
+    dir: PathBuf,
+    /// Directory for the SVG plots.
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Issue 8: the same workloads (many empty files; real trees copied; Andrew-like; PostMark-
+    /// like; fio) through the mounts of sufs softdep, sync and async, fuse2fs and kernel ext4 on
+    /// a loop device, each on a fresh image; a table, plots and JSON.
+    Peers(PeersArgs),
     /// The Block Register paper's Figure 2: a volume snapshot with the reserved store and with the
     /// br store, side by side: 4 KiB direct writes and unpack-then-delete, on the simulated disk
     /// and on an image file.
@@ -404,10 +466,17 @@ fn main() -> ExitCode {
         Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),
         Cmd::Snapshot { on, op } => cmd_snapshot(&on, op).map(|_| 0),
         Cmd::Volume { op: VolumeCmd::Snapshot { op } } => cmd_volume(op).map(|_| 0),
-        Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir, big_mb, rounds, through } } => {
-            cmd_bench_orderings(files, &tree, tree_files, &dir, big_mb, rounds, &through).map(|_| 0)
+        Cmd::Bench { which: None, peers } | Cmd::Bench { which: Some(BenchCmd::Peers(peers)), .. } => {
+            cmd_bench_peers(peers).map(|_| 0)
         }
-        Cmd::Bench { which: BenchCmd::Br { size, file, ios, file_ios, tree, tree_files, copies, dir, seed, json } } => {
+        Cmd::Bench {
+            which: Some(BenchCmd::Orderings { files, tree, tree_files, dir, big_mb, rounds, through }),
+            ..
+        } => cmd_bench_orderings(files, &tree, tree_files, &dir, big_mb, rounds, &through).map(|_| 0),
+        Cmd::Bench {
+            which: Some(BenchCmd::Br { size, file, ios, file_ios, tree, tree_files, copies, dir, seed, json }),
+            ..
+        } => {
             let o = sufs::bench_br::BrBenchOptions {
                 blocks: size / 4096,
                 file_blocks: file / 4096,
@@ -421,7 +490,7 @@ fn main() -> ExitCode {
             };
             cmd_bench_br(&o, json).map(|_| 0)
         }
-        Cmd::Bench { which: BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json } } => {
+        Cmd::Bench { which: Some(BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json }), .. } => {
             cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
         }
         Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update } => {
@@ -1105,6 +1174,87 @@ fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<PathBuf>) -> Re
     }
     if let Some(p) = json {
         std::fs::write(&p, serde_json::to_string_pretty(&r)?)?;
+    }
+    Ok(())
+}
+
+fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
+    use sufs::bench_peers::{run, PeersOptions};
+    let o = PeersOptions {
+        exe: std::env::current_exe()?,
+        dir: a.dir,
+        image_size: a.image_size,
+        peers: a.peers,
+        workloads: a.workloads,
+        files: a.files,
+        trees: a.trees,
+        tree_files: a.tree_files,
+        andrew_tree: a.andrew_tree,
+        andrew_files: a.andrew_files,
+        postmark_files: a.postmark_files,
+        postmark_tx: a.postmark_tx,
+        seed: a.seed,
+        fio_size: a.fio_size,
+        fio_runtime: a.fio_runtime,
+        ..Default::default()
+    }
+    .scaled(a.scale);
+    println!(
+        "sufs bench peers: {} empty files; trees {} (at most {} files); Andrew-like over {} (at most {} files); \
+         PostMark {} files, {} transactions, seed {}; fio on {} MiB, {} s a job; {} MiB images in {}",
+        o.files,
+        o.trees.iter().map(|t| t.display().to_string()).collect::<Vec<_>>().join(" and "),
+        o.tree_files,
+        o.andrew_tree.display(),
+        o.andrew_files,
+        o.postmark_files,
+        o.postmark_tx,
+        o.seed,
+        o.fio_size >> 20,
+        o.fio_runtime,
+        o.image_size >> 20,
+        o.dir.display()
+    );
+    let multi = indicatif::MultiProgress::new();
+    let style = indicatif::ProgressStyle::with_template("{prefix:>9} {bar:30} {pos}/{len} {msg}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let bars: Vec<(String, indicatif::ProgressBar)> = o
+        .workloads
+        .iter()
+        .map(|w| {
+            let b = multi.add(indicatif::ProgressBar::new(o.peers.len() as u64));
+            b.set_style(style.clone());
+            b.set_prefix(w.clone());
+            (w.clone(), b)
+        })
+        .collect();
+    let bar = |w: &str| bars.iter().find(|(n, _)| n == w).map(|(_, b)| b);
+    let r = run(&o, &mut |w, peer, phase| {
+        if let Some(b) = bar(w) {
+            match phase {
+                Some(ph) => b.set_message(format!("{peer}: {ph}")),
+                None => b.inc(1),
+            }
+        }
+    })?;
+    for (_, b) in &bars {
+        b.finish_with_message("done");
+    }
+    for (what, why) in &r.skipped {
+        println!("skipped {what}: {why}");
+    }
+    println!("\n{}", r.table());
+    let ratios = r.ratios();
+    if !ratios.is_empty() {
+        println!("softdep's time over the others' (below 1: softdep is faster):\n\n{ratios}");
+    }
+    let plots = r.plots(&a.out).map_err(|e| Fail(format!("plots: {e}"), 1))?;
+    for p in &plots {
+        println!("plot: {}", p.display());
+    }
+    if let Some(j) = a.json {
+        std::fs::write(&j, serde_json::to_string_pretty(&r)?).map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
+        println!("json: {}", j.display());
     }
     Ok(())
 }

@@ -1,0 +1,789 @@
+//! `sufs bench peers` (issue 8): the same workloads through the FUSE mount of sufs (softdep,
+//! sync, async), through fuse2fs on an ext4 image of the same size, and through kernel ext4 on a
+//! loop device, each run on a fresh image: many empty files created, stat'ed and removed; real
+//! trees copied in and removed; the Andrew-like phases of `bench`; a PostMark-like mail-server
+//! load; and fio's sequential and random 4 KiB reads and writes on a large file.
+//!
+//! Every number is measured, never made up: a peer that cannot run here (no fuse2fs, not root
+//! for a loop device, no fio) is listed with the reason and left out. Device writes come from
+//! sufs's own counters (`--stats`, 4 KiB blocks) and, for fuse2fs and kernel ext4, whose images
+//! are attached to a loop device, from `/sys/block/loopN/stat` (write requests and sectors).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::bench::{andrew_phases, copy_tree, fresh_image, run_err, BenchError, FuseMount};
+use crate::fs::Ordering;
+
+/// The file systems compared, in table order.
+pub const PEERS: [&str; 5] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel"];
+/// The workloads, in order.
+pub const WORKLOADS: [&str; 5] = ["files", "copy", "andrew", "postmark", "fio"];
+
+/// Sizes and places; `Default` is the issue's full size.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeersOptions {
+    /// This program, for `sufs mount -f`.
+    pub exe: PathBuf,
+    /// Where the images and mount points go.
+    pub dir: PathBuf,
+    /// Size of every image (sufs and ext4 alike).
+    pub image_size: u64,
+    pub peers: Vec<String>,
+    pub workloads: Vec<String>,
+    /// Empty files created, stat'ed and removed, `per_dir` to a directory.
+    pub files: usize,
+    pub per_dir: usize,
+    /// Trees copied in and removed, at most `tree_files` files of them all.
+    pub trees: Vec<PathBuf>,
+    pub tree_files: usize,
+    /// The Andrew-like phases' source tree and its file limit.
+    pub andrew_tree: PathBuf,
+    pub andrew_files: usize,
+    /// PostMark: files in the initial pool, transactions, subdirectories, file sizes.
+    pub postmark_files: usize,
+    pub postmark_tx: usize,
+    pub postmark_dirs: usize,
+    pub postmark_min: usize,
+    pub postmark_max: usize,
+    pub seed: u64,
+    /// fio's file size and the time limit of each of its four jobs, in seconds.
+    pub fio_size: u64,
+    pub fio_runtime: u64,
+}
+
+impl Default for PeersOptions {
+    fn default() -> Self {
+        PeersOptions {
+            exe: PathBuf::from("sufs"),
+            dir: PathBuf::from("/var/tmp"),
+            image_size: 4 << 30,
+            peers: PEERS.iter().map(|s| s.to_string()).collect(),
+            workloads: WORKLOADS.iter().map(|s| s.to_string()).collect(),
+            files: 100_000,
+            per_dir: 1000,
+            trees: vec![PathBuf::from("/usr/include"), PathBuf::from("/usr/share/doc")],
+            tree_files: 100_000,
+            andrew_tree: PathBuf::from("/usr/include"),
+            andrew_files: 4000,
+            postmark_files: 20_000,
+            postmark_tx: 50_000,
+            postmark_dirs: 100,
+            postmark_min: 512,
+            postmark_max: 16 << 10,
+            seed: 1,
+            fio_size: 2 << 30,
+            fio_runtime: 30,
+        }
+    }
+}
+
+impl PeersOptions {
+    /// Every count and size multiplied by `scale` (at least 1 of each).
+    pub fn scaled(mut self, scale: f64) -> Self {
+        let s = |n: usize| ((n as f64 * scale).round() as usize).max(1);
+        self.files = s(self.files);
+        self.tree_files = s(self.tree_files);
+        self.andrew_files = s(self.andrew_files);
+        self.postmark_files = s(self.postmark_files);
+        self.postmark_tx = s(self.postmark_tx);
+        self.fio_size = ((self.fio_size as f64 * scale) as u64).max(1 << 20) & !4095;
+        self
+    }
+}
+
+/// One timed phase of a workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    pub name: String,
+    pub ops: u64,
+    pub secs: f64,
+}
+
+impl Phase {
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.secs.max(1e-9)
+    }
+}
+
+/// Device writes of one run, from mount to the end of unmount.
+#[derive(Debug, Clone, Serialize)]
+pub struct Writes {
+    /// In 4 KiB blocks.
+    pub blocks: u64,
+    /// Write requests, where the counter gives them (the loop device's).
+    pub requests: Option<u64>,
+    /// Where the figure comes from.
+    pub source: String,
+}
+
+/// One workload on one file system.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub workload: String,
+    pub peer: String,
+    /// The phases; the last is "unmount" (what was left to write).
+    pub phases: Vec<Phase>,
+    pub writes: Option<Writes>,
+}
+
+impl Run {
+    pub fn total_secs(&self) -> f64 {
+        self.phases.iter().map(|p| p.secs).sum()
+    }
+}
+
+/// Everything a run of `sufs bench peers` found, for the table, the plots and the JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeersReport {
+    pub options: PeersOptions,
+    pub runs: Vec<Run>,
+    /// What did not run, and why: (peer or workload, reason).
+    pub skipped: Vec<(String, String)>,
+}
+
+fn which(prog: &str) -> bool {
+    std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file())).unwrap_or(false)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Why `peer` cannot run here, if it cannot.
+fn unavailable(peer: &str) -> Option<String> {
+    let fuse = Path::new("/dev/fuse").exists();
+    match peer {
+        "sufs-softdep" | "sufs-sync" | "sufs-async" if !fuse => Some("/dev/fuse is missing".into()),
+        "fuse2fs" if !fuse => Some("/dev/fuse is missing".into()),
+        "fuse2fs" if !which("fuse2fs") => Some("fuse2fs is not installed (Debian: apt-get install fuse2fs)".into()),
+        "fuse2fs" | "ext4-kernel" if !which("mkfs.ext4") => Some("mkfs.ext4 is not installed (e2fsprogs)".into()),
+        "fuse2fs" | "ext4-kernel" if !is_root() || !which("losetup") => {
+            Some("needs root and losetup for a loop device (its writes are counted there)".into())
+        }
+        p if !PEERS.contains(&p) => Some(format!("unknown file system (one of {})", PEERS.join(", "))),
+        _ => None,
+    }
+}
+
+fn cmd(what: &str, c: &mut Command) -> Result<String, BenchError> {
+    let out = c.output().map_err(|e| run_err(what, e))?;
+    if !out.status.success() {
+        return Err(BenchError::Run(format!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// (write requests, sectors written) of a loop device.
+fn loop_writes(dev: &str) -> Result<(u64, u64), BenchError> {
+    let name = Path::new(dev).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let st = std::fs::read_to_string(format!("/sys/block/{name}/stat")).map_err(|e| run_err("loop device stat", e))?;
+    let f: Vec<u64> = st.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    if f.len() < 7 {
+        return Err(BenchError::Run(format!("/sys/block/{name}/stat: unexpected {st:?}")));
+    }
+    Ok((f[4], f[6]))
+}
+
+/// An attached loop device, detached when dropped.
+struct Loop(String);
+
+impl Loop {
+    fn attach(img: &Path) -> Result<Loop, BenchError> {
+        let dev = cmd("losetup", Command::new("losetup").args(["-f", "--show"]).arg(img))?;
+        Ok(Loop(dev.trim().to_string()))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+    }
+}
+
+/// A mounted peer on a fresh image.
+struct Mounted {
+    peer: String,
+    dir: PathBuf,
+    img: PathBuf,
+    stats: PathBuf,
+    fuse: Option<FuseMount>,
+    kernel: bool,
+    lp: Option<(Loop, (u64, u64))>,
+}
+
+fn fresh(peer: &str, o: &PeersOptions) -> Result<Mounted, BenchError> {
+    let img = o.dir.join(format!("peers-{peer}.img"));
+    let dir = o.dir.join(format!("peers-{peer}.mnt"));
+    let stats = o.dir.join(format!("peers-{peer}.json"));
+    let _ = std::fs::remove_file(&img);
+    std::fs::create_dir_all(&dir).map_err(|e| run_err("mount point", e))?;
+    let mut m = Mounted {
+        peer: peer.to_string(),
+        dir: dir.clone(),
+        img: img.clone(),
+        stats,
+        fuse: None,
+        kernel: false,
+        lp: None,
+    };
+    if let Some(ord) = peer.strip_prefix("sufs-") {
+        let ordering = match ord {
+            "sync" => Ordering::Sync,
+            "async" => Ordering::Async,
+            _ => Ordering::Softdep,
+        };
+        fresh_image(&img, o.image_size)?;
+        let f = FuseMount::start(&o.exe, &img, &dir, ordering, &m.stats)?;
+        m.dir = f.dir.clone();
+        m.fuse = Some(f);
+        return Ok(m);
+    }
+    let file = std::fs::File::create(&img).map_err(|e| run_err("image", e))?;
+    file.set_len(o.image_size).map_err(|e| run_err("image", e))?;
+    drop(file);
+    // Inode tables and journal written now, not by ext4lazyinit while the workload runs.
+    cmd(
+        "mkfs.ext4",
+        Command::new("mkfs.ext4").args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]).arg(&img),
+    )?;
+    let lp = Loop::attach(&img)?;
+    let before = loop_writes(&lp.0)?;
+    let dev = lp.0.clone();
+    m.lp = Some((lp, before));
+    if peer == "fuse2fs" {
+        let f = FuseMount::spawn(&dir, vec!["umount".into()], |d| {
+            let mut c = Command::new("fuse2fs");
+            c.arg(&dev).arg(d).arg("-f");
+            c.stderr(std::process::Stdio::null());
+            c
+        })?;
+        m.dir = f.dir.clone();
+        m.fuse = Some(f);
+    } else {
+        cmd("mount", Command::new("mount").args(["-t", "ext4"]).arg(&dev).arg(&dir))?;
+        m.kernel = true;
+    }
+    Ok(m)
+}
+
+impl Mounted {
+    /// Unmounts (timed, as the "unmount" phase) and counts the device writes.
+    fn finish(mut self, phases: &mut Vec<Phase>) -> Result<Writes, BenchError> {
+        let t = Instant::now();
+        if let Some(f) = self.fuse.take() {
+            f.unmount()?;
+        }
+        if self.kernel {
+            cmd("umount", Command::new("umount").arg(&self.dir))?;
+            self.kernel = false;
+        }
+        phases.push(Phase { name: "unmount".into(), ops: 0, secs: t.elapsed().as_secs_f64() });
+        if let Some((lp, (r0, s0))) = &self.lp {
+            let (r1, s1) = loop_writes(&lp.0)?;
+            return Ok(Writes {
+                blocks: (s1 - s0) / 8,
+                requests: Some(r1 - r0),
+                source: format!("{} /sys/block stat", lp.0),
+            });
+        }
+        let st: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&self.stats).map_err(|e| run_err("mount statistics", e))?)
+                .map_err(|e| run_err("mount statistics", e))?;
+        let count = |k: &str| st["device"][k].as_u64().unwrap_or(0);
+        Ok(Writes {
+            blocks: count("sync_writes") + count("async_writes"),
+            requests: None,
+            source: format!("sufs --stats ({} sync)", count("sync_writes")),
+        })
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        drop(self.fuse.take());
+        if self.kernel {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+        drop(self.lp.take());
+        let _ = std::fs::remove_file(&self.img);
+        let _ = std::fs::remove_file(&self.stats);
+        let _ = std::fs::remove_dir(&self.dir);
+        let _ = &self.peer;
+    }
+}
+
+fn io(e: std::io::Error) -> BenchError {
+    run_err("file call on the mount", e)
+}
+
+fn timed<T>(
+    phases: &mut Vec<Phase>,
+    name: &str,
+    f: impl FnOnce() -> Result<(T, u64), BenchError>,
+) -> Result<T, BenchError> {
+    let t = Instant::now();
+    let (v, ops) = f()?;
+    phases.push(Phase { name: name.into(), ops, secs: t.elapsed().as_secs_f64() });
+    Ok(v)
+}
+
+/// Forgets the kernel's dentries and inodes (root only), so that the next lookups reach the file
+/// system rather than the kernel's caches. Returns whether it did.
+fn drop_dentries() -> bool {
+    is_root() && std::fs::write("/proc/sys/vm/drop_caches", "2").is_ok()
+}
+
+/// `files` empty files in directories of `per_dir`: create, stat (after dropping the kernel's
+/// dentries and inodes, where allowed), remove.
+fn files(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
+    let n = o.files;
+    let per = o.per_dir.max(1);
+    let path = |i: usize| root.join(format!("d{}", i / per)).join(format!("f{i}"));
+    on("create");
+    timed(phases, "create", || {
+        for i in 0..n {
+            if i % per == 0 {
+                std::fs::create_dir(root.join(format!("d{}", i / per))).map_err(io)?;
+            }
+            std::fs::File::create(path(i)).map_err(io)?;
+        }
+        Ok(((), n as u64))
+    })?;
+    on("stat");
+    drop_dentries();
+    timed(phases, "stat", || {
+        for i in 0..n {
+            std::fs::symlink_metadata(path(i)).map_err(io)?;
+        }
+        Ok(((), n as u64))
+    })?;
+    on("remove");
+    timed(phases, "remove", || {
+        for i in 0..n {
+            std::fs::remove_file(path(i)).map_err(io)?;
+        }
+        for d in 0..n.div_ceil(per) {
+            std::fs::remove_dir(root.join(format!("d{d}"))).map_err(io)?;
+        }
+        Ok(((), n as u64))
+    })
+}
+
+/// The real trees copied in (at most `tree_files` files in all), then removed.
+fn copy(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
+    on("copy");
+    let n = timed(phases, "copy", || {
+        let mut files = Vec::new();
+        for (k, t) in o.trees.iter().enumerate() {
+            let to = root.join(format!("t{k}"));
+            std::fs::create_dir(&to).map_err(io)?;
+            copy_tree(t, &to, &mut files, o.tree_files).map_err(io)?;
+        }
+        Ok((files.len(), files.len() as u64))
+    })?;
+    on("remove");
+    timed(phases, "remove", || {
+        for k in 0..o.trees.len() {
+            std::fs::remove_dir_all(root.join(format!("t{k}"))).map_err(io)?;
+        }
+        Ok(((), n as u64))
+    })
+}
+
+/// The Andrew-like phases of `bench orderings` over `andrew_tree`.
+fn andrew(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
+    on("andrew");
+    let mut ph = Vec::new();
+    let n = andrew_phases(root, &o.andrew_tree, o.andrew_files, &mut ph).map_err(io)?;
+    phases.extend(ph.into_iter().map(|(name, secs)| Phase { name, ops: n as u64, secs }));
+    Ok(())
+}
+
+/// A PostMark-like mail-server load (Katcher 1997), seeded: a pool of `postmark_files` files
+/// of `postmark_min..=postmark_max` bytes in `postmark_dirs` directories; then
+/// `postmark_tx` transactions, each a read of a whole file or an append to one (even odds),
+/// then a create or a delete (even odds); then every file deleted.
+fn postmark(
+    root: &Path,
+    o: &PeersOptions,
+    phases: &mut Vec<Phase>,
+    on: &mut dyn FnMut(&str),
+) -> Result<(), BenchError> {
+    use std::io::Write;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(o.seed);
+    let data: Vec<u8> = (0..o.postmark_max.max(4096)).map(|i| (i * 7 + 13) as u8).collect();
+    let dirs = o.postmark_dirs.max(1);
+    let (lo, hi) = (o.postmark_min.min(o.postmark_max), o.postmark_max);
+    let mut live: Vec<PathBuf> = Vec::new();
+    let mut next = 0usize;
+    let mut create = |rng: &mut rand::rngs::SmallRng, live: &mut Vec<PathBuf>| -> Result<(), BenchError> {
+        let p = root.join(format!("s{}", next % dirs)).join(format!("m{next}"));
+        next += 1;
+        std::fs::write(&p, &data[..rng.gen_range(lo..=hi)]).map_err(io)?;
+        live.push(p);
+        Ok(())
+    };
+    on("pool");
+    timed(phases, "create pool", || {
+        for d in 0..dirs {
+            std::fs::create_dir(root.join(format!("s{d}"))).map_err(io)?;
+        }
+        for _ in 0..o.postmark_files {
+            create(&mut rng, &mut live)?;
+        }
+        Ok(((), o.postmark_files as u64))
+    })?;
+    on("transactions");
+    timed(phases, "transactions", || {
+        for _ in 0..o.postmark_tx {
+            if !live.is_empty() {
+                let f = &live[rng.gen_range(0..live.len())];
+                if rng.gen_bool(0.5) {
+                    std::fs::read(f).map_err(io)?;
+                } else {
+                    let n = rng.gen_range(lo..=hi).min(4096);
+                    std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(f)
+                        .and_then(|mut h| h.write_all(&data[..n]))
+                        .map_err(io)?;
+                }
+            }
+            if live.is_empty() || rng.gen_bool(0.5) {
+                create(&mut rng, &mut live)?;
+            } else {
+                let f = live.swap_remove(rng.gen_range(0..live.len()));
+                std::fs::remove_file(f).map_err(io)?;
+            }
+        }
+        Ok(((), 2 * o.postmark_tx as u64))
+    })?;
+    on("delete");
+    timed(phases, "delete pool", || {
+        let n = live.len() as u64;
+        for f in live.drain(..) {
+            std::fs::remove_file(f).map_err(io)?;
+        }
+        for d in 0..dirs {
+            std::fs::remove_dir(root.join(format!("s{d}"))).map_err(io)?;
+        }
+        Ok(((), n))
+    })
+}
+
+/// fio on one file of `fio_size`: sequential write (ending in fsync), sequential read, random
+/// write (ending in fsync), random read, 4 KiB each with psync, each stopped after
+/// `fio_runtime` s. Reads cover what the sequential write got to write.
+fn fio(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
+    let file = root.join("fio.dat");
+    let mut size = o.fio_size;
+    for (name, rw) in
+        [("seq write", "write"), ("seq read", "read"), ("rand write", "randwrite"), ("rand read", "randread")]
+    {
+        on(name);
+        let t = Instant::now();
+        let mut c = Command::new("fio");
+        c.args(["--name=sufs", "--bs=4k", "--ioengine=psync", "--output-format=json"])
+            .arg(format!("--rw={rw}"))
+            .arg(format!("--size={size}"))
+            .arg(format!("--runtime={}", o.fio_runtime))
+            .arg(format!("--filename={}", file.display()));
+        if rw.contains("write") {
+            c.arg("--end_fsync=1");
+        }
+        let out = cmd("fio", &mut c)?;
+        let secs = t.elapsed().as_secs_f64();
+        let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| run_err("fio's JSON", e))?;
+        let dir = if rw.contains("write") { "write" } else { "read" };
+        let job = &v["jobs"][0][dir];
+        let ops = job["total_ios"].as_u64().unwrap_or(0);
+        if rw == "write" {
+            size = (job["io_bytes"].as_u64().unwrap_or(size)).max(4096);
+        }
+        phases.push(Phase { name: name.into(), ops, secs });
+    }
+    Ok(())
+}
+
+type Workload = fn(&Path, &PeersOptions, &mut Vec<Phase>, &mut dyn FnMut(&str)) -> Result<(), BenchError>;
+
+fn workload(name: &str) -> Option<Workload> {
+    Some(match name {
+        "files" => files,
+        "copy" => copy,
+        "andrew" => andrew,
+        "postmark" => postmark,
+        "fio" => fio,
+        _ => return None,
+    })
+}
+
+/// Reads the trees once, so that the first file system copied to does not pay for cold reads.
+fn warm(trees: &[PathBuf]) {
+    let mut n = 0usize;
+    for t in trees {
+        let mut stack = vec![t.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                match e.file_type() {
+                    Ok(ft) if ft.is_dir() => stack.push(e.path()),
+                    Ok(ft) if ft.is_file() => n += std::fs::read(e.path()).map(|d| d.len()).unwrap_or(0),
+                    _ => {}
+                }
+            }
+        }
+    }
+    log::debug!("warmed {n} bytes of source trees");
+}
+
+/// Runs every workload on every peer that can run here, each from a fresh image. `progress` is
+/// told (workload, peer, Some(phase)) as phases start and (workload, peer, None) when a run ends.
+pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>)) -> Result<PeersReport, BenchError> {
+    let mut skipped = Vec::new();
+    let mut peers = Vec::new();
+    for p in &o.peers {
+        match unavailable(p) {
+            Some(why) => skipped.push((p.clone(), why)),
+            None => peers.push(p.clone()),
+        }
+    }
+    std::fs::create_dir_all(&o.dir).map_err(|e| run_err("work directory", e))?;
+    let mut runs = Vec::new();
+    for w in &o.workloads {
+        let Some(f) = workload(w) else {
+            skipped.push((w.clone(), format!("unknown workload (one of {})", WORKLOADS.join(", "))));
+            continue;
+        };
+        if w == "fio" && !which("fio") {
+            skipped.push((w.clone(), "fio is not installed (apt-get install fio)".into()));
+            continue;
+        }
+        if w == "copy" {
+            warm(&o.trees);
+        }
+        for p in &peers {
+            let mut phases = Vec::new();
+            let r = fresh(p, o).and_then(|m| {
+                f(&m.dir, o, &mut phases, &mut |ph| progress(w, p, Some(ph)))?;
+                progress(w, p, Some("unmount"));
+                m.finish(&mut phases)
+            });
+            match r {
+                Ok(writes) => runs.push(Run { workload: w.clone(), peer: p.clone(), phases, writes: Some(writes) }),
+                Err(e) => skipped.push((format!("{p} {w}"), format!("failed, no figures: {e}"))),
+            }
+            progress(w, p, None);
+        }
+    }
+    Ok(PeersReport { options: o.clone(), runs, skipped })
+}
+
+fn secs_cell(p: &Phase) -> String {
+    if p.ops == 0 {
+        format!("{:.2} s", p.secs)
+    } else {
+        format!("{:.2} s ({}/s)", p.secs, thousands(p.ops_per_sec().round() as u64))
+    }
+}
+
+/// 1234567 as "1,234,567".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl PeersReport {
+    fn peers(&self) -> Vec<&str> {
+        PEERS.iter().copied().filter(|p| self.runs.iter().any(|r| r.peer == *p)).collect()
+    }
+
+    fn run(&self, w: &str, p: &str) -> Option<&Run> {
+        self.runs.iter().find(|r| r.workload == w && r.peer == p)
+    }
+
+    fn workloads(&self) -> Vec<&str> {
+        let mut ws: Vec<&str> = Vec::new();
+        for r in &self.runs {
+            if !ws.contains(&r.workload.as_str()) {
+                ws.push(&r.workload);
+            }
+        }
+        ws
+    }
+
+    /// Markdown: seconds (and operations per second) per phase and peer, each workload's total
+    /// and device writes; then softdep's time over each other peer's.
+    pub fn table(&self) -> String {
+        use std::fmt::Write;
+        let peers = self.peers();
+        let mut s = String::new();
+        let _ = writeln!(s, "| workload | phase | ops | {} |", peers.join(" | "));
+        let _ = writeln!(s, "| --- | --- | ---: |{}", " ---: |".repeat(peers.len()));
+        for w in self.workloads() {
+            let Some(first) = peers.iter().find_map(|p| self.run(w, p)) else { continue };
+            for (i, ph) in first.phases.iter().enumerate() {
+                let cells: Vec<String> = peers
+                    .iter()
+                    .map(|p| self.run(w, p).and_then(|r| r.phases.get(i)).map(secs_cell).unwrap_or("-".into()))
+                    .collect();
+                let _ = writeln!(s, "| {w} | {} | {} | {} |", ph.name, thousands(ph.ops), cells.join(" | "));
+            }
+            let total: Vec<String> = peers
+                .iter()
+                .map(|p| self.run(w, p).map(|r| format!("**{:.2} s**", r.total_secs())).unwrap_or("-".into()))
+                .collect();
+            let _ = writeln!(s, "| {w} | **total** | | {} |", total.join(" | "));
+            let writes: Vec<String> = peers
+                .iter()
+                .map(|p| {
+                    let wr = self.run(w, p).and_then(|r| r.writes.as_ref());
+                    match wr {
+                        Some(Writes { blocks, requests: Some(rq), .. }) => {
+                            format!("{} ({} req)", thousands(*blocks), thousands(*rq))
+                        }
+                        Some(wr) => thousands(wr.blocks),
+                        None => "-".into(),
+                    }
+                })
+                .collect();
+            let _ = writeln!(s, "| {w} | device writes (4 KiB) | | {} |", writes.join(" | "));
+        }
+        s
+    }
+
+    /// softdep's time over fuse2fs's, kernel ext4's and async's, per phase and per workload
+    /// (below 1: softdep is faster).
+    pub fn ratios(&self) -> String {
+        use std::fmt::Write;
+        let others: Vec<&str> =
+            ["fuse2fs", "ext4-kernel", "sufs-async"].into_iter().filter(|p| self.peers().contains(p)).collect();
+        let mut s = String::new();
+        if !self.peers().contains(&"sufs-softdep") || others.is_empty() {
+            return s;
+        }
+        let _ = writeln!(
+            s,
+            "| workload | phase | {} |",
+            others.iter().map(|p| format!("softdep / {p}")).collect::<Vec<_>>().join(" | ")
+        );
+        let _ = writeln!(s, "| --- | --- |{}", " ---: |".repeat(others.len()));
+        for w in self.workloads() {
+            let Some(d) = self.run(w, "sufs-softdep") else { continue };
+            let ratio = |mine: f64, theirs: Option<f64>| {
+                theirs.map(|t| format!("{:.2}x", mine / t.max(1e-9))).unwrap_or_else(|| "-".into())
+            };
+            for (i, ph) in d.phases.iter().enumerate().filter(|(_, p)| p.name != "unmount") {
+                let cells: Vec<String> = others
+                    .iter()
+                    .map(|p| ratio(ph.secs, self.run(w, p).and_then(|r| r.phases.get(i)).map(|q| q.secs)))
+                    .collect();
+                let _ = writeln!(s, "| {w} | {} | {} |", ph.name, cells.join(" | "));
+            }
+            let cells: Vec<String> =
+                others.iter().map(|p| ratio(d.total_secs(), self.run(w, p).map(|r| r.total_secs()))).collect();
+            let _ = writeln!(s, "| {w} | **total** | {} |", cells.join(" | "));
+        }
+        s
+    }
+
+    /// One SVG per workload: operations per second of each phase, a bar per file system.
+    pub fn plots(&self, dir: &Path) -> Result<Vec<PathBuf>, String> {
+        use plotters::prelude::*;
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let e = |e: &dyn std::fmt::Display| e.to_string();
+        let colors = [RED, BLUE, GREEN, MAGENTA, BLACK];
+        let peers = self.peers();
+        let mut out = Vec::new();
+        for w in self.workloads() {
+            let runs: Vec<(usize, &Run)> =
+                peers.iter().enumerate().filter_map(|(i, p)| self.run(w, p).map(|r| (i, r))).collect();
+            let names: Vec<String> = runs[0].1.phases.iter().filter(|p| p.ops > 0).map(|p| p.name.clone()).collect();
+            let rate = |r: &Run, n: &str| r.phases.iter().find(|p| p.name == n).map(|p| p.ops_per_sec());
+            let ymax = runs.iter().flat_map(|(_, r)| names.iter().filter_map(|n| rate(r, n))).fold(10.0, f64::max);
+            let path = dir.join(format!("peers-{w}.svg"));
+            let root = SVGBackend::new(&path, (900, 500)).into_drawing_area();
+            root.fill(&WHITE).map_err(|x| e(&x))?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(format!("{w}: operations per second (log scale)"), ("sans-serif", 20))
+                .margin(10)
+                .x_label_area_size(40)
+                .y_label_area_size(70)
+                .build_cartesian_2d(0f64..names.len() as f64, (1f64..ymax * 3.0).log_scale())
+                .map_err(|x| e(&x))?;
+            let labels = names.clone();
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(names.len() * 2 + 1)
+                .x_label_formatter(&move |x| {
+                    let k = x.floor() as usize;
+                    if (x - k as f64 - 0.5).abs() < 0.01 {
+                        labels.get(k).cloned().unwrap_or_default()
+                    } else {
+                        String::new()
+                    }
+                })
+                .y_desc("ops/s")
+                .draw()
+                .map_err(|x| e(&x))?;
+            let width = 0.8 / runs.len() as f64;
+            for (j, (i, r)) in runs.iter().enumerate() {
+                let c = colors[*i % colors.len()];
+                let bars: Vec<Rectangle<(f64, f64)>> = names
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, n)| {
+                        let x = k as f64 + 0.1 + j as f64 * width;
+                        rate(r, n).map(|v| Rectangle::new([(x, 1.0), (x + width * 0.9, v.max(1.0))], c.filled()))
+                    })
+                    .collect();
+                chart
+                    .draw_series(bars)
+                    .map_err(|x| e(&x))?
+                    .label(r.peer.clone())
+                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], c.filled()));
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE)
+                .border_style(BLACK)
+                .draw()
+                .map_err(|x| e(&x))?;
+            root.present().map_err(|x| e(&x))?;
+            drop(chart);
+            drop(root);
+            out.push(path);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaled_sizes_and_thousands() {
+        let o = PeersOptions::default().scaled(0.01);
+        assert_eq!(o.files, 1000);
+        assert_eq!(o.postmark_tx, 500);
+        assert_eq!(o.fio_size % 4096, 0);
+        assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(thousands(12), "12");
+        assert!(unavailable("zfs").is_some());
+    }
+}
