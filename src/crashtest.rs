@@ -743,6 +743,24 @@ impl Workload for RenameStorm {
         let mut dirs: Vec<String> = all.iter().filter(|e| e.1).map(|e| e.0.clone()).collect();
         dirs.push("/rs".into());
         let r = w.rng.gen_range(0..20);
+        if r == 2 {
+            // A directory emptied by renaming its files out, then removed at once: its name must
+            // stay on disk until the files' new names are reachable.
+            let leaves: Vec<&String> = dirs
+                .iter()
+                .filter(|d| d.as_str() != "/rs" && d.as_str() != "/rs/full")
+                .filter(|d| !all.iter().any(|e| e.1 && split(&e.0).0 == d.as_str()))
+                .collect();
+            if let Some(d) = pick(w.rng, &leaves).cloned() {
+                let files: Vec<String> = all.iter().filter(|e| split(&e.0).0 == d).map(|e| e.0.clone()).collect();
+                for (i, f) in files.iter().enumerate() {
+                    let to = join("/rs", &w.name(&format!("out{i}-"), self.n));
+                    w.rename(f, &to)?;
+                }
+                w.rmdir(&d)?;
+                return Ok(true);
+            }
+        }
         if r < 2 || all.len() < 4 {
             let parent = pick(w.rng, &dirs).unwrap_or_else(|| "/rs".into());
             let p = join(&parent, &format!("new{}", self.n));

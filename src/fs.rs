@@ -27,7 +27,7 @@ use crate::clock::Clock;
 use crate::dev::{BlockDevice, DevError, DevStats, WriteKind, WriteReq};
 use crate::dirhash::{block_slack, DirHash, DIRHASH_MIN_BLOCKS};
 use crate::format::*;
-use crate::softdep::{FreeBlks, FreeFile, PtrSlot, Softdep, Task};
+use crate::softdep::{FreeBlks, FreeFile, NameWait, PtrSlot, Softdep, Task};
 
 /// How dependent metadata writes are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -343,8 +343,11 @@ pub struct Fs {
     /// Renames' old-name removals whose new name is on disk but in a directory not yet
     /// reachable on disk (rule 3 for the whole path): retried after later writes complete.
     deferred_old_names: Vec<Task>,
-    /// The soft updates write count when the deferred removals were last tried.
-    deferred_tried_at: u64,
+    /// The soft updates write count and hidden names removed when the deferred removals were
+    /// last tried (only a write or another removal can let one go).
+    deferred_tried_at: (u64, u64),
+    /// Hidden names removed so far.
+    hidden_removed: u64,
     /// Where the next new data block should go (a Block Register placement hint), once.
     br_hint: Option<u64>,
     /// Active snapshots, oldest first (the superblock's list).
@@ -401,7 +404,8 @@ impl Fs {
             removed_dirs: std::collections::HashSet::new(),
             hidden: HashMap::new(),
             deferred_old_names: Vec::new(),
-            deferred_tried_at: 0,
+            deferred_tried_at: (0, 0),
+            hidden_removed: 0,
             br_hint: None,
             snaps: Vec::new(),
             stats_cow: 0,
@@ -533,7 +537,10 @@ impl Fs {
                 break;
             }
         }
-        Err(FsError::Corrupt("dependencies did not drain: nothing left to write".into()))
+        Err(FsError::Corrupt(format!(
+            "dependencies did not drain: nothing left to write (deferred names: {:?}; hidden: {:?})",
+            self.deferred_old_names, self.hidden
+        )))
     }
 
     /// Runs the task list: work that completed writes made possible (soft updates' dirrem,
@@ -546,11 +553,11 @@ impl Fs {
             }
             // Deferred old names: only writes can make their paths durable, so they are tried
             // again only after some have completed.
-            let writes = self.hooks.softdep.as_ref().map_or(0, |s| s.writes_completed());
-            if self.deferred_old_names.is_empty() || writes == self.deferred_tried_at {
+            let stamp = (self.hooks.softdep.as_ref().map_or(0, |s| s.writes_completed()), self.hidden_removed);
+            if self.deferred_old_names.is_empty() || stamp == self.deferred_tried_at {
                 return Ok(());
             }
-            self.deferred_tried_at = writes;
+            self.deferred_tried_at = stamp;
             for t in std::mem::take(&mut self.deferred_old_names) {
                 self.run_task(t)?;
             }
@@ -657,14 +664,19 @@ impl Fs {
                 self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
                 Ok(())
             }
-            Task::RemoveOldName { dir, newdir, bno, lbn, off, tasks } => {
-                if self.new_path_pending(newdir)? {
-                    self.deferred_old_names.push(Task::RemoveOldName { dir, newdir, bno, lbn, off, tasks });
+            Task::RemoveOldName { dir, wait, bno, lbn, off, tasks } => {
+                let waits = match wait {
+                    NameWait::NewPath(newdir) => self.new_path_pending(newdir)?,
+                    NameWait::Emptied(d) => self.hidden.values().any(|h| h.0 == d),
+                };
+                if waits {
+                    self.deferred_old_names.push(Task::RemoveOldName { dir, wait, bno, lbn, off, tasks });
                     return Ok(());
                 }
                 if self.hidden.remove(&(bno, off)).is_none() {
-                    return Err(FsError::Corrupt(format!("rename's old name in directory {dir} vanished")));
+                    return Err(FsError::Corrupt(format!("a hidden name in directory {dir} vanished")));
                 }
+                self.hidden_removed += 1;
                 let buf = self.cache.modify(bno)?;
                 dir_remove(buf, off)?;
                 let slack = block_slack(buf)?;
@@ -1298,13 +1310,12 @@ impl Fs {
         Ok(())
     }
 
-    /// A directory about to be removed must not keep hidden old names of renames: write until
-    /// their new names are on disk and they are gone.
-    fn settle_hidden(&mut self, dir: u32) -> FsResult<()> {
-        if self.hidden.values().any(|(d, _, _, _)| *d == dir) {
-            self.sync_all()?;
+    /// Hides the entry `slot` of `dir` from users while it stays in its block (so on disk).
+    fn hide_name(&mut self, dir: u32, slot: &Slot, name: &[u8]) {
+        self.hidden.insert((slot.bno, slot.off), (dir, slot.lbn, name.to_vec(), slot.ino));
+        if let Some(h) = self.dirhash.get_mut(&dir) {
+            h.hide(name, slot.lbn, slot.off);
         }
-        Ok(())
     }
 
     /// A rename's new name in `newdir` is on disk; true if it is not reachable there yet. A
@@ -1328,8 +1339,9 @@ impl Fs {
             if dir == ROOT_INO {
                 return Ok(false);
             }
-            let named_late = self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(dir));
-            if named_late || self.hidden.values().any(|h| h.3 == dir) {
+            // A directory with a hidden name (renamed, or removed while it holds hidden names)
+            // stays reachable on disk by that name until its other name may replace it.
+            if self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(dir)) {
                 return Ok(true);
             }
             let mut d = self.dir_inode(dir)?;
@@ -1675,10 +1687,6 @@ impl Fs {
         if slot.ino == ROOT_INO {
             return Err(FsError::Perm);
         }
-        if self.hidden.values().any(|(hd, _, _, _)| *hd == slot.ino) {
-            self.settle_hidden(slot.ino)?;
-            return self.rmdir(dir, name);
-        }
         if !self.dir_is_empty(slot.ino, &mut d)? {
             return Err(FsError::NotEmpty);
         }
@@ -1686,7 +1694,18 @@ impl Fs {
         self.iput(dir, &dd)?;
         // The name goes first; then the child (its ".." with it), then the parent's count.
         let task = Task::RmdirChild { child: slot.ino, parent: Some(dir) };
-        self.unlink_name(dir, &slot, name, vec![task])?;
+        if self.hidden.values().any(|h| h.0 == slot.ino) {
+            // It still holds renames' old names on disk, whose new names are not yet reachable:
+            // its own name stays on disk, hidden, until those may go (or the files would be
+            // reachable by no name on disk).
+            self.note_pending(std::slice::from_ref(&task));
+            self.hide_name(dir, &slot, name);
+            let wait = NameWait::Emptied(slot.ino);
+            let (bno, lbn, off) = (slot.bno, slot.lbn, slot.off);
+            self.run_task(Task::RemoveOldName { dir, wait, bno, lbn, off, tasks: vec![task] })?;
+        } else {
+            self.unlink_name(dir, &slot, name, vec![task])?;
+        }
         self.balance()
     }
 
@@ -1756,7 +1775,17 @@ impl Fs {
                 return Err(FsError::Perm);
             }
             if moving_dir && ti.is_dir() && self.hidden.values().any(|(hd, _, _, _)| *hd == t.ino) {
-                self.settle_hidden(t.ino)?;
+                // The directory replaced still holds renames' old names on disk: its name cannot
+                // be overwritten in place before those go. It is removed as by rmdir (its name
+                // stays on disk, hidden, until then) and the source takes a new entry; the
+                // checks that could fail that come first, so a failed rename removes nothing.
+                if (dir != newdir && nd.nlink >= LINK_MAX) || si.nlink >= LINK_MAX {
+                    return Err(FsError::TooManyLinks);
+                }
+                if self.alloc.free_blocks() == 0 {
+                    return Err(FsError::NoSpace);
+                }
+                self.rmdir(newdir, newname)?;
                 return self.rename(dir, name, newdir, newname, flags);
             }
             match (moving_dir, ti.is_dir()) {
@@ -1796,7 +1825,7 @@ impl Fs {
         let softdep = self.hooks.softdep.is_some();
         let old_name_task = softdep.then(|| Task::RemoveOldName {
             dir,
-            newdir,
+            wait: NameWait::NewPath(newdir),
             bno: src.bno,
             lbn: src.lbn,
             off: src.off,
@@ -1854,10 +1883,7 @@ impl Fs {
         if softdep {
             // Rule 3: the old name leaves the disk only after the new one is there; for users
             // it is gone now.
-            self.hidden.insert((old.bno, old.off), (dir, old.lbn, name.to_vec(), src.ino));
-            if let Some(h) = self.dirhash.get_mut(&dir) {
-                h.hide(name, old.lbn, old.off);
-            }
+            self.hide_name(dir, &old, name);
             self.note_pending(&[Task::DropLink(src.ino)]);
         } else {
             self.unlink_name(dir, &old, name, vec![Task::DropLink(src.ino)])?;

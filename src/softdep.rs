@@ -252,17 +252,27 @@ pub enum Task {
     },
     FreeBlks(FreeBlks),
     FreeFile(FreeFile),
-    /// rename's old name, hidden from lookups until the new name is on disk (rule 3: the new
-    /// name before the old one goes), is now removed; `tasks` follow that removal to disk.
-    /// If `newdir`'s path is not yet reachable on disk, the removal waits for that too.
+    /// A name hidden from lookups but kept on disk (rename's old name, until the new name is on
+    /// disk: rule 3; a removed directory's name, until the names it still holds may go) is now
+    /// removed, once `wait` allows; `tasks` follow that removal to disk.
     RemoveOldName {
         dir: u32,
-        newdir: u32,
+        wait: NameWait,
         bno: u64,
         lbn: u64,
         off: usize,
         tasks: Vec<Task>,
     },
+}
+
+/// What a hidden name's removal waits for besides its own trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameWait {
+    /// A rename's new name is in this directory: its path must be reachable on disk.
+    NewPath(u32),
+    /// The name is of this removed directory: the hidden names it holds must go first (their
+    /// files are reachable elsewhere on disk only once those names may go).
+    Emptied(u32),
 }
 
 impl Task {

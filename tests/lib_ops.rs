@@ -424,3 +424,41 @@ fn sync_all_drains_a_removed_deep_tree() {
         assert_clean(&dev);
     }
 }
+
+/// Soft updates: moving files out of a directory into one whose own name is not on disk yet, then
+/// removing the emptied directory (or replacing it by rename), writes nothing at once: the
+/// old names, and the removed directory's name, wait on disk until the new names are reachable.
+#[test]
+fn softdep_rmdir_after_moving_files_out_writes_nothing_at_once() {
+    let dev = new_image(8192);
+    let mut fs = mount(&dev, Ordering::Softdep, 1024);
+    let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+    let (v, _) = fs.mkdir(ROOT_INO, b"v", 0o755, 0, 0).unwrap();
+    let (f, _) = fs.create(d, b"f", 0o644, 0, 0).unwrap();
+    let (g, _) = fs.create(v, b"g", 0o644, 0, 0).unwrap();
+    fs.write(f, 0, b"eff").unwrap();
+    fs.sync_all().unwrap();
+    let writes_before = fs.stats().device.writes();
+    let (n, _) = fs.mkdir(ROOT_INO, b"n", 0o755, 0, 0).unwrap();
+    fs.rename(d, b"f", n, b"f", RenameFlags::default()).unwrap();
+    fs.rmdir(ROOT_INO, b"d").unwrap();
+    fs.rename(v, b"g", n, b"g", RenameFlags::default()).unwrap();
+    let (w, _) = fs.mkdir(ROOT_INO, b"w", 0o755, 0, 0).unwrap();
+    fs.rename(ROOT_INO, b"w", ROOT_INO, b"v", RenameFlags::default()).unwrap();
+    assert_eq!(fs.stats().device.writes(), writes_before, "nothing was written out to make room for the order");
+    assert!(matches!(fs.lookup(ROOT_INO, b"d"), Err(FsError::NotFound)));
+    assert!(matches!(fs.lookup(ROOT_INO, b"w"), Err(FsError::NotFound)));
+    assert_eq!(fs.lookup(ROOT_INO, b"v").unwrap().0, w);
+    assert_eq!(resolve(&mut fs, "n/f").unwrap(), f);
+    assert_eq!(resolve(&mut fs, "n/g").unwrap(), g);
+    let names: Vec<Vec<u8>> = fs.readdir(ROOT_INO, 0, 100).unwrap().into_iter().map(|e| e.name).collect();
+    assert!(!names.contains(&b"d".to_vec()) && names.contains(&b"v".to_vec()));
+    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 5, "root: ., .., lost+found, n, v");
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+    let mut fs = mount(&dev, Ordering::Softdep, 256);
+    let f2 = resolve(&mut fs, "n/f").unwrap();
+    assert_eq!(fs.read(f2, 0, 10).unwrap(), b"eff");
+    assert_eq!(fs.lookup(ROOT_INO, b"v").unwrap().0, w);
+    fs.unmount().unwrap();
+}
