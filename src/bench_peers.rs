@@ -478,11 +478,11 @@ fn postmark(
 }
 
 /// fio on one file of `fio_size`: sequential write (ending in fsync), sequential read, random
-/// write (ending in fsync), random read, 4 KiB each with psync, each stopped after
-/// `fio_runtime` s. Reads cover what the sequential write got to write.
+/// write (ending in fsync), random read, 4 KiB each with psync; all but the first stopped after
+/// `fio_runtime` s, so compare their operations per second.
 fn fio(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
     let file = root.join("fio.dat");
-    let mut size = o.fio_size;
+    let size = o.fio_size;
     for (name, rw) in
         [("seq write", "write"), ("seq read", "read"), ("rand write", "randwrite"), ("rand read", "randread")]
     {
@@ -492,8 +492,12 @@ fn fio(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMu
         c.args(["--name=sufs", "--bs=4k", "--ioengine=psync", "--output-format=json"])
             .arg(format!("--rw={rw}"))
             .arg(format!("--size={size}"))
-            .arg(format!("--runtime={}", o.fio_runtime))
             .arg(format!("--filename={}", file.display()));
+        // The sequential write makes the file, whole, so that every file system reads and
+        // rewrites the same file; the other jobs stop after `fio_runtime`.
+        if rw != "write" {
+            c.arg(format!("--runtime={}", o.fio_runtime));
+        }
         if rw.contains("write") {
             c.arg("--end_fsync=1");
         }
@@ -501,11 +505,7 @@ fn fio(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMu
         let secs = t.elapsed().as_secs_f64();
         let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| run_err("fio's JSON", e))?;
         let dir = if rw.contains("write") { "write" } else { "read" };
-        let job = &v["jobs"][0][dir];
-        let ops = job["total_ios"].as_u64().unwrap_or(0);
-        if rw == "write" {
-            size = (job["io_bytes"].as_u64().unwrap_or(size)).max(4096);
-        }
+        let ops = v["jobs"][0][dir]["total_ios"].as_u64().unwrap_or(0);
         phases.push(Phase { name: name.into(), ops, secs });
     }
     Ok(())
@@ -664,8 +664,8 @@ impl PeersReport {
         s
     }
 
-    /// softdep's time over fuse2fs's, kernel ext4's and async's, per phase and per workload
-    /// (below 1: softdep is faster).
+    /// softdep's time per operation over fuse2fs's, kernel ext4's and async's, per phase, and
+    /// its total time over theirs where they did the same work (below 1: softdep is faster).
     pub fn ratios(&self) -> String {
         use std::fmt::Write;
         let others: Vec<&str> =
@@ -686,14 +686,20 @@ impl PeersReport {
                 theirs.map(|t| format!("{:.2}x", mine / t.max(1e-9))).unwrap_or_else(|| "-".into())
             };
             for (i, ph) in d.phases.iter().enumerate().filter(|(_, p)| p.name != "unmount") {
+                // Time per operation: phases stopped by a time limit did different numbers.
+                let per_op = |q: &Phase| q.secs / q.ops.max(1) as f64;
                 let cells: Vec<String> = others
                     .iter()
-                    .map(|p| ratio(ph.secs, self.run(w, p).and_then(|r| r.phases.get(i)).map(|q| q.secs)))
+                    .map(|p| ratio(per_op(ph), self.run(w, p).and_then(|r| r.phases.get(i)).map(per_op)))
                     .collect();
                 let _ = writeln!(s, "| {w} | {} | {} |", ph.name, cells.join(" | "));
             }
-            let cells: Vec<String> =
-                others.iter().map(|p| ratio(d.total_secs(), self.run(w, p).map(|r| r.total_secs()))).collect();
+            // Totals only where both did the same work.
+            let same = |r: &Run| r.phases.iter().zip(&d.phases).all(|(a, b)| a.ops == b.ops);
+            let cells: Vec<String> = others
+                .iter()
+                .map(|p| ratio(d.total_secs(), self.run(w, p).filter(|r| same(r)).map(|r| r.total_secs())))
+                .collect();
             let _ = writeln!(s, "| {w} | **total** | {} |", cells.join(" | "));
         }
         s
