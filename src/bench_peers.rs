@@ -639,7 +639,12 @@ impl PeersReport {
                     .iter()
                     .map(|p| self.run(w, p).and_then(|r| r.phases.get(i)).map(secs_cell).unwrap_or("-".into()))
                     .collect();
-                let _ = writeln!(s, "| {w} | {} | {} | {} |", ph.name, thousands(ph.ops), cells.join(" | "));
+                let ops: Vec<u64> = peers.iter().filter_map(|p| self.run(w, p)?.phases.get(i)).map(|q| q.ops).collect();
+                let max = ops.iter().copied().max().unwrap_or(0);
+                // Phases stopped by a time limit did different numbers of operations.
+                let ops =
+                    if ops.iter().all(|&n| n == max) { thousands(max) } else { format!("≤ {}", thousands(max)) };
+                let _ = writeln!(s, "| {w} | {} | {ops} | {} |", ph.name, cells.join(" | "));
             }
             let total: Vec<String> = peers
                 .iter()
