@@ -500,80 +500,324 @@ fn copy_in(fs: &mut Fs, src: &Path, dir: u32, files: &mut Vec<(u32, u64)>, limit
 
 /// Create `n` files and remove them, then an Andrew-like set of phases over a copy of `tree`
 /// (at most `tree_files` files): copy it in, stat every file, read every file, and write a new
-/// "object" file for each; then write a `big_mb` MiB file and fsync it. Each ordering runs on a fresh image in `workdir`.
-pub fn ordering_compare(
-    workdir: &Path,
-    n: usize,
-    tree: &Path,
-    tree_files: usize,
-    big_mb: usize,
-) -> FsResult<Vec<OrderingResult>> {
-    use std::time::Instant;
-    let mut out = Vec::new();
-    for ordering in [Ordering::Sync, Ordering::Async, Ordering::Softdep] {
-        let img = workdir.join(format!("bench-{ordering}.img"));
-        let _ = std::fs::remove_file(&img);
-        crate::dev::FileDevice::create(&img, 1 << 30)?;
-        let dev: Arc<dyn BlockDevice> = Arc::new(crate::dev::FileDevice::open(&img, 4096, true)?);
-        mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, crate::clock::RealClock::new().wall())?;
-        let clock: Arc<dyn Clock> = Arc::new(crate::clock::RealClock::new());
-        let mut fs = Fs::mount(dev.clone(), MountOptions { ordering, cache_blocks: 32768, readonly: false }, clock)?;
-        let st0 = dev.stats();
-        let mut phases = Vec::new();
-        let (d, _) = fs.mkdir(ROOT_INO, b"many", 0o755, 0, 0)?;
-        let t = Instant::now();
-        for i in 0..n {
-            fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0)?;
+/// "object" file for each; then write a `big_mb` MiB file and fsync it. Each ordering runs on a
+/// fresh image in `workdir`, `rounds` times, the orderings interleaved (sync, async, softdep,
+/// sync, ...) so that the machine's slow spells fall on all of them; each phase's time is the
+/// median of its rounds.
+pub fn ordering_compare(workdir: &Path, work: &OrderingWork, rounds: usize) -> FsResult<Vec<OrderingResult>> {
+    interleaved(rounds, |ordering| ordering_run(ordering, workdir, work))
+}
+
+/// What `sufs bench orderings` does: `files` files created and removed, at most `tree_files`
+/// files of `tree` in the Andrew-like phases, then a `big_mb` MiB file written and fsync'ed.
+pub struct OrderingWork<'a> {
+    pub files: usize,
+    pub tree: &'a Path,
+    pub tree_files: usize,
+    pub big_mb: usize,
+}
+
+/// Runs every ordering `rounds` times, interleaved; the medians.
+fn interleaved<E>(
+    rounds: usize,
+    mut run: impl FnMut(Ordering) -> Result<OrderingResult, E>,
+) -> Result<Vec<OrderingResult>, E> {
+    let orderings = [Ordering::Sync, Ordering::Async, Ordering::Softdep];
+    let mut runs: Vec<Vec<OrderingResult>> = orderings.iter().map(|_| Vec::new()).collect();
+    for _ in 0..rounds.max(1) {
+        for (i, &ordering) in orderings.iter().enumerate() {
+            runs[i].push(run(ordering)?);
         }
-        phases.push(("create".to_string(), t.elapsed().as_secs_f64()));
-        let t = Instant::now();
-        for i in 0..n {
-            fs.unlink(d, format!("f{i}").as_bytes())?;
-        }
-        phases.push(("remove".to_string(), t.elapsed().as_secs_f64()));
-        let (top, _) = fs.mkdir(ROOT_INO, b"src", 0o755, 0, 0)?;
-        let mut files = Vec::new();
-        let t = Instant::now();
-        copy_in(&mut fs, tree, top, &mut files, tree_files)?;
-        phases.push(("copy tree".to_string(), t.elapsed().as_secs_f64()));
-        let t = Instant::now();
-        for &(f, _) in &files {
-            fs.getattr(f)?;
-        }
-        phases.push(("stat all".to_string(), t.elapsed().as_secs_f64()));
-        let t = Instant::now();
-        for &(f, size) in &files {
-            fs.read(f, 0, size as usize)?;
-        }
-        phases.push(("read all".to_string(), t.elapsed().as_secs_f64()));
-        let (obj, _) = fs.mkdir(ROOT_INO, b"obj", 0o755, 0, 0)?;
-        let t = Instant::now();
-        for (i, &(_, size)) in files.iter().enumerate() {
-            let (o, _) = fs.create(obj, format!("o{i}").as_bytes(), 0o644, 0, 0)?;
-            fs.write(o, 0, &vec![7u8; (size / 2).max(1) as usize])?;
-        }
-        phases.push(("compile".to_string(), t.elapsed().as_secs_f64()));
-        // A large file written and fsync'ed (the data path through the indirect blocks).
-        let (big, _) = fs.create(ROOT_INO, b"big", 0o644, 0, 0)?;
-        let chunk = vec![3u8; 1 << 20];
-        let t = Instant::now();
-        for i in 0..big_mb as u64 {
-            fs.write(big, i << 20, &chunk)?;
-        }
-        fs.fsync(big)?;
-        phases.push((format!("write {big_mb}M"), t.elapsed().as_secs_f64()));
-        let t = Instant::now();
-        fs.unmount()?;
-        phases.push(("unmount".to_string(), t.elapsed().as_secs_f64()));
-        let st = dev.stats();
-        out.push(OrderingResult {
-            ordering: ordering.to_string(),
-            phases,
-            sync_writes: st.sync_writes - st0.sync_writes,
-            async_writes: st.async_writes - st0.async_writes,
-        });
-        drop(fs);
-        let _ = std::fs::remove_file(&img);
     }
-    Ok(out)
+    Ok(runs.into_iter().map(median_run).collect())
+}
+
+/// Per phase, the median time of the runs (and the median write counts).
+fn median_run(runs: Vec<OrderingResult>) -> OrderingResult {
+    fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+        v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+        v[v.len() / 2]
+    }
+    let phases = (0..runs[0].phases.len())
+        .map(|p| (runs[0].phases[p].0.clone(), median(runs.iter().map(|r| r.phases[p].1).collect())))
+        .collect();
+    OrderingResult {
+        ordering: runs[0].ordering.clone(),
+        phases,
+        sync_writes: median(runs.iter().map(|r| r.sync_writes).collect()),
+        async_writes: median(runs.iter().map(|r| r.async_writes).collect()),
+    }
+}
+
+fn ordering_run(ordering: Ordering, workdir: &Path, work: &OrderingWork) -> FsResult<OrderingResult> {
+    use std::time::Instant;
+    let &OrderingWork { files: n, tree, tree_files, big_mb } = work;
+    let img = workdir.join(format!("bench-{ordering}.img"));
+    let _ = std::fs::remove_file(&img);
+    crate::dev::FileDevice::create(&img, 1 << 30)?;
+    let dev: Arc<dyn BlockDevice> = Arc::new(crate::dev::FileDevice::open(&img, 4096, true)?);
+    mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, crate::clock::RealClock::new().wall())?;
+    let clock: Arc<dyn Clock> = Arc::new(crate::clock::RealClock::new());
+    let mut fs = Fs::mount(dev.clone(), MountOptions { ordering, cache_blocks: 32768, readonly: false }, clock)?;
+    let st0 = dev.stats();
+    let mut phases = Vec::new();
+    let (d, _) = fs.mkdir(ROOT_INO, b"many", 0o755, 0, 0)?;
+    let t = Instant::now();
+    for i in 0..n {
+        fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0)?;
+    }
+    phases.push(("create".to_string(), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    for i in 0..n {
+        fs.unlink(d, format!("f{i}").as_bytes())?;
+    }
+    phases.push(("remove".to_string(), t.elapsed().as_secs_f64()));
+    let (top, _) = fs.mkdir(ROOT_INO, b"src", 0o755, 0, 0)?;
+    let mut files = Vec::new();
+    let t = Instant::now();
+    copy_in(&mut fs, tree, top, &mut files, tree_files)?;
+    phases.push(("copy tree".to_string(), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    for &(f, _) in &files {
+        fs.getattr(f)?;
+    }
+    phases.push(("stat all".to_string(), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    for &(f, size) in &files {
+        fs.read(f, 0, size as usize)?;
+    }
+    phases.push(("read all".to_string(), t.elapsed().as_secs_f64()));
+    let (obj, _) = fs.mkdir(ROOT_INO, b"obj", 0o755, 0, 0)?;
+    let t = Instant::now();
+    for (i, &(_, size)) in files.iter().enumerate() {
+        let (o, _) = fs.create(obj, format!("o{i}").as_bytes(), 0o644, 0, 0)?;
+        fs.write(o, 0, &vec![7u8; (size / 2).max(1) as usize])?;
+    }
+    phases.push(("compile".to_string(), t.elapsed().as_secs_f64()));
+    // A large file written and fsync'ed (the data path through the indirect blocks).
+    let (big, _) = fs.create(ROOT_INO, b"big", 0o644, 0, 0)?;
+    let chunk = vec![3u8; 1 << 20];
+    let t = Instant::now();
+    for i in 0..big_mb as u64 {
+        fs.write(big, i << 20, &chunk)?;
+    }
+    fs.fsync(big)?;
+    phases.push((format!("write {big_mb}M"), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    fs.unmount()?;
+    phases.push(("unmount".to_string(), t.elapsed().as_secs_f64()));
+    let st = dev.stats();
+    drop(fs);
+    let _ = std::fs::remove_file(&img);
+    Ok(OrderingResult {
+        ordering: ordering.to_string(),
+        phases,
+        sync_writes: st.sync_writes - st0.sync_writes,
+        async_writes: st.async_writes - st0.async_writes,
+    })
+}
+
+/// What can stop a benchmark: the file system, or a step around it (a mount, a file).
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Fs(#[from] crate::fs::FsError),
+    #[error("{0}")]
+    Run(String),
+}
+
+fn run_err(what: &str, e: impl std::fmt::Display) -> BenchError {
+    BenchError::Run(format!("{what}: {e}"))
+}
+
+/// The soft updates paper's comparison through the FUSE mount: the phases of `ordering_compare`
+/// done with ordinary file calls on a mount of `exe` (this program's `sufs mount -f`), each
+/// ordering on a fresh image of 1 GiB in `workdir`, `rounds` interleaved rounds, medians.
+/// Device writes come from the mount's `--stats` (everything from mount to unmount).
+pub fn ordering_compare_fuse(
+    exe: &Path,
+    workdir: &Path,
+    work: &OrderingWork,
+    rounds: usize,
+) -> Result<Vec<OrderingResult>, BenchError> {
+    interleaved(rounds, |ordering| fuse_run(exe, ordering, workdir, work))
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let dir = dir.to_string_lossy();
+    info.lines().any(|l| l.split(' ').nth(4) == Some(&*dir))
+}
+
+/// A `sufs mount -f` child; unmounted (lazily, if need be) when dropped.
+struct FuseMount {
+    exe: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl FuseMount {
+    fn start(exe: &Path, image: &Path, dir: &Path, ordering: Ordering, stats: &Path) -> Result<FuseMount, BenchError> {
+        use std::process::{Command, Stdio};
+        std::fs::create_dir_all(dir).map_err(|e| run_err("mount point", e))?;
+        let dir = dir.canonicalize().map_err(|e| run_err("mount point", e))?;
+        let child = Command::new(exe)
+            .arg("mount")
+            .arg(image)
+            .arg(&dir)
+            .args(["-f", "--ordering", &ordering.to_string(), "--stats"])
+            .arg(stats)
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| run_err("sufs mount", e))?;
+        let mut m = FuseMount { exe: exe.to_path_buf(), dir, child: Some(child) };
+        let start = std::time::Instant::now();
+        while !is_mounted(&m.dir) {
+            let child = m.child.as_mut().expect("running");
+            if let Ok(Some(st)) = child.try_wait() {
+                m.child = None;
+                return Err(BenchError::Run(format!("sufs mount exited early: {st}")));
+            }
+            if start.elapsed() > std::time::Duration::from_secs(30) {
+                return Err(BenchError::Run("the mount did not appear within 30 s".into()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(m)
+    }
+
+    fn unmount(mut self) -> Result<(), BenchError> {
+        let out = std::process::Command::new(&self.exe)
+            .arg("umount")
+            .arg(&self.dir)
+            .output()
+            .map_err(|e| run_err("sufs umount", e))?;
+        if !out.status.success() {
+            return Err(BenchError::Run(format!("sufs umount: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        let st = self.child.take().expect("running").wait().map_err(|e| run_err("sufs mount", e))?;
+        if !st.success() {
+            return Err(BenchError::Run(format!("sufs mount exited with {st}")));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.dir).status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Copies at most `limit` files of `src` into `dst` with ordinary file calls.
+fn copy_tree(
+    src: &Path,
+    dst: &Path,
+    files: &mut Vec<(std::path::PathBuf, usize)>,
+    limit: usize,
+) -> std::io::Result<()> {
+    let Ok(rd) = std::fs::read_dir(src) else { return Ok(()) };
+    let mut entries: Vec<_> = rd.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        if files.len() >= limit {
+            return Ok(());
+        }
+        if e.file_name().len() > crate::format::MAXNAMLEN {
+            continue;
+        }
+        let Ok(ft) = e.file_type() else { continue };
+        let to = dst.join(e.file_name());
+        if ft.is_dir() {
+            std::fs::create_dir(&to)?;
+            copy_tree(&e.path(), &to, files, limit)?;
+        } else if ft.is_file() {
+            let Ok(data) = std::fs::read(e.path()) else { continue };
+            std::fs::write(&to, &data)?;
+            files.push((to, data.len()));
+        }
+    }
+    Ok(())
+}
+
+fn fuse_run(exe: &Path, ordering: Ordering, workdir: &Path, work: &OrderingWork) -> Result<OrderingResult, BenchError> {
+    use std::io::Write;
+    use std::time::Instant;
+    let &OrderingWork { files: n, tree, tree_files, big_mb } = work;
+    let img = workdir.join(format!("bench-fuse-{ordering}.img"));
+    let mnt = workdir.join(format!("bench-fuse-{ordering}.mnt"));
+    let stats = workdir.join(format!("bench-fuse-{ordering}.json"));
+    let _ = std::fs::remove_file(&img);
+    crate::dev::FileDevice::create(&img, 1 << 30).map_err(crate::fs::FsError::from)?;
+    let dev = crate::dev::FileDevice::open(&img, 4096, true).map_err(crate::fs::FsError::from)?;
+    mkfs(Arc::new(dev), &MkfsOptions { zeroed: true, ..Default::default() }, crate::clock::RealClock::new().wall())?;
+    let m = FuseMount::start(exe, &img, &mnt, ordering, &stats)?;
+    let io = |e: std::io::Error| run_err("file call on the mount", e);
+    let mut phases = Vec::new();
+    let many = m.dir.join("many");
+    std::fs::create_dir(&many).map_err(io)?;
+    let t = Instant::now();
+    for i in 0..n {
+        std::fs::File::create(many.join(format!("f{i}"))).map_err(io)?;
+    }
+    phases.push(("create".to_string(), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    for i in 0..n {
+        std::fs::remove_file(many.join(format!("f{i}"))).map_err(io)?;
+    }
+    phases.push(("remove".to_string(), t.elapsed().as_secs_f64()));
+    let src = m.dir.join("src");
+    std::fs::create_dir(&src).map_err(io)?;
+    let mut files = Vec::new();
+    let t = Instant::now();
+    copy_tree(tree, &src, &mut files, tree_files).map_err(io)?;
+    phases.push(("copy tree".to_string(), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    for (f, _) in &files {
+        std::fs::metadata(f).map_err(io)?;
+    }
+    phases.push(("stat all".to_string(), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    for (f, _) in &files {
+        std::fs::read(f).map_err(io)?;
+    }
+    phases.push(("read all".to_string(), t.elapsed().as_secs_f64()));
+    let obj = m.dir.join("obj");
+    std::fs::create_dir(&obj).map_err(io)?;
+    let t = Instant::now();
+    for (i, (_, size)) in files.iter().enumerate() {
+        std::fs::write(obj.join(format!("o{i}")), vec![7u8; (size / 2).max(1)]).map_err(io)?;
+    }
+    phases.push(("compile".to_string(), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    let mut big = std::fs::File::create(m.dir.join("big")).map_err(io)?;
+    let chunk = vec![3u8; 1 << 20];
+    for _ in 0..big_mb {
+        big.write_all(&chunk).map_err(io)?;
+    }
+    big.sync_all().map_err(io)?;
+    drop(big);
+    phases.push((format!("write {big_mb}M"), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    m.unmount()?;
+    phases.push(("unmount".to_string(), t.elapsed().as_secs_f64()));
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&stats).map_err(|e| run_err("mount statistics", e))?)
+            .map_err(|e| run_err("mount statistics", e))?;
+    let count = |k: &str| st["device"][k].as_u64().unwrap_or(0);
+    let r = OrderingResult {
+        ordering: ordering.to_string(),
+        phases,
+        sync_writes: count("sync_writes"),
+        async_writes: count("async_writes"),
+    };
+    for p in [&img, &stats] {
+        let _ = std::fs::remove_file(p);
+    }
+    let _ = std::fs::remove_dir(&mnt);
+    Ok(r)
 }

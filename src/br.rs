@@ -331,7 +331,7 @@ impl Fs {
             self.order_write(&dirtied)?;
         }
         self.cache.forget(bno);
-        self.alloc.free_block(&mut self.cache, &self.sb, bno)?;
+        self.free_block(bno)?;
         for t in then {
             self.run_task(t)?;
         }
@@ -340,7 +340,7 @@ impl Fs {
 
     /// The indirect block and index holding the pointer of logical block `lbn` (past the direct
     /// blocks), which must be mapped.
-    fn br_slot(&mut self, d: &Dinode, lbn: u64) -> FsResult<(u64, usize)> {
+    pub(super) fn br_slot(&mut self, d: &Dinode, lbn: u64) -> FsResult<(u64, usize)> {
         let p = self.sb.ptrs_per_block();
         let mut rel = lbn - NDADDR as u64;
         let mut level = 0usize;

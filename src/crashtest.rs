@@ -28,7 +28,7 @@ use crate::fsck::{self, Class, Finding};
 use crate::syncer::{Sweeper, SyncerOptions, UpdatePolicy};
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 10] = [
+pub const WORKLOADS: [&str; 11] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -39,6 +39,7 @@ pub const WORKLOADS: [&str; 10] = [
     "fsync",
     "mix",
     "br",
+    "snapshot",
 ];
 
 const BS: usize = 4096;
@@ -101,6 +102,9 @@ pub enum PromiseKind {
     /// A Block Register reservation keeps its name and exactly its blocks from the moment a
     /// Block Register call on it returned.
     Reservation,
+    /// A snapshot keeps its name and shows the file system of its moment (`contents`: the digest
+    /// of the frozen tree) from the moment its creation returned until it is deleted.
+    Snapshot,
 }
 
 /// What must hold in every crash state whose writes all lie in `[from, until)` (log positions).
@@ -401,6 +405,7 @@ fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>> {
         "hard-links" => Box::new(HardLinks::default()),
         "fsync" => Box::new(FsyncWork::default()),
         "br" => Box::new(BrWork::default()),
+        "snapshot" => Box::new(SnapWork::default()),
         "mix" => {
             let each = (ops / 8).max(4);
             let subs = WORKLOADS[..8].iter().filter_map(|n| make_workload(n, each)).map(|w| (w, true)).collect();
@@ -408,6 +413,152 @@ fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>> {
         }
         _ => return None,
     })
+}
+
+/// A digest of a file tree (every name, type and file's bytes, but `/.snap`), in a fixed order.
+fn tree_digest(fs: &mut Fs) -> FsResult<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((dir, path)) = stack.pop() {
+        let mut entries = fs.readdir(dir, 0, usize::MAX)?;
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        for e in entries {
+            if e.name == b"." || e.name == b".." || (dir == ROOT_INO && e.name == b".snap") {
+                continue;
+            }
+            let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+            let d = fs.iget(e.ino)?;
+            out.extend_from_slice(p.as_bytes());
+            out.push(0);
+            if d.is_dir() {
+                out.push(b'd');
+                stack.push((e.ino, p));
+            } else {
+                let data = fs.read(e.ino, 0, d.size as usize)?;
+                out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+                out.extend_from_slice(&crc32c::crc32c(&data).to_le_bytes());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The digest of the frozen tree of snapshot `name` on a crash image.
+fn frozen_digest(img: &Arc<CrashImage>, name: &str) -> FsResult<Vec<u8>> {
+    let live = Fs::mount(img.clone(), readonly(), Arc::new(SimClock::new()))?;
+    let frozen = crate::snapshot::FrozenDevice::new(crate::snapshot::shared(live), name.as_bytes())?;
+    let mut fs = Fs::mount(Arc::new(frozen), readonly(), Arc::new(SimClock::new()))?;
+    tree_digest(&mut fs)
+}
+
+/// Files overwritten, grown, truncated and removed while snapshots are taken and deleted: every
+/// snapshot must keep showing the tree of its moment in every crash state (copy-on-write and
+/// claims ordered before the overwrite and the reuse).
+#[derive(Default)]
+struct SnapWork {
+    files: Vec<String>,
+    snaps: Vec<String>,
+    n: usize,
+}
+
+impl Workload for SnapWork {
+    fn setup(&mut self, w: &mut Work) -> FsResult<()> {
+        w.mkdir("/s")?;
+        for i in 0..6 {
+            let p = format!("/s/f{i}");
+            w.create(&p, 3000 + i * 9000)?;
+            self.files.push(p);
+        }
+        Ok(())
+    }
+    fn step(&mut self, w: &mut Work) -> FsResult<bool> {
+        self.n += 1;
+        let n = self.n;
+        match w.rng.gen_range(0..14) {
+            0..=1 if self.snaps.len() < 3 => {
+                let name = format!("s{n}");
+                let pos = w.begin(format!("snapshot create {name}"))?;
+                let path = format!("/.snap/{name}");
+                w.touch_name(pos, &path);
+                w.fs.snapshot_create(name.as_bytes())?;
+                let ino = w.resolve(&path)?;
+                let mut ffs = {
+                    let d = w.fs.snapshot_ino(name.as_bytes())?;
+                    debug_assert_eq!(d, ino);
+                    let bs = w.fs.sb.block_size as usize;
+                    let mut img = Vec::with_capacity(w.fs.sb.num_blocks as usize * bs);
+                    let mut buf = vec![0u8; bs];
+                    for x in 0..w.fs.sb.num_blocks {
+                        w.fs.snapshot_block(ino, x, &mut buf)?;
+                        img.extend_from_slice(&buf);
+                    }
+                    let mem = Arc::new(MemDevice::new(bs, w.fs.sb.num_blocks));
+                    let reqs: Vec<crate::dev::WriteReq> = img
+                        .chunks(bs)
+                        .enumerate()
+                        .map(|(i, c)| crate::dev::WriteReq { bno: i as u64, data: c })
+                        .collect();
+                    mem.write_batch(&reqs, crate::dev::WriteKind::Sync)?;
+                    Fs::mount(mem, readonly(), Arc::new(SimClock::new()))?
+                };
+                let digest = tree_digest(&mut ffs)?;
+                if w.rec.is_some() {
+                    let from = w.pos();
+                    w.promises.push(Promise {
+                        kind: PromiseKind::Snapshot,
+                        paths: vec![path],
+                        ino,
+                        contents: Some(digest),
+                        runs: None,
+                        from,
+                        until: None,
+                    });
+                }
+                self.snaps.push(name);
+            }
+            2 => {
+                if self.snaps.is_empty() {
+                    return Ok(true);
+                }
+                let name = self.snaps.remove(w.rng.gen_range(0..self.snaps.len()));
+                let pos = w.begin(format!("snapshot delete {name}"))?;
+                w.touch_name(pos, &format!("/.snap/{name}"));
+                w.fs.snapshot_delete(name.as_bytes())?;
+            }
+            3..=7 => {
+                if let Some(p) = pick(w.rng, &self.files) {
+                    let off = w.rng.gen_range(0..80_000);
+                    let len = w.rng.gen_range(1..20_000);
+                    w.write(&p, off, len)?;
+                }
+            }
+            8 => {
+                if let Some(p) = pick(w.rng, &self.files) {
+                    let size = w.size(&p)?;
+                    let to = w.rng.gen_range(0..=size);
+                    w.truncate(&p, to)?;
+                }
+            }
+            9..=10 => {
+                let p = format!("/s/n{n}");
+                let len = w.rng.gen_range(0..60_000);
+                w.create(&p, len)?;
+                self.files.push(p);
+            }
+            11 => {
+                if let Some(p) = pick(w.rng, &self.files) {
+                    w.fsync(&p)?;
+                }
+            }
+            _ => {
+                if let Some(p) = pick(w.rng, &self.files) {
+                    w.unlink(&p)?;
+                    self.files.retain(|x| *x != p);
+                }
+            }
+        }
+        Ok(true)
+    }
 }
 
 fn pick<T: Clone>(rng: &mut SmallRng, v: &[T]) -> Option<T> {
@@ -1344,6 +1495,7 @@ impl Recording {
                     PromiseKind::Rename => ("RenameLostBoth", "a renamed inode, durable before the rename"),
                     PromiseKind::Fsync => ("FsyncNameLost", "an fsync'ed file"),
                     PromiseKind::Reservation => ("ReservationLost", "a reservation"),
+                    PromiseKind::Snapshot => ("SnapshotLost", "a snapshot"),
                 };
                 let got: Vec<String> = p
                     .paths
@@ -1371,6 +1523,19 @@ impl Recording {
                         format!("reservation {name} (inode {}): brquery answers {got:?}, expected {want:?}", p.ino),
                     )),
                 }
+            }
+            if p.kind == PromiseKind::Snapshot {
+                let want = p.contents.as_deref().unwrap_or_default();
+                let name = p.paths[0].trim_start_matches("/.snap/");
+                match frozen_digest(img, name) {
+                    Ok(got) if got == want => {}
+                    Ok(_) => out.push(violation(
+                        "SnapshotWrong",
+                        format!("snapshot {name} (inode {}) no longer shows the file system of its moment", p.ino),
+                    )),
+                    Err(e) => out.push(violation("SnapshotWrong", format!("snapshot {name} unreadable: {e}"))),
+                }
+                continue;
             }
             if let Some(want) = &p.contents {
                 let got = fs.getattr(p.ino).and_then(|d| fs.read(p.ino, 0, d.size as usize));
@@ -1417,6 +1582,7 @@ impl Recording {
                 PromiseKind::Rename => "renames",
                 PromiseKind::Fsync => "fsyncs",
                 PromiseKind::Reservation => "reservations",
+                PromiseKind::Snapshot => "snapshots",
             };
             *sum.promises.entry(k).or_default() += 1;
         }

@@ -53,6 +53,18 @@ pub enum Request {
         name: String,
     },
     BrList,
+    /// Takes a snapshot `/.snap/NAME` (writers wait on the mount's lock meanwhile).
+    SnapshotCreate {
+        name: String,
+    },
+    SnapshotList,
+    SnapshotDelete {
+        name: String,
+    },
+    /// Background fsck's adjust: frees lost blocks and inodes, lowers link counts.
+    FsckAdjust {
+        adjust: crate::snapshot::Adjust,
+    },
 }
 
 #[derive(Debug, Error)]
@@ -190,6 +202,10 @@ pub fn execute(fs: &mut Fs, req: Request) -> Result<Value, FsError> {
         Request::BrTruncate { name, block } => json(serde_json::to_value(fs.brtruncate(name.as_bytes(), block)?)),
         Request::BrFree { name } => Ok(Value::from(fs.brfree(name.as_bytes())?)),
         Request::BrList => json(serde_json::to_value(fs.brlist()?)),
+        Request::SnapshotCreate { name } => json(serde_json::to_value(fs.snapshot_create(name.as_bytes())?)),
+        Request::SnapshotList => json(serde_json::to_value(fs.snapshot_list()?)),
+        Request::SnapshotDelete { name } => Ok(Value::from(fs.snapshot_delete(name.as_bytes())?)),
+        Request::FsckAdjust { adjust } => json(serde_json::to_value(fs.fsck_adjust(&adjust)?)),
     }
 }
 

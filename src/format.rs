@@ -37,6 +37,11 @@ pub const DI_IMMUTABLE: u32 = 1;
 pub const DI_SNAPSHOT: u32 = 2;
 pub const DI_UNMOVABLE: u32 = 4;
 
+/// In a snapshot file's block map (logical block = physical block of the file system): the block
+/// was not in use when the snapshot was taken, or belongs to a snapshot, and is never copied
+/// (FreeBSD's BLK_NOCOPY). 0 means not copied yet: the snapshot reads the block in place.
+pub const BLK_NOCOPY: u64 = 1;
+
 pub const S_IFMT: u16 = 0o170000;
 pub const S_IFREG: u16 = 0o100000;
 pub const S_IFDIR: u16 = 0o040000;

@@ -134,6 +134,11 @@ pub type FsResult<T> = Result<T, FsError>;
 #[path = "br.rs"]
 pub mod br;
 
+// Snapshots (§6) live in their own file but inside `fs`: their copy-on-write and claiming hook
+// into its writes and frees.
+#[path = "snapshot.rs"]
+pub mod snapshot;
+
 /// Options of a new file system.
 #[derive(Debug, Clone)]
 pub struct MkfsOptions {
@@ -342,6 +347,11 @@ pub struct Fs {
     deferred_tried_at: u64,
     /// Where the next new data block should go (a Block Register placement hint), once.
     br_hint: Option<u64>,
+    /// Active snapshots, oldest first (the superblock's list).
+    snaps: Vec<snapshot::Active>,
+    /// Blocks copied before an overwrite, and freed blocks claimed, by snapshots.
+    stats_cow: u64,
+    stats_claimed: u64,
 }
 
 impl Fs {
@@ -393,7 +403,11 @@ impl Fs {
             deferred_old_names: Vec::new(),
             deferred_tried_at: 0,
             br_hint: None,
+            snaps: Vec::new(),
+            stats_cow: 0,
+            stats_claimed: 0,
         };
+        fs.snap_activate()?;
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
             fs.sb.flags &= !SB_CLEAN;
@@ -462,6 +476,7 @@ impl Fs {
     /// Writes `bnos` as one batch. In `Sync` mode any dirty group header is written in a batch
     /// of its own first, so that no pointer reaches the disk before the bitmap bit that owns it.
     fn write_bufs(&mut self, bnos: &[u64], kind: WriteKind) -> FsResult<()> {
+        self.snap_cow(bnos)?;
         if self.ordering == Ordering::Sync && bnos.iter().any(|&b| !self.is_cg_block(b)) {
             let cgs: Vec<u64> = (0..self.sb.ngroups)
                 .map(|cg| self.sb.cg_header_block(cg))
@@ -502,16 +517,23 @@ impl Fs {
     /// With soft updates this takes a few rounds: each write satisfies dependencies that let the
     /// next one carry more.
     pub fn sync_all(&mut self) -> FsResult<()> {
-        for _ in 0..64 {
+        // A round can retire one level of a chain of dependencies (a removed tree drains one
+        // directory per level), so the rounds go on while they have something to write; the
+        // chain is never longer than the number of inodes.
+        let max_rounds = self.sb.total_inodes() + 64;
+        for _ in 0..max_rounds {
             self.run_tasks()?;
-            self.flush_all()?;
+            let wrote = self.flush_all()?;
             self.run_tasks()?;
             let idle = self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle()) && self.deferred_old_names.is_empty();
             if idle && self.cache.dirty_count() == 0 {
                 return Ok(());
             }
+            if wrote == 0 && self.cache.dirty_count() == 0 {
+                break;
+            }
         }
-        Err(FsError::Corrupt("dependencies did not drain after 64 rounds of writes".into()))
+        Err(FsError::Corrupt("dependencies did not drain: nothing left to write".into()))
     }
 
     /// Runs the task list: work that completed writes made possible (soft updates' dirrem,
@@ -550,6 +572,7 @@ impl Fs {
             }
             let mut all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
             all.sort_unstable();
+            self.snap_cow(&all)?;
             self.cache.write(&all, WriteKind::Async, &mut self.hooks)?;
             let free = self.sd().map(|s| s.take_free_tasks()).unwrap_or_default();
             for t in free {
@@ -557,7 +580,7 @@ impl Fs {
                 match t {
                     Task::FreeBlks(FreeBlks { blocks, then, .. }) => {
                         for b in blocks {
-                            self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+                            self.free_block(b)?;
                         }
                         // What follows (link drops) waits for the task list proper.
                         if let Some(sd) = self.sd() {
@@ -623,7 +646,7 @@ impl Fs {
             }
             Task::FreeBlks(FreeBlks { blocks, then, .. }) => {
                 for b in blocks {
-                    self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+                    self.free_block(b)?;
                 }
                 for t in then {
                     self.run_task(t)?;
@@ -991,7 +1014,7 @@ impl Fs {
         }
         for b in freed {
             self.cache.forget(b);
-            self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+            self.free_block(b)?;
         }
         for t in then {
             self.run_task(t)?;
@@ -1618,16 +1641,19 @@ impl Fs {
         self.check_writable()?;
         let mut dd = self.dir_inode(dir)?;
         let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
-        let d = self.iget(slot.ino)?;
+        let mut d = self.iget(slot.ino)?;
         if d.is_dir() {
             return Err(FsError::IsDir);
         }
         if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
             return Err(FsError::Perm);
         }
-        // The name goes first; then the link count.
+        // The name goes first; then the link count. The inode's change time is the unlink's,
+        // even when soft updates drop the link later.
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
+        self.touch_c(&mut d);
+        self.iput(slot.ino, &d)?;
         self.unlink_name(dir, &slot, name, vec![Task::DropLink(slot.ino)])?;
         self.balance()
     }
@@ -1777,7 +1803,10 @@ impl Fs {
             tasks: vec![Task::DropLink(src.ino)],
         });
         match victim {
-            Some((t, ti)) => {
+            Some((t, mut ti)) => {
+                // The replaced inode changes now, whenever its link drop reaches the disk.
+                self.touch_c(&mut ti);
+                self.iput(t.ino, &ti)?;
                 let victim_task = if ti.is_dir() {
                     // Its ".." names newdir until it is freed; step 2 counted a moved
                     // directory's new "..", so newdir's extra link goes once the victim does.
@@ -1920,6 +1949,10 @@ impl Fs {
         if d.flags & DI_UNMOVABLE != 0 {
             // A reservation's blocks belong to its owner, who writes them on the device.
             return self.br_read(ino, &mut d, off, len);
+        }
+        if d.flags & DI_SNAPSHOT != 0 {
+            // A snapshot reads as the frozen file system.
+            return self.snap_read(&d, off, len);
         }
         let end = d.size.min(off.saturating_add(len as u64));
         let bs = self.sb.block_size as u64;

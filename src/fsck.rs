@@ -714,6 +714,9 @@ impl<'a> Scan<'a> {
     }
 
     fn claim_data(&mut self, info: &mut Ino, ino: u32, bno: u64, loc: Loc, lbn: u64) {
+        if bno == BLK_NOCOPY && info.flags & DI_SNAPSHOT != 0 {
+            return; // a snapshot's "not in use at snapshot time": no block
+        }
         if self.claim(info, ino, bno, loc) {
             info.max_lbn = Some(info.max_lbn.map_or(lbn, |m| m.max(lbn)));
             if info.is_dir() {

@@ -8,15 +8,20 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 
 use crate::format::*;
 use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
 
 const TTL: Duration = Duration::from_secs(1);
+
+/// Every change to a file's data goes through this mount, where the kernel keeps its page cache
+/// coherent itself; so a file's cached pages survive a close and a new open.
+const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 
 /// The file system shared by the FUSE session, the syncer and the unmount path.
 pub type SharedFs = Arc<Mutex<Fs>>;
@@ -142,6 +147,9 @@ impl Filesystem for SufsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
+        // READDIRPLUS: a listing carries each entry's attributes, which saves `ls -l` a lookup
+        // per name; AUTO lets the kernel fall back to plain READDIR when nobody looks them up.
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         Ok(())
     }
 
@@ -306,7 +314,7 @@ impl Filesystem for SufsFuse {
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.open(i).map_err(errno)) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.opened(FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(e),
         }
     }
@@ -400,6 +408,33 @@ impl Filesystem for SufsFuse {
         reply.ok();
     }
 
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let mut fs = lock(&self.fs);
+        let entries = match from_fuse(ino).and_then(|i| fs.readdir(i, offset, 256).map_err(errno)) {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
+        };
+        let bs = fs.sb.block_size;
+        for e in entries {
+            let d = match fs.getattr(e.ino) {
+                Ok(d) => d,
+                Err(err) => return reply.error(errno(err)),
+            };
+            let full = reply.add(
+                to_fuse(e.ino),
+                e.next,
+                OsStr::from_bytes(&e.name),
+                &TTL,
+                &attr(e.ino, &d, bs),
+                Generation(d.generation as u64),
+            );
+            if full {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.fsync(i).map_err(errno)) {
@@ -471,7 +506,7 @@ impl Filesystem for SufsFuse {
                 &attr(ino, &d, fs.sb.block_size),
                 Generation(d.generation as u64),
                 FileHandle(0),
-                FopenFlags::empty(),
+                OPEN_FLAGS,
             ),
             Err(e) => reply.error(e),
         }

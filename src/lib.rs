@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod bench;
 pub mod bench_br;
 pub use fs::br;
+pub use fs::snapshot;
 pub mod cache;
 pub mod clock;
 pub mod crashtest;

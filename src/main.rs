@@ -17,7 +17,7 @@ use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
 use sufs::fuse::{lock, SufsFuse};
 use sufs::syncer::{Syncer, SyncerOptions, UpdatePolicy};
 use sufs::volume::{self, PoolOptions, PrefixDevice, Refiller, SnapshotDevice, StoreKind, VolumeDevice};
-use sufs::{format, fsck};
+use sufs::{format, fsck, snapshot};
 
 #[derive(Parser)]
 #[command(name = "sufs", version, about = "A user-space FFS with soft updates, update policies and the Block Register")]
@@ -97,6 +97,11 @@ enum Cmd {
         /// them to lost+found.
         #[arg(short = 'p', long, conflicts_with = "yes")]
         preen: bool,
+        /// Background check (soft updates §6.1) of a mounted file system (IMAGE may be its mount
+        /// point) or an image: check a snapshot, then free the blocks and inodes it shows lost and
+        /// lower the link counts too high, through the mount's control channel.
+        #[arg(long, conflicts_with_all = ["yes", "preen"])]
+        background: bool,
     },
     /// Print the superblock and the per-group counts.
     Dumpfs { image: PathBuf },
@@ -112,6 +117,15 @@ enum Cmd {
         on: PathBuf,
         #[command(subcommand)]
         op: BrCmd,
+    },
+    /// File-system snapshots (soft updates §6), `/.snap/NAME`: on an unmounted image or, through
+    /// its control channel, a mounted file system.
+    Snapshot {
+        /// An image file (mounted or not) or the directory it is mounted on.
+        #[arg(long, global = true, default_value = "sufs.img")]
+        on: PathBuf,
+        #[command(subcommand)]
+        op: FsSnapCmd,
     },
     /// Experiments that reproduce the papers' figures, on a simulated disk.
     Bench {
@@ -182,6 +196,25 @@ enum SnapCmd {
     },
     /// Delete the snapshot (and a br store's reservation).
     Delete { image: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum FsSnapCmd {
+    /// Take a snapshot NAME (writers wait meanwhile).
+    Create { name: String },
+    /// The snapshots, oldest first.
+    List,
+    /// Delete a snapshot; its blocks go to the other snapshots that need them, or are freed.
+    Delete { name: String },
+    /// Write the file system as it was when NAME was taken to a new image OUT.
+    Export { name: String, out: PathBuf },
+    /// Mount the frozen file system of NAME read-only on DIR.
+    Mount {
+        name: String,
+        dir: PathBuf,
+        #[arg(short, long)]
+        foreground: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -261,6 +294,12 @@ enum BenchCmd {
         /// Size of the large file written and fsync'ed, in MiB.
         #[arg(long, default_value_t = 256)]
         big_mb: usize,
+        /// Rounds, the orderings interleaved; each phase reports its median.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// In-process (`lib`), through a FUSE mount (`fuse`), or both.
+        #[arg(long, default_value = "both", value_parser = ["lib", "fuse", "both"])]
+        through: String,
     },
     /// Mogul 1994 §4.1: read response time under PU and AIPU, with delayed and async full-block
     /// writes; and the kernel-build-like workload's blocks written per policy (Table 4-3).
@@ -359,12 +398,14 @@ fn main() -> ExitCode {
             cmd_mount(&image, &dir, m).map(|_| 0)
         }
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
-        Cmd::Fsck { image, yes, preen } => cmd_fsck(&image, yes, preen),
+        Cmd::Fsck { image, background: true, .. } => cmd_fsck_background(&image),
+        Cmd::Fsck { image, yes, preen, .. } => cmd_fsck(&image, yes, preen),
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
         Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),
+        Cmd::Snapshot { on, op } => cmd_snapshot(&on, op).map(|_| 0),
         Cmd::Volume { op: VolumeCmd::Snapshot { op } } => cmd_volume(op).map(|_| 0),
-        Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir, big_mb } } => {
-            cmd_bench_orderings(files, &tree, tree_files, &dir, big_mb).map(|_| 0)
+        Cmd::Bench { which: BenchCmd::Orderings { files, tree, tree_files, dir, big_mb, rounds, through } } => {
+            cmd_bench_orderings(files, &tree, tree_files, &dir, big_mb, rounds, &through).map(|_| 0)
         }
         Cmd::Bench { which: BenchCmd::Br { size, file, ios, file_ios, tree, tree_files, copies, dir, seed, json } } => {
             let o = sufs::bench_br::BrBenchOptions {
@@ -830,6 +871,176 @@ fn cmd_br(on: &Path, op: BrCmd) -> Result<(), Fail> {
     Ok(())
 }
 
+/// The mount point of a mounted image (from /proc/self/mountinfo).
+fn mount_point_of(image: &Path) -> Option<PathBuf> {
+    let abs = std::fs::canonicalize(image).ok()?;
+    let want = format!("sufs:{}", abs.display());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounts.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mut r = right.split(' ');
+        let (_fstype, source) = (r.next()?, r.next()?);
+        let mp = left.split(' ').nth(4)?;
+        (source == want).then(|| PathBuf::from(mp))
+    })
+}
+
+/// The frozen file system of snapshot `name` of `on` as a read-only device: the snapshot file
+/// read through the mount (a mounted image), or the image opened here. The lock file (if any)
+/// must be kept while the device is used.
+fn frozen_device(on: &Path, name: &str) -> Result<(Arc<dyn BlockDevice>, Option<std::fs::File>), Fail> {
+    let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
+    let f = std::fs::File::open(&image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let (_, sb) = open_image(&image, false)?;
+    if f.try_lock_shared().is_err() {
+        let mnt = if on.is_dir() {
+            on.to_path_buf()
+        } else {
+            mount_point_of(&image).ok_or_else(|| {
+                Fail(format!("{} is in use but not mounted where this process can see it", image.display()), 1)
+            })?
+        };
+        let file = mnt.join(".snap").join(name);
+        let dev = FileDevice::open(&file, sb.block_size as usize, false)
+            .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
+        return Ok((Arc::new(dev), None));
+    }
+    let (dev, sb) = open_image(&image, false)?;
+    let opts = MountOptions { readonly: true, cache_blocks: (16 << 20) / sb.block_size as usize, ..Default::default() };
+    let fs = Fs::mount(Arc::new(dev), opts, Arc::new(RealClock::new()))
+        .map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let frozen = snapshot::FrozenDevice::new(snapshot::shared(fs), name.as_bytes())
+        .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
+    Ok((Arc::new(frozen), Some(f)))
+}
+
+fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
+    use ctl::Request;
+    let show = |v: &serde_json::Value| {
+        format!(
+            "{}: inode {}, taken at {}, {} blocks owned, {} blocks shared with the file system",
+            v["name"].as_str().unwrap_or("?"),
+            v["ino"],
+            v["created"],
+            v["blocks"],
+            v["shared"]
+        )
+    };
+    match op {
+        FsSnapCmd::Create { name } => {
+            let t = std::time::Instant::now();
+            let v = control(on, Request::SnapshotCreate { name })?;
+            println!("{} (took {:.3} s)", show(&v), t.elapsed().as_secs_f64());
+        }
+        FsSnapCmd::List => {
+            for v in control(on, Request::SnapshotList)?.as_array().into_iter().flatten() {
+                println!("{}", show(v));
+            }
+        }
+        FsSnapCmd::Delete { name } => {
+            let n = control(on, Request::SnapshotDelete { name: name.clone() })?;
+            println!("{name}: deleted, {n} blocks released");
+        }
+        FsSnapCmd::Export { name, out } => {
+            if out.exists() {
+                return Err(Fail(format!("{} exists; not overwriting it", out.display()), 1));
+            }
+            let (dev, _lock) = frozen_device(on, &name)?;
+            let n = snapshot::export(dev.as_ref(), &out)?;
+            println!("{name}: exported to {} ({n} blocks written)", out.display());
+        }
+        FsSnapCmd::Mount { name, dir, foreground } => {
+            if !foreground {
+                return spawn_daemon(on, &dir);
+            }
+            let (dev, lock_file) = frozen_device(on, &name)?;
+            let opts = MountOptions { readonly: true, cache_blocks: 4096, ..Default::default() };
+            let fs = Fs::mount(dev, opts, Arc::new(RealClock::new()))
+                .map_err(|e| Fail(format!("cannot mount snapshot {name}: {e}"), 32))?;
+            let shared = Arc::new(Mutex::new(fs));
+            let mut config = fuser::Config::default();
+            config.mount_options = vec![
+                fuser::MountOption::FSName(format!("sufs-snapshot:{name}")),
+                fuser::MountOption::Subtype("sufs".into()),
+                fuser::MountOption::DefaultPermissions,
+                fuser::MountOption::RO,
+            ];
+            if unsafe { libc::geteuid() } == 0 {
+                config.acl = fuser::SessionACL::All;
+                config.mount_options.push(fuser::MountOption::CUSTOM("allow_other".into()));
+            }
+            let mut session = fuser::Session::new(SufsFuse::new(shared), &dir, &config)
+                .map_err(|e| Fail(format!("cannot mount snapshot {name} on {}: {e}", dir.display()), 32))?;
+            let mut unmounter = session.unmount_callable();
+            let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+            let handle = signals.handle();
+            std::thread::spawn(move || {
+                if signals.forever().next().is_some() {
+                    let _ = unmounter.unmount();
+                }
+            });
+            notify_ready();
+            let run = session.run();
+            handle.close();
+            drop(lock_file);
+            run.map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1))?;
+        }
+    }
+    Ok(())
+}
+
+/// `fsck --background`: a snapshot checked while writers go on, its lost resources handed to the
+/// live file system. Exit 0 nothing found, 1 adjusted, 4 violations found (nothing adjusted).
+fn cmd_fsck_background(on: &Path) -> Result<u8, Fail> {
+    use ctl::Request;
+    let t = std::time::Instant::now();
+    let name = format!("fsck.{}", std::process::id());
+    control(on, Request::SnapshotCreate { name: name.clone() })?;
+    let taken = t.elapsed();
+    let report = {
+        let (dev, _lock) = frozen_device(on, &name)?;
+        fsck::check(dev.as_ref())
+    };
+    let checked = t.elapsed();
+    control(on, Request::SnapshotDelete { name: name.clone() })?;
+    let report = report.map_err(|e| Fail(e.to_string(), 8))?;
+    let mut adjust = snapshot::Adjust::default();
+    let mut other = Vec::new();
+    for f in &report.findings {
+        println!("{:?}: {f}", f.class());
+        match *f {
+            fsck::Finding::LeakedBlock { bno } => adjust.blocks.push(bno),
+            fsck::Finding::UnreferencedInode { ino, .. } => adjust.unreferenced.push(ino),
+            fsck::Finding::LeakedInode { ino } => adjust.leaked_inodes.push(ino),
+            fsck::Finding::LinkCountTooHigh { ino, stored, actual } => adjust.links.push((ino, stored - actual)),
+            _ => other.push(f),
+        }
+    }
+    if report.violations() > 0 {
+        println!("{}: {} violations: run a full fsck on the unmounted image", on.display(), report.violations());
+        return Ok(4);
+    }
+    let done = if adjust == snapshot::Adjust::default() {
+        serde_json::Value::Null
+    } else {
+        control(on, Request::FsckAdjust { adjust })?
+    };
+    println!(
+        "{}: background fsck: snapshot {:.3} s, check {:.3} s, total {:.3} s; {} files, {} directories, {} blocks used; {} findings ({} left for a full fsck); adjusted: {}",
+        on.display(),
+        taken.as_secs_f64(),
+        (checked - taken).as_secs_f64(),
+        t.elapsed().as_secs_f64(),
+        report.files,
+        report.dirs,
+        report.used_blocks,
+        report.findings.len(),
+        other.len(),
+        if done.is_null() { "nothing".to_string() } else { done.to_string() }
+    );
+    Ok(if done.is_null() { 0 } else { 1 })
+}
+
 fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
     let repair = yes || preen;
     let f = std::fs::File::open(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
@@ -920,20 +1131,50 @@ fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<PathBuf>) -> Re
     Ok(())
 }
 
-fn cmd_bench_orderings(files: usize, tree: &Path, tree_files: usize, dir: &Path, big_mb: usize) -> Result<(), Fail> {
-    let rs = sufs::bench::ordering_compare(dir, files, tree, tree_files, big_mb)?;
+fn cmd_bench_orderings(
+    files: usize,
+    tree: &Path,
+    tree_files: usize,
+    dir: &Path,
+    big_mb: usize,
+    rounds: usize,
+    through: &str,
+) -> Result<(), Fail> {
     println!(
-        "soft updates §5 comparison, in-process, durable image files: {files} files created and removed; \
-         Andrew-like phases over {} (at most {tree_files} files)\n",
+        "soft updates §5 comparison: {files} files created and removed; Andrew-like phases over {} (at most \
+         {tree_files} files); a {big_mb} MiB file written and fsync'ed; median of {rounds} interleaved rounds",
         tree.display()
     );
+    let work = sufs::bench::OrderingWork { files, tree, tree_files, big_mb };
+    if through != "fuse" {
+        let rs = sufs::bench::ordering_compare(dir, &work, rounds)?;
+        print_orderings("in-process, durable image files", &rs);
+    }
+    if through != "lib" {
+        if !Path::new("/dev/fuse").exists() {
+            return Err(Fail("/dev/fuse is missing: the FUSE comparison cannot run (use --through lib)".into(), 1));
+        }
+        let exe = std::env::current_exe()?;
+        let rs = sufs::bench::ordering_compare_fuse(&exe, dir, &work, rounds)?;
+        print_orderings("through the FUSE mount", &rs);
+    }
+    Ok(())
+}
+
+/// One table of `sufs bench orderings`, with the paper's ratios: time over the paper's phases
+/// (create, remove and the Andrew-like ones) and over all of them, creates, removes and writes
+/// against sync.
+fn print_orderings(title: &str, rs: &[sufs::bench::OrderingResult]) {
+    println!("\n{title}:");
     print!("{:<9}", "ordering");
     for (name, _) in &rs[0].phases {
         print!(" {:>10}", name);
     }
     println!(" {:>10} {:>12} {:>12}", "total s", "sync writes", "async writes");
     let total = |r: &sufs::bench::OrderingResult| r.phases.iter().map(|p| p.1).sum::<f64>();
-    for r in &rs {
+    // The paper's phases: everything before the large file.
+    let paper = |r: &sufs::bench::OrderingResult| r.phases.iter().take(6).map(|p| p.1).sum::<f64>();
+    for r in rs {
         print!("{:<9}", r.ordering);
         for (_, t) in &r.phases {
             print!(" {:>10.3}", t);
@@ -944,14 +1185,15 @@ fn cmd_bench_orderings(files: usize, tree: &Path, tree_files: usize, dir: &Path,
     if let (Some(s), Some(a), Some(d)) = (by("sync"), by("async"), by("softdep")) {
         let phase = |r: &sufs::bench::OrderingResult, i: usize| r.phases[i].1.max(1e-9);
         println!(
-            "\nsoftdep vs async: {:.2}x the time; vs sync: creates {:.1}x faster, removes {:.1}x faster, {:.0}% fewer writes",
+            "softdep vs async: {:.2}x the time over the paper's phases (create to compile), {:.2}x over all; \
+             vs sync: creates {:.1}x faster, removes {:.1}x faster, {:.0}% fewer writes",
+            paper(d) / paper(a).max(1e-9),
             total(d) / total(a).max(1e-9),
             phase(s, 0) / phase(d, 0),
             phase(s, 1) / phase(d, 1),
             100.0 * (1.0 - (d.sync_writes + d.async_writes) as f64 / (s.sync_writes + s.async_writes).max(1) as f64)
         );
     }
-    Ok(())
 }
 
 fn cmd_bench_update(

@@ -5,84 +5,13 @@
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
 mod common;
 
+use common::fuse::*;
 use common::{pattern, sufs, SUFS};
-
-fn fuse_available() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        true
-    } else {
-        eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
-        false
-    }
-}
-
-fn is_mounted(dir: &Path) -> bool {
-    let dir = fs::canonicalize(dir).unwrap();
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()) && l.contains("sufs:"))
-}
-
-struct Mounted {
-    child: Child,
-    dir: PathBuf,
-    done: bool,
-}
-
-impl Drop for Mounted {
-    /// A failed test must not leave its mount (and a server holding the test's output) behind.
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn mount_fg(image: &Path, dir: &Path, extra: &[&str]) -> Mounted {
-    fs::create_dir_all(dir).unwrap();
-    let mut args = vec!["mount", image.to_str().unwrap(), dir.to_str().unwrap(), "-f"];
-    args.extend_from_slice(extra);
-    let mut child = Command::new(SUFS).args(&args).spawn().unwrap();
-    let start = Instant::now();
-    while !is_mounted(dir) {
-        if let Some(st) = child.try_wait().unwrap() {
-            panic!("sufs mount exited early: {st}");
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Mounted { child, dir: dir.to_path_buf(), done: false }
-}
-
-impl Mounted {
-    fn umount(mut self) {
-        let out = sufs(&["umount", self.dir.to_str().unwrap()]);
-        assert!(out.status.success(), "umount: {}", String::from_utf8_lossy(&out.stderr));
-        let st = self.child.wait().unwrap();
-        self.done = true;
-        assert!(st.success(), "sufs mount exited with {st}");
-    }
-}
-
-fn fsck_clean(image: &Path) {
-    let out = sufs(&["fsck", image.to_str().unwrap()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "fsck: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
     r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
@@ -248,4 +177,59 @@ fn bad_images_are_refused_with_a_message() {
     let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "1G", "--block-size", "3000"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
+}
+
+/// READDIRPLUS hands the kernel each entry's attributes with the listing, and FOPEN_KEEP_CACHE
+/// keeps a file's pages across opens: both must show what the file system holds, after
+/// overwrites, truncations, links and renames through the mount.
+#[test]
+fn listings_with_attributes_and_cached_reopens_stay_exact() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    let m = mount_fg(&img, &mnt, &[]);
+    let d = mnt.join("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..300u64 {
+        let p = d.join(format!("f{i}"));
+        fs::write(&p, pattern(i, (i as usize * 131) % 20_000)).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o600 | (i as u32 % 8) << 3)).unwrap();
+    }
+    fs::hard_link(d.join("f7"), d.join("link7")).unwrap();
+    fs::rename(d.join("f8"), d.join("moved8")).unwrap();
+    let mut seen = 0;
+    for e in fs::read_dir(&d).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        let md = e.metadata().unwrap();
+        let i: u64 = name.trim_start_matches(|c: char| c.is_alphabetic()).parse().unwrap();
+        assert_eq!(md.len(), (i * 131) % 20_000, "{name}");
+        assert_eq!(md.mode() & 0o7777, 0o600 | (i as u32 % 8) << 3, "{name}");
+        assert_eq!(md.nlink(), if i == 7 { 2 } else { 1 }, "{name}");
+        seen += 1;
+    }
+    assert_eq!(seen, 301);
+    // Cached pages after a close: an overwrite, a truncation and an append through other opens.
+    let p = d.join("f5");
+    let mut model = fs::read(&p).unwrap();
+    {
+        let f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, b"overwritten", 100).unwrap();
+    }
+    model[100..111].copy_from_slice(b"overwritten");
+    assert_eq!(fs::read(&p).unwrap(), model);
+    fs::OpenOptions::new().write(true).open(&p).unwrap().set_len(50).unwrap();
+    model.truncate(50);
+    assert_eq!(fs::read(&p).unwrap(), model);
+    fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"tail").unwrap();
+    model.extend_from_slice(b"tail");
+    assert_eq!(fs::read(&p).unwrap(), model);
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(fs::read(&p).unwrap(), model);
+    m.umount();
 }

@@ -358,3 +358,69 @@ fn softdep_fsync_of_a_clean_file_writes_nothing() {
     fs.unmount().unwrap();
     assert_clean(&dev);
 }
+
+/// POSIX: unlink and a rename over a name update the remaining inode's ctime at once, even
+/// when soft updates drop the link later (pjdfstest's unlink/update_ctime_success and
+/// rename/to_multiply_linked found that they did not).
+#[test]
+fn unlink_and_replacing_rename_change_ctime_at_once() {
+    use std::sync::Arc;
+    use sufs::clock::SimClock;
+    use sufs::dev::BlockDevice;
+    use sufs::fs::{Fs, MountOptions};
+    for ordering in ORDERINGS {
+        let dev = new_image(4096);
+        let clock = Arc::new(SimClock::new());
+        let d: Arc<dyn BlockDevice> = dev.clone();
+        let mut fs =
+            Fs::mount(d, MountOptions { ordering, cache_blocks: 256, readonly: false }, clock.clone()).unwrap();
+        let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+        fs.link(f, ROOT_INO, b"f2").unwrap();
+        let (g, _) = fs.create(ROOT_INO, b"g", 0o644, 0, 0).unwrap();
+        fs.link(g, ROOT_INO, b"g2").unwrap();
+        let before = fs.getattr(f).unwrap();
+        clock.advance(2_000_000_000);
+        fs.unlink(ROOT_INO, b"f2").unwrap();
+        let after = fs.getattr(f).unwrap();
+        assert_eq!(after.nlink, 1, "{ordering:?}");
+        assert!(after.ctime > before.ctime, "{ordering:?}: unlink left ctime at {}", after.ctime);
+        let before = fs.getattr(g).unwrap();
+        clock.advance(2_000_000_000);
+        fs.rename(ROOT_INO, b"f", ROOT_INO, b"g2", RenameFlags::default()).unwrap();
+        let after = fs.getattr(g).unwrap();
+        assert_eq!(after.nlink, 1, "{ordering:?}");
+        assert!(after.ctime > before.ctime, "{ordering:?}: the replaced inode kept ctime {}", after.ctime);
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_clean(&dev);
+    }
+}
+
+/// A removed tree drains one directory level per round of writes; sync_all (which an rmdir or a
+/// rename may need) must go on while rounds make progress. It gave up after 64 rounds with EIO
+/// once stress-ng's dirdeep had removed a deeper tree.
+#[test]
+fn sync_all_drains_a_removed_deep_tree() {
+    for ordering in ORDERINGS {
+        let dev = new_image(8192);
+        let mut fs = mount(&dev, ordering, 1024);
+        let mut chain = vec![ROOT_INO];
+        for _ in 0..200 {
+            let (d, _) = fs.mkdir(*chain.last().unwrap(), b"d", 0o755, 0, 0).unwrap();
+            chain.push(d);
+        }
+        for w in chain.windows(2).rev() {
+            fs.rmdir(w[0], b"d").unwrap();
+        }
+        // An rmdir of a directory with a renamed (hidden) old name settles it with sync_all.
+        let (p, _) = fs.mkdir(ROOT_INO, b"p", 0o755, 0, 0).unwrap();
+        fs.create(p, b"a", 0o644, 0, 0).unwrap();
+        fs.rename(p, b"a", p, b"b", RenameFlags::default()).unwrap();
+        fs.unlink(p, b"b").unwrap();
+        fs.rmdir(ROOT_INO, b"p").unwrap_or_else(|e| panic!("{ordering:?}: rmdir: {e}"));
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_clean(&dev);
+    }
+}

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod fuse;
+
 use std::process::{Command, Output};
 use std::sync::Arc;
 

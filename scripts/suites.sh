@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The external suites of docs/suites/ against a fresh sufs mount, for the long runs the docs
+# report (CI runs the short ones: tests/suites.rs). Run as root from the repository, after
+# `cargo build --release`, `cargo install pjdfstest --version 0.2.2 --locked`,
+# `cargo install fsx --version 0.3.2 --locked` and `apt-get install -y stress-ng`.
+#
+#   scripts/suites.sh pjdfstest [softdep|sync|async]   the whole suite, then the EROFS tests alone
+#   scripts/suites.sh fsx [OPS] [SEED] [ORDERING]      one long fsx run (default 250000 ops, seed 20240601)
+#   scripts/suites.sh stress [SECONDS] [ORDERING]      stress-ng's file-system stressors in parallel
+#
+# Each ends with `sufs umount` and `sufs fsck`, whose exit status is the script's.
+set -euo pipefail
+SUFS=${SUFS:-$(pwd)/target/release/sufs}
+DOCS=$(pwd)/docs/suites
+W=$(mktemp -d /var/tmp/sufs-suites.XXXX)
+chmod 755 "$W"   # pjdfstest switches to unprivileged users, who must reach the mount
+trap 'umount -l "$W/mnt" 2>/dev/null || true; rm -rf "$W"' EXIT
+what=${1:?usage: scripts/suites.sh pjdfstest|fsx|stress ...}
+shift
+
+mount_fresh() {
+  "$SUFS" mkfs "$W/img" --size "$1" >/dev/null
+  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$2"
+}
+unmount_fsck() {
+  "$SUFS" umount "$W/mnt"
+  tail -1 "$W/img.log"
+  "$SUFS" fsck "$W/img"
+}
+
+date -u +"%F %T UTC"; "$SUFS" --version 2>/dev/null || true; git rev-parse --short HEAD 2>/dev/null || true
+case $what in
+pjdfstest)
+  ord=${1:-softdep}
+  mount_fresh 1G "$ord"
+  mkdir -p "$W/second"
+  sed 's/allow_remount = false/allow_remount = true/' "$DOCS/pjdfstest.toml" > "$W/remount.toml"
+  pjdfstest --version
+  pjdfstest -c "$DOCS/pjdfstest.toml" -p "$W/mnt" -s "$W/second" | grep -E "FAILED|skipped|Summary" -A1 || true
+  pjdfstest -c "$W/remount.toml" -p "$W/mnt" -s "$W/second" erofs | grep -E "FAILED|Summary" -A1 || true
+  unmount_fsck
+  ;;
+fsx)
+  ops=${1:-250000} seed=${2:-20240601} ord=${3:-softdep}
+  mount_fresh 1G "$ord"
+  fsx --version
+  s=$(date +%s)
+  fsx -f "$DOCS/fsx.toml" -N "$ops" -S "$seed" -P "$W" "$W/mnt/fsxfile" 2>&1 | tail -3
+  echo "fsx: $ops operations, seed $seed, $ord, $(( $(date +%s) - s )) s"
+  unmount_fsck
+  ;;
+stress)
+  secs=${1:-120} ord=${2:-softdep}
+  mount_fresh 4G "$ord"
+  chmod 1777 "$W/mnt"
+  stress-ng --version
+  stress-ng --temp-path "$W/mnt" --timeout "${secs}s" --verify --metrics-brief \
+    --dentry 2 --dir 2 --dirmany 1 --rename 2 --link 2 --symlink 2 --hdd 2 --hdd-bytes 32M \
+    --iomix 2 --iomix-bytes 32M --filename 1 --touch 2 --copy-file 1 --copy-file-bytes 128M \
+    --chmod 1 --utime 1 2>&1 | grep -vE "^stress-ng: metrc: .*(nanosecs|% of time|MB/sec|calls per sec|MB per sec)"
+  unmount_fsck
+  ;;
+*) echo "unknown suite $what" >&2; exit 2 ;;
+esac

@@ -1,0 +1,967 @@
+//! FFS snapshots (soft updates §6): a snapshot is a file, `/.snap/NAME`, flagged `DI_SNAPSHOT`,
+//! as large as the file system, whose logical block `x` stands for physical block `x` as it was
+//! when the snapshot was taken. Its block map says, for each block: 0, not copied (the block is
+//! unchanged since, read it in place); `BLK_NOCOPY`, the block was free then or belongs to a
+//! snapshot (never copied, reads as zeros); anything else, the block holding the old contents (a
+//! copy, or the block itself, claimed when its file let it go).
+//!
+//! Invariants: while a snapshot is active (listed in the superblock, oldest first, at most 20),
+//! (1) a block it marks not copied is never written: `cow` copies the old contents into a new
+//! block of every snapshot that still needs them, and makes the copy and the pointer to it
+//! durable before the overwrite is written; (2) a block it marks not copied is never handed out
+//! again: `free_block` gives a freed block to the first snapshot that has not copied it.
+//! The superblock, every group header and the inode blocks holding snapshot inodes are copied
+//! when the snapshot is taken, and in those copies the snapshots are expunged (their inodes
+//! become empty files, their blocks free), so the frozen file system passes fsck as it stands and
+//! deleting any snapshot frees its space.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::{Fs, FsError, FsResult};
+use crate::dev::{BlockDevice, DevError, DevResult, DevStats, WriteKind, WriteReq};
+use crate::format::*;
+use crate::fuse::{lock, SharedFs};
+use crate::softdep::Task;
+
+/// The directory of the snapshots, in the root.
+pub const SNAP_DIR: &[u8] = b".snap";
+
+/// An active snapshot: its inode and which blocks it has not copied yet (map entry 0), so that
+/// the write path asks no block of the snapshot's map.
+pub struct Active {
+    pub ino: u32,
+    need: Vec<u64>,
+}
+
+impl Active {
+    fn new(ino: u32, nblocks: u64) -> Active {
+        Active { ino, need: vec![0; nblocks.div_ceil(64) as usize] }
+    }
+    pub fn needs(&self, b: u64) -> bool {
+        self.need.get((b / 64) as usize).is_some_and(|w| (w >> (b % 64)) & 1 == 1)
+    }
+    fn set_need(&mut self, b: u64, v: bool) {
+        if let Some(w) = self.need.get_mut((b / 64) as usize) {
+            if v {
+                *w |= 1 << (b % 64);
+            } else {
+                *w &= !(1 << (b % 64));
+            }
+        }
+    }
+    /// Blocks still shared with the live file system.
+    pub fn not_copied(&self) -> u64 {
+        self.need.iter().map(|w| w.count_ones() as u64).sum()
+    }
+}
+
+/// A snapshot as `snapshot list` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SnapInfo {
+    pub name: String,
+    pub ino: u32,
+    /// Creation time (seconds since the epoch).
+    pub created: i64,
+    /// Blocks the snapshot owns: its map's indirect blocks, copies and claimed blocks.
+    pub blocks: u64,
+    /// Blocks still shared with the live file system (not copied).
+    pub shared: u64,
+}
+
+/// A level-0 indirect block of a snapshot's map and the first file-system block it maps.
+type Leaf = (u64, u64);
+
+impl Fs {
+    /// Reactivates the snapshots listed in the superblock (at mount).
+    pub(super) fn snap_activate(&mut self) -> FsResult<()> {
+        self.snaps.clear();
+        let list: Vec<u32> = self.sb.snapshots.iter().copied().filter(|&i| i != 0).collect();
+        for ino in list {
+            let d = self.iget(ino)?;
+            if d.flags & DI_SNAPSHOT == 0 || d.size != self.sb.num_blocks * self.sb.block_size as u64 {
+                return Err(FsError::Corrupt(format!("superblock lists inode {ino}, which is not a snapshot")));
+            }
+            let mut a = Active::new(ino, self.sb.num_blocks);
+            for (x, &v) in d.db.iter().enumerate().take(self.sb.num_blocks.min(NDADDR as u64) as usize) {
+                a.set_need(x as u64, v == 0);
+            }
+            for (base, leaf) in self.snap_leaves(&d)? {
+                let buf = self.cache.read(leaf)?;
+                for i in 0..self.sb.ptrs_per_block() as usize {
+                    let x = base + i as u64;
+                    if x < self.sb.num_blocks && ind_get(buf, i) == 0 {
+                        a.set_need(x, true);
+                    }
+                }
+            }
+            self.snaps.push(a);
+        }
+        Ok(())
+    }
+
+    /// The inode of `/.snap`, made (root-only, immutable) if `create`.
+    fn snap_dir(&mut self, create: bool) -> FsResult<u32> {
+        match self.lookup(ROOT_INO, SNAP_DIR) {
+            Ok((ino, d)) if d.is_dir() => Ok(ino),
+            Ok(_) => Err(FsError::Corrupt("/.snap is not a directory".into())),
+            Err(FsError::NotFound) if create => {
+                let (ino, _) = self.mkdir(ROOT_INO, SNAP_DIR, 0o700, 0, 0)?;
+                let mut d = self.iget(ino)?;
+                d.flags |= DI_IMMUTABLE;
+                self.iput(ino, &d)?;
+                Ok(ino)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn snap_check_name(name: &[u8]) -> FsResult<()> {
+        Self::check_name(name)?;
+        if name == b"." || name == b".." || name.contains(&b'/') || name.is_empty() {
+            return Err(FsError::Invalid("bad snapshot name"));
+        }
+        Ok(())
+    }
+
+    /// The leaves of a snapshot's map (level-0 indirect blocks), in logical order.
+    fn snap_leaves(&mut self, d: &Dinode) -> FsResult<Vec<Leaf>> {
+        let p = self.sb.ptrs_per_block();
+        let mut out = Vec::new();
+        let mut base = NDADDR as u64;
+        let mut span = p;
+        for level in 0..NIADDR {
+            if d.ib[level] != 0 {
+                let mut frontier = vec![(base, d.ib[level])];
+                let mut per = span / p;
+                for _ in 0..level {
+                    let mut next = Vec::new();
+                    for (b0, blk) in frontier {
+                        self.checked_ptr(blk)?;
+                        let buf = self.cache.read(blk)?;
+                        for i in 0..p as usize {
+                            let c = ind_get(buf, i);
+                            if c != 0 {
+                                next.push((b0 + i as u64 * per, c));
+                            }
+                        }
+                    }
+                    frontier = next;
+                    per /= p;
+                }
+                for &(_, blk) in &frontier {
+                    self.checked_ptr(blk)?;
+                }
+                out.extend(frontier);
+            }
+            base += span;
+            span = span.saturating_mul(p);
+        }
+        Ok(out)
+    }
+
+    /// Every block a snapshot owns: its map's indirect blocks and the blocks its map points to.
+    fn snap_owned(&mut self, d: &Dinode, out: &mut HashSet<u64>) -> FsResult<()> {
+        out.extend(d.db.iter().copied().filter(|&v| v > BLK_NOCOPY));
+        let mut data = Vec::new();
+        let mut levels: [Vec<u64>; NIADDR] = Default::default();
+        // The tree's indirect blocks, level by level (data pointers may be sentinels).
+        let mut dd = d.clone();
+        dd.db = [0; NDADDR];
+        for (top_level, &top) in dd.ib.iter().enumerate() {
+            let mut frontier = vec![top];
+            for level in (0..=top_level).rev() {
+                let mut next = Vec::new();
+                for &b in frontier.iter().filter(|&&b| b != 0) {
+                    self.checked_ptr(b)?;
+                    levels[level].push(b);
+                    let buf = self.cache.read(b)?;
+                    next.extend((0..self.sb.ptrs_per_block() as usize).map(|i| ind_get(buf, i)).filter(|&c| c != 0));
+                }
+                frontier = next;
+            }
+            data.extend(frontier);
+        }
+        out.extend(levels.iter().flatten().copied());
+        out.extend(data.into_iter().filter(|&v| v > BLK_NOCOPY));
+        Ok(())
+    }
+
+    /// Builds a snapshot's map tree covering `n` logical blocks: every indirect block allocated,
+    /// every data pointer 0. The new blocks are appended to `mine`.
+    fn snap_build_tree(&mut self, d: &mut Dinode, n: u64, pref: u64, mine: &mut Vec<u64>) -> FsResult<()> {
+        let p = self.sb.ptrs_per_block();
+        let mut base = NDADDR as u64;
+        let mut span = p;
+        for level in 0..NIADDR {
+            if n > base {
+                let count = (n - base).min(span);
+                d.ib[level] = self.snap_build(level, count, pref, mine)?;
+            }
+            base += span;
+            span = span.saturating_mul(p);
+        }
+        Ok(())
+    }
+
+    fn snap_build(&mut self, level: usize, count: u64, pref: u64, mine: &mut Vec<u64>) -> FsResult<u64> {
+        let b = self.alloc.alloc_block(&mut self.cache, &self.sb, mine.last().map_or(pref, |l| l + 1))?;
+        self.cache.create(b);
+        mine.push(b);
+        if level == 0 {
+            return Ok(b);
+        }
+        let per = self.sb.ptrs_per_block().pow(level as u32);
+        for i in 0..count.div_ceil(per) {
+            let c = self.snap_build(level - 1, (count - i * per).min(per), pref, mine)?;
+            ind_set(self.cache.modify(b)?, i as usize, c);
+        }
+        Ok(b)
+    }
+
+    /// Sets the map entry of block `x` (past the direct ones, which never change after
+    /// creation); returns the leaf block changed.
+    fn snap_set(&mut self, d: &Dinode, x: u64, v: u64) -> FsResult<u64> {
+        if x < NDADDR as u64 {
+            return Err(FsError::Corrupt(format!("snapshot map entry {x} is fixed at creation")));
+        }
+        let (leaf, idx) = self.br_slot(d, x)?;
+        ind_set(self.cache.modify(leaf)?, idx, v);
+        Ok(leaf)
+    }
+
+    fn snap_get(&mut self, d: &Dinode, x: u64) -> FsResult<u64> {
+        if x < NDADDR as u64 {
+            return Ok(d.db[x as usize]);
+        }
+        let (leaf, idx) = self.br_slot(d, x)?;
+        Ok(ind_get(self.cache.read(leaf)?, idx))
+    }
+
+    /// Takes a snapshot named `name` (`/.snap/NAME`). Writers are held off by the caller's lock
+    /// (the mount's, as for any operation); everything is first written as for an unmount.
+    pub fn snapshot_create(&mut self, name: &[u8]) -> FsResult<SnapInfo> {
+        self.check_writable()?;
+        Self::snap_check_name(name)?;
+        let slot = self.sb.snapshots.iter().position(|&i| i == 0).ok_or(FsError::Invalid("at most 20 snapshots"))?;
+        let dir = self.snap_dir(true)?;
+        self.sync_all()?;
+        let (ino, _) = self.create_node(dir, name, S_IFREG | 0o400, 0, 0, |_, _, d| {
+            d.flags |= DI_SNAPSHOT;
+            Ok(())
+        })?;
+        // The empty snapshot file and its name are on disk before it gets any block.
+        self.sync_all()?;
+        let n = self.sb.num_blocks;
+        let bs = self.sb.block_size as usize;
+        let mut d = self.iget(ino)?;
+        let pref = self.ino_pref(ino);
+        let mut mine = Vec::new();
+        self.snap_build_tree(&mut d, n, pref, &mut mine)?;
+        // What is copied now: the superblock, the group headers, the inode blocks of the
+        // snapshots (expunged in the copy) and the direct slots (which never change later).
+        let mut eager: BTreeSet<u64> = [0].into();
+        eager.extend((0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)));
+        let snap_inos: Vec<u32> = self.snaps.iter().map(|s| s.ino).chain([ino]).collect();
+        eager.extend(snap_inos.iter().map(|&i| self.sb.inode_location(i).0));
+        eager.extend(0..(NDADDR as u64).min(n));
+        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
+        let mut copies: Vec<(u64, u64)> = Vec::new();
+        for &x in &eager {
+            let cg = self.sb.cg_of_block(x);
+            let used =
+                bit_get(&self.cache.read(self.sb.cg_header_block(cg))?[bmoff..], (x - self.sb.cg_start(cg)) as usize);
+            if used {
+                let c = self.alloc.alloc_block(&mut self.cache, &self.sb, mine.last().map_or(pref, |l| l + 1))?;
+                self.cache.create(c);
+                mine.push(c);
+                copies.push((x, c));
+            }
+        }
+        // Blocks of snapshots: never copied, and free in the frozen file system.
+        let mut owned: HashSet<u64> = mine.iter().copied().collect();
+        for k in 0..self.snaps.len() {
+            let od = self.iget(self.snaps[k].ino)?;
+            self.snap_owned(&od, &mut owned)?;
+        }
+        // The group headers as they are now, and the frozen copies.
+        let mut maps: Vec<Vec<u8>> = Vec::with_capacity(self.sb.ngroups as usize);
+        let (mut frozen_free, mut frozen_inodes, mut frozen_dirs) = (0u64, 0u64, 0u64);
+        let mut frozen_cgs: Vec<Vec<u8>> = Vec::with_capacity(self.sb.ngroups as usize);
+        for cg in 0..self.sb.ngroups {
+            let buf = self.cache.read(self.sb.cg_header_block(cg))?.to_vec();
+            let mut fz = buf.clone();
+            let start = self.sb.cg_start(cg);
+            let mut freed = 0;
+            for i in 0..self.sb.cg_blocks(cg) as usize {
+                if bit_get(&buf[bmoff..], i) && owned.contains(&(start + i as u64)) {
+                    bit_set(&mut fz[bmoff..], i, false);
+                    freed += 1;
+                }
+            }
+            let fb = cg_get_free_blocks(&fz) + freed;
+            cg_set_free_blocks(&mut fz, fb);
+            CgHeader::seal(&mut fz);
+            frozen_free += fb as u64;
+            frozen_inodes += cg_get_free_inodes(&fz) as u64;
+            frozen_dirs += cg_get_ndirs(&fz) as u64;
+            maps.push(buf);
+            frozen_cgs.push(fz);
+        }
+        let mut fsb = self.sb.clone();
+        fsb.free_blocks = frozen_free;
+        fsb.free_inodes = frozen_inodes;
+        fsb.ndirs = frozen_dirs;
+        fsb.flags = (fsb.flags & SB_SOFTDEP) | SB_CLEAN;
+        fsb.snapshots = [0; MAX_SNAPSHOTS];
+        fsb.write_time = self.clock.wall().0;
+        for &(x, c) in &copies {
+            let mut data = vec![0u8; bs];
+            if x == 0 {
+                fsb.encode(&mut data);
+            } else if x % self.sb.blocks_per_group as u64 == 1 {
+                data.copy_from_slice(&frozen_cgs[self.sb.cg_of_block(x) as usize]);
+            } else {
+                data.copy_from_slice(self.cache.read(x)?);
+                for &i in &snap_inos {
+                    let (b, off) = self.sb.inode_location(i);
+                    if b == x {
+                        // The snapshot appears in itself as an empty file.
+                        let mut sd = Dinode::decode(&data[off..off + DINODE_SIZE]);
+                        sd.size = 0;
+                        sd.blocks = 0;
+                        sd.db = [0; NDADDR];
+                        sd.ib = [0; NIADDR];
+                        sd.flags &= !DI_SNAPSHOT;
+                        sd.encode(&mut data[off..off + DINODE_SIZE]);
+                    }
+                }
+            }
+            self.cache.create(c).copy_from_slice(&data);
+        }
+        // The map.
+        let copy_of: std::collections::HashMap<u64, u64> = copies.iter().copied().collect();
+        let mut active = Active::new(ino, n);
+        let sb = self.sb.clone();
+        let entry = |x: u64| -> u64 {
+            if let Some(&c) = copy_of.get(&x) {
+                return c;
+            }
+            let cg = sb.cg_of_block(x);
+            let i = (x - sb.cg_start(cg)) as usize;
+            let cg = cg as usize;
+            if owned.contains(&x) || !bit_get(&maps[cg][bmoff..], i) {
+                BLK_NOCOPY
+            } else {
+                0
+            }
+        };
+        for x in 0..(NDADDR as u64).min(n) {
+            d.db[x as usize] = entry(x);
+        }
+        let leaves = self.snap_leaves(&d)?;
+        let p = self.sb.ptrs_per_block();
+        let mut values = vec![0u64; p as usize];
+        for &(base, leaf) in &leaves {
+            for (i, v) in values.iter_mut().enumerate() {
+                let x = base + i as u64;
+                *v = if x < n { entry(x) } else { 0 };
+                if x < n && *v == 0 {
+                    active.set_need(x, true);
+                }
+            }
+            let buf = self.cache.modify(leaf)?;
+            for (i, &v) in values.iter().enumerate() {
+                ind_set(buf, i, v);
+            }
+        }
+        // On disk in order: the bitmaps, the copies and the map; then the inode pointing at them;
+        // then the superblock listing it.
+        let mut first: Vec<u64> = (0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)).collect();
+        first.extend(&mine);
+        first.sort_unstable();
+        for chunk in first.chunks(1024) {
+            self.write_bufs(chunk, WriteKind::Sync)?;
+        }
+        d.size = n * bs as u64;
+        d.blocks = mine.len() as u64;
+        let ib = self.iput(ino, &d)?;
+        self.write_bufs(&[ib], WriteKind::Sync)?;
+        self.sync_all()?;
+        self.sb.snapshots[slot] = ino;
+        self.snaps.push(active);
+        self.write_superblock()?;
+        self.snap_info(name, ino)
+    }
+
+    fn snap_info(&mut self, name: &[u8], ino: u32) -> FsResult<SnapInfo> {
+        let d = self.iget(ino)?;
+        let shared = self.snaps.iter().find(|s| s.ino == ino).map_or(0, |s| s.not_copied());
+        Ok(SnapInfo {
+            name: String::from_utf8_lossy(name).into_owned(),
+            ino,
+            created: d.btime,
+            blocks: d.blocks,
+            shared,
+        })
+    }
+
+    /// The snapshot `name`: its inode and dinode.
+    fn snap_get_named(&mut self, name: &[u8]) -> FsResult<(u32, u32, Dinode)> {
+        Self::snap_check_name(name)?;
+        let dir = self.snap_dir(false)?;
+        let (ino, d) = self.lookup(dir, name)?;
+        if d.flags & DI_SNAPSHOT == 0 {
+            return Err(FsError::Invalid("not a snapshot"));
+        }
+        Ok((dir, ino, d))
+    }
+
+    /// The snapshots, oldest first.
+    pub fn snapshot_list(&mut self) -> FsResult<Vec<SnapInfo>> {
+        let dir = match self.snap_dir(false) {
+            Ok(d) => d,
+            Err(FsError::NotFound) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut names = std::collections::HashMap::new();
+        let mut cookie = 0;
+        loop {
+            let batch = self.readdir(dir, cookie, 256)?;
+            let Some(last) = batch.last() else { break };
+            cookie = last.next;
+            for e in batch {
+                names.insert(e.ino, e.name);
+            }
+        }
+        let list: Vec<u32> = self.sb.snapshots.iter().copied().filter(|&i| i != 0).collect();
+        let mut out = Vec::new();
+        for ino in list {
+            let name = names.get(&ino).cloned().unwrap_or_else(|| format!("#{ino}").into_bytes());
+            out.push(self.snap_info(&name, ino)?);
+        }
+        Ok(out)
+    }
+
+    /// Deletes a snapshot: it leaves the list at once; its blocks go as a removed file's do,
+    /// each claimed by the first remaining snapshot that has not copied it, or freed. Returns
+    /// the blocks it held.
+    pub fn snapshot_delete(&mut self, name: &[u8]) -> FsResult<u64> {
+        self.check_writable()?;
+        let (dir, ino, mut d) = self.snap_get_named(name)?;
+        self.snaps.retain(|s| s.ino != ino);
+        let list: Vec<u32> = self.sb.snapshots.iter().copied().filter(|&i| i != 0 && i != ino).collect();
+        self.sb.snapshots = [0; MAX_SNAPSHOTS];
+        self.sb.snapshots[..list.len()].copy_from_slice(&list);
+        self.write_superblock()?;
+        // The sentinels become holes, on disk before the inode stops being a snapshot: from then
+        // on it is an ordinary file and goes as one.
+        let leaves = self.snap_leaves(&d)?;
+        let mut changed = Vec::new();
+        let p = self.sb.ptrs_per_block() as usize;
+        for &(_, leaf) in &leaves {
+            let buf = self.cache.read(leaf)?;
+            if (0..p).any(|i| ind_get(buf, i) == BLK_NOCOPY) {
+                let buf = self.cache.modify(leaf)?;
+                for i in 0..p {
+                    if ind_get(buf, i) == BLK_NOCOPY {
+                        ind_set(buf, i, 0);
+                    }
+                }
+                changed.push(leaf);
+            }
+        }
+        for chunk in changed.chunks(1024) {
+            self.write_bufs(chunk, WriteKind::Sync)?;
+        }
+        for v in d.db.iter_mut() {
+            if *v == BLK_NOCOPY {
+                *v = 0;
+            }
+        }
+        d.flags &= !DI_SNAPSHOT;
+        let held = d.blocks;
+        self.iput(ino, &d)?;
+        let mut dd = self.dir_inode(dir)?;
+        let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
+        self.touch_mc(&mut dd);
+        self.iput(dir, &dd)?;
+        self.unlink_name(dir, &slot, name, vec![Task::DropLink(ino)])?;
+        self.balance()?;
+        self.sync_all()?;
+        Ok(held)
+    }
+
+    /// Copy-on-write, before `bnos` are written: each dirty block some snapshot has not copied
+    /// is read from the disk (where it is still as it was) into a new block of every such
+    /// snapshot; the copies with their bitmaps, then the map blocks pointing at them, are made
+    /// durable before the caller writes the new contents.
+    pub(super) fn snap_cow(&mut self, bnos: &[u64]) -> FsResult<()> {
+        if self.snaps.is_empty() {
+            return Ok(());
+        }
+        let mut todo: Vec<u64> =
+            bnos.iter().copied().filter(|&b| self.snaps.iter().any(|s| s.needs(b)) && self.cache.is_dirty(b)).collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        todo.sort_unstable();
+        todo.dedup();
+        let bs = self.sb.block_size as usize;
+        let mut old = vec![0u8; bs];
+        let mut first = BTreeSet::new();
+        let mut leaves = BTreeSet::new();
+        for b in todo {
+            self.cache.device().read_block(b, &mut old)?;
+            for k in 0..self.snaps.len() {
+                if !self.snaps[k].needs(b) {
+                    continue;
+                }
+                let ino = self.snaps[k].ino;
+                let c = self.alloc.alloc_block(&mut self.cache, &self.sb, b)?;
+                self.cache.create(c).copy_from_slice(&old);
+                let mut d = self.iget(ino)?;
+                leaves.insert(self.snap_set(&d, b, c)?);
+                d.blocks += 1;
+                self.iput(ino, &d)?;
+                self.snaps[k].set_need(b, false);
+                self.stats_cow += 1;
+                first.insert(c);
+                first.insert(self.sb.cg_header_block(self.sb.cg_of_block(c)));
+            }
+        }
+        let first: Vec<u64> = first.into_iter().collect();
+        self.cache.write(&first, WriteKind::Sync, &mut self.hooks)?;
+        let leaves: Vec<u64> = leaves.into_iter().collect();
+        self.cache.write(&leaves, WriteKind::Sync, &mut self.hooks)?;
+        Ok(())
+    }
+
+    /// Frees a block, unless a snapshot has not copied it: then the first such snapshot (oldest
+    /// first) claims it as its copy.
+    pub(super) fn free_block(&mut self, b: u64) -> FsResult<()> {
+        if let Some(k) = self.snaps.iter().position(|s| s.needs(b)) {
+            let ino = self.snaps[k].ino;
+            let mut d = self.iget(ino)?;
+            self.snap_set(&d, b, b)?;
+            d.blocks += 1;
+            self.iput(ino, &d)?;
+            self.snaps[k].set_need(b, false);
+            self.stats_claimed += 1;
+            return Ok(());
+        }
+        Ok(self.alloc.free_block(&mut self.cache, &self.sb, b)?)
+    }
+
+    /// Block `x` of the file system as it was when snapshot `ino` was taken.
+    pub fn snapshot_block(&mut self, ino: u32, x: u64, buf: &mut [u8]) -> FsResult<()> {
+        let d = self.iget(ino)?;
+        if d.flags & DI_SNAPSHOT == 0 {
+            return Err(FsError::Invalid("not a snapshot"));
+        }
+        if x >= self.sb.num_blocks {
+            return Err(FsError::Invalid("block beyond the end of the file system"));
+        }
+        self.snap_block(&d, x, buf)
+    }
+
+    fn snap_block(&mut self, d: &Dinode, x: u64, buf: &mut [u8]) -> FsResult<()> {
+        match self.snap_get(d, x)? {
+            BLK_NOCOPY => buf.fill(0),
+            0 => self.cache.device().read_block(x, buf)?,
+            v => {
+                self.checked_ptr(v)?;
+                self.cache.device().read_block(v, buf)?
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a snapshot file through the file interface: the frozen file system's bytes.
+    pub(super) fn snap_read(&mut self, d: &Dinode, off: u64, len: usize) -> FsResult<Vec<u8>> {
+        let bs = self.sb.block_size as u64;
+        let end = d.size.min(off.saturating_add(len as u64));
+        let mut out = Vec::with_capacity(end.saturating_sub(off) as usize);
+        let mut block = vec![0u8; bs as usize];
+        let mut pos = off;
+        while pos < end {
+            let x = pos / bs;
+            let boff = (pos % bs) as usize;
+            let n = ((bs - boff as u64).min(end - pos)) as usize;
+            self.snap_block(d, x, &mut block)?;
+            out.extend_from_slice(&block[boff..boff + n]);
+            pos += n as u64;
+        }
+        Ok(out)
+    }
+
+    /// The inode of snapshot `name`.
+    pub fn snapshot_ino(&mut self, name: &[u8]) -> FsResult<u32> {
+        Ok(self.snap_get_named(name)?.1)
+    }
+
+    /// Copy-on-write counters: blocks copied before an overwrite, blocks claimed when freed.
+    pub fn snapshot_counters(&self) -> (u64, u64) {
+        (self.stats_cow, self.stats_claimed)
+    }
+}
+
+/// What background fsck found on a snapshot and hands to the live file system (§6.1: FreeBSD's
+/// fsck sysctls): blocks and inodes lost at snapshot time, and link counts too high by `delta`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Adjust {
+    /// Blocks marked used that nothing owned.
+    pub blocks: Vec<u64>,
+    /// Inodes in use that no entry named: freed with their blocks.
+    pub unreferenced: Vec<u32>,
+    /// Inodes marked used whose dinode was free: their bitmap bits are cleared.
+    pub leaked_inodes: Vec<u32>,
+    /// (inode, how much its count is too high).
+    pub links: Vec<(u32, u32)>,
+}
+
+/// What an adjust did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct AdjustDone {
+    pub blocks_freed: u64,
+    pub inodes_freed: u64,
+    pub links_lowered: u64,
+    /// Items left alone (no longer in the state fsck saw: freed since, or open).
+    pub skipped: u64,
+}
+
+impl Fs {
+    /// Applies background fsck's findings to the live file system. Each change is checked against
+    /// the live state first: a block must still be marked used, an inode still in use and not
+    /// open; counts are lowered by a difference, so links made since the snapshot stay counted.
+    pub fn fsck_adjust(&mut self, a: &Adjust) -> FsResult<AdjustDone> {
+        self.check_writable()?;
+        let mut done = AdjustDone::default();
+        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
+        for &b in &a.blocks {
+            if !self.sb.is_data_block(b) {
+                return Err(FsError::Invalid("adjust: not a data block"));
+            }
+            let cg = self.sb.cg_of_block(b);
+            let used =
+                bit_get(&self.cache.read(self.sb.cg_header_block(cg))?[bmoff..], (b - self.sb.cg_start(cg)) as usize);
+            if used {
+                self.cache.forget(b);
+                self.free_block(b)?;
+                done.blocks_freed += 1;
+            } else {
+                done.skipped += 1;
+            }
+        }
+        for &(ino, delta) in &a.links {
+            self.check_ino(ino)?;
+            let mut d = self.iget_raw(ino)?;
+            if d.is_free() || delta == 0 {
+                done.skipped += 1;
+                continue;
+            }
+            d.nlink = d.nlink.saturating_sub(delta);
+            self.touch_c(&mut d);
+            done.links_lowered += 1;
+            if d.nlink == 0 && !self.open.contains_key(&ino) {
+                self.release_inode(ino, d, vec![])?;
+                done.inodes_freed += 1;
+            } else {
+                self.iput(ino, &d)?;
+            }
+        }
+        for &ino in &a.unreferenced {
+            self.check_ino(ino)?;
+            let d = self.iget_raw(ino)?;
+            // Directories are left for a full fsck, which reconnects them.
+            if d.is_free() || d.is_dir() || self.open.contains_key(&ino) || d.flags & DI_SNAPSHOT != 0 {
+                done.skipped += 1;
+                continue;
+            }
+            self.release_inode(ino, d, vec![])?;
+            done.inodes_freed += 1;
+        }
+        let imoff = CgHeader::inode_map_offset();
+        for &ino in &a.leaked_inodes {
+            self.check_ino(ino)?;
+            let cg = self.sb.cg_of_inode(ino);
+            let used = bit_get(
+                &self.cache.read(self.sb.cg_header_block(cg))?[imoff..],
+                (ino % self.sb.inodes_per_group) as usize,
+            );
+            if used && self.iget_raw(ino)?.is_free() {
+                self.alloc.free_inode(&mut self.cache, &self.sb, ino, false)?;
+                done.inodes_freed += 1;
+            } else {
+                done.skipped += 1;
+            }
+        }
+        self.balance()?;
+        self.sync_all()?;
+        Ok(done)
+    }
+}
+
+/// The frozen file system of a snapshot as a read-only device, read through the file system
+/// that holds it (in this process).
+pub struct FrozenDevice {
+    fs: SharedFs,
+    ino: u32,
+    bs: usize,
+    n: u64,
+}
+
+impl FrozenDevice {
+    pub fn new(fs: SharedFs, name: &[u8]) -> FsResult<FrozenDevice> {
+        let mut g = lock(&fs);
+        let ino = g.snapshot_ino(name)?;
+        let (bs, n) = (g.sb.block_size as usize, g.sb.num_blocks);
+        drop(g);
+        Ok(FrozenDevice { fs, ino, bs, n })
+    }
+}
+
+impl BlockDevice for FrozenDevice {
+    fn block_size(&self) -> usize {
+        self.bs
+    }
+    fn num_blocks(&self) -> u64 {
+        self.n
+    }
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        lock(&self.fs).snapshot_block(self.ino, bno, buf).map_err(|e| match e {
+            FsError::Io(d) => d,
+            other => DevError::Open(other.to_string()),
+        })
+    }
+    fn write_batch(&self, reqs: &[WriteReq], _kind: WriteKind) -> DevResult<()> {
+        Err(DevError::Io {
+            bno: reqs.first().map_or(0, |r| r.bno),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, "a snapshot is read-only"),
+        })
+    }
+    fn stats(&self) -> DevStats {
+        DevStats::default()
+    }
+}
+
+/// Writes a frozen file system (any device reading as one: a `FrozenDevice`, or a snapshot file
+/// of a mounted file system) to a new image `out`, sparse. Returns the blocks written.
+pub fn export(src: &dyn BlockDevice, out: &std::path::Path) -> Result<u64, DevError> {
+    let bs = src.block_size();
+    let n = src.num_blocks();
+    crate::dev::FileDevice::create(out, n * bs as u64)?;
+    let dst = crate::dev::FileDevice::open(out, bs, true)?;
+    let mut buf = vec![0u8; bs * 256];
+    let mut written = 0;
+    let mut b = 0;
+    while b < n {
+        let k = (n - b).min(256) as usize;
+        for j in 0..k {
+            src.read_block(b + j as u64, &mut buf[j * bs..(j + 1) * bs])?;
+        }
+        let reqs: Vec<WriteReq> = (0..k)
+            .map(|j| WriteReq { bno: b + j as u64, data: &buf[j * bs..(j + 1) * bs] })
+            .filter(|r| r.data.iter().any(|&x| x != 0))
+            .collect();
+        written += reqs.len() as u64;
+        if !reqs.is_empty() {
+            dst.write_batch(&reqs, WriteKind::Async)?;
+        }
+        b += k as u64;
+    }
+    Ok(written)
+}
+
+/// A shared file system for a `FrozenDevice` over an unmounted image.
+pub fn shared(fs: Fs) -> SharedFs {
+    Arc::new(std::sync::Mutex::new(fs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::dev::MemDevice;
+    use crate::fs::{mkfs, MkfsOptions, MountOptions, Ordering, SetAttr};
+    use std::collections::BTreeMap;
+
+    fn mount(dev: &Arc<MemDevice>, ordering: Ordering) -> Fs {
+        let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
+        Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap()
+    }
+
+    /// Every file and directory under the root but `/.snap`: path -> contents (None: directory).
+    pub fn tree(fs: &mut Fs) -> BTreeMap<String, Option<Vec<u8>>> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((dir, path)) = stack.pop() {
+            for e in fs.readdir(dir, 0, usize::MAX).unwrap() {
+                let name = String::from_utf8_lossy(&e.name).into_owned();
+                if name == "." || name == ".." || (dir == ROOT_INO && name == ".snap") {
+                    continue;
+                }
+                let p = format!("{path}/{name}");
+                let d = fs.iget(e.ino).unwrap();
+                if d.is_dir() {
+                    out.insert(p.clone(), None);
+                    stack.push((e.ino, p));
+                } else {
+                    out.insert(p, Some(fs.read(e.ino, 0, d.size as usize).unwrap()));
+                }
+            }
+        }
+        out
+    }
+
+    fn fill(fs: &mut Fs, seed: u8) {
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        for i in 0..20u8 {
+            let (f, _) = fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+            let len = 1000 + i as usize * 4000;
+            fs.write(f, 0, &vec![seed.wrapping_add(i); len]).unwrap();
+        }
+        let (big, _) = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap();
+        fs.write(big, 0, &vec![seed; 600 * 4096]).unwrap();
+    }
+
+    fn export_to_mem(fs: Fs, name: &[u8]) -> (Fs, Arc<MemDevice>) {
+        let shared = shared(fs);
+        let frozen = FrozenDevice::new(shared.clone(), name).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("frozen.img");
+        export(&frozen, &out).unwrap();
+        let bytes = std::fs::read(&out).unwrap();
+        let mem = Arc::new(MemDevice::new(4096, frozen.num_blocks()));
+        let reqs: Vec<WriteReq> =
+            bytes.chunks(4096).enumerate().map(|(i, c)| WriteReq { bno: i as u64, data: c }).collect();
+        mem.write_batch(&reqs, WriteKind::Sync).unwrap();
+        drop(frozen);
+        let fs = Arc::try_unwrap(shared).ok().unwrap().into_inner().unwrap();
+        (fs, mem)
+    }
+
+    #[test]
+    fn snapshot_keeps_the_frozen_tree_through_overwrites_frees_and_remount() {
+        for ordering in [Ordering::Softdep, Ordering::Sync, Ordering::Async] {
+            let dev = Arc::new(MemDevice::new(4096, 16384));
+            mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+            let mut fs = mount(&dev, ordering);
+            fill(&mut fs, 1);
+            fs.sync_all().unwrap();
+            let free0 = fs.statfs().bfree;
+            let before = tree(&mut fs);
+            let info = fs.snapshot_create(b"s1").unwrap();
+            assert!(info.shared > 600, "{info:?}");
+            assert!(matches!(fs.snapshot_create(b"s1"), Err(FsError::Exists)));
+            // Change everything: overwrite, truncate, remove, create.
+            let (d, _) = fs.lookup(ROOT_INO, b"d").unwrap();
+            let (big, _) = fs.lookup(ROOT_INO, b"big").unwrap();
+            fs.write(big, 4096 * 10, &vec![9u8; 4096 * 50]).unwrap();
+            fs.setattr(big, &SetAttr { size: Some(4096 * 100), ..Default::default() }).unwrap();
+            for i in 0..10 {
+                fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+            }
+            let (f, _) = fs.create(ROOT_INO, b"new", 0o644, 0, 0).unwrap();
+            fs.write(f, 0, &vec![7u8; 40_000]).unwrap();
+            // The snapshot file refuses writes.
+            let sdir = fs.lookup(ROOT_INO, SNAP_DIR).unwrap().0;
+            let (sino, _) = fs.lookup(sdir, b"s1").unwrap();
+            assert!(matches!(fs.write(sino, 0, b"x"), Err(FsError::Perm)));
+            assert!(matches!(fs.unlink(sdir, b"s1"), Err(FsError::Perm)));
+            fs.sync_all().unwrap();
+            let (cow, claimed) = fs.snapshot_counters();
+            assert!(cow > 0 && claimed > 0, "{ordering}: cow {cow} claimed {claimed}");
+            let after = tree(&mut fs);
+            // Across a remount the snapshot is active again.
+            fs.unmount().unwrap();
+            let r = crate::fsck::check(dev.as_ref()).unwrap();
+            assert!(r.is_clean(), "{ordering}: {:?}", r.findings);
+            let mut fs = mount(&dev, ordering);
+            assert_eq!(fs.snapshot_list().unwrap().len(), 1);
+            fs.write(f, 0, &vec![8u8; 40_000]).unwrap();
+            let (big2, _) = fs.lookup(ROOT_INO, b"big").unwrap();
+            fs.write(big2, 0, &vec![8u8; 4096 * 5]).unwrap();
+            fs.sync_all().unwrap();
+            let (fs, frozen) = export_to_mem(fs, b"s1");
+            let r = crate::fsck::check(frozen.as_ref()).unwrap();
+            assert!(r.is_clean(), "{ordering}: frozen: {:?}", r.findings);
+            let mut ffs = Fs::mount(
+                frozen.clone(),
+                MountOptions { readonly: true, ..Default::default() },
+                Arc::new(SimClock::new()),
+            )
+            .unwrap();
+            assert_eq!(tree(&mut ffs), before, "{ordering}: frozen tree");
+            let mut fs = fs;
+            assert_ne!(tree(&mut fs), before);
+            assert_eq!(tree(&mut fs).get("/d"), after.get("/d"));
+            // Deleting the snapshot gives every block back.
+            let held = fs.snapshot_delete(b"s1").unwrap();
+            assert!(held > 0);
+            fs.sync_all().unwrap();
+            assert!(fs.snapshot_list().unwrap().is_empty());
+            fs.unlink(ROOT_INO, b"new").unwrap();
+            fs.write(big2, 0, &vec![1u8; 4096 * 5]).unwrap();
+            fs.sync_all().unwrap();
+            let free1 = fs.statfs().bfree;
+            fs.unmount().unwrap();
+            let r = crate::fsck::check(dev.as_ref()).unwrap();
+            assert!(r.is_clean(), "{ordering}: after delete: {:?}", r.findings);
+            assert!(free1 > free0, "{ordering}: {free1} > {free0} (big shrank, files went, /.snap stays)");
+        }
+    }
+
+    #[test]
+    fn several_snapshots_claim_and_hand_over_blocks() {
+        let dev = Arc::new(MemDevice::new(4096, 16384));
+        mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+        let mut fs = mount(&dev, Ordering::Softdep);
+        fill(&mut fs, 3);
+        let base_tree = tree(&mut fs);
+        fs.snapshot_create(b"a").unwrap();
+        let (big, _) = fs.lookup(ROOT_INO, b"big").unwrap();
+        fs.write(big, 0, &vec![4u8; 4096 * 20]).unwrap();
+        let mid_tree = tree(&mut fs);
+        fs.snapshot_create(b"b").unwrap();
+        fs.snapshot_create(b"c").unwrap();
+        // Removing the big file: its blocks are claimed, mostly by "a" (the oldest).
+        fs.unlink(ROOT_INO, b"big").unwrap();
+        fs.sync_all().unwrap();
+        let list = fs.snapshot_list().unwrap();
+        assert_eq!(list.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+        // Deleting "a" hands its claimed blocks to "b", which still shows the big file.
+        fs.snapshot_delete(b"a").unwrap();
+        fs.sync_all().unwrap();
+        let (fs, frozen_b) = export_to_mem(fs, b"b");
+        let mut fb = Fs::mount(
+            frozen_b.clone(),
+            MountOptions { readonly: true, ..Default::default() },
+            Arc::new(SimClock::new()),
+        )
+        .unwrap();
+        assert_eq!(tree(&mut fb), mid_tree);
+        assert_ne!(mid_tree, base_tree);
+        let r = crate::fsck::check(frozen_b.as_ref()).unwrap();
+        assert!(r.is_clean(), "{:?}", r.findings);
+        let mut fs = fs;
+        fs.snapshot_delete(b"c").unwrap();
+        fs.snapshot_delete(b"b").unwrap();
+        fs.sync_all().unwrap();
+        let free = fs.statfs().bfree;
+        fs.unmount().unwrap();
+        let r = crate::fsck::check(dev.as_ref()).unwrap();
+        assert!(r.is_clean(), "{:?}", r.findings);
+        // Everything but /.snap's block and the small files is free again.
+        let sb = Superblock::decode(&{
+            let mut b = vec![0u8; 4096];
+            dev.read_block(0, &mut b).unwrap();
+            b
+        })
+        .unwrap();
+        assert_eq!(sb.snapshots, [0; MAX_SNAPSHOTS]);
+        assert_eq!(sb.free_blocks, free);
+    }
+}

@@ -1,0 +1,108 @@
+//! Helpers for tests through the real FUSE mount: the `sufs` command, a mount in the
+//! foreground that cleans up after a failed test, fsck, and external tools that may be missing.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use super::{sufs, SUFS};
+use std::time::{Duration, Instant};
+
+pub fn fuse_available() -> bool {
+    if Path::new("/dev/fuse").exists() {
+        true
+    } else {
+        eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
+        false
+    }
+}
+
+pub fn mkfs(image: &Path, size: &str) {
+    let out = sufs(&["mkfs", image.to_str().unwrap(), "--size", size]);
+    assert!(out.status.success(), "mkfs: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+pub fn is_mounted(dir: &Path) -> bool {
+    let dir = fs::canonicalize(dir).unwrap();
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()) && l.contains("sufs:"))
+}
+
+pub struct Mounted {
+    pub child: Child,
+    pub dir: PathBuf,
+    pub done: bool,
+}
+
+impl Drop for Mounted {
+    /// A failed test must not leave its mount (and a server holding the test's output) behind.
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `sufs mount IMAGE DIR -f EXTRA...`, returning once the mount is there.
+pub fn mount_fg(image: &Path, dir: &Path, extra: &[&str]) -> Mounted {
+    fs::create_dir_all(dir).unwrap();
+    let mut args = vec!["mount", image.to_str().unwrap(), dir.to_str().unwrap(), "-f"];
+    args.extend_from_slice(extra);
+    let mut child = Command::new(SUFS).args(&args).spawn().unwrap();
+    let start = Instant::now();
+    while !is_mounted(dir) {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("sufs mount exited early: {st}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Mounted { child, dir: dir.to_path_buf(), done: false }
+}
+
+impl Mounted {
+    /// `sufs umount`, and the server must exit successfully.
+    pub fn umount(mut self) {
+        let out = sufs(&["umount", self.dir.to_str().unwrap()]);
+        assert!(out.status.success(), "umount: {}", String::from_utf8_lossy(&out.stderr));
+        let st = self.child.wait().unwrap();
+        self.done = true;
+        assert!(st.success(), "sufs mount exited with {st}");
+    }
+}
+
+/// `sufs fsck IMAGE` must find nothing (exit 0).
+pub fn fsck_clean(image: &Path) {
+    let out = sufs(&["fsck", image.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "fsck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An external program, from PATH or cargo's bin directory (where `cargo install` puts it).
+/// Missing, the test is skipped with a message, unless `SUFS_REQUIRE_SUITES=1` (set by `.ci/run`
+/// after installing the tools) makes that a failure.
+pub fn external_tool(name: &str, install: &str) -> Option<PathBuf> {
+    let cargo_bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .map(|c| c.join("bin"));
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path).chain(cargo_bin).map(|d| d.join(name)).find(|p| p.is_file());
+    if found.is_none() {
+        let msg = format!("{name} is not installed (install it with `{install}`)");
+        if std::env::var("SUFS_REQUIRE_SUITES").is_ok_and(|v| v == "1") {
+            panic!("{msg}, and SUFS_REQUIRE_SUITES=1 requires it");
+        }
+        eprintln!("SKIPPED: {msg}");
+    }
+    found
+}

@@ -1,0 +1,247 @@
+//! FFS snapshots from the command line, as a user drives them: `sufs snapshot` on a mounted file
+//! system (through its control channel) while files change, the frozen file system read back
+//! through a read-only FUSE mount and through `export` (which `sufs fsck` passes, holding exactly
+//! the files and bytes of the moment), then the same on the unmounted image.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+mod common;
+
+use common::{ok, pattern, sufs};
+
+/// Every file (contents) and directory (None) under `root`, but `/.snap`.
+fn tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel == ".snap" {
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                out.insert(rel, None);
+                stack.push(p);
+            } else {
+                out.insert(rel, Some(fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+struct Unmount<'a>(&'a Path, bool);
+
+impl Drop for Unmount<'_> {
+    fn drop(&mut self) {
+        let out = if self.1 {
+            sufs(&["umount", self.0.to_str().unwrap()])
+        } else {
+            Command::new("umount").arg(self.0).output().unwrap()
+        };
+        if !out.status.success() {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+}
+
+fn mount_tree(img: &str, name: &str, at: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    fs::create_dir_all(at).unwrap();
+    ok(&["snapshot", "--on", img, "mount", name, at.to_str().unwrap()]);
+    let guard = Unmount(at, false);
+    let t = tree(at);
+    let eperm = fs::write(at.join("x"), b"x").unwrap_err();
+    assert_eq!(eperm.raw_os_error(), Some(libc::EROFS));
+    drop(guard);
+    // The daemon lets go of the image once unmounted.
+    for _ in 0..100 {
+        if fs::File::open(img).unwrap().try_lock().is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    t
+}
+
+#[test]
+fn snapshots_of_a_mounted_and_an_unmounted_file_system() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img");
+    let mnt = dir.path().join("mnt");
+    let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    ok(&["mkfs", img_s, "--size", "64M"]);
+    ok(&["mount", img_s, mnt_s]);
+    let guard = Unmount(&mnt, true);
+    fs::create_dir(mnt.join("d")).unwrap();
+    for i in 0..30u64 {
+        fs::write(mnt.join(format!("d/f{i}")), pattern(i, 100 + i as usize * 3000)).unwrap();
+    }
+    fs::write(mnt.join("big"), pattern(99, 3 << 20)).unwrap();
+    let before = tree(&mnt);
+    let out = ok(&["snapshot", "--on", mnt_s, "create", "s1"]);
+    assert!(out.contains("s1: inode"), "{out}");
+    // Writers go on: overwrite, remove, create, truncate.
+    fs::write(mnt.join("big"), pattern(7, 1 << 20)).unwrap();
+    for i in 0..10 {
+        fs::remove_file(mnt.join(format!("d/f{i}"))).unwrap();
+    }
+    fs::write(mnt.join("d/new"), pattern(5, 50_000)).unwrap();
+    let after = tree(&mnt);
+    assert_ne!(before, after);
+    let list = ok(&["snapshot", "--on", img_s, "list"]);
+    assert!(list.starts_with("s1: inode"), "{list}");
+    // The snapshot file reads but refuses changes.
+    let snapfile = mnt.join(".snap/s1");
+    assert_eq!(fs::metadata(&snapfile).unwrap().len(), 64 << 20);
+    let e =
+        fs::OpenOptions::new().write(true).open(&snapfile).and_then(|mut f| std::io::Write::write_all(&mut f, b"x"));
+    assert!(e.is_err());
+    assert_eq!(fs::remove_file(&snapfile).unwrap_err().raw_os_error(), Some(libc::EPERM));
+    let e = sufs(&["snapshot", "--on", mnt_s, "create", "s1"]);
+    assert!(String::from_utf8_lossy(&e.stderr).contains("file exists"), "{e:?}");
+    // Export of the mounted file system's snapshot: fsck passes, the files are those of then.
+    let out1 = dir.path().join("out1.img");
+    ok(&["snapshot", "--on", mnt_s, "export", "s1", out1.to_str().unwrap()]);
+    let f = ok(&["fsck", out1.to_str().unwrap()]);
+    assert!(f.contains(" 0 findings"), "{f}");
+    let e = sufs(&["snapshot", "--on", out1.to_str().unwrap(), "mount", "s1", dir.path().to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&e.stderr).contains("not a snapshot"), "expunged in itself: {e:?}");
+    let emnt = dir.path().join("emnt");
+    ok(&["mount", out1.to_str().unwrap(), emnt.to_str().unwrap(), "--ro"]);
+    let eguard = Unmount(&emnt, true);
+    assert_eq!(tree(&emnt), before, "the export holds the files and bytes of the moment");
+    drop(eguard);
+    drop(guard);
+    assert_eq!(tree(&mnt), BTreeMap::new());
+    let f = ok(&["fsck", img_s]);
+    assert!(f.contains(" 0 findings"), "{f}");
+    // Unmounted: the snapshot is still there, mounts read-only and exports the same bytes.
+    assert!(ok(&["snapshot", "--on", img_s, "list"]).starts_with("s1:"));
+    assert_eq!(mount_tree(img_s, "s1", &dir.path().join("snapmnt")), before);
+    let out2 = dir.path().join("out2.img");
+    ok(&["snapshot", "--on", img_s, "export", "s1", out2.to_str().unwrap()]);
+    assert!(fs::read(&out1).unwrap() == fs::read(&out2).unwrap(), "both exports hold the same bytes");
+    // The live tree is today's.
+    ok(&["mount", img_s, mnt_s]);
+    let guard = Unmount(&mnt, true);
+    assert_eq!(tree(&mnt), after);
+    drop(guard);
+    ok(&["snapshot", "--on", img_s, "create", "s2"]);
+    assert!(ok(&["snapshot", "--on", img_s, "delete", "s1"]).contains("blocks released"));
+    assert_eq!(ok(&["snapshot", "--on", img_s, "list"]).lines().count(), 1);
+    ok(&["snapshot", "--on", img_s, "delete", "s2"]);
+    let f = ok(&["fsck", img_s]);
+    assert!(f.contains(" 0 findings"), "{f}");
+    let e = sufs(&["snapshot", "--on", img_s, "delete", "nope"]);
+    assert!(!e.status.success());
+}
+
+/// Damage a crash could leave (a leaked block, a link count too high, an unreferenced file),
+/// made on the unmounted image through the library.
+fn damage(img: &Path) -> (u64, u32) {
+    use std::sync::Arc;
+    use sufs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
+    use sufs::format::*;
+    let dev = Arc::new(FileDevice::open(img, 4096, true).unwrap());
+    let mut fs = sufs::fs::Fs::mount(dev.clone(), Default::default(), Arc::new(sufs::clock::RealClock::new())).unwrap();
+    let (a, _) = fs.lookup(ROOT_INO, b"a").unwrap();
+    let (orphan, _) = fs.create(ROOT_INO, b"orphan", 0o644, 0, 0).unwrap();
+    fs.write(orphan, 0, &[3u8; 20000]).unwrap();
+    fs.unmount().unwrap();
+    let sb = fs.sb.clone();
+    drop(fs);
+    let rw = |bno: u64, f: &dyn Fn(&mut [u8])| {
+        let mut b = vec![0u8; 4096];
+        dev.read_block(bno, &mut b).unwrap();
+        f(&mut b);
+        dev.write_batch(&[WriteReq { bno, data: &b }], WriteKind::Sync).unwrap();
+    };
+    // "a" counts two links too many; "orphan" loses its name (its entry's inode becomes 0).
+    let (ib, off) = sb.inode_location(a);
+    rw(ib, &|b| {
+        let mut d = Dinode::decode(&b[off..off + DINODE_SIZE]);
+        d.nlink += 2;
+        d.encode(&mut b[off..off + DINODE_SIZE]);
+    });
+    let root = {
+        let mut b = vec![0u8; 4096];
+        dev.read_block(sb.inode_location(ROOT_INO).0, &mut b).unwrap();
+        let o = sb.inode_location(ROOT_INO).1;
+        Dinode::decode(&b[o..o + DINODE_SIZE]).db[0]
+    };
+    rw(root, &|b| {
+        let e = dir_entries(b).unwrap().into_iter().find(|e| e.name == b"orphan").unwrap();
+        dirent_set_ino(b, e.offset, 0);
+    });
+    // A free block of the last group marked used.
+    let cg = sb.ngroups - 1;
+    let leaked = sb.cg_start(cg) + sb.cg_blocks(cg) as u64 - 1;
+    rw(sb.cg_header_block(cg), &|b| {
+        let bm = CgHeader::block_map_offset(sb.inodes_per_group);
+        assert!(!bit_get(&b[bm..], (leaked - sb.cg_start(cg)) as usize));
+        bit_set(&mut b[bm..], (leaked - sb.cg_start(cg)) as usize, true);
+        let f = cg_get_free_blocks(b) - 1;
+        cg_set_free_blocks(b, f);
+        CgHeader::seal(b);
+    });
+    (leaked, a)
+}
+
+#[test]
+fn background_fsck_repairs_a_mounted_file_system_while_a_writer_works() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img");
+    let mnt = dir.path().join("mnt");
+    let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    ok(&["mkfs", img_s, "--size", "64M"]);
+    ok(&["mount", img_s, mnt_s]);
+    let guard = Unmount(&mnt, true);
+    fs::write(mnt.join("a"), pattern(1, 10_000)).unwrap();
+    drop(guard);
+    let (leaked, _a) = damage(&img);
+    let f = sufs(&["fsck", img_s]);
+    let text = String::from_utf8_lossy(&f.stdout);
+    assert!(text.contains("LinkCountTooHigh") || text.contains("link count"), "{text}");
+    assert!(text.contains(&format!("block {leaked} marked used")), "{text}");
+    // Instant restart: mount without fsck; a writer keeps writing during the background check.
+    ok(&["mount", img_s, mnt_s]);
+    let guard = Unmount(&mnt, true);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (m2, s2) = (mnt.clone(), stop.clone());
+    let writer = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            fs::write(m2.join(format!("w{}", n % 20)), pattern(n, 30_000)).unwrap();
+            n += 1;
+        }
+        n
+    });
+    let out = sufs(&["fsck", "--background", mnt_s]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("\"blocks_freed\":1") && text.contains("\"links_lowered\":1"), "{text}");
+    assert!(text.contains("\"inodes_freed\":1"), "{text}");
+    assert!(writes > 0);
+    assert!(!mnt.join(".snap").read_dir().unwrap().any(|_| true), "its snapshot is gone");
+    // A second run finds nothing.
+    let out = sufs(&["fsck", "--background", img_s]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    drop(guard);
+    let f = ok(&["fsck", img_s]);
+    assert!(f.contains(" 0 findings"), "{f}");
+}
