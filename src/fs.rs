@@ -2254,8 +2254,15 @@ impl Fs {
     }
 
     /// The data blocks of a file and its indirect blocks by level (0: those pointing at data).
+    ///
+    /// A Block Register reservation's data blocks are never written by the file system (its
+    /// owner writes them on the device), so they are not listed and its last level of indirect
+    /// blocks is not read: a brexpand's fsync costs no read per 2 MiB of reservation.
     fn file_blocks(&mut self, d: &Dinode, data: &mut Vec<u64>, levels: &mut [Vec<u64>; NIADDR]) -> FsResult<()> {
-        data.extend(d.db.iter().copied().filter(|&b| b != 0));
+        let with_data = !br::is_reservation(d);
+        if with_data {
+            data.extend(d.db.iter().copied().filter(|&b| b != 0));
+        }
         for (top_level, &top) in d.ib.iter().enumerate() {
             let mut frontier = vec![top];
             for level in (0..=top_level).rev() {
@@ -2263,6 +2270,9 @@ impl Fs {
                 for &b in frontier.iter().filter(|&&b| b != 0) {
                     self.checked_ptr(b)?;
                     levels[level].push(b);
+                    if level == 0 && !with_data {
+                        continue;
+                    }
                     let buf = self.cache.read(b)?;
                     next.extend((0..self.sb.ptrs_per_block() as usize).map(|i| ind_get(buf, i)).filter(|&c| c != 0));
                 }

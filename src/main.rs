@@ -1103,6 +1103,28 @@ fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<PathBuf>) -> Re
     for (what, used, size) in &r.space {
         println!("| {what} | {used} ({} MiB) | {size} ({} MiB) |", (used * 4096) >> 20, (size * 4096) >> 20);
     }
+    println!();
+    println!("Where the time went on the simulated disk:");
+    println!();
+    println!("| run | store | s | in refills (s) | refills | preserved | exceptions | reads | writes | positionings | mean seek (blocks) | write batches |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for p in &r.profiles {
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {:.0} | {} |",
+            p.run,
+            p.store,
+            p.seconds,
+            p.refill_seconds,
+            p.refills,
+            p.preserved,
+            p.exceptions,
+            p.reads,
+            p.writes,
+            p.positionings,
+            p.mean_seek_blocks,
+            p.batches
+        );
+    }
     if let Some(p) = json {
         std::fs::write(&p, serde_json::to_string_pretty(&r)?)?;
     }
