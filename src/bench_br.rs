@@ -55,6 +55,8 @@ pub struct BrBenchResult {
     pub rows: Vec<BrRow>,
     /// Store blocks used after all runs on the simulated disk, and the space each store took.
     pub space: Vec<(String, u64, u64)>,
+    /// Where the time went in each run on the simulated disk.
+    pub profiles: Vec<Profile>,
 }
 
 type R<T> = Result<T, VolumeError>;
@@ -63,6 +65,33 @@ struct Setup {
     vol: Arc<VolumeDevice>,
     fs: SharedFs,
     clock: Option<Arc<SimClock>>,
+    /// The simulated disk, whose request log says where the time went.
+    model: Option<Arc<ModelDevice<Arc<MemDevice>>>>,
+    /// Simulated seconds spent in the pool's refills (brexpand and what it brings).
+    refill_s: std::cell::Cell<f64>,
+}
+
+/// Where a run's time went on the simulated disk.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Profile {
+    pub run: String,
+    pub store: String,
+    /// Simulated seconds of the whole run, and of it in the pool's refills.
+    pub seconds: f64,
+    pub refill_seconds: f64,
+    pub refills: u64,
+    /// Store blocks that were in use at snapshot time, copied before the store used them.
+    pub preserved: u64,
+    /// Chunks copied on write.
+    pub exceptions: u64,
+    pub reads: u64,
+    pub writes: u64,
+    /// Requests that had to position the head (every request that did not stream after the one
+    /// before it), and their mean seek distance in blocks.
+    pub positionings: u64,
+    pub mean_seek_blocks: f64,
+    /// Write batches (each ends with a barrier).
+    pub batches: u64,
 }
 
 /// A volume with a file system (over all of it, or all but the reserved area), a large file,
@@ -73,6 +102,7 @@ fn setup(
     file_blocks: u64,
     clock: Option<Arc<SimClock>>,
     top: Arc<dyn BlockDevice>,
+    copy_free: bool,
 ) -> R<Setup> {
     let n = raw.num_blocks();
     let fs_blocks = if kind == StoreKind::Reserved { n - n / 5 } else { n };
@@ -96,12 +126,74 @@ fn setup(
     let pool = PoolOptions { initial: 4096, low_watermark: 2048, grow: 4096 };
     VolumeDevice::create(raw, kind, pool, 1)?;
     let vol = VolumeDevice::open(top, pool)?.ok_or(VolumeError::NoSnapshot)?;
+    vol.set_copy_free(copy_free);
     let c: Arc<dyn Clock> = match &clock {
         Some(c) => c.clone(),
         None => Arc::new(crate::clock::RealClock::new()),
     };
     let fs = Fs::mount(vol.clone(), MountOptions { cache_blocks: 4096, ..Default::default() }, c)?;
-    Ok(Setup { vol, fs: Arc::new(Mutex::new(fs)), clock })
+    Ok(Setup { vol, fs: Arc::new(Mutex::new(fs)), clock, model: None, refill_s: Default::default() })
+}
+
+/// The br store's refill thread, run in step (between requests, never inside one) so that the
+/// simulation is deterministic; its simulated time is counted apart.
+fn refill(s: &Setup) -> R<()> {
+    let t0 = s.clock.as_ref().map(|c| c.now_ns());
+    while s.vol.needs_refill() {
+        if s.vol.refill(&s.fs)? == 0 {
+            break;
+        }
+    }
+    if let (Some(c), Some(t0)) = (&s.clock, t0) {
+        s.refill_s.set(s.refill_s.get() + (c.now_ns() - t0) as f64 / 1e9);
+    }
+    Ok(())
+}
+
+impl Setup {
+    /// Starts a measured run: forgets the requests of the setup.
+    fn begin(&self) -> (u64, crate::dev::DevStats) {
+        if let Some(m) = &self.model {
+            m.clear_requests();
+        }
+        self.refill_s.set(0.0);
+        (self.vol.volume_stats().refills, self.vol.stats())
+    }
+
+    /// The profile of the run since `begin`.
+    fn profile(&self, run: &str, seconds: f64, before: (u64, crate::dev::DevStats)) -> Option<Profile> {
+        let m = self.model.as_ref()?;
+        let log = m.requests();
+        let st = self.vol.volume_stats();
+        let ds = self.vol.stats();
+        let mut p = Profile {
+            run: run.into(),
+            store: format!("{}", self.vol.kind()),
+            seconds,
+            refill_seconds: self.refill_s.get(),
+            refills: st.refills - before.0,
+            preserved: st.preserved,
+            exceptions: st.exceptions,
+            batches: ds.batches.saturating_sub(before.1.batches),
+            ..Default::default()
+        };
+        let mut dist = 0u64;
+        for (i, r) in log.iter().enumerate() {
+            if r.write {
+                p.writes += 1;
+            } else {
+                p.reads += 1;
+            }
+            let prev = i.checked_sub(1).map(|j| &log[j]);
+            let streamed = prev.is_some_and(|q| q.bno + 1 == r.bno && q.done == r.start);
+            if !streamed {
+                p.positionings += 1;
+                dist += prev.map_or(0, |q| q.bno.abs_diff(r.bno));
+            }
+        }
+        p.mean_seek_blocks = dist as f64 / p.positionings.max(1) as f64;
+        Some(p)
+    }
 }
 
 fn now(s: &Setup, t0: Instant) -> f64 {
@@ -137,11 +229,7 @@ fn direct_writes(s: &Setup, random: bool, oio: usize, ios: u64, seed: u64) -> R<
         let reqs: Vec<WriteReq> = batch.iter().map(|&b| WriteReq { bno: b, data: &data }).collect();
         s.vol.write_batch(&reqs, WriteKind::Sync)?;
         done += oio as u64;
-        while s.vol.needs_refill() {
-            if s.vol.refill(&s.fs)? == 0 {
-                break;
-            }
-        }
+        refill(s)?;
     }
     Ok(ios as f64 / (now(s, t0) - start))
 }
@@ -159,11 +247,7 @@ fn unpack_delete(s: &Setup, tree: &[(PathBuf, Vec<u8>)], copies: usize) -> R<f64
                 fs.write(ino, 0, data)?;
             }
             // Between operations, as the refill thread would get the lock.
-            while s.vol.needs_refill() {
-                if s.vol.refill(&s.fs)? == 0 {
-                    break;
-                }
-            }
+            refill(s)?;
         }
     }
     for c in 0..copies {
@@ -219,18 +303,22 @@ pub fn run(o: &BrBenchOptions) -> R<BrBenchResult> {
         ("sequential OIO 8", false, 8),
     ];
     // The simulated disk: a fresh volume for each run, so that every run starts from the snapshot.
-    let sim = |kind: StoreKind, file_blocks: u64| -> R<Setup> {
+    let sim = |kind: StoreKind, file_blocks: u64, copy_free: bool| -> R<Setup> {
         let mem = Arc::new(MemDevice::new(4096, o.blocks));
         let clock = Arc::new(SimClock::new());
-        let model: Arc<dyn BlockDevice> =
-            Arc::new(ModelDevice::new(mem.clone(), DiskModel::modern(), clock.clone(), o.seed));
-        setup(mem, kind, file_blocks, Some(clock), model)
+        let model = Arc::new(ModelDevice::new(mem.clone(), DiskModel::modern(), clock.clone(), o.seed));
+        let mut s = setup(mem, kind, file_blocks, Some(clock), model.clone(), copy_free)?;
+        s.model = Some(model);
+        Ok(s)
     };
+    let mut profiles = Vec::new();
     for (name, random, oio) in tests {
         let mut v = [0.0; 2];
         for (k, kind) in [StoreKind::Reserved, StoreKind::Br].into_iter().enumerate() {
-            let s = sim(kind, o.file_blocks)?;
+            let s = sim(kind, o.file_blocks, true)?;
+            let before = s.begin();
             v[k] = direct_writes(&s, random, oio, o.ios, o.seed)?;
+            profiles.extend(s.profile(name, o.ios as f64 / v[k], before));
             if name == "random OIO 8" {
                 let st = s.vol.volume_stats();
                 space.push((format!("{kind} (after {} random writes)", o.ios), st.store_used, st.store_size));
@@ -238,17 +326,26 @@ pub fn run(o: &BrBenchOptions) -> R<BrBenchResult> {
         }
         rows.push(row("simulated disk", &format!("{name} (IOPS)"), v[0], v[1], true));
     }
-    if !tree.is_empty() {
+    // Unpack-then-delete, first as dm-snap does it (every chunk copied on its first write,
+    // though the snapshot is of an empty file system), then copying only chunks in use at
+    // snapshot time.
+    for copy_free in [true, false] {
+        if tree.is_empty() {
+            break;
+        }
+        let how = if copy_free { "" } else { ", free chunks not copied" };
         let mut v = [0.0; 2];
         for (k, kind) in [StoreKind::Reserved, StoreKind::Br].into_iter().enumerate() {
-            let s = sim(kind, 0)?;
+            let s = sim(kind, 0, copy_free)?;
+            let before = s.begin();
             v[k] = unpack_delete(&s, &tree, o.copies)?;
+            profiles.extend(s.profile(&format!("unpack, delete{how}"), v[k], before));
             let st = s.vol.volume_stats();
-            space.push((format!("{kind} (after unpack and delete)"), st.store_used, st.store_size));
+            space.push((format!("{kind} (after unpack and delete{how})"), st.store_used, st.store_size));
         }
         rows.push(row(
             "simulated disk",
-            &format!("unpack {} x {} files, delete (s)", o.copies, tree.len()),
+            &format!("unpack {} x {} files, delete{how} (s)", o.copies, tree.len()),
             v[0],
             v[1],
             false,
@@ -260,7 +357,7 @@ pub fn run(o: &BrBenchOptions) -> R<BrBenchResult> {
         let _ = std::fs::remove_file(&p);
         FileDevice::create(&p, o.blocks * 4096)?;
         let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(&p, 4096, true)?);
-        Ok((setup(dev.clone(), kind, file_blocks, None, dev)?, p))
+        Ok((setup(dev.clone(), kind, file_blocks, None, dev, true)?, p))
     };
     for (name, random, oio) in tests {
         let mut v = [0.0; 2];
@@ -273,5 +370,5 @@ pub fn run(o: &BrBenchOptions) -> R<BrBenchResult> {
         }
         rows.push(row("image file", &format!("{name} (IOPS)"), v[0], v[1], true));
     }
-    Ok(BrBenchResult { rows, space })
+    Ok(BrBenchResult { rows, space, profiles })
 }

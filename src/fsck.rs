@@ -55,6 +55,13 @@ pub enum Finding {
         actual: u64,
     },
     /// The root inode is free or not a directory.
+    /// The superblock's snapshot list names an inode that is not a snapshot of this file system
+    /// (not in use, not flagged as one, not its size) or names one twice: mount would refuse it.
+    BadSnapshotList {
+        slot: usize,
+        ino: u32,
+        what: &'static str,
+    },
     BadRoot {
         mode: u16,
     },
@@ -190,6 +197,7 @@ impl Finding {
             | DirMultiplyLinked { .. }
             | BadReservation { .. }
             | LinkCountTooLow { .. }
+            | BadSnapshotList { .. }
             | BadRoot { .. } => Class::Violation,
         }
     }
@@ -205,6 +213,9 @@ impl fmt::Display for Finding {
             }
             SummaryWrong { what, stored, actual } => write!(f, "superblock: {what} count {stored}, should be {actual}"),
             BadRoot { mode } => write!(f, "root inode is not a directory (mode {mode:#o})"),
+            BadSnapshotList { slot, ino, what } => {
+                write!(f, "superblock: snapshot list entry {slot} (inode {ino}): {what}")
+            }
             BadInode { ino, what } => write!(f, "inode {ino}: {what}"),
             BadPointer { ino, bno } => {
                 write!(f, "inode {ino}: block pointer {bno} outside the data area")
@@ -480,6 +491,8 @@ struct Fixes {
     dir: Vec<DirFix>,
     reconnect: Vec<u32>,
     make_root: bool,
+    /// Snapshot list entries that go.
+    drop_snapshots: BTreeSet<usize>,
 }
 
 struct Scan<'a> {
@@ -1174,6 +1187,20 @@ impl<'a> Scan<'a> {
                 found.push(Finding::CgCountWrong { cg, what: "directories", stored: nd, actual: dirs });
             }
         }
+        let size = sb.num_blocks * sb.block_size as u64;
+        for (slot, &ino) in sb.snapshots.iter().enumerate().filter(|(_, &i)| i != 0) {
+            let what = match self.inodes.get(&ino) {
+                _ if sb.snapshots[..slot].contains(&ino) => Some("listed twice"),
+                None => Some("not an inode in use"),
+                Some(i) if i.flags & DI_SNAPSHOT == 0 => Some("not flagged as a snapshot"),
+                Some(i) if i.size != size => Some("not the size of the file system"),
+                Some(_) => None,
+            };
+            if let Some(what) = what {
+                found.push(Finding::BadSnapshotList { slot, ino, what });
+                self.fixes.drop_snapshots.insert(slot);
+            }
+        }
         let ndirs = self.inodes.values().filter(|i| i.is_dir()).count() as u64;
         for (what, stored, actual) in [
             ("free blocks", sb.free_blocks, free_blocks),
@@ -1384,6 +1411,15 @@ impl<'a> Scan<'a> {
         nsb.free_inodes = tfi;
         nsb.ndirs = tnd;
         nsb.flags |= SB_CLEAN;
+        if !fixes.drop_snapshots.is_empty() {
+            let keep: Vec<u32> = (0..MAX_SNAPSHOTS)
+                .filter(|i| !fixes.drop_snapshots.contains(i))
+                .map(|i| sb.snapshots[i])
+                .filter(|&i| i != 0)
+                .collect();
+            nsb.snapshots = [0; MAX_SNAPSHOTS];
+            nsb.snapshots[..keep.len()].copy_from_slice(&keep);
+        }
         let mut b0 = self.sb_block.clone();
         nsb.encode(&mut b0);
         if b0 != self.sb_block {
@@ -2019,6 +2055,19 @@ mod tests {
         modify(&dev, 0, |b| s.encode(b));
         let r = expect(&dev, Class::Allowed, |f| matches!(f, Finding::SummaryWrong { what: "free blocks", .. }));
         assert_eq!(r.violations(), 0);
+    }
+
+    #[test]
+    fn snapshot_list_naming_no_snapshot() {
+        let (dev, t) = build();
+        let mut s = sb(&dev);
+        s.snapshots[0] = t.a; // a regular file
+        s.snapshots[1] = 9000; // not in use
+        modify(&dev, 0, |b| s.encode(b));
+        expect(&dev, Class::Violation, |f| {
+            matches!(f, Finding::BadSnapshotList { slot: 0, what: "not flagged as a snapshot", .. })
+        });
+        assert_eq!(sb(&dev).snapshots, [0; MAX_SNAPSHOTS], "repair empties the list");
     }
 
     #[test]

@@ -764,26 +764,37 @@ fn notify_ready() {
 
 /// The image a sufs mount on `dir` serves (from /proc/self/mountinfo).
 fn mounted_image(dir: &Path) -> Result<(PathBuf, String), Fail> {
+    match mount_source(dir)? {
+        (abs, Some(source)) if source.starts_with("sufs:") => Ok((abs, source.trim_start_matches("sufs:").to_string())),
+        _ => Err(Fail(format!("{} is not a sufs mount", dir.display()), 1)),
+    }
+}
+
+/// The mount point `dir` made absolute, and the source of the FUSE mount there, if any.
+fn mount_source(dir: &Path) -> Result<(PathBuf, Option<String>), Fail> {
     let abs = std::fs::canonicalize(dir).map_err(|e| Fail(format!("{}: {e}", dir.display()), 1))?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
     // mountinfo: ... mountpoint ... - fstype source options
-    let image = mounts.lines().find_map(|l| {
+    let source = mounts.lines().find_map(|l| {
         let (left, right) = l.split_once(" - ")?;
         let mp = left.split(' ').nth(4)?;
         let mut r = right.split(' ');
         let fstype = r.next()?;
         let source = r.next()?;
-        (mp == abs.to_str()? && fstype.starts_with("fuse") && source.starts_with("sufs:"))
-            .then(|| source.trim_start_matches("sufs:").to_string())
+        (mp == abs.to_str()? && fstype.starts_with("fuse")).then(|| source.to_string())
     });
-    match image {
-        Some(image) => Ok((abs, image)),
-        None => Err(Fail(format!("{} is not a sufs mount", dir.display()), 1)),
-    }
+    Ok((abs, source))
 }
 
 fn cmd_umount(dir: &Path) -> Result<(), Fail> {
-    let (abs, image) = mounted_image(dir)?;
+    // A snapshot mount is read-only: nothing to wait for once it is gone.
+    let (abs, image) = match mount_source(dir)? {
+        (abs, Some(s)) if s.starts_with("sufs-snapshot:") => (abs, None),
+        _ => {
+            let (abs, image) = mounted_image(dir)?;
+            (abs, Some(image))
+        }
+    };
     let ok = if unsafe { libc::geteuid() } == 0 {
         let c = std::ffi::CString::new(abs.as_os_str().as_encoded_bytes())?;
         unsafe { libc::umount2(c.as_ptr(), 0) == 0 }
@@ -793,6 +804,7 @@ fn cmd_umount(dir: &Path) -> Result<(), Fail> {
     if !ok {
         return Err(Fail(format!("cannot unmount {}: {}", dir.display(), std::io::Error::last_os_error()), 1));
     }
+    let Some(image) = image else { return Ok(()) };
     // The mount process holds a lock on the image until it has written everything.
     let f = std::fs::File::open(&image)?;
     for _ in 0..6000 {
@@ -1171,6 +1183,28 @@ fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<PathBuf>) -> Re
     println!("| --- | --- | --- |");
     for (what, used, size) in &r.space {
         println!("| {what} | {used} ({} MiB) | {size} ({} MiB) |", (used * 4096) >> 20, (size * 4096) >> 20);
+    }
+    println!();
+    println!("Where the time went on the simulated disk:");
+    println!();
+    println!("| run | store | s | in refills (s) | refills | preserved | exceptions | reads | writes | positionings | mean seek (blocks) | write batches |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for p in &r.profiles {
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {:.0} | {} |",
+            p.run,
+            p.store,
+            p.seconds,
+            p.refill_seconds,
+            p.refills,
+            p.preserved,
+            p.exceptions,
+            p.reads,
+            p.writes,
+            p.positionings,
+            p.mean_seek_blocks,
+            p.batches
+        );
     }
     if let Some(p) = json {
         std::fs::write(&p, serde_json::to_string_pretty(&r)?)?;

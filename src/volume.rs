@@ -134,6 +134,14 @@ impl StoreMap {
         }
     }
 
+    /// True if physical block `b` is one of the store's.
+    fn holds(&self, b: u64) -> bool {
+        match self {
+            StoreMap::Reserved { start, len } => *start <= b && b < *start + *len,
+            StoreMap::Br { runs, .. } => runs.iter().any(|r| r.start <= b && b < r.start + r.len),
+        }
+    }
+
     /// Appends physical block `b` as the next store index (br only).
     fn push(&mut self, b: u64) {
         if let StoreMap::Br { runs, len, .. } = self {
@@ -155,8 +163,10 @@ struct State {
     area: u64,
     area_buf: Vec<u8>,
     area_used: usize,
-    /// The file system as it was at snapshot time (for the br store's new blocks).
-    snap_sb: Option<Superblock>,
+    /// Which origin blocks were in use at snapshot time (from the snapshot's own cylinder-group
+    /// bitmaps, read once at open): the br store copies a block it gains only if it was, and no
+    /// store copies a chunk on write that was free (unless told to, as dm-snap does).
+    snap_used: Option<SnapBitmap>,
     /// The origin block copied last: where the br store's next blocks are asked for.
     last_cow: u64,
 }
@@ -173,6 +183,8 @@ pub struct VolumeStats {
     pub refills: u64,
     /// Blocks the br store gained that were in use at snapshot time, copied before reuse.
     pub preserved: u64,
+    /// Writes to chunks free at snapshot time, not copied.
+    pub skipped_free: u64,
 }
 
 pub struct VolumeDevice {
@@ -186,6 +198,43 @@ pub struct VolumeDevice {
     wake: Condvar,
     refills: AtomicU64,
     preserved: AtomicU64,
+    /// Copy on write chunks that were free at snapshot time too (dm-snap's way: it cannot tell).
+    copy_free: AtomicBool,
+    /// Writes of chunks free at snapshot time that were not copied.
+    skipped_free: AtomicU64,
+}
+
+/// The origin's blocks in use at snapshot time, one bit each; metadata blocks (superblocks,
+/// group headers, inode tables) always count as in use.
+struct SnapBitmap {
+    bits: Vec<u8>,
+    blocks: u64,
+}
+
+impl SnapBitmap {
+    /// Reads the snapshot's cylinder-group headers through the snapshot view (they are metadata,
+    /// so copied before any change): one read per group.
+    fn load(vol: &VolumeDevice, st: &mut State) -> DevResult<SnapBitmap> {
+        let bs = vol.inner.block_size();
+        let mut b = vec![0u8; bs];
+        vol.read_snapshot_locked(st, 0, &mut b)?;
+        let sb = Superblock::decode(&b).map_err(|e| DevError::Open(format!("snapshot superblock: {e}")))?;
+        let blocks = sb.num_blocks.min(st.header.origin_blocks);
+        let mut bits = vec![0xffu8; blocks.div_ceil(8) as usize];
+        for cg in 0..sb.ngroups {
+            vol.read_snapshot_locked(st, sb.cg_header_block(cg), &mut b)?;
+            let map = &b[CgHeader::block_map_offset(sb.inodes_per_group)..];
+            let start = sb.cg_start(cg);
+            for bno in sb.cg_data_start(cg)..(start + sb.cg_blocks(cg) as u64).min(blocks) {
+                bit_set(&mut bits, bno as usize, bit_get(map, (bno - start) as usize));
+            }
+        }
+        Ok(SnapBitmap { bits, blocks })
+    }
+
+    fn in_use(&self, b: u64) -> bool {
+        b >= self.blocks || bit_get(&self.bits, b as usize)
+    }
 }
 
 /// The superblock of the file system on `dev`.
@@ -244,7 +293,7 @@ impl VolumeDevice {
             area: 1,
             area_buf: vec![0xff; bs],
             area_used: 0,
-            snap_sb: None,
+            snap_used: None,
             last_cow: 0,
         };
         // The exception table: areas until one is not full.
@@ -282,13 +331,13 @@ impl VolumeDevice {
             wake: Condvar::new(),
             refills: AtomicU64::new(0),
             preserved: AtomicU64::new(0),
+            copy_free: AtomicBool::new(false),
+            skipped_free: AtomicU64::new(0),
         });
         {
             let mut st = vol.lock();
-            if kind == StoreKind::Br && st.header.invalid == 0 {
-                let mut b = vec![0u8; bs];
-                vol.read_snapshot_locked(&mut st, 0, &mut b)?;
-                st.snap_sb = Some(Superblock::decode(&b)?);
+            if st.header.invalid == 0 {
+                st.snap_used = Some(SnapBitmap::load(&vol, &mut st)?);
             }
         }
         Ok(Some(vol))
@@ -363,6 +412,7 @@ impl VolumeDevice {
             store_size: st.map.len(),
             refills: self.refills.load(AtOrd::Relaxed),
             preserved: self.preserved.load(AtOrd::Relaxed),
+            skipped_free: self.skipped_free.load(AtOrd::Relaxed),
         }
     }
 
@@ -512,31 +562,49 @@ impl VolumeDevice {
         let runs = lock(fs).brquery(name, old_len, grow)?;
         self.refills.fetch_add(1, AtOrd::Relaxed);
         let mut st = self.lock();
-        let sb = st.snap_sb.clone();
-        let mut added = 0;
-        for b in runs.iter().flat_map(|r| r.start..r.start + r.len) {
-            // In use at snapshot time and never copied: copy it before the store writes it.
-            if let Some(sb) = sb.as_ref().filter(|_| !st.exceptions.contains_key(&b) && b < st.header.origin_blocks) {
-                if self.in_use_at_snapshot(&mut st, sb, b)? {
-                    self.cow(&mut st, &[b])?;
-                    self.preserved.fetch_add(1, AtOrd::Relaxed);
-                }
-            }
-            st.map.push(b);
-            added += 1;
+        if st.header.invalid != 0 {
+            return Ok(0);
         }
-        Ok(added)
+        let gained: Vec<u64> = runs.iter().flat_map(|r| r.start..r.start + r.len).collect();
+        // Blocks in use at snapshot time (a file removed since) and never copied: their old
+        // contents are copied, all in one batch, before the store may write them.
+        let keep: Vec<u64> = gained
+            .iter()
+            .copied()
+            .filter(|b| *b < st.header.origin_blocks && !st.exceptions.contains_key(b) && st.in_use_at_snapshot(*b))
+            .collect();
+        if !keep.is_empty() {
+            self.cow(&mut st, &keep)?;
+            self.preserved.fetch_add(keep.len() as u64, AtOrd::Relaxed);
+        }
+        for &b in &gained {
+            st.map.push(b);
+        }
+        Ok(gained.len() as u64)
     }
 
-    fn in_use_at_snapshot(&self, st: &mut State, sb: &Superblock, b: u64) -> DevResult<bool> {
-        if !sb.is_data_block(b) {
-            return Ok(true);
-        }
-        let cg = sb.cg_of_block(b);
-        let mut buf = vec![0u8; self.inner.block_size()];
-        self.read_snapshot_locked(st, sb.cg_header_block(cg), &mut buf)?;
-        let map = &buf[CgHeader::block_map_offset(sb.inodes_per_group)..];
-        Ok(bit_get(map, (b - sb.cg_start(cg)) as usize))
+    /// True if origin block `b` was in use at snapshot time (or if that is not known).
+    pub fn in_use_at_snapshot(&self, b: u64) -> bool {
+        self.lock().in_use_at_snapshot(b)
+    }
+
+    /// True if `export` writes origin block `b`: in use at snapshot time and not the store's.
+    fn exported(&self, b: u64) -> bool {
+        let st = self.lock();
+        st.in_use_at_snapshot(b) && !st.map.holds(b)
+    }
+
+    /// Copy on write chunks that were free at snapshot time too, as dm-snap does (it cannot
+    /// tell); by default they are not copied, since no file of the snapshot refers to them.
+    pub fn set_copy_free(&self, on: bool) {
+        self.copy_free.store(on, AtOrd::Relaxed);
+    }
+}
+
+impl State {
+    /// True if origin block `b` was in use at snapshot time (or if that is not known).
+    fn in_use_at_snapshot(&self, b: u64) -> bool {
+        self.snap_used.as_ref().is_none_or(|m| m.in_use(b))
     }
 }
 
@@ -554,11 +622,17 @@ impl BlockDevice for VolumeDevice {
         {
             let mut st = self.lock();
             if st.header.invalid == 0 {
+                let copy_free = self.copy_free.load(AtOrd::Relaxed);
                 let mut todo: Vec<u64> = reqs
                     .iter()
                     .map(|r| r.bno)
                     .filter(|b| *b < st.header.origin_blocks && !st.exceptions.contains_key(b))
                     .collect();
+                if !copy_free {
+                    let before = todo.len();
+                    todo.retain(|&b| st.in_use_at_snapshot(b));
+                    self.skipped_free.fetch_add((before - todo.len()) as u64, AtOrd::Relaxed);
+                }
                 todo.sort_unstable();
                 todo.dedup();
                 if !todo.is_empty() {
@@ -605,7 +679,9 @@ impl VolumeDevice {
 }
 
 /// Writes the volume as it was at snapshot time to a new image file `out` (sparse: blocks of
-/// zeros are skipped). Returns the blocks written.
+/// zeros are skipped, and so are blocks free at snapshot time, whose contents may have changed
+/// since, as they were not copied, and a br store's own blocks: the exported file system keeps
+/// the reservation, empty, and so no snapshot). Returns the blocks written.
 pub fn export(vol: &Arc<VolumeDevice>, out: &Path) -> VolResult<u64> {
     let bs = vol.block_size();
     let n = vol.origin_blocks();
@@ -622,7 +698,7 @@ pub fn export(vol: &Arc<VolumeDevice>, out: &Path) -> VolResult<u64> {
         }
         for j in 0..k {
             let data = &buf[j * bs..(j + 1) * bs];
-            if data.iter().any(|&x| x != 0) {
+            if data.iter().any(|&x| x != 0) && vol.exported(b + j as u64) {
                 reqs.push(WriteReq { bno: b + j as u64, data });
             }
         }
@@ -779,7 +855,8 @@ mod tests {
 
     #[test]
     fn snapshot_survives_heavy_writes_deletes_and_restart() {
-        for kind in [StoreKind::Reserved, StoreKind::Br] {
+        let cases = [StoreKind::Reserved, StoreKind::Br].into_iter().flat_map(|k| [(k, false), (k, true)]);
+        for (kind, copy_free) in cases {
             let fs_blocks = if kind == StoreKind::Reserved { N - 4096 } else { N };
             let dev = volume(kind, fs_blocks);
             let pool = PoolOptions { initial: 512, low_watermark: 400, grow: 1024 };
@@ -789,6 +866,7 @@ mod tests {
             let before = tree(&mut mount(inner.clone()));
             // Mount on the volume (§4: the store is found read-only first) and change a lot.
             let vol = VolumeDevice::open(inner.clone(), pool).unwrap().expect("a snapshot");
+            vol.set_copy_free(copy_free);
             let shared: SharedFs = Arc::new(Mutex::new(mount(vol.clone())));
             let mut refiller = (kind == StoreKind::Br).then(|| Refiller::start(vol.clone(), shared.clone()));
             for round in 0..6u64 {
@@ -825,6 +903,7 @@ mod tests {
             if kind == StoreKind::Br {
                 assert!(st.refills > 0, "the br store grew: {st:?}");
             }
+            assert_eq!(st.skipped_free == 0, copy_free, "{kind}: new files' blocks copied only if told: {st:?}");
             drop(shared);
             drop(refiller);
             drop(vol);
@@ -854,6 +933,67 @@ mod tests {
         }
     }
 
+    /// A digest of each block of the first `n` blocks of `dev`.
+    fn digests(dev: &dyn BlockDevice, n: u64) -> Vec<u64> {
+        let mut b = vec![0u8; dev.block_size()];
+        (0..n)
+            .map(|bno| {
+                dev.read_block(bno, &mut b).unwrap();
+                b.iter().fold(0xcbf29ce484222325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100000001b3))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn chunks_free_at_snapshot_time_are_not_copied_and_the_export_is_exact() {
+        for kind in [StoreKind::Reserved, StoreKind::Br] {
+            let fs_blocks = if kind == StoreKind::Reserved { N - 4096 } else { N };
+            let dev = volume(kind, fs_blocks);
+            let inner: Arc<dyn BlockDevice> = dev.clone();
+            let pool = PoolOptions { initial: 512, low_watermark: 400, grow: 1024 };
+            VolumeDevice::create(inner.clone(), kind, pool, 5).unwrap();
+            let mut fs = mount(inner.clone());
+            let free_then = fs.statfs().bfree;
+            fs.unmount().unwrap();
+            let then = digests(inner.as_ref(), fs_blocks);
+            let vol = VolumeDevice::open(inner.clone(), pool).unwrap().expect("a snapshot");
+            // The snapshot's own bitmaps agree with the file system's count of free blocks.
+            let free_bits = (0..fs_blocks).filter(|&b| !vol.in_use_at_snapshot(b)).count() as u64;
+            assert_eq!(free_bits, free_then, "{kind}");
+            let mut fs = mount(vol.clone());
+            let (ino, _) = fs.create(ROOT_INO, b"new", 0o644, 0, 0).unwrap();
+            fs.write(ino, 0, &pattern(9, 300_000)).unwrap();
+            let (f4, d4) = fs.lookup(ROOT_INO, b"f4").unwrap();
+            fs.write(f4, 0, &pattern(10, d4.size as usize)).unwrap();
+            fs.unlink(ROOT_INO, b"f6").unwrap();
+            fs.unmount().unwrap();
+            let now = digests(inner.as_ref(), fs_blocks);
+            {
+                let st = vol.lock();
+                assert!(st.exceptions.keys().all(|&b| st.in_use_at_snapshot(b)), "{kind}: only in-use chunks copied");
+            }
+            let rewritten_free =
+                (0..fs_blocks).filter(|&b| !vol.in_use_at_snapshot(b) && now[b as usize] != then[b as usize]);
+            assert!(rewritten_free.count() >= 73, "{kind}: the new file went to free blocks");
+            assert!(vol.volume_stats().skipped_free >= 73);
+            // The export: every block in use at snapshot time as it was, every free one zero.
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("export.img");
+            export(&vol, &out).unwrap();
+            let img = crate::dev::FileDevice::open(&out, 4096, false).unwrap();
+            let exported = digests(&img, fs_blocks);
+            let zero = digests(&MemDevice::new(4096, 1), 1)[0];
+            for b in 0..fs_blocks {
+                let store = vol.lock().map.holds(b);
+                let want = if vol.in_use_at_snapshot(b) && !store { then[b as usize] } else { zero };
+                assert_eq!(exported[b as usize], want, "{kind}: block {b} of the export");
+            }
+            assert!(crate::fsck::check(&img).unwrap().is_clean());
+            let img: Arc<dyn BlockDevice> = Arc::new(img);
+            assert!(VolumeDevice::open(img, pool).unwrap().is_none(), "{kind}: the export has no snapshot of its own");
+        }
+    }
+
     #[test]
     fn a_full_reserved_store_invalidates_the_snapshot() {
         let dev = volume(StoreKind::Reserved, N - 40);
@@ -865,8 +1005,16 @@ mod tests {
         ));
         let vol = VolumeDevice::open(inner.clone(), PoolOptions::default()).unwrap().unwrap();
         let mut fs = mount(vol.clone());
+        // A new file goes to blocks free at snapshot time: nothing to copy.
         let (ino, _) = fs.create(ROOT_INO, b"big", 0o644, 0, 0).unwrap();
         fs.write(ino, 0, &pattern(1, 400_000)).unwrap();
+        fs.sync_all().unwrap();
+        assert!(vol.invalid_reason().is_none() && vol.volume_stats().skipped_free >= 98);
+        // Overwriting the files of snapshot time fills the 40 blocks.
+        for i in (0..40u64).step_by(2) {
+            let (ino, d) = fs.lookup(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+            fs.write(ino, 0, &pattern(i + 1, d.size as usize)).unwrap();
+        }
         fs.unmount().unwrap();
         let reason = vol.invalid_reason().expect("invalidated");
         assert!(reason.contains("filled up"), "{reason}");

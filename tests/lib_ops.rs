@@ -462,3 +462,24 @@ fn softdep_rmdir_after_moving_files_out_writes_nothing_at_once() {
     assert_eq!(fs.lookup(ROOT_INO, b"v").unwrap().0, w);
     fs.unmount().unwrap();
 }
+
+/// Soft updates: a directory whose subdirectory was just removed (its ".." link drop still on
+/// its way to disk) is renamed without writing anything first; only a directory's own earlier
+/// rename still in flight makes a rename of it wait.
+#[test]
+fn softdep_rename_after_rmdir_of_a_subdirectory_writes_nothing_at_once() {
+    let dev = new_image(8192);
+    let mut fs = mount(&dev, Ordering::Softdep, 1024);
+    let (x, _) = fs.mkdir(ROOT_INO, b"x", 0o755, 0, 0).unwrap();
+    fs.mkdir(x, b"sub", 0o755, 0, 0).unwrap();
+    let (other, _) = fs.mkdir(ROOT_INO, b"other", 0o755, 0, 0).unwrap();
+    fs.sync_all().unwrap();
+    let before = fs.stats().device.writes();
+    fs.rmdir(x, b"sub").unwrap();
+    fs.rename(ROOT_INO, b"x", other, b"y", RenameFlags::default()).unwrap();
+    assert_eq!(fs.stats().device.writes(), before, "nothing was written out first");
+    assert_eq!(resolve(&mut fs, "other/y").unwrap(), x);
+    assert_eq!(fs.getattr(x).unwrap().nlink, 2);
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}

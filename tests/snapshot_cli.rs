@@ -57,6 +57,7 @@ fn mount_tree(img: &str, name: &str, at: &Path) -> BTreeMap<String, Option<Vec<u
     let t = tree(at);
     let eperm = fs::write(at.join("x"), b"x").unwrap_err();
     assert_eq!(eperm.raw_os_error(), Some(libc::EROFS));
+    ok(&["umount", at.to_str().unwrap()]);
     drop(guard);
     // The daemon lets go of the image once unmounted.
     for _ in 0..100 {
