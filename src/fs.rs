@@ -337,6 +337,8 @@ pub struct Fs {
     removed_dirs: std::collections::HashSet<u32>,
     /// Operations done (the memory bound is checked every 64).
     ops: u64,
+    /// When soft updates' structures are counted next (the memory bound), in operations.
+    next_count_at: u64,
     /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
     /// but gone for users: (block, offset) -> (directory, logical block, name).
     hidden: HashMap<(u64, usize), HiddenName>,
@@ -404,6 +406,7 @@ impl Fs {
             softdep_limit: 200_000,
             parent_drop: HashMap::new(),
             ops: 0,
+            next_count_at: 0,
             removed_dirs: std::collections::HashSet::new(),
             hidden: HashMap::new(),
             names_leaving: HashMap::new(),
@@ -770,9 +773,16 @@ impl Fs {
         self.run_tasks()?;
         self.ops += 1;
         let limit = self.softdep_limit;
-        if self.ops.is_multiple_of(64) && self.hooks.softdep.as_mut().is_some_and(|s| s.count() > limit) {
-            // The memory bound: new dependencies wait until old ones retire.
-            self.sync_all()?;
+        if self.ops >= self.next_count_at {
+            if let Some(n) = self.hooks.softdep.as_mut().map(|s| s.count()) {
+                // Counting is a scan of every structure, so it is done only as often as the
+                // room left needs: no operation adds more than a few structures.
+                self.next_count_at = self.ops + (limit.saturating_sub(n) as u64 / 8).clamp(16, 1024);
+                if n > limit {
+                    // The memory bound: new dependencies wait until old ones retire.
+                    self.sync_all()?;
+                }
+            }
         }
         if self.write_through {
             self.sync_all()?;

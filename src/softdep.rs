@@ -419,6 +419,8 @@ impl Softdep {
     /// Dependency structures alive (the quantity the memory bound limits); a scan, so callers
     /// check it now and then.
     pub fn count(&mut self) -> usize {
+        // Records with nothing left to track are not counted against the bound: they go now.
+        self.inodedeps.retain(|_, d| !d.idle());
         let n = self.count_now();
         self.stats.max_deps = self.stats.max_deps.max(n);
         n

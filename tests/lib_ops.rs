@@ -483,3 +483,31 @@ fn softdep_rename_after_rmdir_of_a_subdirectory_writes_nothing_at_once() {
     fs.unmount().unwrap();
     assert_clean(&dev);
 }
+
+/// Soft updates' memory bound: past `--softdep-limit` structures, everything is written before
+/// new ones are made, so removing a large tree never holds more than about the limit.
+#[test]
+fn softdep_memory_bound_holds_the_dependency_count() {
+    let run = |limit: Option<usize>| {
+        let dev = new_image(16384);
+        let mut fs = mount(&dev, Ordering::Softdep, 8192);
+        if let Some(l) = limit {
+            fs.set_softdep_limit(l);
+        }
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        for i in 0..4000 {
+            fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        for i in 0..4000 {
+            fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+        }
+        let max = fs.softdep_stats().unwrap().max_deps;
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+        max
+    };
+    let unbounded = run(None);
+    let bounded = run(Some(1500));
+    assert!(unbounded > 8000, "without a tight bound the structures pile up ({unbounded})");
+    assert!(bounded <= 1500 + 64 * 8, "the bound held: at most {bounded} structures");
+}
