@@ -805,6 +805,14 @@ impl Workload for RenameStorm {
             _ => join(&dst_dir, &w.name("r", self.n)),
         };
         w.rename(&src, &dst)?;
+        if src_dir && w.rng.gen_bool(0.3) {
+            // The same directory moved again at once, while its first rename is in flight.
+            let again: Vec<&String> = dirs.iter().filter(|d| !under(d, &src) && !under(d, &dst)).collect();
+            if let Some(to_dir) = pick(w.rng, &again).cloned() {
+                let to = join(&to_dir, &w.name("again", self.n));
+                w.rename(&dst, &to)?;
+            }
+        }
         Ok(true)
     }
 }
