@@ -33,6 +33,17 @@ pub fn block_slack(block: &[u8]) -> Result<u32, DirError> {
 impl DirHash {
     /// Adds one block's entries (blocks are added in order; a hole is an empty block).
     pub fn add_block(&mut self, lbn: u64, block: Option<&[u8]>) -> Result<(), DirError> {
+        self.add_block_except(lbn, block, |_| false)
+    }
+
+    /// As `add_block`, leaving out the entries at the offsets `hidden` accepts (names kept on
+    /// disk but gone for users, which may share their name with a live entry).
+    pub fn add_block_except(
+        &mut self,
+        lbn: u64,
+        block: Option<&[u8]>,
+        hidden: impl Fn(usize) -> bool,
+    ) -> Result<(), DirError> {
         debug_assert_eq!(lbn as usize, self.slack.len());
         let Some(block) = block else {
             self.slack.push(0);
@@ -42,7 +53,7 @@ impl DirHash {
         for e in dir_iter(block) {
             let e = e?;
             best = best.max(e.slack() as u32);
-            if e.ino != 0 {
+            if e.ino != 0 && !hidden(e.offset) {
                 self.names.insert(e.name.into(), (lbn, e.offset as u32));
             }
         }

@@ -1201,18 +1201,16 @@ impl Fs {
         if nblocks < DIRHASH_MIN_BLOCKS {
             return Ok(false);
         }
+        // Hidden entries stay out: one may share its name with a live entry (a file moved out
+        // and back, say), and whichever came last in the blocks would have taken the name.
         let mut h = DirHash::default();
         for lbn in 0..nblocks {
             let (bno, _) = self.bmap(dir, d, lbn, false)?;
             if bno == 0 {
                 h.add_block(lbn, None)?;
             } else {
-                h.add_block(lbn, Some(self.cache.read(bno)?))?;
-            }
-        }
-        for (&(_, off), (hd, lbn, name, _)) in &self.hidden {
-            if *hd == dir {
-                h.hide(name, *lbn, off);
+                let hidden = &self.hidden;
+                h.add_block_except(lbn, Some(self.cache.read(bno)?), |off| hidden.contains_key(&(bno, off)))?;
             }
         }
         self.dirhash.insert(dir, h);

@@ -511,3 +511,33 @@ fn softdep_memory_bound_holds_the_dependency_count() {
     assert!(unbounded > 8000, "without a tight bound the structures pile up ({unbounded})");
     assert!(bounded <= 1500 + 64 * 8, "the bound held: at most {bounded} structures");
 }
+
+/// A directory's name index built while one of its names is hidden (a rename's old name still on
+/// disk) and the same name is live again (the file moved back): the live one must be found.
+#[test]
+fn softdep_name_index_built_beside_a_hidden_name_finds_the_live_one() {
+    let dev = new_image(8192);
+    let mut fs = mount(&dev, Ordering::Softdep, 1024);
+    let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+    let (e, _) = fs.mkdir(ROOT_INO, b"e", 0o755, 0, 0).unwrap();
+    let name = |i: usize| format!("{i:02}-{}", "x".repeat(37)).into_bytes();
+    for i in 0..60 {
+        fs.create(d, &name(i), 0o644, 0, 0).unwrap();
+    }
+    fs.sync_all().unwrap();
+    let (f, _) = fs.lookup(d, &name(59)).unwrap();
+    // Room early in the block; the file leaves (its old name stays on disk, hidden) and comes
+    // back into that room, ahead of its hidden old name.
+    fs.unlink(d, &name(0)).unwrap();
+    fs.rename(d, &name(59), e, &name(59), RenameFlags::default()).unwrap();
+    fs.rename(e, &name(59), d, &name(59), RenameFlags::default()).unwrap();
+    // The directory grows past one block: its name index is built now.
+    let mut i = 100;
+    while fs.getattr(d).unwrap().size <= 4096 {
+        fs.create(d, &name(i), 0o644, 0, 0).unwrap();
+        i += 1;
+    }
+    assert_eq!(fs.lookup(d, &name(59)).unwrap().0, f);
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
