@@ -54,18 +54,7 @@ pub fn is_reservation(d: &Dinode) -> bool {
 impl Fs {
     /// The inode of `/.br`, made (root-only, immutable so it cannot be renamed) if `create`.
     fn br_dir(&mut self, create: bool) -> FsResult<u32> {
-        match self.lookup(ROOT_INO, BR_DIR) {
-            Ok((ino, d)) if d.is_dir() => Ok(ino),
-            Ok(_) => Err(FsError::Corrupt("/.br is not a directory".into())),
-            Err(FsError::NotFound) if create => {
-                let (ino, _) = self.mkdir(ROOT_INO, BR_DIR, 0o700, 0, 0)?;
-                let mut d = self.iget(ino)?;
-                d.flags |= DI_IMMUTABLE;
-                self.iput(ino, &d)?;
-                Ok(ino)
-            }
-            Err(e) => Err(e),
-        }
+        self.special_dir(BR_DIR, create)
     }
 
     /// The reservation `name`: its directory, inode and dinode.

@@ -1339,6 +1339,23 @@ impl Fs {
         Ok(())
     }
 
+    /// The inode of a root directory the file system keeps for itself (`/.br`, `/.snap`): made,
+    /// root-only and immutable so that it cannot be renamed, if `create`.
+    pub(crate) fn special_dir(&mut self, name: &[u8], create: bool) -> FsResult<u32> {
+        match self.lookup(ROOT_INO, name) {
+            Ok((ino, d)) if d.is_dir() => Ok(ino),
+            Ok(_) => Err(FsError::Corrupt(format!("/{} is not a directory", String::from_utf8_lossy(name)))),
+            Err(FsError::NotFound) if create => {
+                let (ino, _) = self.mkdir(ROOT_INO, name, 0o700, 0, 0)?;
+                let mut d = self.iget(ino)?;
+                d.flags |= DI_IMMUTABLE;
+                self.iput(ino, &d)?;
+                Ok(ino)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Hides the entry `slot` of `dir` from users while it stays in its block (so on disk).
     fn hide_name(&mut self, dir: u32, slot: &Slot, name: &[u8]) {
         self.hidden.insert((slot.bno, slot.off), (dir, slot.lbn, name.to_vec(), slot.ino));

@@ -104,18 +104,7 @@ impl Fs {
 
     /// The inode of `/.snap`, made (root-only, immutable) if `create`.
     fn snap_dir(&mut self, create: bool) -> FsResult<u32> {
-        match self.lookup(ROOT_INO, SNAP_DIR) {
-            Ok((ino, d)) if d.is_dir() => Ok(ino),
-            Ok(_) => Err(FsError::Corrupt("/.snap is not a directory".into())),
-            Err(FsError::NotFound) if create => {
-                let (ino, _) = self.mkdir(ROOT_INO, SNAP_DIR, 0o700, 0, 0)?;
-                let mut d = self.iget(ino)?;
-                d.flags |= DI_IMMUTABLE;
-                self.iput(ino, &d)?;
-                Ok(ino)
-            }
-            Err(e) => Err(e),
-        }
+        self.special_dir(SNAP_DIR, create)
     }
 
     fn snap_check_name(name: &[u8]) -> FsResult<()> {

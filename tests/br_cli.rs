@@ -8,6 +8,7 @@ use std::process::Command;
 
 mod common;
 
+use common::fuse::{fuse_available, mkfs};
 use common::{ok, sufs};
 
 /// The physical blocks a `sufs br query` printed ("offset start len" lines).
@@ -52,15 +53,13 @@ fn br_on_an_unmounted_image() {
 
 #[test]
 fn br_on_a_mounted_file_system() {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
+    if !fuse_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("img");
-    let mnt = dir.path().join("mnt");
+    let (img, mnt) = (dir.path().join("img"), dir.path().join("mnt"));
     let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
-    ok(&["mkfs", img_s, "--size", "64M"]);
+    mkfs(&img, "64M");
     ok(&["br", "--on", img_s, "reserve", "old", "8"]);
     // `sufs mount` returns once the file system is mounted.
     ok(&["mount", img_s, mnt_s]);

@@ -10,6 +10,7 @@ use std::process::Command;
 
 mod common;
 
+use common::fuse::{fuse_available, mkfs_and_mount};
 use common::{ok, pattern, sufs};
 
 /// Every file (contents) and directory (None) under `root`, but `/.snap`.
@@ -71,16 +72,12 @@ fn mount_tree(img: &str, name: &str, at: &Path) -> BTreeMap<String, Option<Vec<u
 
 #[test]
 fn snapshots_of_a_mounted_and_an_unmounted_file_system() {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
+    if !fuse_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("img");
-    let mnt = dir.path().join("mnt");
+    let (img, mnt) = mkfs_and_mount(dir.path());
     let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
-    ok(&["mkfs", img_s, "--size", "64M"]);
-    ok(&["mount", img_s, mnt_s]);
     let guard = Unmount(&mnt, true);
     fs::create_dir(mnt.join("d")).unwrap();
     for i in 0..30u64 {
@@ -199,16 +196,12 @@ fn damage(img: &Path) -> (u64, u32) {
 
 #[test]
 fn background_fsck_repairs_a_mounted_file_system_while_a_writer_works() {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: /dev/fuse is missing, FUSE tests cannot run here");
+    if !fuse_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("img");
-    let mnt = dir.path().join("mnt");
+    let (img, mnt) = mkfs_and_mount(dir.path());
     let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
-    ok(&["mkfs", img_s, "--size", "64M"]);
-    ok(&["mount", img_s, mnt_s]);
     let guard = Unmount(&mnt, true);
     fs::write(mnt.join("a"), pattern(1, 10_000)).unwrap();
     drop(guard);

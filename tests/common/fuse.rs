@@ -22,6 +22,14 @@ pub fn mkfs(image: &Path, size: &str) {
     assert!(out.status.success(), "mkfs: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A fresh 64 MiB image `img` in `dir`, mounted (as a daemon, `sufs mount`) on `dir/mnt`.
+pub fn mkfs_and_mount(dir: &Path) -> (PathBuf, PathBuf) {
+    let (img, mnt) = (dir.join("img"), dir.join("mnt"));
+    mkfs(&img, "64M");
+    super::ok(&["mount", img.to_str().unwrap(), mnt.to_str().unwrap()]);
+    (img, mnt)
+}
+
 pub fn is_mounted(dir: &Path) -> bool {
     let dir = fs::canonicalize(dir).unwrap();
     fs::read_to_string("/proc/self/mountinfo")
