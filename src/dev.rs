@@ -106,6 +106,38 @@ pub trait BlockDevice: Send + Sync {
     fn stats(&self) -> DevStats;
 }
 
+/// Writes `n` blocks of `bs` bytes, as `read` gives them, to a new sparse image file `out`: blocks
+/// of zeros are skipped, and so are those `keep` refuses. Returns the blocks written.
+pub fn write_sparse_image<E: From<DevError>>(
+    out: &Path,
+    n: u64,
+    bs: usize,
+    mut read: impl FnMut(u64, &mut [u8]) -> Result<(), E>,
+    keep: impl Fn(u64) -> bool,
+) -> Result<u64, E> {
+    FileDevice::create(out, n * bs as u64)?;
+    let dst = FileDevice::open(out, bs, true)?;
+    let mut buf = vec![0u8; bs * 256];
+    let mut written = 0;
+    let mut b = 0;
+    while b < n {
+        let k = (n - b).min(256) as usize;
+        for j in 0..k {
+            read(b + j as u64, &mut buf[j * bs..(j + 1) * bs])?;
+        }
+        let reqs: Vec<WriteReq> = (0..k)
+            .map(|j| WriteReq { bno: b + j as u64, data: &buf[j * bs..(j + 1) * bs] })
+            .filter(|r| r.data.iter().any(|&x| x != 0) && keep(r.bno))
+            .collect();
+        written += reqs.len() as u64;
+        if !reqs.is_empty() {
+            dst.write_batch(&reqs, WriteKind::Async)?;
+        }
+        b += k as u64;
+    }
+    Ok(written)
+}
+
 fn check_range(bno: u64, nblocks: u64) -> DevResult<()> {
     if bno >= nblocks {
         Err(DevError::OutOfRange { bno, nblocks })

@@ -739,29 +739,7 @@ impl BlockDevice for FrozenDevice {
 /// Writes a frozen file system (any device reading as one: a `FrozenDevice`, or a snapshot file
 /// of a mounted file system) to a new image `out`, sparse. Returns the blocks written.
 pub fn export(src: &dyn BlockDevice, out: &std::path::Path) -> Result<u64, DevError> {
-    let bs = src.block_size();
-    let n = src.num_blocks();
-    crate::dev::FileDevice::create(out, n * bs as u64)?;
-    let dst = crate::dev::FileDevice::open(out, bs, true)?;
-    let mut buf = vec![0u8; bs * 256];
-    let mut written = 0;
-    let mut b = 0;
-    while b < n {
-        let k = (n - b).min(256) as usize;
-        for j in 0..k {
-            src.read_block(b + j as u64, &mut buf[j * bs..(j + 1) * bs])?;
-        }
-        let reqs: Vec<WriteReq> = (0..k)
-            .map(|j| WriteReq { bno: b + j as u64, data: &buf[j * bs..(j + 1) * bs] })
-            .filter(|r| r.data.iter().any(|&x| x != 0))
-            .collect();
-        written += reqs.len() as u64;
-        if !reqs.is_empty() {
-            dst.write_batch(&reqs, WriteKind::Async)?;
-        }
-        b += k as u64;
-    }
-    Ok(written)
+    crate::dev::write_sparse_image(out, src.num_blocks(), src.block_size(), |b, buf| src.read_block(b, buf), |_| true)
 }
 
 /// A shared file system for a `FrozenDevice` over an unmounted image.

@@ -683,32 +683,8 @@ impl VolumeDevice {
 /// since, as they were not copied, and a br store's own blocks: the exported file system keeps
 /// the reservation, empty, and so no snapshot). Returns the blocks written.
 pub fn export(vol: &Arc<VolumeDevice>, out: &Path) -> VolResult<u64> {
-    let bs = vol.block_size();
-    let n = vol.origin_blocks();
-    crate::dev::FileDevice::create(out, n * bs as u64)?;
-    let dst = crate::dev::FileDevice::open(out, bs, true)?;
-    let mut buf = vec![0u8; bs * 256];
-    let mut written = 0;
-    let mut b = 0;
-    while b < n {
-        let k = (n - b).min(256) as usize;
-        let mut reqs = Vec::new();
-        for j in 0..k {
-            vol.read_snapshot(b + j as u64, &mut buf[j * bs..(j + 1) * bs])?;
-        }
-        for j in 0..k {
-            let data = &buf[j * bs..(j + 1) * bs];
-            if data.iter().any(|&x| x != 0) && vol.exported(b + j as u64) {
-                reqs.push(WriteReq { bno: b + j as u64, data });
-            }
-        }
-        written += reqs.len() as u64;
-        if !reqs.is_empty() {
-            dst.write_batch(&reqs, WriteKind::Async)?;
-        }
-        b += k as u64;
-    }
-    Ok(written)
+    let read = |b, buf: &mut [u8]| vol.read_snapshot(b, buf);
+    crate::dev::write_sparse_image(out, vol.origin_blocks(), vol.block_size(), read, |b| vol.exported(b))
 }
 
 /// The br store's background thread: waits until the pool is below its low watermark, then
