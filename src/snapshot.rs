@@ -157,22 +157,8 @@ impl Fs {
         let mut data = Vec::new();
         let mut levels: [Vec<u64>; NIADDR] = Default::default();
         // The tree's indirect blocks, level by level (data pointers may be sentinels).
-        let mut dd = d.clone();
-        dd.db = [0; NDADDR];
-        for (top_level, &top) in dd.ib.iter().enumerate() {
-            let mut frontier = vec![top];
-            for level in (0..=top_level).rev() {
-                let mut next = Vec::new();
-                for &b in frontier.iter().filter(|&&b| b != 0) {
-                    self.checked_ptr(b)?;
-                    levels[level].push(b);
-                    let buf = self.cache.read(b)?;
-                    next.extend((0..self.sb.ptrs_per_block() as usize).map(|i| ind_get(buf, i)).filter(|&c| c != 0));
-                }
-                frontier = next;
-            }
-            data.extend(frontier);
-        }
+        let dd = Dinode { db: [0; NDADDR], ..d.clone() };
+        self.file_blocks(&dd, &mut data, &mut levels)?;
         out.extend(levels.iter().flatten().copied());
         out.extend(data.into_iter().filter(|&v| v > BLK_NOCOPY));
         Ok(())
