@@ -471,11 +471,15 @@ pub struct OrderingResult {
     pub async_writes: u64,
 }
 
-fn copy_in(fs: &mut Fs, src: &Path, dir: u32, files: &mut Vec<(u32, u64)>, limit: usize) -> FsResult<()> {
-    let Ok(rd) = std::fs::read_dir(src) else { return Ok(()) };
-    let mut entries: Vec<_> = rd.flatten().collect();
+/// The entries of directory `src` by name (none if it cannot be read).
+fn sorted_entries(src: &Path) -> Vec<std::fs::DirEntry> {
+    let mut entries: Vec<_> = std::fs::read_dir(src).map(|rd| rd.flatten().collect()).unwrap_or_default();
     entries.sort_by_key(|e| e.file_name());
-    for e in entries {
+    entries
+}
+
+fn copy_in(fs: &mut Fs, src: &Path, dir: u32, files: &mut Vec<(u32, u64)>, limit: usize) -> FsResult<()> {
+    for e in sorted_entries(src) {
         if files.len() >= limit {
             return Ok(());
         }
@@ -739,10 +743,7 @@ pub(crate) fn copy_tree(
     files: &mut Vec<(std::path::PathBuf, usize)>,
     limit: usize,
 ) -> std::io::Result<()> {
-    let Ok(rd) = std::fs::read_dir(src) else { return Ok(()) };
-    let mut entries: Vec<_> = rd.flatten().collect();
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
+    for e in sorted_entries(src) {
         if files.len() >= limit {
             return Ok(());
         }

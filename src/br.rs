@@ -375,25 +375,13 @@ impl Fs {
     /// Reads a reservation through the file interface: from the device, never the cache, whose
     /// copy would go stale as the owner writes the blocks directly.
     pub(super) fn br_read(&mut self, ino: u32, d: &mut Dinode, off: u64, len: usize) -> FsResult<Vec<u8>> {
-        let bs = self.sb.block_size as u64;
-        let end = d.size.min(off.saturating_add(len as u64));
-        let mut out = Vec::with_capacity(end.saturating_sub(off) as usize);
-        let mut block = vec![0u8; bs as usize];
-        let mut pos = off;
-        while pos < end {
-            let lbn = pos / bs;
-            let boff = (pos % bs) as usize;
-            let n = ((bs - boff as u64).min(end - pos)) as usize;
-            let (b, _) = self.bmap(ino, d, lbn, false)?;
-            if b == 0 {
-                out.resize(out.len() + n, 0);
-            } else {
-                self.cache.device().read_block(b, &mut block)?;
-                out.extend_from_slice(&block[boff..boff + n]);
+        self.read_blocks(d.size, off, len, |fs, lbn, buf| {
+            match fs.bmap(ino, d, lbn, false)?.0 {
+                0 => buf.fill(0),
+                b => fs.cache.device().read_block(b, buf)?,
             }
-            pos += n as u64;
-        }
-        Ok(out)
+            Ok(())
+        })
     }
 }
 

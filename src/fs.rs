@@ -1356,6 +1356,30 @@ impl Fs {
         }
     }
 
+    /// Bytes `off..off + len` (up to `size`) of a file whose logical block `x` `block` reads into
+    /// a buffer: for files the cache must not serve (reservations, snapshots).
+    pub(crate) fn read_blocks(
+        &mut self,
+        size: u64,
+        off: u64,
+        len: usize,
+        mut block: impl FnMut(&mut Fs, u64, &mut [u8]) -> FsResult<()>,
+    ) -> FsResult<Vec<u8>> {
+        let bs = self.sb.block_size as u64;
+        let end = size.min(off.saturating_add(len as u64));
+        let mut out = Vec::with_capacity(end.saturating_sub(off) as usize);
+        let mut buf = vec![0u8; bs as usize];
+        let mut pos = off;
+        while pos < end {
+            let boff = (pos % bs) as usize;
+            let n = ((bs - boff as u64).min(end - pos)) as usize;
+            block(self, pos / bs, &mut buf)?;
+            out.extend_from_slice(&buf[boff..boff + n]);
+            pos += n as u64;
+        }
+        Ok(out)
+    }
+
     /// Hides the entry `slot` of `dir` from users while it stays in its block (so on disk).
     fn hide_name(&mut self, dir: u32, slot: &Slot, name: &[u8]) {
         self.hidden.insert((slot.bno, slot.off), (dir, slot.lbn, name.to_vec(), slot.ino));

@@ -556,20 +556,7 @@ impl Fs {
 
     /// Reads a snapshot file through the file interface: the frozen file system's bytes.
     pub(super) fn snap_read(&mut self, d: &Dinode, off: u64, len: usize) -> FsResult<Vec<u8>> {
-        let bs = self.sb.block_size as u64;
-        let end = d.size.min(off.saturating_add(len as u64));
-        let mut out = Vec::with_capacity(end.saturating_sub(off) as usize);
-        let mut block = vec![0u8; bs as usize];
-        let mut pos = off;
-        while pos < end {
-            let x = pos / bs;
-            let boff = (pos % bs) as usize;
-            let n = ((bs - boff as u64).min(end - pos)) as usize;
-            self.snap_block(d, x, &mut block)?;
-            out.extend_from_slice(&block[boff..boff + n]);
-            pos += n as u64;
-        }
-        Ok(out)
+        self.read_blocks(d.size, off, len, |fs, x, buf| fs.snap_block(d, x, buf))
     }
 
     /// The inode of snapshot `name`.
