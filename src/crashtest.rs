@@ -761,6 +761,23 @@ impl Workload for RenameStorm {
                 return Ok(true);
             }
         }
+        if r == 3 {
+            // A name reused at once: its entry moves into a new directory (so its old name stays
+            // on disk, hidden), and a new file takes the name and is fsync'ed. The new entry
+            // must not land behind the hidden one, where a lookup after a crash finds the old.
+            let movable: Vec<String> =
+                all.iter().filter(|e| split(&e.0).0 != "/rs/full").map(|e| e.0.clone()).collect();
+            if let Some(src) = pick(w.rng, &movable) {
+                let (parent, _) = split(&src);
+                let p = join(parent, &format!("new{}", self.n));
+                w.mkdir(&p)?;
+                let to = join(&p, &w.name("m", self.n));
+                w.rename(&src, &to)?;
+                w.create(&src, 700)?;
+                w.fsync(&src)?;
+                return Ok(true);
+            }
+        }
         if r < 2 || all.len() < 4 {
             let parent = pick(w.rng, &dirs).unwrap_or_else(|| "/rs".into());
             let p = join(&parent, &format!("new{}", self.n));

@@ -1601,6 +1601,7 @@ impl Fs {
 
     /// The directory a new name goes in: it must exist, not be removed, and not hold the name.
     fn dir_for_new_name(&mut self, dir: u32, name: &[u8]) -> FsResult<Dinode> {
+        self.retire_hidden_name(dir, name)?;
         let mut dd = self.dir_inode(dir)?;
         if self.eff(dir, dd.clone()).nlink == 0 {
             return Err(FsError::NotFound);
@@ -1609,6 +1610,29 @@ impl Fs {
             return Err(FsError::Exists);
         }
         Ok(dd)
+    }
+
+    /// With soft updates a rename's old name stays in its block, hidden, until the new name is
+    /// reachable on disk. A new entry of the same name in that directory may land after it, and
+    /// a lookup after a crash would find the old entry first: the new name would be lost behind
+    /// it (and with it the path of whatever is renamed under it). So before such a name is made,
+    /// the hidden one leaves the disk: the renamed inode's names are written as fsync writes
+    /// them, which lets its removal run, and the removal's block is written. If something else
+    /// holds it (a removed directory whose name waits for the hidden names it holds), everything
+    /// is written. Call it before reading the inodes the operation changes.
+    fn retire_hidden_name(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
+        let find = |fs: &Fs| fs.hidden.iter().find(|(_, h)| h.0 == dir && h.2 == name).map(|(&(b, _), h)| (b, h.3));
+        let Some((bno, ino)) = find(self) else {
+            return Ok(());
+        };
+        let shown = String::from_utf8_lossy(name);
+        log::debug!("new name {shown:?} in directory {dir}: its hidden namesake (inode {ino}) goes first");
+        self.fsync(ino)?;
+        self.run_tasks()?;
+        if find(self).is_some() {
+            return self.sync_all();
+        }
+        self.write_bufs(&[bno], WriteKind::Sync)
     }
 
     /// Undoes a half-made inode after a failure (e.g. ENOSPC for its directory entry).
@@ -1691,6 +1715,7 @@ impl Fs {
     pub fn link(&mut self, ino: u32, newdir: u32, newname: &[u8]) -> FsResult<Dinode> {
         self.check_writable()?;
         Self::check_name(newname)?;
+        self.retire_hidden_name(newdir, newname)?;
         let mut d = self.iget(ino)?;
         if d.is_dir() {
             return Err(FsError::Perm);
@@ -1806,6 +1831,7 @@ impl Fs {
         if name == b"." || name == b".." || newname == b"." || newname == b".." {
             return Err(FsError::Invalid("rename of . or .."));
         }
+        self.retire_hidden_name(newdir, newname)?;
         let mut sd = self.dir_inode(dir)?;
         let src = self.find_entry(dir, &mut sd, name)?.ok_or(FsError::NotFound)?;
         let mut nd = self.dir_inode(newdir)?;
@@ -1847,8 +1873,9 @@ impl Fs {
             if moving_dir && ti.is_dir() && self.hidden.values().any(|(hd, _, _, _)| *hd == t.ino) {
                 // The directory replaced still holds renames' old names on disk: its name cannot
                 // be overwritten in place before those go. It is removed as by rmdir (its name
-                // stays on disk, hidden, until then) and the source takes a new entry; the
-                // checks that could fail that come first, so a failed rename removes nothing.
+                // stays on disk, hidden, until then) and the source takes a new entry once that
+                // hidden namesake has left the disk (retire_hidden_name); the checks that could
+                // fail that come first, so a failed rename removes nothing.
                 if (dir != newdir && nd.nlink >= LINK_MAX) || si.nlink >= LINK_MAX {
                     return Err(FsError::TooManyLinks);
                 }

@@ -44,7 +44,8 @@ fn softdep_leaves_no_violation_in_any_workload() {
         assert_eq!(s.violations, 0, "{s}");
     }
     // Renames into directories whose own names are not on disk yet: the old name must outlive
-    // the unreachable new one (this seed loses both names if it does not).
+    // the unreachable new one; and a name reused at once must not land behind its hidden
+    // namesake (every seed loses fsync'ed names if it does).
     let o = CrashOptions { ops: 200, cache_blocks: 32, end: End::Crash, ..Default::default() };
     let s = crashtest::run(Ordering::Softdep, "rename-storm", 4, &o).unwrap();
     assert_eq!(s.violations, 0, "{s}");

@@ -4,6 +4,8 @@
 mod common;
 
 use common::*;
+use std::sync::Arc;
+use sufs::dev::MemDevice;
 use sufs::format::*;
 use sufs::fs::{FsError, Ordering, RenameFlags, SetAttr};
 
@@ -426,8 +428,8 @@ fn sync_all_drains_a_removed_deep_tree() {
 }
 
 /// Soft updates: moving files out of a directory into one whose own name is not on disk yet, then
-/// removing the emptied directory (or replacing it by rename), writes nothing at once: the
-/// old names, and the removed directory's name, wait on disk until the new names are reachable.
+/// removing the emptied directory, writes nothing at once: the old names, and the removed
+/// directory's name, wait on disk until the new names are reachable.
 #[test]
 fn softdep_rmdir_after_moving_files_out_writes_nothing_at_once() {
     let dev = new_image(8192);
@@ -444,8 +446,10 @@ fn softdep_rmdir_after_moving_files_out_writes_nothing_at_once() {
     fs.rmdir(ROOT_INO, b"d").unwrap();
     fs.rename(v, b"g", n, b"g", RenameFlags::default()).unwrap();
     let (w, _) = fs.mkdir(ROOT_INO, b"w", 0o755, 0, 0).unwrap();
-    fs.rename(ROOT_INO, b"w", ROOT_INO, b"v", RenameFlags::default()).unwrap();
     assert_eq!(fs.stats().device.writes(), writes_before, "nothing was written out to make room for the order");
+    // Replacing v, which still holds g's old name: v's name stays on disk, hidden, and the new
+    // "v" may not land behind it, so that one is written out first.
+    fs.rename(ROOT_INO, b"w", ROOT_INO, b"v", RenameFlags::default()).unwrap();
     assert!(matches!(fs.lookup(ROOT_INO, b"d"), Err(FsError::NotFound)));
     assert!(matches!(fs.lookup(ROOT_INO, b"w"), Err(FsError::NotFound)));
     assert_eq!(fs.lookup(ROOT_INO, b"v").unwrap().0, w);
@@ -538,6 +542,34 @@ fn softdep_name_index_built_beside_a_hidden_name_finds_the_live_one() {
         i += 1;
     }
     assert_eq!(fs.lookup(d, &name(59)).unwrap().0, f);
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
+/// Soft updates: a rename's old name stays on disk, hidden, until the new one is reachable. A new
+/// file given that name at once must not land behind it in the directory, where a lookup after a
+/// crash would find the old entry: its fsync'ed name would be lost.
+#[test]
+fn softdep_a_new_name_is_not_hidden_behind_its_renamed_namesake() {
+    let dev = new_image(8192);
+    let mut fs = mount(&dev, Ordering::Softdep, 1024);
+    let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
+    let (old, _) = fs.create(a, b"x", 0o644, 0, 0).unwrap();
+    fs.write(old, 0, b"old").unwrap();
+    fs.sync_all().unwrap();
+    let (n, _) = fs.mkdir(ROOT_INO, b"n", 0o755, 0, 0).unwrap();
+    fs.rename(a, b"x", n, b"x", RenameFlags::default()).unwrap();
+    let (new, _) = fs.create(a, b"x", 0o644, 0, 0).unwrap();
+    fs.write(new, 0, b"new").unwrap();
+    fs.fsync(new).unwrap();
+    // A crash now: the medium as it is.
+    let crashed = Arc::new(MemDevice::from_blocks(4096, dev.blocks()));
+    let mut after = mount(&crashed, Ordering::Softdep, 256);
+    let x = resolve(&mut after, "a/x").unwrap();
+    assert_eq!(after.read(x, 0, 10).unwrap(), b"new", "a/x names inode {x}; the fsync'ed file is {new}");
+    drop(after);
+    let report = sufs::fsck::check(&*crashed).unwrap();
+    assert!(report.findings.iter().all(|f| f.class() == sufs::fsck::Class::Allowed), "{report:?}");
     fs.unmount().unwrap();
     assert_clean(&dev);
 }
