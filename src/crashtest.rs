@@ -11,7 +11,7 @@
 //! Invariant: a verdict depends only on the crash image and on the promises whose interval covers
 //! the state, never on the ordering mode, so a new mode (soft updates) needs no change here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -22,7 +22,7 @@ use thiserror::Error;
 use crate::br::BrRun;
 use crate::clock::SimClock;
 use crate::dev::{BlockDevice, Counters, DevResult, DevStats, MemDevice, Record, RecordingDevice, WriteKind, WriteReq};
-use crate::format::{NDADDR, ROOT_INO};
+use crate::format::{DT_DIR, NDADDR, ROOT_INO};
 use crate::fs::{mkfs, Fs, FsError, FsResult, MkfsOptions, MountOptions, Ordering, RenameFlags, SetAttr};
 use crate::fsck::{self, Class, Finding};
 use crate::syncer::{Sweeper, SyncerOptions, UpdatePolicy};
@@ -94,6 +94,9 @@ impl Default for CrashOptions {
 pub enum PromiseKind {
     /// A name that existed before the workload, until an operation removes or renames it.
     Stable,
+    /// An inode that existed before the workload stays reachable from the root by some name,
+    /// whatever renames moved it (and its ancestors), until an operation removes it.
+    Kept,
     /// A renamed inode keeps its old or its new name, if the old one was durable when the rename
     /// began.
     Rename,
@@ -150,6 +153,24 @@ fn resolve(fs: &mut Fs, path: &str) -> FsResult<u32> {
         ino = fs.lookup(ino, part.as_bytes())?.0;
     }
     Ok(ino)
+}
+
+/// Every inode reachable from the root through directory entries.
+fn reachable_inodes(fs: &mut Fs) -> HashSet<u32> {
+    let mut seen = HashSet::from([ROOT_INO]);
+    let mut queue = vec![ROOT_INO];
+    while let Some(d) = queue.pop() {
+        let Ok(entries) = fs.readdir(d, 0, usize::MAX) else { continue };
+        for e in entries {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            if seen.insert(e.ino) && e.dtype == DT_DIR {
+                queue.push(e.ino);
+            }
+        }
+    }
+    seen
 }
 
 // ------------------------------------------------------------------------------------- work
@@ -293,9 +314,17 @@ impl Work<'_> {
         Ok(())
     }
 
+    /// The inode at `path` is about to be removed: it need no longer be reachable.
+    fn touch_inode(&mut self, pos: usize, path: &str) {
+        if let Ok(ino) = self.resolve(path) {
+            self.close(pos, |p| p.kind == PromiseKind::Kept && p.ino == ino);
+        }
+    }
+
     fn unlink(&mut self, path: &str) -> FsResult<()> {
         let pos = self.begin(format!("unlink {path}"))?;
         self.touch_name(pos, path);
+        self.touch_inode(pos, path);
         let (d, n) = self.parent(path)?;
         self.fs.unlink(d, n.as_bytes())
     }
@@ -303,6 +332,7 @@ impl Work<'_> {
     fn rmdir(&mut self, path: &str) -> FsResult<()> {
         let pos = self.begin(format!("rmdir {path}"))?;
         self.touch_name(pos, path);
+        self.touch_inode(pos, path);
         let (d, n) = self.parent(path)?;
         self.fs.rmdir(d, n.as_bytes())
     }
@@ -321,6 +351,9 @@ impl Work<'_> {
         let ino = self.resolve(from)?;
         self.touch_name(pos, from);
         self.touch_name(pos, to);
+        if self.resolve(to).is_ok_and(|t| t != ino) {
+            self.touch_inode(pos, to);
+        }
         let (d, n) = self.parent(from)?;
         let (nd, nn) = self.parent(to)?;
         self.fs.rename(d, n.as_bytes(), nd, nn.as_bytes(), RenameFlags::default())?;
@@ -753,8 +786,16 @@ impl Workload for RenameStorm {
                 .collect();
             if let Some(d) = pick(w.rng, &leaves).cloned() {
                 let files: Vec<String> = all.iter().filter(|e| split(&e.0).0 == d).map(|e| e.0.clone()).collect();
+                // Out to /rs, or into a directory made now (not reachable on disk yet).
+                let to_dir = if w.rng.gen_bool(0.5) {
+                    let p = format!("/rs/new{}", self.n);
+                    w.mkdir(&p)?;
+                    p
+                } else {
+                    "/rs".to_string()
+                };
                 for (i, f) in files.iter().enumerate() {
-                    let to = join("/rs", &w.name(&format!("out{i}-"), self.n));
+                    let to = join(&to_dir, &w.name(&format!("out{i}-"), self.n));
                     w.rename(f, &to)?;
                 }
                 w.rmdir(&d)?;
@@ -1291,18 +1332,26 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
     };
     fs.unmount().map_err(fail("unmount after setup"))?;
     drop(fs);
-    let promises: Vec<Promise> = stable
-        .into_iter()
-        .map(|(path, _, ino)| Promise {
-            kind: PromiseKind::Stable,
-            paths: vec![path],
-            ino,
-            contents: None,
-            runs: None,
-            from: 0,
-            until: None,
-        })
-        .collect();
+    let promise = |kind, path: &str, ino| Promise {
+        kind,
+        paths: vec![path.to_string()],
+        ino,
+        contents: None,
+        runs: None,
+        from: 0,
+        until: None,
+    };
+    let mut promises: Vec<Promise> =
+        stable.iter().map(|(path, _, ino)| promise(PromiseKind::Stable, path, *ino)).collect();
+    // Each inode once (the first of its names); the file system's own directories (/.br, /.snap)
+    // and what they hold are freed by calls of their own.
+    let mut kept = HashSet::new();
+    for (path, _, ino) in &stable {
+        let special = path.starts_with("/.br") || path.starts_with("/.snap");
+        if !special && kept.insert(*ino) {
+            promises.push(promise(PromiseKind::Kept, path, *ino));
+        }
+    }
 
     let image = dev.blocks();
     let rec = Arc::new(RecordingDevice::new(MemDevice::from_blocks(BS, image.clone())));
@@ -1526,15 +1575,30 @@ impl Recording {
             out.push(violation("Unmountable", format!("root directory unreadable: {e}")));
         }
         let high = s.batches + s.partial.is_some() as usize;
+        let mut reachable = None;
         for (i, iv) in self.promises.iter().enumerate() {
             let p = &iv.p;
             if s.batches < iv.from || high > iv.until || (p.kind == PromiseKind::Rename && !armed[i]) {
+                continue;
+            }
+            if p.kind == PromiseKind::Kept {
+                let reachable = reachable.get_or_insert_with(|| reachable_inodes(&mut fs));
+                if !reachable.contains(&p.ino) {
+                    out.push(violation(
+                        "InodeLost",
+                        format!(
+                            "inode {} (before the workload {}), never removed, is reachable by no name",
+                            p.ino, p.paths[0]
+                        ),
+                    ));
+                }
                 continue;
             }
             let found: Vec<FsResult<u32>> = p.paths.iter().map(|q| resolve(&mut fs, q)).collect();
             if !found.iter().any(|r| matches!(r, Ok(i) if *i == p.ino)) {
                 let (kind, what) = match p.kind {
                     PromiseKind::Stable => ("StableNameLost", "a name made before the workload and not yet removed"),
+                    PromiseKind::Kept => unreachable!("judged above"),
                     PromiseKind::Rename => ("RenameLostBoth", "a renamed inode, durable before the rename"),
                     PromiseKind::Fsync => ("FsyncNameLost", "an fsync'ed file"),
                     PromiseKind::Reservation => ("ReservationLost", "a reservation"),
@@ -1622,6 +1686,7 @@ impl Recording {
         for iv in &self.promises {
             let k = match iv.p.kind {
                 PromiseKind::Stable => "stable names",
+                PromiseKind::Kept => "kept inodes",
                 PromiseKind::Rename => "renames",
                 PromiseKind::Fsync => "fsyncs",
                 PromiseKind::Reservation => "reservations",

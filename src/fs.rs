@@ -342,9 +342,6 @@ pub struct Fs {
     /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
     /// but gone for users: (block, offset) -> (directory, logical block, name).
     hidden: HashMap<(u64, usize), HiddenName>,
-    /// Directories' names removed in memory whose removal is not yet on disk (their
-    /// `DropName`s still pending), per directory.
-    names_leaving: HashMap<u32, u32>,
     /// Renames' old-name removals whose new name is on disk but in a directory not yet
     /// reachable on disk (rule 3 for the whole path): retried after later writes complete.
     deferred_old_names: Vec<Task>,
@@ -409,7 +406,6 @@ impl Fs {
             next_count_at: 0,
             removed_dirs: std::collections::HashSet::new(),
             hidden: HashMap::new(),
-            names_leaving: HashMap::new(),
             deferred_old_names: Vec::new(),
             deferred_tried_at: (0, 0),
             hidden_removed: 0,
@@ -625,15 +621,6 @@ impl Fs {
                     sd.take_pending_unlink(ino);
                 }
                 self.drop_link(ino)
-            }
-            Task::DropName(ino) => {
-                match self.names_leaving.get_mut(&ino) {
-                    Some(n) if *n > 1 => *n -= 1,
-                    _ => {
-                        self.names_leaving.remove(&ino);
-                    }
-                }
-                self.run_task(Task::DropLink(ino))
             }
             Task::RmdirChild { child, parent } => {
                 if let Some(sd) = self.sd() {
@@ -1269,15 +1256,10 @@ impl Fs {
         if self.hooks.softdep.is_none() {
             return;
         }
-        for t in tasks {
-            if let Task::DropName(i) = t {
-                *self.names_leaving.entry(*i).or_insert(0) += 1;
-            }
-        }
         let Some(sd) = self.sd() else { return };
         for t in tasks {
             match t {
-                Task::DropLink(i) | Task::DropName(i) => sd.add_pending_unlink(*i),
+                Task::DropLink(i) => sd.add_pending_unlink(*i),
                 Task::RmdirChild { child, parent } => {
                     sd.add_pending_unlink(*child);
                     sd.add_pending_unlink(*child);
@@ -1853,14 +1835,6 @@ impl Fs {
             }
         }
         let moving_dir = si.is_dir();
-        let leaving = self.names_leaving.contains_key(&src.ino);
-        let settle = moving_dir && (leaving || self.hidden.values().any(|h| h.3 == src.ino));
-        if settle {
-            // A directory keeps at most two names on disk: its previous rename (the removal of
-            // its old name) completes first. Link drops of subdirectories' ".." do not count.
-            self.sync_all()?;
-            return self.rename(dir, name, newdir, newname, flags);
-        }
         if moving_dir && dir != newdir && self.is_ancestor(src.ino, newdir)? {
             return Err(FsError::Invalid("rename of a directory into itself"));
         }
@@ -1919,7 +1893,6 @@ impl Fs {
         // 3. The new name; a replaced inode loses its link once the new name is on disk. With
         // soft updates the old name stays in its block, hidden, until then (step 4).
         let across = moving_dir && dir != newdir;
-        let drop_old = |ino: u32| if moving_dir { Task::DropName(ino) } else { Task::DropLink(ino) };
         let softdep = self.hooks.softdep.is_some();
         let old_name_task = softdep.then(|| Task::RemoveOldName {
             dir,
@@ -1927,7 +1900,7 @@ impl Fs {
             bno: src.bno,
             lbn: src.lbn,
             off: src.off,
-            tasks: vec![drop_old(src.ino)],
+            tasks: vec![Task::DropLink(src.ino)],
         });
         match victim {
             Some((t, mut ti)) => {
@@ -1982,7 +1955,7 @@ impl Fs {
             // Rule 3: the old name leaves the disk only after the new one is there; for users
             // it is gone now.
             self.hide_name(dir, &old, name);
-            self.note_pending(&[drop_old(src.ino)]);
+            self.note_pending(&[Task::DropLink(src.ino)]);
         } else {
             self.unlink_name(dir, &old, name, vec![Task::DropLink(src.ino)])?;
         }
@@ -2037,8 +2010,7 @@ impl Fs {
             dirent_set_ino(buf, slot.off, ino);
             dirent_set_type(buf, slot.off, dtype_of_mode(mode));
             let old = Some((was, dtype_of_mode(was_mode)));
-            let drop = if was_mode & S_IFMT == S_IFDIR { Task::DropName(was) } else { Task::DropLink(was) };
-            self.entry_added(in_dir, slot.bno, slot.off, ino, old, None, false, vec![drop])?;
+            self.entry_added(in_dir, slot.bno, slot.off, ino, old, None, false, vec![Task::DropLink(was)])?;
         }
         if dir != newdir {
             // A directory that changes parent: its ".." follows, and a parent left with one

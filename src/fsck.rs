@@ -121,16 +121,19 @@ pub enum Finding {
         stored_dir: bool,
     },
     /// A directory named by a second entry (besides "." and ".."); `names` is how many entries
-    /// name it. Two names is the window of a directory rename to another parent (the new name is
-    /// written before the old one is removed; allowed); more is a violation. `unreachable`: no
-    /// path from the root names the directory, so every name it has is inside an unreferenced
-    /// tree, and the finding is part of that tree's leak (allowed, as the tree's
-    /// `UnreferencedInode` is).
+    /// name it. Two names is the window of a directory rename (the new name is written before
+    /// the old one is removed; allowed). More is allowed only if `counted`: the stored link
+    /// count covers every name, as when a directory is renamed again before its first rename's
+    /// old name has left the disk (each rename raises the count before its new name is written
+    /// and lowers it after its old name is gone). `unreachable`: no path from the root names
+    /// the directory, so every name it has is inside an unreferenced tree, and the finding is
+    /// part of that tree's leak (allowed, as the tree's `UnreferencedInode` is).
     DirMultiplyLinked {
         ino: u32,
         dir: u32,
         name: String,
         names: u32,
+        counted: bool,
         unreachable: bool,
     },
     /// An inode in use that no directory entry names.
@@ -185,7 +188,9 @@ impl Finding {
             | SummaryWrong { .. } => Class::Allowed,
             // The two windows of a directory rename to another parent, which FFS cannot make
             // atomic: the link counts are raised first, so neither leaves a count too low.
-            DirMultiplyLinked { names: 2, .. } | BadDotDot { stored_dir: true, .. } => Class::Allowed,
+            DirMultiplyLinked { names: 2, .. }
+            | DirMultiplyLinked { counted: true, .. }
+            | BadDotDot { stored_dir: true, .. } => Class::Allowed,
             // A removed directory whose old name is still in another removed directory: soft
             // updates may write the removal of the second directory's name before the block that
             // drops the first one's. Both are leaked, as FreeBSD's fsck treats unreferenced
@@ -256,7 +261,7 @@ impl fmt::Display for Finding {
             BadDotDot { dir, stored, expected, stored_dir: false } => {
                 write!(f, "directory {dir}: \"..\" names inode {stored} (not a directory), parent is {expected}")
             }
-            DirMultiplyLinked { ino, dir, name, names, unreachable } => {
+            DirMultiplyLinked { ino, dir, name, names, unreachable, .. } => {
                 let tree = if *unreachable { ", none reachable from the root" } else { "" };
                 write!(f, "directory {ino} has a second name {name:?} in directory {dir} ({names} names in all{tree})")
             }
@@ -1065,12 +1070,13 @@ impl<'a> Scan<'a> {
         let dotdot = info.dotdot;
         let names = namers.len() as u32;
         let unreachable = info.unrooted;
+        let counted = info.nlink >= info.links;
         for (k, n) in namers.into_iter().enumerate() {
             if Some(k) == primary {
                 continue;
             }
             let name = name_str(&n.name);
-            self.findings.push(Finding::DirMultiplyLinked { ino: d, dir: n.dir, name, names, unreachable });
+            self.findings.push(Finding::DirMultiplyLinked { ino: d, dir: n.dir, name, names, counted, unreachable });
             self.fixes.dir.push(DirFix::Remove { bno: n.bno, at: n.at });
         }
         if let (Some(p), Some((bno, at, ino))) = (parent, dotdot) {
@@ -1994,20 +2000,25 @@ mod tests {
             Class::Allowed,
             |f| matches!(f, Finding::DirMultiplyLinked { ino, name, names: 2, .. } if *ino == t.sub && name == "dup"),
         );
-        // Three names: never a rename's doing.
-        let (dev, t) = build();
-        let (bno, _, _) = entry(&dev, ROOT_INO, b"a");
-        modify(&dev, bno, |b| {
-            for name in [&b"dup"[..], b"dup2"] {
-                let at = dir_find_space(b, name.len()).unwrap().unwrap();
-                dir_insert(b, at, t.sub, DT_DIR, name).unwrap();
-            }
-        });
-        expect(
-            &dev,
-            Class::Violation,
-            |f| matches!(f, Finding::DirMultiplyLinked { ino, names: 3, .. } if *ino == t.sub),
-        );
+        // Three names: allowed if the link count covers them (a directory renamed again before
+        // its first rename's old name left the disk: each rename raised the count first), and
+        // never a rename's doing if it does not.
+        for (raised, class) in [(2, Class::Allowed), (0, Class::Violation)] {
+            let (dev, t) = build();
+            let (bno, _, _) = entry(&dev, ROOT_INO, b"a");
+            modify(&dev, bno, |b| {
+                for name in [&b"dup"[..], b"dup2"] {
+                    let at = dir_find_space(b, name.len()).unwrap().unwrap();
+                    dir_insert(b, at, t.sub, DT_DIR, name).unwrap();
+                }
+            });
+            modify_inode(&dev, t.sub, |d| d.nlink += raised);
+            expect(
+                &dev,
+                class,
+                |f| matches!(f, Finding::DirMultiplyLinked { ino, names: 3, counted, .. } if *ino == t.sub && *counted == (raised > 0)),
+            );
+        }
     }
 
     #[test]

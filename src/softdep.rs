@@ -243,9 +243,6 @@ pub struct FreeFile {
 pub enum Task {
     /// dirrem: the name is gone on disk; drop one link of the inode.
     DropLink(u32),
-    /// dirrem of a directory's old name (rename, or an entry exchanged for another): as
-    /// `DropLink`, and one fewer of the directory's names is on its way off the disk.
-    DropName(u32),
     /// dirrem of rmdir (or a directory replaced by rename): the child's name is gone on disk;
     /// free the child, and once its block pointers are nullified on disk, the parent (if any)
     /// loses the link of "..".

@@ -59,6 +59,16 @@ fn softdep_crash_states_mount_and_repair_mix() {
     }
 }
 
+/// Directories renamed again while their earlier renames' old names are on disk (up to three
+/// names, each counted), names reused at once, directories emptied and removed: every state
+/// mounts and is used without fsck, and repair and preen leave it clean.
+#[test]
+fn softdep_crash_states_mount_and_repair_rename_storm() {
+    let o = CrashOptions { ops: 120, cache_blocks: 32, end: End::Crash, ..Default::default() };
+    let rec = crashtest::record(Ordering::Softdep, "rename-storm", 4, &o).unwrap();
+    mount_and_repair_every_state(&rec);
+}
+
 #[test]
 fn async_is_caught_on_metadata_heavy_workloads() {
     for name in ["create-many", "remove-tree", "rename-storm", "mix"] {

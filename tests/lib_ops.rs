@@ -468,8 +468,7 @@ fn softdep_rmdir_after_moving_files_out_writes_nothing_at_once() {
 }
 
 /// Soft updates: a directory whose subdirectory was just removed (its ".." link drop still on
-/// its way to disk) is renamed without writing anything first; only a directory's own earlier
-/// rename still in flight makes a rename of it wait.
+/// its way to disk) is renamed without writing anything first.
 #[test]
 fn softdep_rename_after_rmdir_of_a_subdirectory_writes_nothing_at_once() {
     let dev = new_image(8192);
@@ -572,4 +571,39 @@ fn softdep_a_new_name_is_not_hidden_behind_its_renamed_namesake() {
     assert!(report.findings.iter().all(|f| f.class() == sufs::fsck::Class::Allowed), "{report:?}");
     fs.unmount().unwrap();
     assert_clean(&dev);
+}
+
+/// Soft updates: a directory renamed again, and again, while its earlier renames' old names are
+/// still on disk writes nothing at once (for a while it may have three names on disk, each
+/// counted by its link count), and ends with one name and the right counts.
+#[test]
+fn softdep_directory_renamed_again_at_once_writes_nothing() {
+    let dev = new_image(8192);
+    let mut fs = mount(&dev, Ordering::Softdep, 1024);
+    let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
+    let (x, _) = fs.mkdir(a, b"x", 0o755, 0, 0).unwrap();
+    let (f, _) = fs.create(x, b"f", 0o644, 0, 0).unwrap();
+    fs.write(f, 0, b"eff").unwrap();
+    let (b, _) = fs.mkdir(ROOT_INO, b"b", 0o755, 0, 0).unwrap();
+    let (c, _) = fs.mkdir(ROOT_INO, b"c", 0o755, 0, 0).unwrap();
+    fs.sync_all().unwrap();
+    let before = fs.stats().device.writes();
+    // Into a directory not on disk yet: the old name a/x stays until n is reachable.
+    let (n, _) = fs.mkdir(ROOT_INO, b"n", 0o755, 0, 0).unwrap();
+    fs.rename(a, b"x", n, b"x", RenameFlags::default()).unwrap();
+    fs.rename(n, b"x", c, b"y", RenameFlags::default()).unwrap();
+    fs.rename(c, b"y", b, b"z", RenameFlags::default()).unwrap();
+    assert_eq!(fs.stats().device.writes(), before, "nothing was written out first");
+    assert_eq!(resolve(&mut fs, "b/z").unwrap(), x);
+    assert_eq!(resolve(&mut fs, "b/z/f").unwrap(), f);
+    assert_eq!(fs.getattr(x).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(a).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(b).unwrap().nlink, 3);
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+    let mut fs = mount(&dev, Ordering::Softdep, 256);
+    let f2 = resolve(&mut fs, "b/z/f").unwrap();
+    assert_eq!(fs.read(f2, 0, 10).unwrap(), b"eff");
+    assert!(matches!(resolve(&mut fs, "a/x"), Err(FsError::NotFound)));
+    fs.unmount().unwrap();
 }
