@@ -806,6 +806,8 @@ impl Workload for RenameStorm {
             // A name reused at once: its entry moves into a new directory (so its old name stays
             // on disk, hidden), and a new file takes the name and is fsync'ed. The new entry
             // must not land behind the hidden one, where a lookup after a crash finds the old.
+            // The name is taken by a new file, fsync'ed; or by another file renamed there; or by
+            // a new directory, a file then moved into it.
             let movable: Vec<String> =
                 all.iter().filter(|e| split(&e.0).0 != "/rs/full").map(|e| e.0.clone()).collect();
             if let Some(src) = pick(w.rng, &movable) {
@@ -814,8 +816,25 @@ impl Workload for RenameStorm {
                 w.mkdir(&p)?;
                 let to = join(&p, &w.name("m", self.n));
                 w.rename(&src, &to)?;
-                w.create(&src, 700)?;
-                w.fsync(&src)?;
+                let files: Vec<String> =
+                    all.iter().filter(|e| !e.1 && !under(&e.0, &src)).map(|e| e.0.clone()).collect();
+                match w.rng.gen_range(0..3) {
+                    0 => {
+                        w.create(&src, 700)?;
+                        w.fsync(&src)?;
+                    }
+                    1 if !files.is_empty() => {
+                        let f = pick(w.rng, &files).expect("not empty");
+                        w.rename(&f, &src)?;
+                    }
+                    _ => {
+                        w.mkdir(&src)?;
+                        if let Some(f) = pick(w.rng, &files) {
+                            let to = join(&src, &w.name("m", self.n));
+                            w.rename(&f, &to)?;
+                        }
+                    }
+                }
                 return Ok(true);
             }
         }

@@ -299,6 +299,9 @@ impl WriteHooks for Hooks {
 /// inode it names).
 type HiddenName = (u32, u64, Vec<u8>, u32);
 
+/// A new entry waiting for a hidden namesake's removal: its block, offset and inode.
+type NamesakeWaiter = (u64, usize, u32);
+
 /// Where an entry lives: the directory block and the byte offset in it.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
@@ -350,6 +353,9 @@ pub struct Fs {
     deferred_tried_at: (u64, u64),
     /// Hidden names removed so far.
     hidden_removed: u64,
+    /// New entries (not of directories) named like a hidden name of their directory, waiting
+    /// on disk for its removal (NAMESAKE): hidden (block, offset) -> (block, offset, inode) of each.
+    namesakes: HashMap<(u64, usize), Vec<NamesakeWaiter>>,
     /// Where the next new data block should go (a Block Register placement hint), once.
     br_hint: Option<u64>,
     /// Active snapshots, oldest first (the superblock's list).
@@ -409,6 +415,7 @@ impl Fs {
             deferred_old_names: Vec::new(),
             deferred_tried_at: (0, 0),
             hidden_removed: 0,
+            namesakes: HashMap::new(),
             br_hint: None,
             snaps: Vec::new(),
             stats_cow: 0,
@@ -667,7 +674,16 @@ impl Fs {
                 self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
                 Ok(())
             }
-            Task::RemoveOldName { dir, wait, bno, lbn, off, tasks } => {
+            Task::NamesakeGone { dirblk, off } => {
+                // Unless another hidden namesake of it is still on disk.
+                let still = self.namesakes.values().flatten().any(|j| (j.0, j.1) == (dirblk, off));
+                if !still && self.sd().is_some_and(|sd| sd.namesake_gone(dirblk, off)) {
+                    // Its block may be clean (the entry rolled back): it must be written again.
+                    self.cache.modify(dirblk)?;
+                }
+                Ok(())
+            }
+            Task::RemoveOldName { dir, wait, bno, lbn, off, mut tasks } => {
                 let waits = match wait {
                     NameWait::NewPath(newdir) => self.new_path_pending(newdir)?,
                     NameWait::Emptied(d) => self.hidden.values().any(|h| h.0 == d),
@@ -680,6 +696,8 @@ impl Fs {
                     return Err(FsError::Corrupt(format!("a hidden name in directory {dir} vanished")));
                 }
                 self.hidden_removed += 1;
+                let waiting = self.namesakes.remove(&(bno, off)).unwrap_or_default();
+                tasks.extend(waiting.into_iter().map(|(dirblk, off, _)| Task::NamesakeGone { dirblk, off }));
                 let buf = self.cache.modify(bno)?;
                 dir_remove(buf, off)?;
                 let slack = block_slack(buf)?;
@@ -1572,7 +1590,10 @@ impl Fs {
         // The initialised inode (and its bitmap bit) before the name.
         self.order_write(&[ib])?;
         match self.add_entry(dir, &mut dd, name, ino, dtype_of_mode(mode)) {
-            Ok((db, off)) => self.entry_added(dir, db, off, ino, None, None, false, vec![])?,
+            Ok((db, off)) => {
+                self.entry_added(dir, db, off, ino, None, None, false, vec![])?;
+                self.wait_for_namesake(dir, name, db, off, ino);
+            }
             Err(e) => {
                 self.abandon_inode(ino, d)?;
                 return Err(e);
@@ -1583,7 +1604,6 @@ impl Fs {
 
     /// The directory a new name goes in: it must exist, not be removed, and not hold the name.
     fn dir_for_new_name(&mut self, dir: u32, name: &[u8]) -> FsResult<Dinode> {
-        self.retire_hidden_name(dir, name)?;
         let mut dd = self.dir_inode(dir)?;
         if self.eff(dir, dd.clone()).nlink == 0 {
             return Err(FsError::NotFound);
@@ -1597,24 +1617,60 @@ impl Fs {
     /// With soft updates a rename's old name stays in its block, hidden, until the new name is
     /// reachable on disk. A new entry of the same name in that directory may land after it, and
     /// a lookup after a crash would find the old entry first: the new name would be lost behind
-    /// it (and with it the path of whatever is renamed under it). So before such a name is made,
-    /// the hidden one leaves the disk: the renamed inode's names are written as fsync writes
-    /// them, which lets its removal run, and the removal's block is written. If something else
-    /// holds it (a removed directory whose name waits for the hidden names it holds), everything
-    /// is written. Call it before reading the inodes the operation changes.
+    /// it. A new entry of a file waits on disk for the hidden one's removal
+    /// (`wait_for_namesake`); a directory's cannot (what is later moved under it would wait
+    /// for its path, and the hidden name's removal may wait for that), so before a directory
+    /// takes such a name, the hidden one leaves the disk here: the renamed inode's names are
+    /// written as fsync writes them, which lets its removal run, and the removal's block is
+    /// written. If something else holds it (a removed directory whose name waits for the hidden
+    /// names it holds), everything is written. Call it before reading the inodes the operation
+    /// changes.
     fn retire_hidden_name(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
-        let find = |fs: &Fs| fs.hidden.iter().find(|(_, h)| h.0 == dir && h.2 == name).map(|(&(b, _), h)| (b, h.3));
-        let Some((bno, ino)) = find(self) else {
+        let find = |fs: &Fs| fs.hidden.iter().find(|(_, h)| h.0 == dir && h.2 == name).map(|(&k, _)| k);
+        while let Some(key) = find(self) {
+            log::debug!(
+                "new name {:?} in directory {dir}: its hidden namesake goes first",
+                String::from_utf8_lossy(name)
+            );
+            self.retire_hidden(key)?;
+        }
+        Ok(())
+    }
+
+    /// The hidden entry at `key` (block, offset) leaves the disk now: the names of the inode it
+    /// names are written as fsync writes them (which lets its removal run), then the removal's
+    /// block; everything, if that is not enough.
+    fn retire_hidden(&mut self, key: (u64, usize)) -> FsResult<()> {
+        let Some(&(.., ino)) = self.hidden.get(&key) else {
             return Ok(());
         };
-        let shown = String::from_utf8_lossy(name);
-        log::debug!("new name {shown:?} in directory {dir}: its hidden namesake (inode {ino}) goes first");
         self.fsync(ino)?;
         self.run_tasks()?;
-        if find(self).is_some() {
-            return self.sync_all();
+        if self.hidden.contains_key(&key) {
+            self.sync_all()?;
+            if self.hidden.contains_key(&key) {
+                return Err(FsError::Corrupt(format!("a hidden name at {key:?} outlived a full sync")));
+            }
+            return Ok(());
         }
-        self.write_bufs(&[bno], WriteKind::Sync)
+        self.write_bufs(&[key.0], WriteKind::Sync)
+    }
+
+    /// The new entry at `off` of directory block `bno`, naming file `ino`, waits on disk for
+    /// the removal of a hidden entry of the same name in `dir`, if there is one (see
+    /// `retire_hidden_name`).
+    fn wait_for_namesake(&mut self, dir: u32, name: &[u8], bno: u64, off: usize, ino: u32) {
+        let hidden: Vec<(u64, usize)> =
+            self.hidden.iter().filter(|(_, h)| h.0 == dir && h.2 == name).map(|(&k, _)| k).collect();
+        if hidden.is_empty() {
+            return;
+        }
+        if let Some(sd) = self.sd() {
+            sd.wait_for_namesake(bno, off);
+        }
+        for k in hidden {
+            self.namesakes.entry(k).or_default().push((bno, off, ino));
+        }
     }
 
     /// Undoes a half-made inode after a failure (e.g. ENOSPC for its directory entry).
@@ -1626,6 +1682,7 @@ impl Fs {
     pub fn mkdir(&mut self, dir: u32, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
         self.check_writable()?;
         Self::check_name(name)?;
+        self.retire_hidden_name(dir, name)?;
         let mut dd = self.dir_for_new_name(dir, name)?;
         if dd.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
@@ -1697,7 +1754,6 @@ impl Fs {
     pub fn link(&mut self, ino: u32, newdir: u32, newname: &[u8]) -> FsResult<Dinode> {
         self.check_writable()?;
         Self::check_name(newname)?;
-        self.retire_hidden_name(newdir, newname)?;
         let mut d = self.iget(ino)?;
         if d.is_dir() {
             return Err(FsError::Perm);
@@ -1715,7 +1771,10 @@ impl Fs {
         let ib = self.iput(ino, &d)?;
         self.order_write(&[ib])?;
         match self.add_entry(newdir, &mut dd, newname, ino, dtype_of_mode(d.mode)) {
-            Ok((db, off)) => self.entry_added(newdir, db, off, ino, None, None, false, vec![])?,
+            Ok((db, off)) => {
+                self.entry_added(newdir, db, off, ino, None, None, false, vec![])?;
+                self.wait_for_namesake(newdir, newname, db, off, ino);
+            }
             Err(e) => {
                 d.nlink -= 1;
                 self.iput(ino, &d)?;
@@ -1813,12 +1872,16 @@ impl Fs {
         if name == b"." || name == b".." || newname == b"." || newname == b".." {
             return Err(FsError::Invalid("rename of . or .."));
         }
-        self.retire_hidden_name(newdir, newname)?;
         let mut sd = self.dir_inode(dir)?;
         let src = self.find_entry(dir, &mut sd, name)?.ok_or(FsError::NotFound)?;
+        let si = self.iget(src.ino)?;
+        if si.is_dir() && self.hidden.values().any(|h| h.0 == newdir && h.2 == newname) {
+            // A directory taking a hidden name: that name leaves the disk first.
+            self.retire_hidden_name(newdir, newname)?;
+            return self.rename(dir, name, newdir, newname, flags);
+        }
         let mut nd = self.dir_inode(newdir)?;
         let dst = self.find_entry(newdir, &mut nd, newname)?;
-        let si = self.iget(src.ino)?;
         if si.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
             return Err(FsError::Perm);
         }
@@ -1929,7 +1992,10 @@ impl Fs {
                 match self.add_entry(newdir, &mut nd2, newname, src.ino, dtype_of_mode(si.mode)) {
                     Ok((b, off)) => {
                         let tasks = old_name_task.into_iter().collect();
-                        self.entry_added(newdir, b, off, src.ino, None, None, false, tasks)?
+                        self.entry_added(newdir, b, off, src.ino, None, None, false, tasks)?;
+                        if !moving_dir {
+                            self.wait_for_namesake(newdir, newname, b, off, src.ino);
+                        }
                     }
                     Err(e) => {
                         si.nlink -= 1;
@@ -2265,6 +2331,17 @@ impl Fs {
         self.iget(ino)?;
         if self.hooks.softdep.is_none() {
             return self.sync_all();
+        }
+        // A name of it that waits for a hidden namesake's removal: that removal first (unless
+        // the namesake is an old name of this file, which the rounds below let go).
+        let waited: Vec<(u64, usize)> = self
+            .namesakes
+            .iter()
+            .filter(|(k, js)| js.iter().any(|j| j.2 == ino) && self.hidden.get(k).is_some_and(|h| h.3 != ino))
+            .map(|(&k, _)| k)
+            .collect();
+        for key in waited {
+            self.retire_hidden(key)?;
         }
         let start = self.sd().expect("softdep").track(&[ino]);
         for _ in 0..16 {

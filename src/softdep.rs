@@ -58,6 +58,10 @@ bitflags::bitflags! {
         const MKDIR_BODY = 1 << 4;
         /// mkdir: the parent's raised link count is not yet on disk.
         const MKDIR_PARENT = 1 << 5;
+        /// A new entry whose name an old entry of the same directory still has on disk (a
+        /// rename's hidden old name): it waits for that one's removal, or a lookup after a
+        /// crash would find the old entry first.
+        const NAMESAKE = 1 << 6;
         const ALLCOMPLETE = Self::ATTACHED.bits() | Self::DEPCOMPLETE.bits() | Self::COMPLETE.bits();
     }
 }
@@ -263,6 +267,12 @@ pub enum Task {
         off: usize,
         tasks: Vec<Task>,
     },
+    /// The hidden namesake of the new entry at `off` of `dirblk` is gone on disk: the entry
+    /// may be written (clears its NAMESAKE).
+    NamesakeGone {
+        dirblk: u64,
+        off: usize,
+    },
 }
 
 /// What a hidden name's removal waits for besides its own trigger.
@@ -305,7 +315,7 @@ impl DirAdd {
     /// Safe to write: the inode is on disk and no mkdir requirement is left.
     fn ready(&self) -> bool {
         self.wk.state.contains(DepState::DEPCOMPLETE)
-            && !self.wk.state.intersects(DepState::MKDIR_BODY | DepState::MKDIR_PARENT)
+            && !self.wk.state.intersects(DepState::MKDIR_BODY | DepState::MKDIR_PARENT | DepState::NAMESAKE)
     }
 }
 
@@ -544,6 +554,7 @@ impl Softdep {
         self.block_dir.insert(dirblk, dir);
         // A change of an entry that is itself still pending keeps the on-disk original.
         let prev = self.take_diradd(dirblk, off);
+        let namesake = prev.as_ref().is_some_and(|p| p.wk.state.contains(DepState::NAMESAKE));
         let (old_ino, old_dtype, mut carried) = match prev {
             Some(prev) => (prev.old_ino, prev.old_dtype, prev.on_complete),
             None => old.map(|(i, t)| (i, t, Vec::new())).unwrap_or((0, DT_UNKNOWN, Vec::new())),
@@ -554,6 +565,9 @@ impl Softdep {
         let mut state = DepState::ATTACHED;
         if old_ino != 0 {
             state |= DepState::DIRCHG;
+        }
+        if namesake {
+            state |= DepState::NAMESAKE;
         }
         let d = self.inodedep(ino);
         d.pending.push(PendingOp::DirAdd(r));
@@ -589,6 +603,26 @@ impl Softdep {
             if let Some(d) = self.inodedeps.get_mut(&ino) {
                 d.pending.retain(|op| op.diradd() != r);
             }
+        }
+    }
+
+    /// The new entry at `off` of `dirblk` waits for its hidden namesake's removal (NAMESAKE).
+    pub fn wait_for_namesake(&mut self, dirblk: u64, off: usize) {
+        if let Some(da) = self.pagedeps.get_mut(&dirblk).and_then(|pd| pd.diradds.iter_mut().find(|d| d.off == off)) {
+            da.wk.state |= DepState::NAMESAKE;
+        }
+    }
+
+    /// The hidden namesake of the entry at `off` of `dirblk` is gone on disk; true if the entry
+    /// was waiting for it (and may now be written).
+    pub fn namesake_gone(&mut self, dirblk: u64, off: usize) -> bool {
+        let pd = self.pagedeps.get_mut(&dirblk);
+        match pd.and_then(|pd| pd.diradds.iter_mut().find(|d| d.off == off)) {
+            Some(da) if da.wk.state.contains(DepState::NAMESAKE) => {
+                da.wk.state.remove(DepState::NAMESAKE);
+                true
+            }
+            _ => false,
         }
     }
 

@@ -558,14 +558,35 @@ fn softdep_a_new_name_is_not_hidden_behind_its_renamed_namesake() {
     fs.sync_all().unwrap();
     let (n, _) = fs.mkdir(ROOT_INO, b"n", 0o755, 0, 0).unwrap();
     fs.rename(a, b"x", n, b"x", RenameFlags::default()).unwrap();
+    let before = fs.stats().device.writes();
     let (new, _) = fs.create(a, b"x", 0o644, 0, 0).unwrap();
     fs.write(new, 0, b"new").unwrap();
-    fs.fsync(new).unwrap();
-    // A crash now: the medium as it is.
+    // The new entry waits on disk for its namesake's removal: nothing is written at once, and
+    // after each round of the syncer's writes a crash finds a/x naming the old file or the new.
+    assert_eq!(fs.stats().device.writes(), before, "nothing was written out first");
+    for _ in 0..3 {
+        fs.flush_all().unwrap();
+        let crashed = Arc::new(MemDevice::from_blocks(4096, dev.blocks()));
+        let mut after = mount(&crashed, Ordering::Softdep, 256);
+        let x = resolve(&mut after, "a/x").unwrap();
+        assert!(x == old || x == new, "a/x names inode {x}");
+        drop(after);
+        assert_eq!(sufs::fsck::check(&*crashed).unwrap().violations(), 0);
+    }
+    // Again in a fresh directory (the new entry lands after the hidden one), with an fsync of
+    // the new file at once: it must find its name after a crash.
+    let (b, _) = fs.mkdir(ROOT_INO, b"b", 0o755, 0, 0).unwrap();
+    fs.create(b, b"x", 0o644, 0, 0).unwrap();
+    fs.sync_all().unwrap();
+    let (n2, _) = fs.mkdir(ROOT_INO, b"n2", 0o755, 0, 0).unwrap();
+    fs.rename(b, b"x", n2, b"x", RenameFlags::default()).unwrap();
+    let (newer, _) = fs.create(b, b"x", 0o644, 0, 0).unwrap();
+    fs.write(newer, 0, b"newer").unwrap();
+    fs.fsync(newer).unwrap();
     let crashed = Arc::new(MemDevice::from_blocks(4096, dev.blocks()));
     let mut after = mount(&crashed, Ordering::Softdep, 256);
-    let x = resolve(&mut after, "a/x").unwrap();
-    assert_eq!(after.read(x, 0, 10).unwrap(), b"new", "a/x names inode {x}; the fsync'ed file is {new}");
+    let x = resolve(&mut after, "b/x").unwrap();
+    assert_eq!(after.read(x, 0, 10).unwrap(), b"newer", "b/x names inode {x}; the fsync'ed file is {newer}");
     drop(after);
     let report = sufs::fsck::check(&*crashed).unwrap();
     assert!(report.findings.iter().all(|f| f.class() == sufs::fsck::Class::Allowed), "{report:?}");
