@@ -2431,8 +2431,16 @@ impl Fs {
         Ok(())
     }
 
-    pub fn open(&mut self, ino: u32) -> FsResult<Dinode> {
+    /// Opens a handle (for writing, if `write`): an immutable file, a snapshot or a read-only
+    /// mount refuse writers here, at open, as Linux does, not at a later (cached) write.
+    pub fn open(&mut self, ino: u32, write: bool) -> FsResult<Dinode> {
         let d = self.iget(ino)?;
+        if write {
+            self.check_writable()?;
+            if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+                return Err(FsError::Perm);
+            }
+        }
         *self.open.entry(ino).or_insert(0) += 1;
         Ok(d)
     }

@@ -311,9 +311,10 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.open(i).map_err(errno)) {
+        let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        match from_fuse(ino).and_then(|i| fs.open(i, write).map_err(errno)) {
             Ok(_) => reply.opened(FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(e),
         }
@@ -500,7 +501,7 @@ impl Filesystem for SufsFuse {
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
             let (ino, d) = fs.create(p, name.as_bytes(), mode & !umask, req.uid(), gid).map_err(errno)?;
-            fs.open(ino).map_err(errno)?;
+            fs.open(ino, false).map_err(errno)?;
             Ok((ino, d))
         });
         match r {

@@ -200,7 +200,7 @@ fn unlinked_open_file_lives_until_last_close() {
         let dev = new_image(4096);
         let mut fs = mount(&dev, ordering, 128);
         let (f, _) = fs.create(ROOT_INO, b"tmp", 0o644, 0, 0).unwrap();
-        fs.open(f).unwrap();
+        fs.open(f, false).unwrap();
         fs.write(f, 0, b"still here").unwrap();
         let free = fs.statfs().bfree;
         fs.unlink(ROOT_INO, b"tmp").unwrap();
