@@ -564,8 +564,10 @@ pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>))
             skipped.push((w.clone(), "fio is not installed (apt-get install fio)".into()));
             continue;
         }
-        if w == "copy" {
-            warm(&o.trees);
+        match w.as_str() {
+            "copy" => warm(&o.trees),
+            "andrew" => warm(std::slice::from_ref(&o.andrew_tree)),
+            _ => {}
         }
         for p in &peers {
             let mut phases = Vec::new();
