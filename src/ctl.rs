@@ -10,6 +10,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,6 +99,8 @@ pub fn socket_path(image: &Path) -> PathBuf {
 /// A running control channel; `stop` (or drop) closes it and removes the socket.
 pub struct CtlServer {
     path: PathBuf,
+    /// The listening socket (owned by the thread), shut down to stop it.
+    fd: RawFd,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -114,6 +117,7 @@ impl CtlServer {
             std::fs::remove_file(path).map_err(io)?;
         }
         let listener = UnixListener::bind(path).map_err(io)?;
+        let fd = listener.as_raw_fd();
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -135,7 +139,7 @@ impl CtlServer {
                 }
             })
             .map_err(io)?;
-        Ok(CtlServer { path: path.to_path_buf(), stop, thread: Some(thread) })
+        Ok(CtlServer { path: path.to_path_buf(), fd, stop, thread: Some(thread) })
     }
 
     pub fn path(&self) -> &Path {
@@ -145,8 +149,10 @@ impl CtlServer {
     pub fn stop(&mut self) {
         let Some(t) = self.thread.take() else { return };
         self.stop.store(true, Ordering::Release);
-        // Wake the accept loop.
-        let _ = UnixStream::connect(&self.path);
+        // Wake the accept loop: shutting the listening socket down fails its accept (a connect
+        // to the path would not reach it if the socket file was removed or its directory moved).
+        // The thread owns the listener, so the descriptor is open until it is joined.
+        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
         let _ = t.join();
         let _ = std::fs::remove_file(&self.path);
     }

@@ -143,6 +143,37 @@ fn sigterm_unmounts_cleanly() {
     m.umount();
 }
 
+/// The control socket removed under a mount (a cleaner, or the image's directory moved) must not
+/// keep the mount from stopping: it once hung there, before writing anything out.
+#[test]
+fn sigterm_unmounts_without_the_control_socket() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("img");
+    let mnt = t.path().join("mnt");
+    assert!(sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M"]).status.success());
+    let mut m = mount_fg(&img, &mnt, &[]);
+    fs::write(mnt.join("f"), pattern(6, 50_000)).unwrap();
+    fs::remove_file(t.path().join("img.ctl")).unwrap();
+    unsafe { libc::kill(m.child.id() as i32, libc::SIGTERM) };
+    let start = std::time::Instant::now();
+    let st = loop {
+        if let Some(st) = m.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(start.elapsed().as_secs() < 30, "the mount did not stop within 30 s of SIGTERM");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    m.done = true;
+    assert!(st.success(), "{st}");
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert!(fs::read(mnt.join("f")).unwrap() == pattern(6, 50_000));
+    m.umount();
+}
+
 #[test]
 fn default_mount_makes_an_image_and_daemonizes() {
     if !fuse_available() {
