@@ -1875,9 +1875,15 @@ impl Fs {
         let mut sd = self.dir_inode(dir)?;
         let src = self.find_entry(dir, &mut sd, name)?.ok_or(FsError::NotFound)?;
         let si = self.iget(src.ino)?;
-        if si.is_dir() && self.hidden.values().any(|h| h.0 == newdir && h.2 == newname) {
-            // A directory taking a hidden name: that name leaves the disk first.
+        let namesake = |fs: &Fs, d: u32, n: &[u8]| fs.hidden.values().any(|h| h.0 == d && h.2 == n);
+        if (si.is_dir() || flags.exchange) && namesake(self, newdir, newname) {
+            // A directory taking a hidden name: that name leaves the disk first. So in an
+            // exchange, where either entry may come to name a directory in place.
             self.retire_hidden_name(newdir, newname)?;
+            return self.rename(dir, name, newdir, newname, flags);
+        }
+        if flags.exchange && namesake(self, dir, name) {
+            self.retire_hidden_name(dir, name)?;
             return self.rename(dir, name, newdir, newname, flags);
         }
         let mut nd = self.dir_inode(newdir)?;

@@ -628,3 +628,30 @@ fn softdep_directory_renamed_again_at_once_writes_nothing() {
     assert!(matches!(resolve(&mut fs, "a/x"), Err(FsError::NotFound)));
     fs.unmount().unwrap();
 }
+
+/// Soft updates: RENAME_EXCHANGE of a file whose new name waits for its hidden namesake with a
+/// directory: the directory must not come to wait in its place; the hidden name goes first.
+#[test]
+fn softdep_exchange_with_a_name_waiting_for_its_namesake() {
+    let dev = new_image(8192);
+    let mut fs = mount(&dev, Ordering::Softdep, 1024);
+    let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
+    let (old, _) = fs.create(a, b"x", 0o644, 0, 0).unwrap();
+    fs.sync_all().unwrap();
+    let (n, _) = fs.mkdir(ROOT_INO, b"n", 0o755, 0, 0).unwrap();
+    fs.rename(a, b"x", n, b"x", RenameFlags::default()).unwrap();
+    let (new, _) = fs.create(a, b"x", 0o644, 0, 0).unwrap();
+    let (d, _) = fs.mkdir(a, b"d", 0o755, 0, 0).unwrap();
+    let ex = RenameFlags { noreplace: false, exchange: true };
+    fs.rename(a, b"x", a, b"d", ex).unwrap();
+    assert_eq!(fs.lookup(a, b"x").unwrap().0, d);
+    assert_eq!(fs.lookup(a, b"d").unwrap().0, new);
+    fs.mkdir(d, b"under", 0o755, 0, 0).unwrap();
+    fs.rename(ROOT_INO, b"n", d, b"n", RenameFlags::default()).unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+    let mut fs = mount(&dev, Ordering::Softdep, 256);
+    assert_eq!(resolve(&mut fs, "a/x/n/x").unwrap(), old);
+    assert_eq!(resolve(&mut fs, "a/d").unwrap(), new);
+    fs.unmount().unwrap();
+}
