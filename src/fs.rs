@@ -16,7 +16,7 @@
 //! `Async` delays every write and orders nothing: the upper bound, and the crash tester's
 //! negative control.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -547,8 +547,38 @@ impl Fs {
                 break;
             }
         }
+        // What holds each deferred name: the first directory on its new path with a name not
+        // on disk, and those entries' states.
+        let mut held = Vec::new();
+        let waits: BTreeSet<u32> = self
+            .deferred_old_names
+            .iter()
+            .filter_map(|t| match t {
+                Task::RemoveOldName { wait: NameWait::NewPath(d), .. } => Some(*d),
+                _ => None,
+            })
+            .collect();
+        for d in waits {
+            let mut x = d;
+            for _ in 0..64 {
+                let pending = self.hooks.softdep.as_ref().map(|s| s.pending_entries_naming(x)).unwrap_or_default();
+                if !pending.is_empty() {
+                    let rec = self.hooks.softdep.as_ref().map(|s| s.inodedep_summary(x)).unwrap_or_default();
+                    held.push(format!("path of {d}: {x} named by {pending:?}; its record: {rec}"));
+                    break;
+                }
+                if x == ROOT_INO {
+                    break;
+                }
+                let Ok(mut di) = self.dir_inode(x) else { break };
+                match self.find_entry(x, &mut di, b"..") {
+                    Ok(Some(e)) => x = e.ino,
+                    _ => break,
+                }
+            }
+        }
         Err(FsError::Corrupt(format!(
-            "dependencies did not drain: nothing left to write (deferred names: {:?}; hidden: {:?})",
+            "dependencies did not drain: nothing left to write (held: {held:?}; deferred names: {:?}; hidden: {:?})",
             self.deferred_old_names, self.hidden
         )))
     }

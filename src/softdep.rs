@@ -119,8 +119,9 @@ pub struct AllocDirect {
     pub lbn: u64,
     pub bno: u64,
     /// A new directory's first block (it holds ".."): pointed to on disk only once the parent's
-    /// raised link count, written after this epoch, is on disk (MKDIR_PARENT on the body too).
-    pub parent: Option<(u32, Epoch)>,
+    /// raised link count is on disk (MKDIR_PARENT on the body too): the parent, until its
+    /// `BodyParent` op completes.
+    pub parent: Option<u32>,
 }
 
 /// A new block pointer in an indirect block.
@@ -163,13 +164,24 @@ pub enum PendingOp {
     /// The entry naming the inode: DEPCOMPLETE once the inode is written after it was made.
     DirAdd(DirAddRef),
     Mkdir(Mkdir),
+    /// On a parent: the first block of its new subdirectory `child` (whose ".." names it) may be
+    /// pointed to once the parent's raised link count, made before `epoch`, is written. Kept
+    /// here, rather than compared with the parent's last write, so that the parent's record
+    /// cannot be dropped as idle before it is met (a record made again after that knows no
+    /// earlier write, and the child's pointer would wait for a write that may never come).
+    BodyParent {
+        child: u32,
+        epoch: Epoch,
+    },
 }
 
 impl PendingOp {
-    fn diradd(&self) -> DirAddRef {
+    /// The entry the op belongs to (none for `BodyParent`).
+    fn diradd(&self) -> Option<DirAddRef> {
         match self {
-            PendingOp::DirAdd(r) => *r,
-            PendingOp::Mkdir(m) => m.diradd,
+            PendingOp::DirAdd(r) => Some(*r),
+            PendingOp::Mkdir(m) => Some(m.diradd),
+            PendingOp::BodyParent { .. } => None,
         }
     }
 }
@@ -481,10 +493,10 @@ impl Softdep {
     /// parent's raised link count is (the paper's rule for ".." in §2).
     pub fn mkdir_parent(&mut self, ino: u32, parent: u32) {
         let epoch = self.tick();
-        self.inodedep(parent);
         let d = self.inodedep(ino);
         if let Some(a) = d.inoupdt.iter_mut().chain(d.newinoupdt.iter_mut()).find(|a| a.lbn == 0) {
-            a.parent = Some((parent, epoch));
+            a.parent = Some(parent);
+            self.inodedep(parent).pending.push(PendingOp::BodyParent { child: ino, epoch });
         }
     }
 
@@ -505,8 +517,7 @@ impl Softdep {
     }
 
     fn allocdirect_ready(&self, a: &AllocDirect) -> bool {
-        self.newblk_ready(a.bno)
-            && a.parent.is_none_or(|(p, e)| self.inodedeps.get(&p).is_none_or(|pd| pd.disk_epoch > e))
+        self.newblk_ready(a.bno) && a.parent.is_none()
     }
 
     /// A newly allocated block pointed to from an indirect block.
@@ -601,7 +612,7 @@ impl Softdep {
         let r = DirAddRef { dirblk, off: da.off, epoch: da.epoch };
         for ino in std::iter::once(da.ino).chain(da.parent) {
             if let Some(d) = self.inodedeps.get_mut(&ino) {
-                d.pending.retain(|op| op.diradd() != r);
+                d.pending.retain(|op| op.diradd() != Some(r));
             }
         }
     }
@@ -731,6 +742,31 @@ impl Softdep {
     /// True if an indirect block still has new pointers not on disk.
     pub fn indir_pending(&self, bno: u64) -> bool {
         self.indirdeps.contains_key(&bno)
+    }
+
+    /// The entries naming `ino` that are not on disk yet: (block, offset, state) of each.
+    pub fn pending_entries_naming(&self, ino: u32) -> Vec<(u64, usize, DepState)> {
+        let mut out = Vec::new();
+        for (&b, pd) in &self.pagedeps {
+            out.extend(pd.diradds.iter().filter(|d| d.ino == ino).map(|d| (b, d.off, d.wk.state)));
+        }
+        out
+    }
+
+    /// What the inode's record holds, for diagnostics.
+    pub fn inodedep_summary(&self, ino: u32) -> String {
+        match self.inodedeps.get(&ino) {
+            None => "no inodedep".into(),
+            Some(d) => format!(
+                "state {:?}, pending {:?}, inoupdt {:?}, newinoupdt {:?}, bufwait {}, inowait {}",
+                d.wk.state,
+                d.pending,
+                d.inoupdt,
+                d.newinoupdt,
+                d.bufwait.len(),
+                d.inowait.len()
+            ),
+        }
     }
 
     /// True if an entry naming `ino` is not on disk yet.
@@ -968,8 +1004,13 @@ impl Softdep {
         let body_on_disk = !d.allocdirects().any(|a| a.lbn == 0);
         let mut keep = Vec::new();
         let mut done = Vec::new();
+        let mut bodies = Vec::new();
         for op in std::mem::take(&mut d.pending) {
             let clear = match op {
+                PendingOp::BodyParent { child, epoch: e } if e < epoch => {
+                    bodies.push(child);
+                    continue;
+                }
                 PendingOp::DirAdd(r) if r.epoch < epoch => DepState::DEPCOMPLETE,
                 PendingOp::Mkdir(m) if m.wk.state == DepState::MKDIR_PARENT && m.diradd.epoch < epoch => {
                     DepState::MKDIR_PARENT
@@ -980,9 +1021,18 @@ impl Softdep {
                     continue;
                 }
             };
-            done.push((op.diradd(), clear));
+            done.push((op.diradd().expect("an entry's op"), clear));
         }
         d.pending = keep;
+        for child in bodies {
+            if let Some(c) = self.inodedeps.get_mut(&child) {
+                for a in c.inoupdt.iter_mut().chain(c.newinoupdt.iter_mut()) {
+                    if a.lbn == 0 && a.parent == Some(ino) {
+                        a.parent = None;
+                    }
+                }
+            }
+        }
         self.tasks.extend(ready.into_iter().map(|(_, t)| t));
         for (r, what) in done {
             let Some(da) = self
@@ -1062,6 +1112,51 @@ mod tests {
         assert_eq!(sd.tasks, vec![Task::DropLink(7)]);
         sd.tasks.clear();
         assert!(sd.is_idle());
+    }
+
+    /// Records with nothing to track are dropped (the memory bound's count does it). The
+    /// parent's record must neither go before its raised link count is written (the body
+    /// pointer would then go out first) nor, dropped after it and made again, hold the body
+    /// pointer back for a write of the parent that may never come (the directory's entry then
+    /// never reached the disk: a concurrent load found a directory made at its start still
+    /// unwritten at its end).
+    #[test]
+    fn mkdir_body_waits_for_the_parent_across_dropped_records() {
+        let (sb, mut sd) = setup();
+        let (ino, parent) = (40, ROOT_INO);
+        let (body, dirblk) = (sb.cg_data_start(0) + 20, sb.cg_data_start(0) + 10);
+        sd.new_inode(ino, true);
+        sd.alloc_direct(ino, true, PtrSlot::Direct(0), 0, body);
+        sd.mkdir_parent(ino, parent);
+        sd.inode_update(ino);
+        sd.dir_add(parent, dirblk, 0, ino, None, Some(parent), true, vec![]);
+        let (ib, ioff) = sb.inode_location(ino);
+        let (pb, poff) = sb.inode_location(parent);
+        assert_ne!(ib, pb, "the dinodes in two blocks");
+        let mut itable = vec![0u8; 4096];
+        let mut d = Dinode::new(S_IFDIR | 0o755, 2, 0, 0, (1, 0), 1);
+        d.db[0] = body;
+        d.size = 4096;
+        d.encode(&mut itable[ioff..ioff + DINODE_SIZE]);
+        let mut ptable = vec![0u8; 4096];
+        Dinode::new(S_IFDIR | 0o755, 4, 0, 0, (1, 0), 1).encode(&mut ptable[poff..poff + DINODE_SIZE]);
+        write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
+        write(&mut sd, body, &[0u8; 4096]);
+
+        // Dropping idle records now keeps the parent's: its raised count is not on disk, and
+        // the body pointer still waits for it.
+        sd.count();
+        let (copy, again) = write(&mut sd, ib, &itable);
+        assert!(again && Dinode::decode(&copy[ioff..ioff + DINODE_SIZE]).db[0] == 0);
+
+        // The parent's count is written; its record, idle now, goes and is made again.
+        write(&mut sd, pb, &ptable);
+        sd.count();
+        sd.track(&[parent]);
+        // The body pointer goes out, and the entry's MKDIR_BODY is met.
+        let (copy, again) = write(&mut sd, ib, &itable);
+        assert!(!again && Dinode::decode(&copy[ioff..ioff + DINODE_SIZE]).db[0] == body);
+        assert!(!diradd_state(&sd, dirblk).contains(DepState::MKDIR_BODY));
     }
 
     #[test]
