@@ -453,8 +453,12 @@ impl Filesystem for SufsFuse {
         reply.statfs(s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
     }
 
+    /// sufs keeps no extended attributes. ENOSYS says so once, and the kernel answers every
+    /// later getxattr itself (EOPNOTSUPP). Answering ENODATA instead cost a round trip per
+    /// write: FUSE file systems are not `SB_NOSEC`, so before each write the kernel asks for
+    /// `security.capability` to see whether the write must clear it.
     fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: fuser::ReplyXattr) {
-        reply.error(Errno::from_i32(libc::ENODATA));
+        reply.error(Errno::ENOSYS);
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
