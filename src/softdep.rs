@@ -5,7 +5,8 @@
 //! any order.
 //!
 //! The paper's structures (Table 1), each starting with a `WorkList` header (its kind and its
-//! `DepState`: ATTACHED, DEPCOMPLETE, COMPLETE, and DIRCHG, MKDIR_BODY, MKDIR_PARENT):
+//! `DepState`: ATTACHED, DEPCOMPLETE, COMPLETE, and DIRCHG, MKDIR_BODY, MKDIR_PARENT, and
+//! NAMESAKE, this implementation's own):
 //! - `BmSafeMap` per cylinder group: the new inodes and blocks whose bitmap bits must reach disk
 //!   before anything points to them (when its header block is written, they become DEPCOMPLETE);
 //! - `InodeDep` per inode, with the paper's lists: pending ops (entries and mkdirs waiting for
@@ -21,8 +22,10 @@
 //! - `PageDep` per directory block: its `DirAdd`s (a new entry, rolled back to 0, or for a
 //!   DIRCHG to the old inode, until the inode is on disk; for a mkdir also until its `Mkdir`
 //!   records complete: MKDIR_BODY, the new directory's first block on disk and pointed to, and
-//!   MKDIR_PARENT, the parent's raised link count on disk) and its `DirRem`s (a removed entry:
-//!   once the removal is on disk, its work items run);
+//!   MKDIR_PARENT, the parent's raised link count on disk; for a file's entry named like a
+//!   rename's old name still hidden on disk in the same directory, NAMESAKE, until that old
+//!   entry's removal is on disk) and its `DirRem`s (a removed entry: once the removal is on
+//!   disk, its work items run);
 //! - `FreeBlks` / `FreeFile`: blocks and an inode that return to the free maps once the
 //!   nullified pointers or the cleared dinode are on disk. There are no fragments, so no
 //!   freefrag.
