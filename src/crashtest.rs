@@ -208,6 +208,7 @@ impl Work<'_> {
             self.ops.push((self.pos(), "syncer sweep".into()));
             self.fs.flush_older_than(1_000_000_000)?;
         }
+        self.fs.drop_idle_records();
         let pos = self.pos();
         self.ops.push((pos, what));
         Ok(pos)
