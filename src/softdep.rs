@@ -1117,6 +1117,18 @@ mod tests {
         assert!(sd.is_idle());
     }
 
+    /// mkdir of `ino` in `parent` as `Fs::mkdir` records it: its first block (returned, with the
+    /// parent's directory block holding the entry), the parent's raised count, the entry.
+    fn mkdir_recorded(sb: &Superblock, sd: &mut Softdep, ino: u32, parent: u32) -> (u64, u64) {
+        let (body, dirblk) = (sb.cg_data_start(0) + 20, sb.cg_data_start(0) + 10);
+        sd.new_inode(ino, true);
+        sd.alloc_direct(ino, true, PtrSlot::Direct(0), 0, body);
+        sd.mkdir_parent(ino, parent);
+        sd.inode_update(ino);
+        sd.dir_add(parent, dirblk, 0, ino, None, Some(parent), true, vec![]);
+        (body, dirblk)
+    }
+
     /// Records with nothing to track are dropped (the memory bound's count does it). The
     /// parent's record must neither go before its raised link count is written (the body
     /// pointer would then go out first) nor, dropped after it and made again, hold the body
@@ -1127,12 +1139,7 @@ mod tests {
     fn mkdir_body_waits_for_the_parent_across_dropped_records() {
         let (sb, mut sd) = setup();
         let (ino, parent) = (40, ROOT_INO);
-        let (body, dirblk) = (sb.cg_data_start(0) + 20, sb.cg_data_start(0) + 10);
-        sd.new_inode(ino, true);
-        sd.alloc_direct(ino, true, PtrSlot::Direct(0), 0, body);
-        sd.mkdir_parent(ino, parent);
-        sd.inode_update(ino);
-        sd.dir_add(parent, dirblk, 0, ino, None, Some(parent), true, vec![]);
+        let (body, dirblk) = mkdir_recorded(&sb, &mut sd, ino, parent);
         let (ib, ioff) = sb.inode_location(ino);
         let (pb, poff) = sb.inode_location(parent);
         assert_ne!(ib, pb, "the dinodes in two blocks");
@@ -1166,12 +1173,7 @@ mod tests {
     fn mkdir_waits_for_its_body_and_its_parents_link_count() {
         let (sb, mut sd) = setup();
         let (ino, parent) = (40, 35);
-        let (body, dirblk) = (sb.cg_data_start(0) + 20, sb.cg_data_start(0) + 10);
-        sd.new_inode(ino, true);
-        sd.alloc_direct(ino, true, PtrSlot::Direct(0), 0, body);
-        sd.mkdir_parent(ino, parent);
-        sd.inode_update(ino);
-        sd.dir_add(parent, dirblk, 0, ino, None, Some(parent), true, vec![]);
+        let (body, dirblk) = mkdir_recorded(&sb, &mut sd, ino, parent);
         let st = diradd_state(&sd, dirblk);
         assert!(st.contains(DepState::MKDIR_BODY | DepState::MKDIR_PARENT) && !st.contains(DepState::DEPCOMPLETE));
         let (ib, ioff) = sb.inode_location(ino);
