@@ -179,24 +179,10 @@ impl Fs {
 
     /// Every reservation, by name.
     pub fn brlist(&mut self) -> FsResult<Vec<Reservation>> {
-        let dir = match self.br_dir(false) {
-            Ok(d) => d,
-            Err(FsError::NotFound) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
         let mut out = Vec::new();
-        let mut cookie = 0;
-        loop {
-            let batch = self.readdir(dir, cookie, 256)?;
-            let Some(last) = batch.last() else { break };
-            cookie = last.next;
-            for e in batch {
-                if e.name == b"." || e.name == b".." {
-                    continue;
-                }
-                if self.iget(e.ino).is_ok_and(|d| is_reservation(&d)) {
-                    out.push(self.br_info(&e.name, e.ino)?);
-                }
+        for e in self.special_dir_entries(BR_DIR)? {
+            if self.iget(e.ino).is_ok_and(|d| is_reservation(&d)) {
+                out.push(self.br_info(&e.name, e.ino)?);
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

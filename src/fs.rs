@@ -1395,6 +1395,25 @@ impl Fs {
         }
     }
 
+    /// The entries (without "." and "..") of a root directory the file system keeps for itself;
+    /// none if it was never made.
+    pub(crate) fn special_dir_entries(&mut self, name: &[u8]) -> FsResult<Vec<DirListEntry>> {
+        let dir = match self.special_dir(name, false) {
+            Ok(d) => d,
+            Err(FsError::NotFound) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        let mut cookie = 0;
+        loop {
+            let batch = self.readdir(dir, cookie, 256)?;
+            let Some(last) = batch.last() else { break };
+            cookie = last.next;
+            out.extend(batch.into_iter().filter(|e| e.name != b"." && e.name != b".."));
+        }
+        Ok(out)
+    }
+
     /// Bytes `off..off + len` (up to `size`) of a file whose logical block `x` `block` reads into
     /// a buffer: for files the cache must not serve (reservations, snapshots).
     pub(crate) fn read_blocks(

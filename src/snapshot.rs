@@ -396,21 +396,8 @@ impl Fs {
 
     /// The snapshots, oldest first.
     pub fn snapshot_list(&mut self) -> FsResult<Vec<SnapInfo>> {
-        let dir = match self.snap_dir(false) {
-            Ok(d) => d,
-            Err(FsError::NotFound) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        let mut names = std::collections::HashMap::new();
-        let mut cookie = 0;
-        loop {
-            let batch = self.readdir(dir, cookie, 256)?;
-            let Some(last) = batch.last() else { break };
-            cookie = last.next;
-            for e in batch {
-                names.insert(e.ino, e.name);
-            }
-        }
+        let names: std::collections::HashMap<u32, Vec<u8>> =
+            self.special_dir_entries(SNAP_DIR)?.into_iter().map(|e| (e.ino, e.name)).collect();
         let list: Vec<u32> = self.sb.snapshots.iter().copied().filter(|&i| i != 0).collect();
         let mut out = Vec::new();
         for ino in list {
