@@ -14,7 +14,7 @@ use sufs::ctl::{self, CtlClient, CtlServer};
 use sufs::dev::{BlockDevice, FileDevice};
 use sufs::format::Superblock;
 use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
-use sufs::fuse::{lock, SufsFuse};
+use sufs::fuse::{self as fusemount, lock, SufsFuse, DEFAULT_THREADS};
 use sufs::syncer::{Syncer, SyncerOptions, UpdatePolicy};
 use sufs::volume::{self, PoolOptions, PrefixDevice, Refiller, SnapshotDevice, StoreKind, VolumeDevice};
 use sufs::{format, fsck, snapshot};
@@ -85,6 +85,9 @@ enum Cmd {
         /// Soft updates' memory bound: dependency structures kept before everything is flushed.
         #[arg(long, default_value_t = 200_000)]
         softdep_limit: usize,
+        /// FUSE request threads (they take turns on the file system's one lock).
+        #[arg(long, default_value_t = DEFAULT_THREADS as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
+        threads: u16,
     },
     /// Unmount and wait until sufs has written everything and marked the image clean.
     Umount { dir: PathBuf },
@@ -439,6 +442,7 @@ fn main() -> ExitCode {
             interval,
             async_full_blocks,
             softdep_limit,
+            threads,
         } => {
             let mut sync = SyncerOptions::for_policy(update);
             sync.age = Duration::from_secs(age);
@@ -455,6 +459,7 @@ fn main() -> ExitCode {
                 sync,
                 async_full_blocks,
                 softdep_limit,
+                threads: threads.into(),
                 snapshot: false,
             };
             cmd_mount(&image, &dir, m).map(|_| 0)
@@ -589,14 +594,14 @@ struct MountArgs {
     sync: SyncerOptions,
     async_full_blocks: bool,
     softdep_limit: usize,
+    threads: usize,
     /// Mount the volume snapshot (read-only) instead of the file system.
     snapshot: bool,
 }
 
 fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
-    let MountArgs { ordering, foreground, stats, cache, size, ro, sync, async_full_blocks, softdep_limit, snapshot } =
-        args;
-    let ro = ro || snapshot;
+    let MountArgs { ordering, foreground, stats, cache, size, sync, async_full_blocks, softdep_limit, .. } = args;
+    let (ro, snapshot) = (args.ro || args.snapshot, args.snapshot);
     if !image.exists() {
         cmd_mkfs(image, Some(size), 4096, None, None)?;
     }
@@ -641,19 +646,7 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
     let mut refiller = vol.filter(|v| v.kind() == StoreKind::Br).map(|v| Refiller::start(v, shared.clone()));
 
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        fuser::MountOption::FSName(format!("sufs:{}", abs.display())),
-        fuser::MountOption::Subtype("sufs".into()),
-        fuser::MountOption::DefaultPermissions,
-    ];
-    if ro {
-        config.mount_options.push(fuser::MountOption::RO);
-    }
-    if unsafe { libc::geteuid() } == 0 {
-        config.acl = fuser::SessionACL::All;
-        config.mount_options.push(fuser::MountOption::CUSTOM("allow_other".into()));
-    }
+    let config = fusemount::config(format!("sufs:{}", abs.display()), ro, args.threads);
     let mut session = fuser::Session::new(SufsFuse::new(shared.clone()), dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
     let mut unmounter = session.unmount_callable();
@@ -895,6 +888,7 @@ fn cmd_volume(op: SnapCmd) -> Result<(), Fail> {
                 sync: SyncerOptions::for_policy(UpdatePolicy::Aipu),
                 async_full_blocks: false,
                 softdep_limit: 200_000,
+                threads: DEFAULT_THREADS,
                 snapshot: true,
             };
             if !image.exists() {
@@ -1039,17 +1033,7 @@ fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
             let fs = Fs::mount(dev, opts, Arc::new(RealClock::new()))
                 .map_err(|e| Fail(format!("cannot mount snapshot {name}: {e}"), 32))?;
             let shared = Arc::new(Mutex::new(fs));
-            let mut config = fuser::Config::default();
-            config.mount_options = vec![
-                fuser::MountOption::FSName(format!("sufs-snapshot:{name}")),
-                fuser::MountOption::Subtype("sufs".into()),
-                fuser::MountOption::DefaultPermissions,
-                fuser::MountOption::RO,
-            ];
-            if unsafe { libc::geteuid() } == 0 {
-                config.acl = fuser::SessionACL::All;
-                config.mount_options.push(fuser::MountOption::CUSTOM("allow_other".into()));
-            }
+            let config = fusemount::config(format!("sufs-snapshot:{name}"), true, DEFAULT_THREADS);
             let mut session = fuser::Session::new(SufsFuse::new(shared), &dir, &config)
                 .map_err(|e| Fail(format!("cannot mount snapshot {name} on {}: {e}", dir.display()), 32))?;
             let mut unmounter = session.unmount_callable();
