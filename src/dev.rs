@@ -70,7 +70,10 @@ pub struct Counters {
 
 impl Counters {
     pub fn read(&self) {
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.reads(1);
+    }
+    pub fn reads(&self, blocks: u64) {
+        self.reads.fetch_add(blocks, Ordering::Relaxed);
     }
     pub fn batch(&self, n: usize, kind: WriteKind) {
         let c = match kind {
@@ -100,6 +103,14 @@ pub trait BlockDevice: Send + Sync {
     fn block_size(&self) -> usize;
     fn num_blocks(&self) -> u64;
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()>;
+    /// Reads the `buf.len() / block_size` blocks from `bno` on, in one request where the device
+    /// can (the default reads them one by one).
+    fn read_run(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        for (i, b) in buf.chunks_mut(self.block_size()).enumerate() {
+            self.read_block(bno + i as u64, b)?;
+        }
+        Ok(())
+    }
     /// Writes a batch; returns once every write in it is durable. Writes within a batch may reach
     /// the medium in any order; batches are ordered (a batch is a barrier).
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()>;
@@ -211,6 +222,13 @@ impl BlockDevice for FileDevice {
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
         check_range(bno, self.nblocks)?;
         self.counters.read();
+        self.file.read_exact_at(buf, bno * self.bs as u64).map_err(|source| DevError::Io { bno, source })
+    }
+    fn read_run(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        let n = (buf.len() / self.bs) as u64;
+        check_range(bno, self.nblocks)?;
+        check_range(bno + n.saturating_sub(1), self.nblocks)?;
+        self.counters.reads(n);
         self.file.read_exact_at(buf, bno * self.bs as u64).map_err(|source| DevError::Io { bno, source })
     }
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
@@ -337,6 +355,9 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
     }
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
         self.inner.read_block(bno, buf)
+    }
+    fn read_run(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.inner.read_run(bno, buf)
     }
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
         self.inner.write_batch(reqs, kind)?;
@@ -560,6 +581,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     }
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
         (**self).read_block(bno, buf)
+    }
+    fn read_run(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        (**self).read_run(bno, buf)
     }
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
         (**self).write_batch(reqs, kind)

@@ -29,6 +29,9 @@ use crate::dirhash::{block_slack, DirHash, DIRHASH_MIN_BLOCKS};
 use crate::format::*;
 use crate::softdep::{FreeBlks, FreeFile, NameWait, PtrSlot, Softdep, Task};
 
+/// Most blocks a read takes from the device in one request: FUSE's largest READ (1 MiB).
+const MAX_READ_RUN: u64 = 256;
+
 /// How dependent metadata writes are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum Ordering {
@@ -2184,16 +2187,32 @@ impl Fs {
         let end = d.size.min(off.saturating_add(len as u64));
         let bs = self.sb.block_size as u64;
         let mut out = Vec::with_capacity((end - off) as usize);
+        let mut run = Vec::new();
         let mut pos = off;
         while pos < end {
             let lbn = pos / bs;
             let boff = (pos % bs) as usize;
-            let n = ((bs - boff as u64).min(end - pos)) as usize;
             let (bno, _) = self.bmap(ino, &mut d, lbn, false)?;
+            // The blocks of the request that follow this one on disk, none of them cached, come
+            // in one device read (a sequential read's requests are up to 1 MiB).
+            let mut nblk = 1;
+            if bno != 0 && !self.cache.is_cached(bno) {
+                while (lbn + nblk) * bs < end && nblk < MAX_READ_RUN {
+                    let (next, _) = self.bmap(ino, &mut d, lbn + nblk, false)?;
+                    if next != bno + nblk || self.cache.is_cached(next) {
+                        break;
+                    }
+                    nblk += 1;
+                }
+            }
+            let n = (((lbn + nblk) * bs).min(end) - pos) as usize;
             if bno == 0 {
                 out.resize(out.len() + n, 0);
-            } else {
+            } else if nblk == 1 {
                 out.extend_from_slice(&self.cache.read(bno)?[boff..boff + n]);
+            } else {
+                self.cache.read_run(bno, nblk as usize, &mut run)?;
+                out.extend_from_slice(&run[boff..boff + n]);
             }
             pos += n as u64;
         }

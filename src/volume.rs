@@ -761,6 +761,13 @@ impl BlockDevice for PrefixDevice {
         }
         self.inner.read_block(bno, buf)
     }
+    fn read_run(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        let last = bno + (buf.len() / self.block_size()).saturating_sub(1) as u64;
+        if last >= self.num_blocks() {
+            return Err(DevError::OutOfRange { bno: last, nblocks: self.num_blocks() });
+        }
+        self.inner.read_run(bno, buf)
+    }
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
         if let Some(r) = reqs.iter().find(|r| r.bno >= self.num_blocks()) {
             return Err(DevError::OutOfRange { bno: r.bno, nblocks: self.num_blocks() });

@@ -655,3 +655,86 @@ fn softdep_exchange_with_a_name_waiting_for_its_namesake() {
     assert_eq!(resolve(&mut fs, "a/d").unwrap(), new);
     fs.unmount().unwrap();
 }
+
+/// A read takes the uncached blocks that follow each other on disk in one device request; what
+/// it returns is the same wherever each block is: in the cache (dirty or clean), in a hole, or
+/// on an image file. Each uncached block is read once, and then cached.
+#[test]
+fn reads_of_runs_holes_and_cached_blocks_return_the_file() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use sufs::dev::{BlockDevice, DevResult, DevStats, FileDevice, WriteKind, WriteReq};
+    /// An image file that counts read requests.
+    struct Counted(FileDevice, AtomicU64);
+    impl BlockDevice for Counted {
+        fn block_size(&self) -> usize {
+            self.0.block_size()
+        }
+        fn num_blocks(&self) -> u64 {
+            self.0.num_blocks()
+        }
+        fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+            self.1.fetch_add(1, Relaxed);
+            self.0.read_block(bno, buf)
+        }
+        fn read_run(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+            self.1.fetch_add(1, Relaxed);
+            self.0.read_run(bno, buf)
+        }
+        fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
+            self.0.write_batch(reqs, kind)
+        }
+        fn stats(&self) -> DevStats {
+            self.0.stats()
+        }
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("img");
+    FileDevice::create(&img, 64 << 20).unwrap();
+    let counted = Arc::new(Counted(FileDevice::open(&img, 4096, true).unwrap(), AtomicU64::new(0)));
+    let dev: Arc<dyn BlockDevice> = counted.clone();
+    sufs::fs::mkfs(dev.clone(), &sufs::fs::MkfsOptions::default(), (1_700_000_000, 0)).unwrap();
+    let opts = |cache_blocks| sufs::fs::MountOptions { ordering: Ordering::Softdep, cache_blocks, readonly: false };
+    let clock = || Arc::new(sufs::clock::SimClock::new());
+    // The file: 3 MiB of data, a 1 MiB hole, 1 MiB of data; the model beside it.
+    let mut model = pattern(7, 5 << 20);
+    model[3 << 20..4 << 20].fill(0);
+    let mut fs = sufs::fs::Fs::mount(dev.clone(), opts(4096), clock()).unwrap();
+    let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+    fs.write(f, 0, &model[..3 << 20]).unwrap();
+    fs.write(f, 4 << 20, &model[4 << 20..]).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+
+    let mut fs = sufs::fs::Fs::mount(dev.clone(), opts(1024), clock()).unwrap();
+    // Some blocks in the cache before the reads: dirty ones in the middle of runs, a clean one.
+    for (off, seed) in [(100 * 4096 + 5, 1u64), (300 * 4096, 2), (1030 * 4096 - 3, 3)] {
+        let p = pattern(seed, 10);
+        fs.write(f, off as u64, &p).unwrap();
+        model[off..off + 10].copy_from_slice(&p);
+    }
+    assert_eq!(fs.read(f, 200 * 4096, 1).unwrap(), &model[200 * 4096..200 * 4096 + 1]);
+    let (before, requests_before) = (fs.stats().device.reads, counted.1.load(Relaxed));
+    let mut off = 17usize;
+    while off < model.len() {
+        let len = (1 << 20).min(model.len() + 4096 - off);
+        let got = fs.read(f, off as u64, len).unwrap();
+        let end = (off + len).min(model.len());
+        assert_eq!(got.len(), end - off, "read of {len} at {off}");
+        assert!(got == model[off..end], "read of {len} at {off} differs");
+        off += len;
+    }
+    // Every data block but the 4 cached ones came from the device, once (the hole from none),
+    // plus the indirect blocks.
+    let reads = fs.stats().device.reads - before;
+    let data_blocks = (4 << 20) / 4096 - 4;
+    assert!(reads >= data_blocks && reads < data_blocks + 8, "{reads} device reads");
+    // In few requests: the data is in runs of up to 256 blocks, split at the cached blocks and
+    // at each indirect block between the data.
+    let requests = counted.1.load(Relaxed) - requests_before;
+    assert!(requests <= 20, "{requests} device requests for {reads} blocks");
+    // Read again: all from the cache.
+    let before = fs.stats().device.reads;
+    assert!(fs.read(f, 1 << 20, 1 << 20).unwrap() == model[1 << 20..2 << 20]);
+    assert_eq!(fs.stats().device.reads, before);
+    fs.unmount().unwrap();
+}
