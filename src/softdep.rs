@@ -111,6 +111,9 @@ pub enum PtrSlot {
 #[derive(Debug, Clone, Copy)]
 pub struct NewBlk {
     pub wk: WorkList,
+    /// The indirect block and slot whose `AllocIndir` points to it, so that freeing the block
+    /// finds that dependency without a scan of every indirect block's.
+    pub indir: Option<(u64, usize)>,
 }
 
 /// A new block pointer in a dinode.
@@ -532,6 +535,9 @@ impl Softdep {
             safe_copy: None,
         });
         id.allocindirs.insert(idx, AllocIndir { wk: WorkList::new(DepKind::AllocIndir, DepState::ATTACHED), idx, bno });
+        if let Some(n) = self.newblks.get_mut(&bno) {
+            n.indir = Some((indir, idx));
+        }
     }
 
     /// A new block allocated without contents (a Block Register reservation, like fallocate's
@@ -545,7 +551,7 @@ impl Softdep {
 
     fn new_block(&mut self, bno: u64) {
         let cg = self.sb.cg_of_block(bno);
-        self.newblks.insert(bno, NewBlk { wk: WorkList::new(DepKind::NewBlk, DepState::ATTACHED) });
+        self.newblks.insert(bno, NewBlk { wk: WorkList::new(DepKind::NewBlk, DepState::ATTACHED), indir: None });
         self.bmsafemap.entry(cg).or_default().newblks.push(bno);
     }
 
@@ -685,7 +691,18 @@ impl Softdep {
         }
         for b in freed {
             self.indirdeps.remove(b);
-            self.newblks.remove(b);
+            // A block an indirect block points to has its `NewBlk` until the pointer is on
+            // disk, and that records where the pointer is.
+            if let Some(NewBlk { indir: Some((ib, idx)), .. }) = self.newblks.remove(b) {
+                if let Some(id) = self.indirdeps.get_mut(&ib) {
+                    if id.allocindirs.get(&idx).is_some_and(|a| a.bno == *b) {
+                        id.allocindirs.remove(&idx);
+                    }
+                    if id.allocindirs.is_empty() {
+                        self.indirdeps.remove(&ib);
+                    }
+                }
+            }
             self.block_dir.remove(b);
             if let Some(pd) = self.pagedeps.remove(b) {
                 for da in pd.diradds {
@@ -695,10 +712,6 @@ impl Softdep {
                 orphans.extend(pd.dirrems.into_iter().flat_map(|r| r.tasks));
             }
         }
-        self.indirdeps.retain(|_, v| {
-            v.allocindirs.retain(|_, a| !set.contains(&a.bno));
-            !v.allocindirs.is_empty()
-        });
         orphans
     }
 
@@ -1240,6 +1253,21 @@ mod tests {
         write(&mut sd, child, &[0u8; 4096]);
         let (copy, again) = write(&mut sd, indir, &blk);
         assert!(!again && ind_get(&copy, 3) == child && !sd.indir_pending(indir));
+        assert!(sd.is_idle());
+    }
+
+    /// Freeing blocks that indirect blocks point to (a truncation before the pointers reached
+    /// the disk) cancels their `AllocIndir`s at once, and an indirect block left with none goes.
+    #[test]
+    fn freeing_indirectly_pointed_blocks_cancels_their_dependencies() {
+        let (_, mut sd) = setup();
+        sd.alloc_indir(500, 0, 600);
+        sd.alloc_indir(500, 1, 601);
+        sd.alloc_indir(700, 3, 800);
+        sd.cancel_blocks(40, &[600]);
+        assert_eq!(sd.indirdeps[&500].allocindirs.len(), 1);
+        sd.cancel_blocks(40, &[601, 800]);
+        assert!(sd.indirdeps.is_empty() && sd.newblks.is_empty(), "{:?}", sd.indirdeps);
         assert!(sd.is_idle());
     }
 }
