@@ -1370,6 +1370,15 @@ impl Fs {
         log::trace!("unlink {:?} from directory {dir} at {slot:?}: then {tasks:?}", String::from_utf8_lossy(name));
         self.remove_entry(dir, slot, name)?;
         if self.hooks.softdep.is_some() {
+            let drops_only = tasks.iter().all(|t| matches!(t, Task::DropLink(_)));
+            if drops_only && self.sd().expect("softdep").cancel_unwritten_name(slot.bno, slot.off) {
+                // The name never reached the disk: its removal is complete now, and a file
+                // removed before the syncer wrote it costs no write (its dirty blocks go).
+                for t in tasks {
+                    self.run_task(t)?;
+                }
+                return Ok(());
+            }
             self.note_pending(&tasks);
             self.sd().expect("softdep").dir_remove(slot.bno, slot.off, tasks);
             return Ok(());

@@ -647,6 +647,28 @@ impl Softdep {
     }
 
     /// The entry at `off` of `dirblk` was removed; `tasks` run once the removal is on disk.
+    /// A new entry (nothing under it on disk) that is not on disk yet and carries no work of
+    /// its own: its DirAdd is cancelled, and true returned, so that its removal is complete at
+    /// once and its link drop runs now, as FreeBSD's `newdirrem` does (disk never held the name).
+    pub fn cancel_unwritten_name(&mut self, dirblk: u64, off: usize) -> bool {
+        let Some(pd) = self.pagedeps.get(&dirblk) else { return false };
+        let unwritten = pd.diradds.iter().any(|d| {
+            d.off == off
+                && d.old_ino == 0
+                && d.parent.is_none()
+                && d.on_complete.is_empty()
+                && !d.wk.state.intersects(DepState::DIRCHG | DepState::MKDIR_BODY | DepState::MKDIR_PARENT)
+        });
+        if unwritten {
+            self.take_diradd(dirblk, off);
+            if self.pagedeps.get(&dirblk).is_some_and(|pd| pd.diradds.is_empty() && pd.dirrems.is_empty()) {
+                self.pagedeps.remove(&dirblk);
+                self.block_dir.remove(&dirblk);
+            }
+        }
+        unwritten
+    }
+
     pub fn dir_remove(&mut self, dirblk: u64, off: usize, mut tasks: Vec<Task>) {
         let epoch = self.tick();
         if let Some(da) = self.take_diradd(dirblk, off) {

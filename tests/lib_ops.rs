@@ -361,6 +361,28 @@ fn softdep_fsync_of_a_clean_file_writes_nothing() {
     assert_clean(&dev);
 }
 
+/// A file made and removed before its name reached the disk: the removal is complete at once
+/// (its link drops and its blocks go without waiting for the directory's write), so none of
+/// its 64 data blocks is ever written. A file whose name is on disk still waits for it.
+#[test]
+fn softdep_a_file_removed_before_its_name_reached_disk_is_never_written() {
+    let dev = new_image(4096);
+    let mut fs = mount(&dev, Ordering::Softdep, 512);
+    let (kept, _) = fs.create(ROOT_INO, b"kept", 0o644, 0, 0).unwrap();
+    fs.fsync(kept).unwrap();
+    let before = fs.stats().device.writes();
+    let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+    fs.write(f, 0, &pattern(1, 64 * 4096)).unwrap();
+    fs.unlink(ROOT_INO, b"f").unwrap();
+    assert!(matches!(fs.getattr(f), Err(FsError::Stale(_))), "the inode is freed at once");
+    fs.unlink(ROOT_INO, b"kept").unwrap();
+    assert_eq!(fs.getattr(kept).unwrap().nlink, 0, "users see the link gone (effnlink)");
+    fs.unmount().unwrap();
+    let writes = fs.stats().device.writes() - before;
+    assert!(writes < 16, "{writes} blocks written");
+    assert_clean(&dev);
+}
+
 /// POSIX: unlink and a rename over a name update the remaining inode's ctime at once, even
 /// when soft updates drop the link later (pjdfstest's unlink/update_ctime_success and
 /// rename/to_multiply_linked found that they did not).
