@@ -2203,7 +2203,7 @@ impl Fs {
             let boff = (pos % bs) as usize;
             let (bno, _) = self.bmap(ino, &mut d, lbn, false)?;
             // The blocks of the request that follow this one on disk, none of them cached, come
-            // in one device read (a sequential read's requests are up to 1 MiB).
+            // in one device read (a sequential read's requests are up to 1 MiB), past the cache.
             let mut nblk = 1;
             if bno != 0 && !self.cache.is_cached(bno) {
                 while (lbn + nblk) * bs < end && nblk < MAX_READ_RUN {
@@ -2220,7 +2220,7 @@ impl Fs {
             } else if nblk == 1 {
                 out.extend_from_slice(&self.cache.read(bno)?[boff..boff + n]);
             } else {
-                self.cache.read_run(bno, nblk as usize, &mut run)?;
+                self.cache.read_past(bno, nblk as usize, &mut run)?;
                 out.extend_from_slice(&run[boff..boff + n]);
             }
             pos += n as u64;
