@@ -1,7 +1,9 @@
 //! The buffer cache (soft updates §3): every block the file system touches, data and metadata,
-//! lives here. Clean buffers sit on an LRU list and are evicted from its cold end; dirty buffers
-//! are delayed writes, kept in the order they were first dirtied (redirtying does not reset the
-//! time, Mogul §3), so the syncer and the eviction path can push out the oldest first.
+//! lives here, but for the runs of uncached data blocks a read takes in one request (`read_past`),
+//! which stream past it. Clean buffers sit on an LRU list and are evicted from its cold end;
+//! dirty buffers are delayed writes, kept in the order they were first dirtied (redirtying does
+//! not reset the time, Mogul §3), so the syncer and the eviction path can push out the oldest
+//! first.
 //!
 //! Writes go through `write`: each buffer is copied, the copy is given to the `WriteHooks` (this is
 //! where soft updates roll back unsatisfied dependencies and where group headers are sealed), the
@@ -190,6 +192,11 @@ impl Cache {
         }
     }
 
+    /// True if the cached buffer holds file data.
+    pub fn is_data(&self, bno: u64) -> bool {
+        self.bufs.get(&bno).is_some_and(|b| b.is_data)
+    }
+
     /// Marks a cached buffer as holding file data (it stays so until it is dropped).
     pub fn set_data(&mut self, bno: u64) {
         if let Some(b) = self.bufs.get_mut(&bno) {
@@ -261,9 +268,19 @@ impl Cache {
         }
         let reqs: Vec<WriteReq> = copies.iter().map(|(bno, d)| WriteReq { bno: *bno, data: d }).collect();
         self.dev.write_batch(&reqs, kind)?;
+        let now = self.clock.now_ns();
         for (bno, _) in &copies {
             if hooks.after_write(*bno) {
-                continue; // rolled back: the current contents still have to go
+                // Rolled back: the current contents still have to go, once what they wait for
+                // has. They count as dirtied now (as FreeBSD redirties such a buffer), or the
+                // buffer, still the oldest, would go again, rolled back again, in every batch
+                // of the oldest that does not hold what it waits for.
+                let b = self.bufs.get_mut(bno).expect("written buffer is cached");
+                if let Some(t) = b.dirty_since.replace(now) {
+                    self.dirty.remove(&(t, *bno));
+                    self.dirty.insert((now, *bno));
+                }
+                continue;
             }
             let b = self.bufs.get_mut(bno).expect("written buffer is cached");
             if let Some(t) = b.dirty_since.take() {

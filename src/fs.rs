@@ -507,6 +507,45 @@ impl Fs {
         Ok(())
     }
 
+    /// Writes delayed writes picked by age or to make room, `batch` blocks at most to a batch.
+    /// Under soft updates they go in the order that leaves least to roll back, each class in
+    /// batches of its own: file data and group headers (the bitmaps) first, then other metadata
+    /// (indirect blocks, directory blocks with nothing pending), then inode blocks, then
+    /// directory blocks whose entries wait for inodes. Any order is safe, since each write rolls
+    /// back what is not ready; but in one batch of everything an inode block's new pointers
+    /// were rolled back whenever their data was in the same batch, and the block, still dirty
+    /// and still the oldest, went again in the next batch: PostMark wrote each inode block 28
+    /// times.
+    fn write_delayed(&mut self, mut bnos: Vec<u64>, batch: usize) -> FsResult<()> {
+        let Some(sd) = self.hooks.softdep.as_ref() else {
+            bnos.sort_unstable();
+            for chunk in bnos.chunks(batch) {
+                self.write_bufs(chunk, WriteKind::Async)?;
+            }
+            return Ok(());
+        };
+        let class = |b: u64| -> u8 {
+            if self.cache.is_data(b) || self.is_cg_block(b) {
+                0
+            } else if sd.dir_block_pending(b) {
+                3
+            } else if self.sb.is_data_block(b) {
+                1
+            } else {
+                2
+            }
+        };
+        let mut keyed: Vec<(u8, u64)> = bnos.into_iter().map(|b| (class(b), b)).collect();
+        keyed.sort_unstable();
+        for group in keyed.chunk_by(|a, b| a.0 == b.0) {
+            let bnos: Vec<u64> = group.iter().map(|&(_, b)| b).collect();
+            for chunk in bnos.chunks(batch) {
+                self.write_bufs(chunk, WriteKind::Async)?;
+            }
+        }
+        Ok(())
+    }
+
     /// A write that orders dependent metadata: synchronous in `Sync` mode, nothing in `Async`
     /// (the buffer stays a delayed write).
     fn order_write(&mut self, bnos: &[u64]) -> FsResult<()> {
@@ -761,30 +800,25 @@ impl Fs {
 
     /// Writes every dirty buffer (the periodic-update sweep); returns how many.
     pub fn flush_all(&mut self) -> FsResult<usize> {
-        let mut all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
-        all.sort_unstable();
-        for chunk in all.chunks(1024) {
-            self.write_bufs(chunk, WriteKind::Async)?;
-        }
+        let all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
+        let n = all.len();
+        self.write_delayed(all, 1024)?;
         self.run_tasks()?;
-        Ok(all.len())
+        Ok(n)
     }
 
     /// Writes the buffers dirty for at least `age_ns` (the aging sweep; the syncer calls it).
     /// Collects first, then writes, so the sweep is linear in the number of dirty buffers.
     pub fn flush_older_than(&mut self, age_ns: u64) -> FsResult<usize> {
         let now = self.clock.now_ns();
-        let mut ready: Vec<u64> = self
+        let ready: Vec<u64> = self
             .cache
             .dirty_oldest_first()
             .take_while(|(t, _)| now.saturating_sub(*t) >= age_ns)
             .map(|(_, b)| b)
             .collect();
         let n = ready.len();
-        ready.sort_unstable();
-        for chunk in ready.chunks(1024) {
-            self.write_bufs(chunk, WriteKind::Async)?;
-        }
+        self.write_delayed(ready, 1024)?;
         self.run_tasks()?;
         Ok(n)
     }
@@ -839,9 +873,8 @@ impl Fs {
             return Ok(());
         }
         let n = (self.cache.capacity() / 8).max(16);
-        let mut old: Vec<u64> = self.cache.dirty_oldest_first().take(n).map(|(_, b)| b).collect();
-        old.sort_unstable();
-        self.write_bufs(&old, WriteKind::Async)
+        let old: Vec<u64> = self.cache.dirty_oldest_first().take(n).map(|(_, b)| b).collect();
+        self.write_delayed(old, usize::MAX)
     }
 
     // ---------------------------------------------------------------- inodes

@@ -647,6 +647,11 @@ impl Softdep {
     }
 
     /// The entry at `off` of `dirblk` was removed; `tasks` run once the removal is on disk.
+    /// True if directory block `bno` has entries or removals not yet on disk.
+    pub fn dir_block_pending(&self, bno: u64) -> bool {
+        self.block_dir.contains_key(&bno)
+    }
+
     /// A new entry (nothing under it on disk) that is not on disk yet and carries no work of
     /// its own: its DirAdd is cancelled, and true returned, so that its removal is complete at
     /// once and its link drop runs now, as FreeBSD's `newdirrem` does (disk never held the name).
