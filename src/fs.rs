@@ -1403,6 +1403,8 @@ impl Fs {
         log::trace!("unlink {:?} from directory {dir} at {slot:?}: then {tasks:?}", String::from_utf8_lossy(name));
         self.remove_entry(dir, slot, name)?;
         if self.hooks.softdep.is_some() {
+            // Users see the link counts the queued drops will leave (each drop takes its note).
+            self.note_pending(&tasks);
             let drops_only = tasks.iter().all(|t| matches!(t, Task::DropLink(_)));
             if drops_only && self.sd().expect("softdep").cancel_unwritten_name(slot.bno, slot.off) {
                 // The name never reached the disk: its removal is complete now, and a file
@@ -1412,7 +1414,6 @@ impl Fs {
                 }
                 return Ok(());
             }
-            self.note_pending(&tasks);
             self.sd().expect("softdep").dir_remove(slot.bno, slot.off, tasks);
             return Ok(());
         }
