@@ -785,13 +785,12 @@ impl Fs {
                 if let Some(h) = self.dirhash.get_mut(&dir) {
                     h.set_slack(lbn, slack);
                 }
-                match self.sd() {
-                    Some(sd) => sd.dir_remove(bno, off, tasks),
-                    None => {
-                        for t in tasks {
-                            self.run_task(t)?;
-                        }
-                    }
+                let now = match self.sd() {
+                    Some(sd) => sd.dir_remove(bno, off, tasks).unwrap_or_default(),
+                    None => tasks,
+                };
+                for t in now {
+                    self.run_task(t)?;
                 }
                 Ok(())
             }
@@ -1405,16 +1404,11 @@ impl Fs {
         if self.hooks.softdep.is_some() {
             // Users see the link counts the queued drops will leave (each drop takes its note).
             self.note_pending(&tasks);
-            let drops_only = tasks.iter().all(|t| matches!(t, Task::DropLink(_)));
-            if drops_only && self.sd().expect("softdep").cancel_unwritten_name(slot.bno, slot.off) {
-                // The name never reached the disk: its removal is complete now, and a file
-                // removed before the syncer wrote it costs no write (its dirty blocks go).
-                for t in tasks {
-                    self.run_task(t)?;
-                }
-                return Ok(());
+            // A name that never reached the disk is gone now: its drops run at once, and a file
+            // removed before the syncer wrote it costs no write (its dirty blocks go).
+            for t in self.sd().expect("softdep").dir_remove(slot.bno, slot.off, tasks).unwrap_or_default() {
+                self.run_task(t)?;
             }
-            self.sd().expect("softdep").dir_remove(slot.bno, slot.off, tasks);
             return Ok(());
         }
         self.order_write(&[slot.bno])?;

@@ -646,43 +646,36 @@ impl Softdep {
         }
     }
 
-    /// The entry at `off` of `dirblk` was removed; `tasks` run once the removal is on disk.
     /// True if directory block `bno` has entries or removals not yet on disk.
     pub fn dir_block_pending(&self, bno: u64) -> bool {
         self.block_dir.contains_key(&bno)
     }
 
-    /// A new entry (nothing under it on disk) that is not on disk yet and carries no work of
-    /// its own: its DirAdd is cancelled, and true returned, so that its removal is complete at
-    /// once and its link drop runs now, as FreeBSD's `newdirrem` does (disk never held the name).
-    pub fn cancel_unwritten_name(&mut self, dirblk: u64, off: usize) -> bool {
-        let Some(pd) = self.pagedeps.get(&dirblk) else { return false };
-        let unwritten = pd.diradds.iter().any(|d| {
-            d.off == off
-                && d.old_ino == 0
-                && d.parent.is_none()
-                && d.on_complete.is_empty()
-                && !d.wk.state.intersects(DepState::DIRCHG | DepState::MKDIR_BODY | DepState::MKDIR_PARENT)
-        });
-        if unwritten {
-            self.take_diradd(dirblk, off);
-            if self.pagedeps.get(&dirblk).is_some_and(|pd| pd.diradds.is_empty() && pd.dirrems.is_empty()) {
-                self.pagedeps.remove(&dirblk);
-                self.block_dir.remove(&dirblk);
-            }
-        }
-        unwritten
-    }
-
-    pub fn dir_remove(&mut self, dirblk: u64, off: usize, mut tasks: Vec<Task>) {
+    /// The entry at `off` of `dirblk` was removed; `tasks` run once the removal is on disk. A
+    /// new entry that never reached the disk (nothing under it there, no mkdir, no work of its
+    /// own) is gone at once, as FreeBSD's `newdirrem` marks such a dirrem COMPLETE: when its
+    /// removal's work is link drops only, they come back, to run now.
+    pub fn dir_remove(&mut self, dirblk: u64, off: usize, mut tasks: Vec<Task>) -> Option<Vec<Task>> {
         let epoch = self.tick();
         if let Some(da) = self.take_diradd(dirblk, off) {
+            let never_on_disk = da.old_ino == 0
+                && da.parent.is_none()
+                && da.on_complete.is_empty()
+                && !da.wk.state.intersects(DepState::DIRCHG | DepState::MKDIR_BODY | DepState::MKDIR_PARENT);
+            if never_on_disk && tasks.iter().all(|t| matches!(t, Task::DropLink(_))) {
+                if self.pagedeps.get(&dirblk).is_some_and(|pd| pd.diradds.is_empty() && pd.dirrems.is_empty()) {
+                    self.pagedeps.remove(&dirblk);
+                    self.block_dir.remove(&dirblk);
+                }
+                return Some(tasks);
+            }
             // The entry never reached disk as it was (or the old one still is there): what was
             // to follow its completion now follows the removal.
             tasks.extend(da.on_complete);
         }
         let wk = WorkList::new(DepKind::DirRem, DepState::ATTACHED);
         self.pagedeps.entry(dirblk).or_default().dirrems.push(DirRem { wk, epoch, tasks });
+        None
     }
 
     /// freeblks: `blocks` (no longer pointed to by the in-memory dinode of `ino`) return to the
