@@ -13,7 +13,9 @@
 //! Invariant: a buffer is on the clean LRU list if and only if it is clean, and in `dirty` with
 //! its first-dirtied time if and only if it is dirty.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use lru::LruCache;
@@ -180,11 +182,12 @@ impl Cache {
     }
 
     fn mark_dirty(&mut self, bno: u64) {
-        let now = self.clock.now_ns();
         let b = self.bufs.get_mut(&bno).expect("mark_dirty on a cached buffer");
         match b.dirty_since {
             Some(_) => self.stats.redirties += 1,
             None => {
+                // The clock is read only here: most modifications find the buffer dirty already.
+                let now = self.clock.now_ns();
                 b.dirty_since = Some(now);
                 self.clean.pop(&bno);
                 self.dirty.insert((now, bno));
@@ -251,7 +254,7 @@ impl Cache {
     /// uncached blocks in `bnos` are skipped.
     pub fn write(&mut self, bnos: &[u64], kind: WriteKind, hooks: &mut dyn WriteHooks) -> Result<usize, DevError> {
         let mut copies: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(bnos.len());
-        let mut seen = std::collections::HashSet::with_capacity(bnos.len());
+        let mut seen = foldhash::HashSet::with_capacity_and_hasher(bnos.len(), Default::default());
         for &bno in bnos {
             let Some(b) = self.bufs.get(&bno) else {
                 continue;

@@ -16,7 +16,9 @@
 //! `Async` delays every write and orders nothing: the upper bound, and the crash tester's
 //! negative control.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -340,7 +342,7 @@ pub struct Fs {
     /// whose link goes when each is finally freed.
     parent_drop: HashMap<u32, u32>,
     /// Directories whose last name is gone but which other pending link drops still hold.
-    removed_dirs: std::collections::HashSet<u32>,
+    removed_dirs: foldhash::HashSet<u32>,
     /// Operations done (the memory bound is checked every 64).
     ops: u64,
     /// When soft updates' structures are counted next (the memory bound), in operations.
@@ -413,7 +415,7 @@ impl Fs {
             parent_drop: HashMap::new(),
             ops: 0,
             next_count_at: 0,
-            removed_dirs: std::collections::HashSet::new(),
+            removed_dirs: foldhash::HashSet::default(),
             hidden: HashMap::new(),
             deferred_old_names: Vec::new(),
             deferred_tried_at: (0, 0),

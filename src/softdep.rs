@@ -38,7 +38,7 @@
 //! bit is not on disk, a pointer to a new block whose contents are not on disk, nor an entry for
 //! an inode whose initialised (or re-linked) dinode is not on disk.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet};
 
 use crate::format::*;
 
@@ -609,8 +609,9 @@ impl Softdep {
     /// Removes the pending entry at `off` of `dirblk`, if any, with the pending ops that name it.
     fn take_diradd(&mut self, dirblk: u64, off: usize) -> Option<DirAdd> {
         let pd = self.pagedeps.get_mut(&dirblk)?;
+        // At most one DirAdd per offset (`dir_add` takes the old one), so order is free.
         let i = pd.diradds.iter().position(|d| d.off == off)?;
-        let da = pd.diradds.remove(i);
+        let da = pd.diradds.swap_remove(i);
         self.forget_diradd(dirblk, &da);
         Some(da)
     }
@@ -997,17 +998,14 @@ impl Softdep {
             }
         }
         if let Some(mut pd) = self.pagedeps.remove(&bno) {
-            for off in &inf.diradds_done {
-                if let Some(i) = pd.diradds.iter().position(|d| d.off == *off) {
-                    let mut da = pd.diradds.remove(i);
-                    da.wk.state |= DepState::COMPLETE;
-                    assert!(
-                        da.ready() && da.wk.state.contains(DepState::ALLCOMPLETE),
-                        "diradd written too early: {da:?}"
-                    );
-                    self.forget_diradd(bno, &da);
-                    self.tasks.extend(da.on_complete);
-                }
+            let mut written = inf.diradds_done;
+            written.sort_unstable();
+            let done: Vec<DirAdd> = pd.diradds.extract_if(.., |d| written.binary_search(&d.off).is_ok()).collect();
+            for mut da in done {
+                da.wk.state |= DepState::COMPLETE;
+                assert!(da.ready() && da.wk.state.contains(DepState::ALLCOMPLETE), "diradd written too early: {da:?}");
+                self.forget_diradd(bno, &da);
+                self.tasks.extend(da.on_complete);
             }
             let (done, keep): (Vec<DirRem>, Vec<DirRem>) =
                 std::mem::take(&mut pd.dirrems).into_iter().partition(|r| r.epoch < inf.epoch);

@@ -71,7 +71,16 @@ struct PjdSummary {
 }
 
 fn run_pjdfstest(tool: &Path, config: &Path, mnt: &Path, second: &Path, filter: &[&str]) -> PjdSummary {
+    // The EROFS tests remount with `mount -o remount,ro`. Where fuse3 is installed, mount(8)
+    // hands a `fuse.sufs` mount to its helper `mount.fuse3`, which cannot remount (it would start
+    // a new file system process named after the image); `-i` keeps mount(8) to mount(2) itself.
+    let bin = tempfile::tempdir().unwrap();
+    let wrapper = bin.path().join("mount");
+    fs::write(&wrapper, "#!/bin/sh\nexec /bin/mount -i \"$@\"\n").unwrap();
+    fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
     let out = Command::new(tool)
+        .env("PATH", path)
         .arg("-c")
         .arg(config)
         .arg("-p")
