@@ -14,7 +14,7 @@ use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::format::ROOT_INO;
 use crate::fs::{Fs, FsError};
 use crate::fuse::{lock, SharedFs};
 
@@ -96,9 +97,24 @@ pub fn socket_path(image: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// What a request changed behind the kernel's back. The kernel keeps names and attributes
+/// that it learned from its own requests; a mount tells it of these (`CtlServer::on_stale`), or
+/// it would go on showing a freed reservation, and hold its inode, until its cache lets go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stale {
+    /// A name gone from directory `dir`.
+    Entry { dir: u32, name: Vec<u8> },
+    /// An inode's attributes and cached data.
+    Inode(u32),
+}
+
+/// Where a mount's control channel reports what its requests made stale.
+pub type StaleSink = Box<dyn Fn(&[Stale]) + Send + Sync>;
+
 /// A running control channel; `stop` (or drop) closes it and removes the socket.
 pub struct CtlServer {
     path: PathBuf,
+    stale: Arc<OnceLock<StaleSink>>,
     /// The listening socket (owned by the thread), shut down to stop it.
     fd: RawFd,
     stop: Arc<AtomicBool>,
@@ -121,6 +137,8 @@ impl CtlServer {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let stale: Arc<OnceLock<StaleSink>> = Arc::new(OnceLock::new());
+        let sink = stale.clone();
         let thread = std::thread::Builder::new()
             .name("sufs-ctl".into())
             .spawn(move || {
@@ -130,16 +148,23 @@ impl CtlServer {
                     }
                     match conn {
                         Ok(c) => {
-                            let fs = fs.clone();
-                            let _ =
-                                std::thread::Builder::new().name("sufs-ctl-conn".into()).spawn(move || serve(c, &fs));
+                            let (fs, sink) = (fs.clone(), sink.clone());
+                            let _ = std::thread::Builder::new()
+                                .name("sufs-ctl-conn".into())
+                                .spawn(move || serve(c, &fs, &sink));
                         }
                         Err(e) => log::warn!("control channel: accept: {e}"),
                     }
                 }
             })
             .map_err(io)?;
-        Ok(CtlServer { path: path.to_path_buf(), fd, stop, thread: Some(thread) })
+        Ok(CtlServer { path: path.to_path_buf(), stale, fd, stop, thread: Some(thread) })
+    }
+
+    /// From now on, what each request changed is reported to `sink` (once; a later call is
+    /// ignored), after the request and outside the file system's lock.
+    pub fn on_stale(&self, sink: StaleSink) {
+        let _ = self.stale.set(sink);
     }
 
     pub fn path(&self) -> &Path {
@@ -165,7 +190,7 @@ impl Drop for CtlServer {
 }
 
 /// Serves one connection until the peer closes it.
-fn serve(conn: UnixStream, fs: &SharedFs) {
+fn serve(conn: UnixStream, fs: &SharedFs, sink: &OnceLock<StaleSink>) {
     let Ok(mut out) = conn.try_clone() else { return };
     let mut lines = BufReader::new(conn);
     let mut line = String::new();
@@ -176,10 +201,19 @@ fn serve(conn: UnixStream, fs: &SharedFs) {
             Ok(_) => {}
         }
         let answer = match serde_json::from_str::<Request>(line.trim()) {
-            Ok(req) => match execute(&mut lock(fs), req) {
-                Ok(v) => serde_json::json!({ "ok": v }),
-                Err(e) => serde_json::json!({ "error": e.to_string(), "errno": e.errno() }),
-            },
+            Ok(req) => {
+                let mut guard = lock(fs);
+                let r = execute(&mut guard, req.clone());
+                let what = if r.is_ok() && sink.get().is_some() { stale_after(&mut guard, &req) } else { Vec::new() };
+                drop(guard);
+                if let Some(sink) = sink.get().filter(|_| !what.is_empty()) {
+                    sink(&what);
+                }
+                match r {
+                    Ok(v) => serde_json::json!({ "ok": v }),
+                    Err(e) => serde_json::json!({ "error": e.to_string(), "errno": e.errno() }),
+                }
+            }
             Err(e) => serde_json::json!({ "error": format!("bad request: {e}"), "errno": libc::EINVAL }),
         };
         let mut text = answer.to_string();
@@ -187,6 +221,34 @@ fn serve(conn: UnixStream, fs: &SharedFs) {
         if out.write_all(text.as_bytes()).is_err() {
             return;
         }
+    }
+}
+
+/// What `req`, which has just succeeded on `fs`, made stale in a kernel's caches.
+fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
+    use crate::br::BR_DIR;
+    use crate::snapshot::SNAP_DIR;
+    let mut dir_of = |d: &[u8]| fs.lookup(ROOT_INO, d).ok().map(|(i, _)| i);
+    match req {
+        Request::BrFree { name } | Request::SnapshotDelete { name } => {
+            let dir = dir_of(if matches!(req, Request::BrFree { .. }) { BR_DIR } else { SNAP_DIR });
+            dir.map(|dir| vec![Stale::Entry { dir, name: name.as_bytes().to_vec() }, Stale::Inode(dir)])
+                .unwrap_or_default()
+        }
+        Request::BrReserve { name, .. }
+        | Request::BrExpand { name, .. }
+        | Request::BrTruncate { name, .. }
+        | Request::SnapshotCreate { name } => {
+            let dir = dir_of(if matches!(req, Request::SnapshotCreate { .. }) { SNAP_DIR } else { BR_DIR });
+            let mut v = vec![Stale::Inode(ROOT_INO)];
+            if let Some(dir) = dir {
+                v.push(Stale::Inode(dir));
+                v.extend(fs.lookup(dir, name.as_bytes()).ok().map(|(i, _)| Stale::Inode(i)));
+            }
+            v
+        }
+        Request::FsckAdjust { adjust } => adjust.links.iter().map(|&(i, _)| Stale::Inode(i)).collect(),
+        Request::Ping | Request::BrQuery { .. } | Request::BrList | Request::SnapshotList => Vec::new(),
     }
 }
 

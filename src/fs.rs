@@ -2554,7 +2554,8 @@ impl Fs {
     }
 
     /// Opens a handle (for writing, if `write`): an immutable file, a snapshot or a read-only
-    /// mount refuse writers here, at open, as Linux does, not at a later (cached) write.
+    /// mount refuse writers here, at open, as Linux does. (The FUSE mount opens files without
+    /// a message where the kernel can: there `write` and `setattr` refuse them, with EPERM.)
     pub fn open(&mut self, ino: u32, write: bool) -> FsResult<Dinode> {
         let d = self.iget(ino)?;
         if write {
@@ -2563,17 +2564,28 @@ impl Fs {
                 return Err(FsError::Perm);
             }
         }
-        *self.open.entry(ino).or_insert(0) += 1;
+        self.hold(ino, 1);
         Ok(d)
+    }
+
+    /// Takes `n` references on an inode that an unlink must not free while they last: an open
+    /// handle, or the kernel's knowledge of the inode through a mount (a FUSE lookup count).
+    pub fn hold(&mut self, ino: u32, n: u32) {
+        *self.open.entry(ino).or_insert(0) += n;
     }
 
     /// Closes a handle; the last close of an unlinked inode frees it.
     pub fn release(&mut self, ino: u32) -> FsResult<()> {
-        let Some(n) = self.open.get_mut(&ino) else {
+        self.unhold(ino, 1)
+    }
+
+    /// Drops `n` references taken by `hold`; when none is left, an unlinked inode is freed.
+    pub fn unhold(&mut self, ino: u32, n: u32) -> FsResult<()> {
+        let Some(held) = self.open.get_mut(&ino) else {
             return Ok(());
         };
-        *n -= 1;
-        if *n == 0 {
+        *held = held.saturating_sub(n);
+        if *held == 0 {
             self.open.remove(&ino);
             if let Ok(d) = self.iget(ino) {
                 if d.nlink == 0 && !self.readonly {

@@ -649,6 +649,7 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
     let config = fusemount::config(format!("sufs:{}", abs.display()), ro, args.threads);
     let mut session = fuser::Session::new(SufsFuse::new(shared.clone()), dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
+    ctl.on_stale(fusemount::stale_sink(session.notifier()));
     let mut unmounter = session.unmount_callable();
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
     let handle = signals.handle();

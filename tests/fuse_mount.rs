@@ -203,18 +203,25 @@ fn bad_images_are_refused_with_a_message() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
 }
 
-/// READDIRPLUS hands the kernel each entry's attributes with the listing, and FOPEN_KEEP_CACHE
-/// keeps a file's pages across opens: both must show what the file system holds, after
-/// overwrites, truncations, links and renames through the mount.
-#[test]
-fn listings_with_attributes_and_cached_reopens_stay_exact() {
+/// A 64 MiB image mounted with the defaults in a new temporary directory (kept alive by the
+/// first member); None where FUSE is missing.
+fn small_mount() -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, Mounted)> {
     if !fuse_available() {
-        return;
+        return None;
     }
     let t = tempfile::tempdir().unwrap();
     let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
     mkfs(&img, "64M");
     let m = mount_fg(&img, &mnt, &[]);
+    Some((t, img, mnt, m))
+}
+
+/// READDIRPLUS hands the kernel each entry's attributes with the listing, and FOPEN_KEEP_CACHE
+/// keeps a file's pages across opens: both must show what the file system holds, after
+/// overwrites, truncations, links and renames through the mount.
+#[test]
+fn listings_with_attributes_and_cached_reopens_stay_exact() {
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
     let d = mnt.join("d");
     fs::create_dir(&d).unwrap();
     for i in 0..300u64 {
@@ -256,4 +263,53 @@ fn listings_with_attributes_and_cached_reopens_stay_exact() {
     let m = mount_fg(&img, &mnt, &[]);
     assert_eq!(fs::read(&p).unwrap(), model);
     m.umount();
+}
+
+/// Files are opened without OPEN and RELEASE messages (the kernel's zero-message opens), so an
+/// inode lives by the kernel's lookup count: a file unlinked while open still reads and writes,
+/// its space comes back once it is closed (statfs), and a removed directory still open lists
+/// nothing; fsck finds the image clean after unmount.
+#[test]
+fn unlinked_open_files_live_until_closed() {
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let free = || {
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        let p = std::ffi::CString::new(mnt.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::statvfs(p.as_ptr(), &mut s) }, 0);
+        s.f_bfree as u64
+    };
+    let before = free();
+    for round in 0..3u64 {
+        let p = mnt.join(format!("f{round}"));
+        let mut f = fs::OpenOptions::new().create(true).read(true).write(true).open(&p).unwrap();
+        f.write_all(&pattern(round, 8 << 20)).unwrap();
+        fs::remove_file(&p).unwrap();
+        assert!(!p.exists());
+        f.write_all(b"tail").unwrap();
+        let mut back = Vec::new();
+        f.seek(SeekFrom::Start(0)).unwrap();
+        f.read_to_end(&mut back).unwrap();
+        assert!(back[..8 << 20] == pattern(round, 8 << 20)[..] && back.ends_with(b"tail"));
+        assert!(free() + 2048 <= before, "the open file keeps its blocks");
+        drop(f);
+        // The kernel's FORGET follows the close; give it a moment to arrive.
+        let t0 = std::time::Instant::now();
+        while free() + 64 < before && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(free() + 64 >= before, "round {round}: the closed file's blocks came back");
+    }
+    // A removed directory that is still open.
+    fs::create_dir(mnt.join("d")).unwrap();
+    fs::write(mnt.join("d/x"), b"x").unwrap();
+    let dir = fs::File::open(mnt.join("d")).unwrap();
+    fs::remove_file(mnt.join("d/x")).unwrap();
+    fs::remove_dir(mnt.join("d")).unwrap();
+    let listed = fs::read_dir(format!("/proc/self/fd/{}", std::os::unix::io::AsRawFd::as_raw_fd(&dir)))
+        .map(|r| r.filter_map(Result::ok).count())
+        .unwrap_or(0);
+    assert_eq!(listed, 0);
+    drop(dir);
+    m.umount();
+    fsck_clean(&img);
 }
