@@ -31,7 +31,23 @@ use fuser::{
 use crate::format::*;
 use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
 
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may keep a name and its attributes without asking again. Every change
+/// to the namespace and to attributes goes through this mount, whose replies keep the kernel's
+/// caches right, or through the control channel, which tells the kernel (`stale_sink`): so the
+/// kernel may keep them long, and a `stat` or a path walk over known names costs no round trip.
+const TTL: Duration = Duration::from_secs(3600);
+
+/// Except for Block Register reservations and snapshot files: the volume layer's refill thread
+/// grows its reservation behind the kernel's back, so their attributes are asked for again soon.
+const SPECIAL_TTL: Duration = Duration::from_secs(1);
+
+fn ttl(d: &Dinode) -> &'static Duration {
+    if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+        &SPECIAL_TTL
+    } else {
+        &TTL
+    }
+}
 
 /// Every change to a file's data goes through this mount, where the kernel keeps its page cache
 /// coherent itself; so a file's cached pages survive a close and a new open.
@@ -195,7 +211,7 @@ impl SufsFuse {
     /// while the kernel may still use it.
     fn entry(&self, fs: &mut Fs, reply: ReplyEntry, ino: u32, d: &Dinode) {
         fs.hold(ino, 1);
-        reply.entry(&TTL, &attr(ino, d, fs.sb.block_size), Generation(d.generation as u64));
+        reply.entry(ttl(d), &attr(ino, d, fs.sb.block_size), Generation(d.generation as u64));
     }
 
     /// The group of a new node: the parent's when the parent is set-group-ID, as BSD and
@@ -249,7 +265,7 @@ impl Filesystem for SufsFuse {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
-            Ok((i, d)) => reply.attr(&TTL, &attr(i, &d, fs.sb.block_size)),
+            Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, fs.sb.block_size)),
             Err(e) => reply.error(e),
         }
     }
@@ -279,7 +295,7 @@ impl Filesystem for SufsFuse {
         let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now) };
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.setattr(i, &a).map(|d| (i, d)).map_err(errno)) {
-            Ok((i, d)) => reply.attr(&TTL, &attr(i, &d, fs.sb.block_size)),
+            Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, fs.sb.block_size)),
             Err(e) => reply.error(e),
         }
     }
@@ -513,7 +529,7 @@ impl Filesystem for SufsFuse {
                 to_fuse(e.ino),
                 e.next,
                 OsStr::from_bytes(&e.name),
-                &TTL,
+                ttl(&d),
                 &attr(e.ino, &d, bs),
                 Generation(d.generation as u64),
             );
@@ -608,7 +624,7 @@ impl Filesystem for SufsFuse {
             Ok((ino, d)) => {
                 fs.hold(ino, 1);
                 reply.created(
-                    &TTL,
+                    ttl(&d),
                     &attr(ino, &d, fs.sb.block_size),
                     Generation(d.generation as u64),
                     FileHandle(0),

@@ -67,6 +67,9 @@ fn br_on_a_mounted_file_system() {
     // Through the channel, by image and by mount point.
     assert!(ok(&["br", "--on", img_s, "list"]).contains("old: 8 blocks reserved"));
     ok(&["br", "--on", mnt_s, "reserve", "live", "40"]);
+    // The kernel has seen both names: what the channel changes must reach it at once.
+    assert_eq!(fs::metadata(mnt.join(".br/live")).unwrap().len(), 40 * 4096);
+    assert!(mnt.join(".br/old").exists());
     ok(&["br", "--on", img_s, "expand", "live", "4"]);
     let q = blocks(&ok(&["br", "--on", mnt_s, "query", "live", "0", "100"]));
     assert_eq!(q.len(), 44);
