@@ -109,7 +109,10 @@ pub fn lock(fs: &SharedFs) -> MutexGuard<'_, Fs> {
 pub struct SufsFuse {
     fs: SharedFs,
     /// Files and directories are used without OPEN and RELEASE (the kernel supports it): a
-    /// create is then LOOKUP and MKNOD, a read of a known file READ alone.
+    /// create is then LOOKUP and MKNOD, a read of a known file READ alone. (Linux 6.18 also
+    /// sends a GETATTR of the directory before each create or unlink in a directory just
+    /// changed: it drops the directory's mode with its times and asks again for the path
+    /// walk's permission check; later kernels keep the mode, `FUSE_STATX_MODDIR`.)
     no_open: bool,
 }
 
@@ -456,7 +459,7 @@ impl Filesystem for SufsFuse {
 
     /// Nothing to do on close (data is in the cache; fsync and the syncer write it, and no
     /// locks are held): ENOSYS tells the kernel so once, and it sends no FLUSH on later closes,
-    /// which saves a round trip per close (a create is then LOOKUP, CREATE and RELEASE).
+    /// which saves a round trip per close of a file opened through OPEN or CREATE.
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         reply.error(Errno::ENOSYS);
     }
