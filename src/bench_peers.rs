@@ -6,8 +6,9 @@
 //!
 //! Every number is measured, never made up: a peer that cannot run here (no fuse2fs, not root
 //! for a loop device, no fio) is listed with the reason and left out. Device writes come from
-//! sufs's own counters (`--stats`, 4 KiB blocks) and, for fuse2fs and kernel ext4, whose images
-//! are attached to a loop device, from `/sys/block/loopN/stat` (write requests and sectors).
+//! sufs's own counters (`--stats`: 4 KiB blocks, and requests, each a run of neighbouring blocks
+//! in one `pwritev`) and, for fuse2fs and kernel ext4, whose images are attached to a loop
+//! device, from `/sys/block/loopN/stat` (write requests and sectors).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -115,7 +116,7 @@ impl Phase {
 pub struct Writes {
     /// In 4 KiB blocks.
     pub blocks: u64,
-    /// Write requests, where the counter gives them (the loop device's).
+    /// Write requests: sufs's runs of neighbouring blocks, a loop device's merged requests.
     pub requests: Option<u64>,
     /// Where the figure comes from.
     pub source: String,
@@ -298,7 +299,7 @@ impl Mounted {
         let count = |k: &str| st["device"][k].as_u64().unwrap_or(0);
         Ok(Writes {
             blocks: count("sync_writes") + count("async_writes"),
-            requests: None,
+            requests: Some(count("write_requests")),
             source: format!("sufs --stats ({} sync)", count("sync_writes")),
         })
     }

@@ -1278,7 +1278,7 @@ impl BlockDevice for CrashImage {
             }
             over.insert(r.bno, r.data.into());
         }
-        self.counters.batch(reqs.len(), kind);
+        self.counters.batch(reqs.len(), crate::dev::count_runs(reqs), kind);
         Ok(())
     }
     fn stats(&self) -> DevStats {

@@ -675,13 +675,14 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
     let mut out = std::io::stdout();
     let _ = writeln!(
         out,
-        "sufs: unmounted {} ({}): device reads {}, writes {} ({} sync, {} async) in {} batches; cache hit rate {:.1}%",
+        "sufs: unmounted {} ({}): device reads {}, writes {} ({} sync, {} async) in {} requests and {} batches; cache hit rate {:.1}%",
         image.display(),
         st.ordering,
         st.device.reads,
         st.device.writes(),
         st.device.sync_writes,
         st.device.async_writes,
+        st.device.write_requests,
         st.device.batches,
         100.0 * st.cache_hit_rate
     );
