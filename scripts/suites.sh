@@ -37,7 +37,12 @@ pjdfstest)
   sed 's/allow_remount = false/allow_remount = true/' "$DOCS/pjdfstest.toml" > "$W/remount.toml"
   pjdfstest --version
   pjdfstest -c "$DOCS/pjdfstest.toml" -p "$W/mnt" -s "$W/second" | grep -E "FAILED|skipped|Summary" -A1 || true
-  pjdfstest -c "$W/remount.toml" -p "$W/mnt" -s "$W/second" erofs | grep -E "FAILED|Summary" -A1 || true
+  # pjdfstest remounts with mount(8), which, where fuse3 is installed, hands a fuse.sufs mount to
+  # mount.fuse3, and that cannot remount; `mount -i` keeps it to mount(2) (as tests/suites.rs).
+  mkdir -p "$W/bin"
+  printf '#!/bin/sh\nexec /bin/mount -i "$@"\n' > "$W/bin/mount"
+  chmod 755 "$W/bin/mount"
+  PATH="$W/bin:$PATH" pjdfstest -c "$W/remount.toml" -p "$W/mnt" -s "$W/second" erofs | grep -E "FAILED|Summary" -A1 || true
   unmount_fsck
   ;;
 fsx)
