@@ -859,7 +859,7 @@ impl Fs {
             if let Some(n) = self.hooks.softdep.as_mut().map(|s| s.count()) {
                 // Counting is a scan of every structure, so it is done only as often as the
                 // room left needs: no operation adds more than a few structures.
-                self.next_count_at = self.ops + (limit.saturating_sub(n) as u64 / 8).clamp(16, 8192);
+                self.next_count_at = self.ops + (limit.saturating_sub(n) as u64 / 8).clamp(16, 1024);
                 if n > limit {
                     // The memory bound: new dependencies wait until old ones retire.
                     self.sync_all()?;
