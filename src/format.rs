@@ -767,7 +767,8 @@ fn dirent_at(block: &[u8], off: usize, chunk: usize) -> Result<DirRef<'_>, DirEr
             return err("name does not fit its record");
         }
         name = &block[off + DIRENT_HDR..off + DIRENT_HDR + namelen];
-        if name.contains(&0) || name.contains(&b'/') {
+        // One pass: names are short, and two `memchr` calls cost more than the bytes.
+        if name.iter().any(|&c| c == 0 || c == b'/') {
             return err("name holds NUL or '/'");
         }
     }
@@ -1080,6 +1081,19 @@ mod tests {
         dir_init_block(&mut b);
         put_u16(&mut b, 4, 1024); // crosses a chunk
         assert!(dir_entries(&b).is_err());
+        // A name holding '/' or NUL, at its start, middle or end, is refused; its neighbours pass.
+        for bad in [&b"/ab"[..], b"a/b", b"ab\0", b"\0"] {
+            dir_init_block(&mut b);
+            let at = dir_find_space(&b, 3).unwrap().unwrap();
+            dir_insert(&mut b, at, 9, DT_REG, b"abc").unwrap();
+            let e = dir_entries(&b).unwrap().into_iter().find(|e| e.ino == 9).unwrap();
+            b[e.offset + DIRENT_HDR..e.offset + DIRENT_HDR + 3].fill(b'x');
+            b[e.offset + DIRENT_HDR..e.offset + DIRENT_HDR + bad.len()].copy_from_slice(bad);
+            let err = dir_entries(&b).unwrap_err();
+            assert_eq!((err.offset, err.what), (e.offset, "name holds NUL or '/'"), "{bad:?}");
+        }
+        b[DIRENT_HDR..DIRENT_HDR + 3].copy_from_slice(b"xyz");
+        assert!(dir_entries(&b).is_ok());
     }
 
     #[test]
