@@ -281,7 +281,7 @@ fn unlinked_open_files_live_until_closed() {
     let before = free();
     for round in 0..3u64 {
         let p = mnt.join(format!("f{round}"));
-        let mut f = fs::OpenOptions::new().create(true).read(true).write(true).open(&p).unwrap();
+        let mut f = fs::OpenOptions::new().create_new(true).read(true).write(true).open(&p).unwrap();
         f.write_all(&pattern(round, 8 << 20)).unwrap();
         fs::remove_file(&p).unwrap();
         assert!(!p.exists());
@@ -306,9 +306,11 @@ fn unlinked_open_files_live_until_closed() {
     fs::remove_file(mnt.join("d/x")).unwrap();
     fs::remove_dir(mnt.join("d")).unwrap();
     let listed = fs::read_dir(format!("/proc/self/fd/{}", std::os::unix::io::AsRawFd::as_raw_fd(&dir)))
-        .map(|r| r.filter_map(Result::ok).count())
-        .unwrap_or(0);
-    assert_eq!(listed, 0);
+        .expect("the removed directory, still open, can be listed")
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<Vec<_>, _>>()
+        .expect("listing the removed directory");
+    assert!(listed.is_empty(), "a removed directory lists nothing: {listed:?}");
     drop(dir);
     m.umount();
     fsck_clean(&img);
