@@ -14,9 +14,9 @@
 //! its first-dirtied time if and only if it is dirty.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt};
-use std::sync::Arc;
 
 use lru::LruCache;
 use serde::Serialize;

@@ -203,8 +203,12 @@ fn serve(conn: UnixStream, fs: &SharedFs, sink: &OnceLock<StaleSink>) {
         let answer = match serde_json::from_str::<Request>(line.trim()) {
             Ok(req) => {
                 let mut guard = lock(fs);
-                let r = execute(&mut guard, req.clone());
-                let what = if r.is_ok() && sink.get().is_some() { stale_after(&mut guard, &req) } else { Vec::new() };
+                let kept = sink.get().map(|_| req.clone());
+                let r = execute(&mut guard, req);
+                let what = match &kept {
+                    Some(req) if r.is_ok() => stale_after(&mut guard, req),
+                    _ => Vec::new(),
+                };
                 drop(guard);
                 if let Some(sink) = sink.get().filter(|_| !what.is_empty()) {
                     sink(&what);

@@ -5,6 +5,7 @@
 //! writes pushed out by the cache or the syncer), and the size of each batch.
 
 use std::fs::{File, OpenOptions};
+use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -234,13 +235,11 @@ impl FileDevice {
     }
 }
 
-/// Writes `bufs` one after the other from byte `off` of `file`, in one `pwritev` where the
+/// Writes `slices` one after the other from byte `off` of `file`, in one `pwritev` where the
 /// kernel takes them all (std's `write_vectored_at` is not stable yet).
-fn write_all_vectored_at(file: &File, bufs: &[&[u8]], mut off: u64) -> std::io::Result<()> {
-    use std::io::IoSlice;
+fn write_all_vectored_at(file: &File, slices: &mut [IoSlice], mut off: u64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    let mut slices: Vec<IoSlice> = bufs.iter().map(|b| IoSlice::new(b)).collect();
-    let mut rest = &mut slices[..];
+    let mut rest = slices;
     while !rest.is_empty() {
         let n = rest.len().min(MAX_RUN) as libc::c_int;
         // SAFETY: `IoSlice` has `iovec`'s layout on Unix, and the `n` slices outlive the call.
@@ -299,8 +298,8 @@ impl BlockDevice for FileDevice {
             check_range(r.bno, self.nblocks)?;
         }
         let runs = write_runs(reqs, |run| {
-            let bufs: Vec<&[u8]> = run.iter().map(|r| r.data).collect();
-            write_all_vectored_at(&self.file, &bufs, run[0].bno * self.bs as u64)
+            let mut slices: Vec<IoSlice> = run.iter().map(|r| IoSlice::new(r.data)).collect();
+            write_all_vectored_at(&self.file, &mut slices, run[0].bno * self.bs as u64)
                 .map_err(|source| DevError::Io { bno: run[0].bno, source })
         })?;
         if self.durable {

@@ -17,9 +17,9 @@
 //! negative control.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt};
-use std::sync::Arc;
 
 use thiserror::Error;
 

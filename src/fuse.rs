@@ -522,7 +522,6 @@ impl Filesystem for SufsFuse {
             Err(e) => return reply.error(e),
         };
         let bs = fs.sb.block_size;
-        let mut sent = Vec::new();
         for e in entries {
             let d = match fs.getattr(e.ino) {
                 Ok(d) => d,
@@ -541,11 +540,8 @@ impl Filesystem for SufsFuse {
             }
             // The kernel counts a lookup for every entry but "." and ".." (`entry`).
             if e.name != b"." && e.name != b".." {
-                sent.push(e.ino);
+                fs.hold(e.ino, 1);
             }
-        }
-        for ino in sent {
-            fs.hold(ino, 1);
         }
         reply.ok();
     }
