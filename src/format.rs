@@ -29,8 +29,16 @@ pub const CG_HDR_SIZE: usize = 64;
 /// Largest link count; a link past it is EMLINK.
 pub const LINK_MAX: u32 = 32000;
 
+/// Superblock flags. `SB_CLEAN`: unmounted cleanly, the summary counts are exact.
 pub const SB_CLEAN: u32 = 1;
+/// The last read-write mount ran soft updates: an unclean image holds only what soft updates
+/// may leave after a crash (leaks and link counts too high), so it may be mounted at once.
 pub const SB_SOFTDEP: u32 = 2;
+/// The last read-write mount ran `async` (with neither this nor `SB_SOFTDEP`, it ran `sync`).
+pub const SB_ASYNC: u32 = 4;
+/// Something was found damaged while mounted (a value read from disk out of range, a bitmap
+/// that disagreed with the inodes): only a full `fsck -y` clears it.
+pub const SB_NEEDS_FSCK: u32 = 8;
 
 /// Dinode flags (chflags-like); the Block Register and snapshots rely on them.
 pub const DI_IMMUTABLE: u32 = 1;
