@@ -34,12 +34,17 @@ pub enum AllocError {
 
 pub struct Alloc {
     pub sums: Vec<CgSum>,
+    /// What `load` found wrong in the groups and set right in memory (a metadata block or a
+    /// reserved inode shown free, a free count that disagrees with its bitmap); the mount
+    /// reports it and asks for fsck.
+    pub damage: Vec<String>,
 }
 
 impl Alloc {
     /// Reads and checks every group header.
     pub fn load(cache: &mut Cache, sb: &Superblock) -> Result<Alloc, AllocError> {
         let mut sums = Vec::with_capacity(sb.ngroups as usize);
+        let mut damage = Vec::new();
         for cg in 0..sb.ngroups {
             let buf = cache.read(sb.cg_header_block(cg))?;
             let h = CgHeader::decode(buf, cg)?;
@@ -49,9 +54,56 @@ impl Alloc {
             if h.free_blocks > h.nblocks || h.free_inodes > h.ninodes {
                 return Err(FormatError::BadCg { cg, what: "free counts larger than the group".into() }.into());
             }
-            sums.push(CgSum { free_blocks: h.free_blocks, free_inodes: h.free_inodes, ndirs: h.ndirs });
+            let (free_blocks, free_inodes) = Self::check_maps(cache, sb, cg, &h, &mut damage)?;
+            sums.push(CgSum { free_blocks, free_inodes, ndirs: h.ndirs });
         }
-        Ok(Alloc { sums })
+        Ok(Alloc { sums, damage })
+    }
+
+    /// The bitmaps must show the group's metadata blocks (and in group 0 the reserved inodes)
+    /// in use, and its free counts must be the bitmaps' (both live in the one header block, so
+    /// no crash can part them). Sets them right in memory, noting what was wrong; returns the
+    /// free counts.
+    fn check_maps(
+        cache: &mut Cache,
+        sb: &Superblock,
+        cg: u32,
+        h: &CgHeader,
+        damage: &mut Vec<String>,
+    ) -> Result<(u32, u32), AllocError> {
+        let meta = (sb.cg_data_start(cg) - sb.cg_start(cg)) as usize;
+        let reserved = if cg == 0 { FIRST_INO as usize } else { 0 };
+        let boff = CgHeader::block_map_offset(sb.inodes_per_group);
+        let ioff = CgHeader::inode_map_offset();
+        let count = |buf: &[u8], off: usize, n: usize| count_clear(&buf[off..], n) as u32;
+        let buf = cache.read(sb.cg_header_block(cg))?;
+        let meta_ok = (0..meta).all(|i| bit_get(&buf[boff..], i));
+        let ino_ok = (0..reserved).all(|i| bit_get(&buf[ioff..], i));
+        let mut fb = count(buf, boff, h.nblocks as usize);
+        let mut fi = count(buf, ioff, h.ninodes as usize);
+        if meta_ok && ino_ok && fb == h.free_blocks && fi == h.free_inodes {
+            return Ok((fb, fi));
+        }
+        let buf = cache.modify(sb.cg_header_block(cg))?;
+        if !meta_ok {
+            damage.push(format!("group {cg}: block bitmap shows metadata blocks free"));
+            (0..meta).for_each(|i| bit_set(&mut buf[boff..], i, true));
+            fb = count(buf, boff, h.nblocks as usize);
+        }
+        if !ino_ok {
+            damage.push(format!("group {cg}: inode bitmap shows reserved inodes free"));
+            (0..reserved).for_each(|i| bit_set(&mut buf[ioff..], i, true));
+            fi = count(buf, ioff, h.ninodes as usize);
+        }
+        if fb != h.free_blocks || fi != h.free_inodes {
+            damage.push(format!(
+                "group {cg}: free counts {} blocks, {} inodes; the bitmaps {fb}, {fi}",
+                h.free_blocks, h.free_inodes
+            ));
+        }
+        cg_set_free_blocks(buf, fb);
+        cg_set_free_inodes(buf, fi);
+        Ok((fb, fi))
     }
 
     pub fn free_blocks(&self) -> u64 {
@@ -165,10 +217,31 @@ impl Alloc {
             cg_set_rotors(buf, idx as u32, irot);
             self.sums[cg as usize].free_blocks -= 1;
             let bno = base + idx as u64;
-            assert!(sb.is_data_block(bno), "allocator handed out metadata block {bno}");
+            // A damaged bitmap may show a metadata block free: the caller checks (and keeps the
+            // bit, which is right for a metadata block).
             return Ok(bno);
         }
         Err(AllocError::NoSpace)
+    }
+
+    /// Makes sure data block `bno`, which something the mount read points at, is marked in
+    /// use; returns whether its bit had to be set (the bitmap was wrong).
+    pub fn ensure_block_used(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<bool, AllocError> {
+        if !sb.is_data_block(bno) {
+            return Ok(false);
+        }
+        let cg = sb.cg_of_block(bno);
+        let idx = (bno - sb.cg_start(cg)) as usize;
+        if bit_get(&cache.read(sb.cg_header_block(cg))?[CgHeader::block_map_offset(sb.inodes_per_group)..], idx) {
+            return Ok(false);
+        }
+        let buf = cache.modify(sb.cg_header_block(cg))?;
+        bit_set(&mut buf[CgHeader::block_map_offset(sb.inodes_per_group)..], idx, true);
+        let fb = cg_get_free_blocks(buf).saturating_sub(1);
+        cg_set_free_blocks(buf, fb);
+        let s = &mut self.sums[cg as usize];
+        s.free_blocks = s.free_blocks.saturating_sub(1);
+        Ok(true)
     }
 
     pub fn free_block(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<(), AllocError> {
@@ -188,6 +261,14 @@ impl Alloc {
         self.sums[cg as usize].free_blocks += 1;
         Ok(())
     }
+}
+
+/// Clear bits among the first `nbits` bits of `map`.
+pub fn count_clear(map: &[u8], nbits: usize) -> usize {
+    let full = nbits / 8;
+    let set: usize = map[..full].iter().map(|b| b.count_ones() as usize).sum();
+    let tail = (full * 8..nbits).filter(|&i| bit_get(map, i)).count();
+    nbits - set - tail
 }
 
 /// First clear bit at or after `from` (wrapping), among the first `nbits` bits.

@@ -67,6 +67,9 @@ pub enum Request {
     FsckAdjust {
         adjust: crate::snapshot::Adjust,
     },
+    /// Writes every delayed write, in soft updates' order, and answers once all of it is on
+    /// disk (the kernel sends no syncfs to a FUSE server, so sync(1) never reaches a mount).
+    Sync,
 }
 
 #[derive(Debug, Error)]
@@ -252,7 +255,7 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
             v
         }
         Request::FsckAdjust { adjust } => adjust.links.iter().map(|&(i, _)| Stale::Inode(i)).collect(),
-        Request::Ping | Request::BrQuery { .. } | Request::BrList | Request::SnapshotList => Vec::new(),
+        Request::Ping | Request::BrQuery { .. } | Request::BrList | Request::SnapshotList | Request::Sync => Vec::new(),
     }
 }
 
@@ -278,6 +281,11 @@ pub fn execute(fs: &mut Fs, req: Request) -> Result<Value, FsError> {
         Request::SnapshotList => json(serde_json::to_value(fs.snapshot_list()?)),
         Request::SnapshotDelete { name } => Ok(Value::from(fs.snapshot_delete(name.as_bytes())?)),
         Request::FsckAdjust { adjust } => json(serde_json::to_value(fs.fsck_adjust(&adjust)?)),
+        Request::Sync => {
+            let before = fs.stats().device.writes();
+            fs.sync_all()?;
+            Ok(serde_json::json!({ "blocks_written": fs.stats().device.writes() - before }))
+        }
     }
 }
 

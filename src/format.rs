@@ -24,8 +24,12 @@ pub const LOST_FOUND_INO: u32 = 3;
 pub const FIRST_INO: u32 = 2;
 pub const MIN_BLOCK_SIZE: u32 = 4096;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
+/// The fewest blocks a file system can have.
+pub const MIN_FS_BLOCKS: u64 = 64;
 /// Bytes of a cylinder group header before its inode bitmap.
 pub const CG_HDR_SIZE: usize = 64;
+/// Longest symlink target (the kernel's PATH_MAX less its NUL); a longer size on disk is damage.
+pub const MAX_SYMLINK: usize = 4095;
 /// Largest link count; a link past it is EMLINK.
 pub const LINK_MAX: u32 = 32000;
 
@@ -213,6 +217,11 @@ impl Superblock {
                 "block size {block_size} is not a power of two from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}"
             )));
         }
+        if num_blocks < MIN_FS_BLOCKS {
+            return Err(FormatError::BadGeometry(format!(
+                "{num_blocks} blocks is too small (at least {MIN_FS_BLOCKS})"
+            )));
+        }
         let ipb = block_size / DINODE_SIZE as u32;
         let bits = ((block_size as usize - CG_HDR_SIZE) * 8) as u64;
         let want_inodes = inodes.unwrap_or(num_blocks * block_size as u64 / 16384).max(16);
@@ -263,7 +272,7 @@ impl Superblock {
             return bad(format!("block size {bs}"));
         }
         if self.num_blocks < 64 {
-            return bad(format!("{} blocks is too small (at least 64)", self.num_blocks));
+            return bad(format!("{} blocks is too small (at least {MIN_FS_BLOCKS})", self.num_blocks));
         }
         if self.blocks_per_group < 64 || self.inodes_per_group == 0 || self.ngroups == 0 {
             return bad(format!(

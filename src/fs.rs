@@ -134,6 +134,9 @@ impl From<DirError> for FsError {
 
 pub type FsResult<T> = Result<T, FsError>;
 
+/// How many wrongly free blocks or inodes one allocation steps over before it gives up.
+const MAX_BAD_ALLOCS: usize = 64;
+
 // The Block Register lives in its own file but inside `fs`, as a part of the file system: it
 // allocates into reservations with the file system's own block map and ordering.
 #[path = "br.rs"]
@@ -326,6 +329,9 @@ pub struct Fs {
     readonly: bool,
     /// Open handles per inode: an unlinked inode is freed at its last close.
     open: HashMap<u32, u32>,
+    /// Inodes whose last link went while they were held (`open`): freed at the last `unhold`
+    /// or at unmount, as FFS frees an unlinked open file at its last close.
+    orphans: foldhash::HashSet<u32>,
     next_gen: u32,
     /// Spread new directories over the groups (off while mkfs places root and lost+found).
     spread_dirs: bool,
@@ -406,6 +412,7 @@ impl Fs {
             clock,
             readonly: opts.readonly,
             open: HashMap::new(),
+            orphans: foldhash::HashSet::default(),
             next_gen: 1,
             spread_dirs: true,
             dirhash: HashMap::new(),
@@ -426,15 +433,21 @@ impl Fs {
             stats_cow: 0,
             stats_claimed: 0,
         };
+        for what in std::mem::take(&mut fs.alloc.damage) {
+            fs.damaged(what);
+        }
+        // The root inode's block, checked as it comes in (`read_inode_block`): the blocks of the
+        // first directories are known to be in use before anything is allocated.
+        fs.iget_raw(ROOT_INO)?;
         fs.snap_activate()?;
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
-            fs.sb.flags &= !SB_CLEAN;
-            if fs.ordering == Ordering::Softdep {
-                fs.sb.flags |= SB_SOFTDEP;
-            } else {
-                fs.sb.flags &= !SB_SOFTDEP;
-            }
+            fs.sb.flags &= !(SB_CLEAN | SB_SOFTDEP | SB_ASYNC);
+            fs.sb.flags |= match fs.ordering {
+                Ordering::Softdep => SB_SOFTDEP,
+                Ordering::Async => SB_ASYNC,
+                Ordering::Sync => 0,
+            };
             fs.sb.mount_count += 1;
             fs.sb.mount_time = fs.clock.wall().0;
             fs.write_superblock()?;
@@ -473,7 +486,7 @@ impl Fs {
             return Ok(());
         }
         // Inodes unlinked while open are freed now that nobody holds them.
-        let orphans: Vec<u32> = self.open.keys().copied().collect();
+        let orphans: Vec<u32> = self.orphans.drain().collect();
         self.open.clear();
         for ino in orphans {
             let d = self.iget(ino)?;
@@ -694,13 +707,69 @@ impl Fs {
         Ok(any)
     }
 
+    /// A block from the bitmaps, checked before it is handed out: a bitmap that shows a
+    /// metadata block or a block the mount holds in its cache (a directory, an indirect block,
+    /// data in use) as free is damaged. Such a block keeps its bit set (it is in use), the
+    /// superblock asks for fsck, and the search goes on; live data is never overwritten.
     fn alloc_block(&mut self, pref: u64) -> FsResult<u64> {
-        match self.alloc.alloc_block(&mut self.cache, &self.sb, pref) {
-            Err(AllocError::NoSpace) if self.reclaim()? => {
-                Ok(self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?)
+        for _ in 0..MAX_BAD_ALLOCS {
+            let bno = match self.alloc.alloc_block(&mut self.cache, &self.sb, pref) {
+                Err(AllocError::NoSpace) if self.reclaim()? => {
+                    self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?
+                }
+                r => r?,
+            };
+            if !self.sb.is_data_block(bno) {
+                self.damaged(format!("block bitmap shows metadata block {bno} free"));
+            } else if self.cache.is_cached(bno) {
+                self.damaged(format!("block bitmap shows block {bno} free while it is in use"));
+            } else {
+                return Ok(bno);
             }
-            r => Ok(r?),
         }
+        Err(self.damaged(format!("{MAX_BAD_ALLOCS} blocks in a row were wrongly free in the bitmaps")))
+    }
+
+    /// Runs an operation that allocates; when it finds no space while soft updates still hold
+    /// freed blocks or inodes (removed files whose frees wait for writes), everything is
+    /// written, the frees complete, and the operation runs once more, as FreeBSD's
+    /// `softdep_request_cleanup` does: a user who just removed files never sees a full disk
+    /// that is not full. A create, mkdir, link or rename that fails with ENOSPC has undone its
+    /// inode and changed no name, and a write repeated writes the same bytes.
+    fn retry_nospace<T>(&mut self, mut op: impl FnMut(&mut Fs) -> FsResult<T>) -> FsResult<T> {
+        match op(self) {
+            Err(FsError::NoSpace) if self.frees_pending() => {
+                self.sync_all()?;
+                op(self)
+            }
+            r => r,
+        }
+    }
+
+    /// Whether soft updates hold work whose completion may free blocks or inodes.
+    fn frees_pending(&self) -> bool {
+        self.hooks.softdep.as_ref().is_some_and(|s| !s.is_idle()) || !self.deferred_old_names.is_empty()
+    }
+
+    /// A value read from disk is out of range, or a bitmap disagrees with what the mount knows:
+    /// logs it, marks the superblock "needs fsck" (written at once, so that a crash keeps the
+    /// mark), and returns the error that fails the request. The rest of the file system goes on.
+    pub fn damaged(&mut self, what: String) -> FsError {
+        log::error!("damaged: {what} (unmount and run sufs fsck -y)");
+        if self.sb.flags & SB_NEEDS_FSCK == 0 {
+            self.sb.flags |= SB_NEEDS_FSCK;
+            if !self.readonly {
+                if let Err(e) = self.write_superblock() {
+                    log::error!("marking the superblock for fsck: {e}");
+                }
+            }
+        }
+        FsError::Corrupt(what)
+    }
+
+    /// Whether an earlier damage marked this file system for fsck.
+    pub fn needs_fsck(&self) -> bool {
+        self.sb.flags & SB_NEEDS_FSCK != 0
     }
 
     fn run_task(&mut self, t: Task) -> FsResult<()> {
@@ -735,6 +804,7 @@ impl Fs {
                     }
                     Ok(())
                 } else if self.open.contains_key(&child) {
+                    self.orphans.insert(child);
                     self.iput(child, &d)?;
                     for t in then {
                         self.run_task(t)?;
@@ -892,7 +962,7 @@ impl Fs {
     fn iget_raw(&mut self, ino: u32) -> FsResult<Dinode> {
         self.check_ino(ino)?;
         let (bno, off) = self.sb.inode_location(ino);
-        let buf = self.cache.read(bno)?;
+        let buf = self.read_inode_block(bno)?;
         Ok(Dinode::decode(&buf[off..off + DINODE_SIZE]))
     }
 
@@ -944,11 +1014,7 @@ impl Fs {
     /// Allocates and initialises an inode near `parent`.
     fn new_inode(&mut self, parent: u32, mode: u16, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
         let is_dir = mode & S_IFMT == S_IFDIR;
-        let ino = self.alloc.alloc_inode(&mut self.cache, &self.sb, parent, is_dir, self.spread_dirs)?;
-        let old = self.iget_raw(ino)?;
-        if !old.is_free() {
-            return Err(FsError::Corrupt(format!("inode {ino} free in the bitmap but in use")));
-        }
+        let (ino, old) = self.alloc_inode(parent, is_dir)?;
         if let Some(sd) = self.sd() {
             sd.new_inode(ino, is_dir);
         }
@@ -956,6 +1022,33 @@ impl Fs {
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
         let d = Dinode::new(mode, 0, uid, gid, (s, ns), old.generation.wrapping_add(self.next_gen) | 1);
         Ok((ino, d))
+    }
+
+    /// An inode from the bitmaps, checked before it is handed out as `alloc_block` checks
+    /// blocks: a reserved number, an inode in use on disk or in the cache, or one whose freeing
+    /// soft updates still track, is kept allocated and the search goes on.
+    fn alloc_inode(&mut self, parent: u32, is_dir: bool) -> FsResult<(u32, Dinode)> {
+        for _ in 0..MAX_BAD_ALLOCS {
+            let ino = match self.alloc.alloc_inode(&mut self.cache, &self.sb, parent, is_dir, self.spread_dirs) {
+                Err(AllocError::NoSpace) if self.reclaim()? => {
+                    self.alloc.alloc_inode(&mut self.cache, &self.sb, parent, is_dir, self.spread_dirs)?
+                }
+                r => r?,
+            };
+            if ino < FIRST_INO {
+                self.damaged(format!("inode bitmap shows reserved inode {ino} free"));
+                continue;
+            }
+            let old = self.iget_raw(ino)?;
+            if !old.is_free() {
+                self.damaged(format!("inode bitmap shows inode {ino} free while it is in use"));
+            } else if self.open.contains_key(&ino) || self.hooks.softdep.as_ref().is_some_and(|s| s.inode_busy(ino)) {
+                self.damaged(format!("inode bitmap shows inode {ino} free before its freeing completed"));
+            } else {
+                return Ok((ino, old));
+            }
+        }
+        Err(self.damaged(format!("{MAX_BAD_ALLOCS} inodes in a row were wrongly free in the bitmaps")))
     }
 
     // ---------------------------------------------------------------- block map
@@ -1017,7 +1110,7 @@ impl Fs {
         loop {
             let idx = (rel / span) as usize;
             rel %= span;
-            let child = ind_get(self.cache.read(ptr)?, idx);
+            let child = ind_get(self.read_indirect(ptr)?, idx);
             if child != 0 {
                 self.checked_ptr(child)?;
                 if span == 1 {
@@ -1061,11 +1154,53 @@ impl Fs {
         Ok(b)
     }
 
-    fn checked_ptr(&self, b: u64) -> FsResult<u64> {
+    fn checked_ptr(&mut self, b: u64) -> FsResult<u64> {
         if b != 0 && !self.sb.is_data_block(b) {
-            return Err(FsError::Corrupt(format!("block pointer {b} outside the data area")));
+            return Err(self.damaged(format!("block pointer {b} outside the data area")));
         }
         Ok(b)
+    }
+
+    /// The blocks that inodes and indirect blocks read from disk point at must be in use in
+    /// the bitmaps: a wrong bitmap is caught here, before an allocation could hand such a block
+    /// out again. Each block is checked once, when it comes into the cache (`ptrs` are its
+    /// pointers); a wrong bit is set and the superblock asks for fsck.
+    fn claim_pointers(&mut self, what: u64, ptrs: &[u64]) -> FsResult<()> {
+        let mut wrong = 0;
+        for &b in ptrs {
+            if b != 0 && self.alloc.ensure_block_used(&mut self.cache, &self.sb, b)? {
+                wrong += 1;
+            }
+        }
+        if wrong > 0 {
+            self.damaged(format!("{wrong} blocks that block {what} points at were free in the bitmaps"));
+        }
+        Ok(())
+    }
+
+    /// Reads an inode-table block, checking its inodes' pointers when it comes from disk.
+    fn read_inode_block(&mut self, bno: u64) -> FsResult<&[u8]> {
+        if !self.cache.is_cached(bno) {
+            let buf = self.cache.read(bno)?;
+            let ptrs: Vec<u64> = buf
+                .chunks_exact(DINODE_SIZE)
+                .map(Dinode::decode)
+                .filter(|d| !d.is_free())
+                .flat_map(|d| d.db.into_iter().chain(d.ib))
+                .collect();
+            self.claim_pointers(bno, &ptrs)?;
+        }
+        Ok(self.cache.read(bno)?)
+    }
+
+    /// Reads an indirect block, checking its pointers when it comes from disk.
+    fn read_indirect(&mut self, bno: u64) -> FsResult<&[u8]> {
+        if !self.cache.is_cached(bno) {
+            let buf = self.cache.read(bno)?;
+            let ptrs: Vec<u64> = (0..self.sb.ptrs_per_block() as usize).map(|i| ind_get(buf, i)).collect();
+            self.claim_pointers(bno, &ptrs)?;
+        }
+        Ok(self.cache.read(bno)?)
     }
 
     fn ino_pref(&self, ino: u32) -> u64 {
@@ -1246,8 +1381,11 @@ impl Fs {
             d.nlink = 0; // a removed directory's "." goes with its last link
         }
         self.touch_c(&mut d);
-        if d.nlink == 0 && !self.open.contains_key(&ino) {
-            return self.release_inode(ino, d, vec![]);
+        if d.nlink == 0 {
+            if !self.open.contains_key(&ino) {
+                return self.release_inode(ino, d, vec![]);
+            }
+            self.orphans.insert(ino);
         }
         self.iput(ino, &d)?;
         Ok(())
@@ -1628,7 +1766,11 @@ impl Fs {
         let mut d = self.dir_inode(dir)?;
         match self.find_entry(dir, &mut d, name)? {
             Some(s) => {
-                let d = self.iget(s.ino).map_err(|_| FsError::Corrupt(format!("entry names free inode {}", s.ino)))?;
+                let d = match self.iget(s.ino) {
+                    Ok(d) if d.nlink > 0 => d,
+                    Ok(_) => return Err(self.damaged(format!("directory {dir} names inode {} with no links", s.ino))),
+                    Err(_) => return Err(self.damaged(format!("directory {dir} names free inode {}", s.ino))),
+                };
                 Ok((s.ino, self.eff(s.ino, d)))
             }
             None => Err(FsError::NotFound),
@@ -1642,6 +1784,18 @@ impl Fs {
 
     /// Creates a non-directory node (regular file, fifo, device, socket) named `name` in `dir`.
     pub fn mknod(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+    ) -> FsResult<(u32, Dinode)> {
+        self.retry_nospace(|fs| fs.mknod_once(dir, name, mode, uid, gid, rdev))
+    }
+
+    fn mknod_once(
         &mut self,
         dir: u32,
         name: &[u8],
@@ -1780,6 +1934,10 @@ impl Fs {
     }
 
     pub fn mkdir(&mut self, dir: u32, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
+        self.retry_nospace(|fs| fs.mkdir_once(dir, name, mode, uid, gid))
+    }
+
+    fn mkdir_once(&mut self, dir: u32, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
         self.check_writable()?;
         Self::check_name(name)?;
         self.retire_hidden_name(dir, name)?;
@@ -1831,7 +1989,11 @@ impl Fs {
     }
 
     pub fn symlink(&mut self, dir: u32, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
-        if target.is_empty() || target.len() >= self.sb.block_size as usize || target.len() > 4095 {
+        self.retry_nospace(|fs| fs.symlink_once(dir, name, target, uid, gid))
+    }
+
+    fn symlink_once(&mut self, dir: u32, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
+        if target.is_empty() || target.len() >= self.sb.block_size as usize || target.len() > MAX_SYMLINK {
             return Err(if target.is_empty() { FsError::NotFound } else { FsError::NameTooLong });
         }
         let r = self.create_node(dir, name, S_IFLNK | 0o777, uid, gid, |fs, ino, d| {
@@ -1848,10 +2010,17 @@ impl Fs {
         if !d.is_symlink() {
             return Err(FsError::Invalid("not a symbolic link"));
         }
+        if d.size == 0 || d.size > MAX_SYMLINK as u64 || d.size >= self.sb.block_size as u64 {
+            return Err(self.damaged(format!("symlink {ino} has size {}", d.size)));
+        }
         self.read(ino, 0, d.size as usize)
     }
 
     pub fn link(&mut self, ino: u32, newdir: u32, newname: &[u8]) -> FsResult<Dinode> {
+        self.retry_nospace(|fs| fs.link_once(ino, newdir, newname))
+    }
+
+    fn link_once(&mut self, ino: u32, newdir: u32, newname: &[u8]) -> FsResult<Dinode> {
         self.check_writable()?;
         Self::check_name(newname)?;
         let mut d = self.iget(ino)?;
@@ -1964,6 +2133,10 @@ impl Fs {
     }
 
     pub fn rename(&mut self, dir: u32, name: &[u8], newdir: u32, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+        self.retry_nospace(|fs| fs.rename_once(dir, name, newdir, newname, flags))
+    }
+
+    fn rename_once(&mut self, dir: u32, name: &[u8], newdir: u32, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
         self.check_writable()?;
         Self::check_name(newname)?;
         if flags.noreplace && flags.exchange {
@@ -2258,7 +2431,14 @@ impl Fs {
         Ok(out)
     }
 
+    /// Writes `data` at `off`. A write that runs out of space part way is tried again whole
+    /// after the frees soft updates hold have completed (`retry_nospace`): the same bytes at the
+    /// same offset.
     pub fn write(&mut self, ino: u32, off: u64, data: &[u8]) -> FsResult<usize> {
+        self.retry_nospace(|fs| fs.write_once(ino, off, data))
+    }
+
+    fn write_once(&mut self, ino: u32, off: u64, data: &[u8]) -> FsResult<usize> {
         self.check_writable()?;
         let mut d = self.iget(ino)?;
         if d.is_dir() {
@@ -2587,6 +2767,11 @@ impl Fs {
         *held = held.saturating_sub(n);
         if *held == 0 {
             self.open.remove(&ino);
+            // Only an inode whose last link this mount removed is freed: one found with no
+            // links on disk is damage, left for fsck (lookup refuses it).
+            if !self.orphans.remove(&ino) {
+                return Ok(());
+            }
             if let Ok(d) = self.iget(ino) {
                 if d.nlink == 0 && !self.readonly {
                     self.release_inode(ino, d, vec![])?;

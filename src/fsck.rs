@@ -352,7 +352,7 @@ fn repair_with(dev: &dyn BlockDevice, preen: bool) -> Result<Report> {
     let mut report = scan.report();
     let mut changed = false;
     for _ in 0..MAX_ROUNDS {
-        if scan.findings.is_empty() && scan.sb.flags & SB_CLEAN != 0 {
+        if scan.findings.is_empty() && scan.sb.flags & (SB_CLEAN | SB_NEEDS_FSCK) == SB_CLEAN {
             break;
         }
         let wrote = scan.apply()?;
@@ -1437,6 +1437,7 @@ impl<'a> Scan<'a> {
         nsb.free_inodes = tfi;
         nsb.ndirs = tnd;
         nsb.flags |= SB_CLEAN;
+        nsb.flags &= !SB_NEEDS_FSCK;
         if !fixes.drop_snapshots.is_empty() {
             let keep: Vec<u32> = (0..MAX_SNAPSHOTS)
                 .filter(|i| !fixes.drop_snapshots.contains(i))

@@ -141,11 +141,28 @@ fn errno(e: FsError) -> Errno {
     Errno::from_i32(e.errno())
 }
 
+/// A time from disk as the kernel is shown it. Any signed 64-bit seconds value is kept on disk
+/// and reads back through the library; here a time past what `SystemTime` holds saturates, and
+/// a nanoseconds field past 999,999,999 (damage) shows as 999,999,999.
 fn time(s: i64, ns: u32) -> SystemTime {
-    if s >= 0 {
-        UNIX_EPOCH + Duration::new(s as u64, ns)
+    const LIMIT: u64 = 1 << 62;
+    let ns = ns.min(999_999_999);
+    let secs = Duration::from_secs(s.unsigned_abs().min(LIMIT));
+    let t = if s >= 0 {
+        UNIX_EPOCH.checked_add(secs + Duration::new(0, ns))
     } else {
-        UNIX_EPOCH - Duration::new(s.unsigned_abs(), 0) + Duration::new(0, ns)
+        UNIX_EPOCH.checked_sub(secs).and_then(|t| t.checked_add(Duration::new(0, ns)))
+    };
+    t.unwrap_or(UNIX_EPOCH)
+}
+
+/// The time a SETATTR carried. fuser turns the kernel's (seconds, nanoseconds) before 1970
+/// into `EPOCH - (|seconds| + nanoseconds)`, not `EPOCH - |seconds| + nanoseconds`; this undoes
+/// that, so that `touch -d` before 1970 with a fraction of a second is stored as given.
+fn setattr_time(t: SystemTime) -> (i64, u32) {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(_) => wall(t),
+        Err(e) => (-(e.duration().as_secs().min(i64::MAX as u64) as i64), e.duration().subsec_nanos()),
     }
 }
 
@@ -292,7 +309,7 @@ impl Filesystem for SufsFuse {
         reply: ReplyAttr,
     ) {
         let now = |t: TimeOrNow| match t {
-            TimeOrNow::SpecificTime(t) => wall(t),
+            TimeOrNow::SpecificTime(t) => setattr_time(t),
             TimeOrNow::Now => wall(SystemTime::now()),
         };
         let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now) };
@@ -649,8 +666,38 @@ mod tests {
 
     #[test]
     fn times_round_trip() {
-        for (s, ns) in [(0i64, 0u32), (1_700_000_000, 5), (-10, 0), (-10, 999)] {
+        for (s, ns) in [(0i64, 0u32), (1_700_000_000, 5), (-10, 0), (-10, 999), (-315_619_200, 500_000_000)] {
             assert_eq!(wall(time(s, ns)), (s, ns));
+        }
+    }
+
+    #[test]
+    fn times_out_of_range_saturate_without_a_panic() {
+        for (s, ns) in
+            [(i64::MAX, u32::MAX), (i64::MIN, u32::MAX), (i64::MAX, 0), (i64::MIN, 999_999_999), (-1, u32::MAX)]
+        {
+            let t = time(s, ns);
+            let (ws, wns) = wall(t);
+            assert!(wns < 1_000_000_000);
+            if s.unsigned_abs() <= 1 << 62 {
+                assert_eq!((ws, wns), (s, ns.min(999_999_999)));
+            } else {
+                assert_eq!(ws.signum(), s.signum(), "{s} {ns}: saturates on its own side");
+            }
+        }
+    }
+
+    /// What fuser makes of the kernel's (seconds, nanoseconds) in a SETATTR, undone.
+    #[test]
+    fn setattr_times_before_1970_keep_their_fraction() {
+        for (s, ns) in [(-315_619_200i64, 500_000_000u32), (-1, 250_000_000), (-10, 0), (1_700_000_000, 7)] {
+            // fuser's system_time_from_time
+            let t = if s >= 0 {
+                UNIX_EPOCH + Duration::new(s as u64, ns)
+            } else {
+                UNIX_EPOCH - Duration::new((-s) as u64, ns)
+            };
+            assert_eq!(setattr_time(t), (s, ns));
         }
     }
 }

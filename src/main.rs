@@ -88,6 +88,10 @@ enum Cmd {
         /// FUSE request threads (they take turns on the file system's one lock).
         #[arg(long, default_value_t = DEFAULT_THREADS as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
         threads: u16,
+        /// Mount read-write even an image that needs fsck first (not unmounted cleanly after a
+        /// sync or async mount, or marked for fsck when damage was found).
+        #[arg(long)]
+        force: bool,
     },
     /// Unmount and wait until sufs has written everything and marked the image clean.
     Umount { dir: PathBuf },
@@ -110,6 +114,12 @@ enum Cmd {
     },
     /// Print the superblock and the per-group counts.
     Dumpfs { image: PathBuf },
+    /// Write every delayed write of a mount (or of every sufs mount) and return once it is on
+    /// disk. sync(1) does not reach a FUSE file system; this does.
+    Sync {
+        /// The mount point or its image (default: every sufs mount this process can see).
+        on: Option<PathBuf>,
+    },
     /// The Block Register: reservations of free blocks for other components, on an unmounted
     /// image or (through its control channel, IMAGE.ctl) a mounted file system.
     Volume {
@@ -443,6 +453,7 @@ fn main() -> ExitCode {
             async_full_blocks,
             softdep_limit,
             threads,
+            force,
         } => {
             let mut sync = SyncerOptions::for_policy(update);
             sync.age = Duration::from_secs(age);
@@ -461,6 +472,7 @@ fn main() -> ExitCode {
                 softdep_limit,
                 threads: threads.into(),
                 snapshot: false,
+                force,
             };
             cmd_mount(&image, &dir, m).map(|_| 0)
         }
@@ -468,6 +480,7 @@ fn main() -> ExitCode {
         Cmd::Fsck { image, background: true, .. } => cmd_fsck_background(&image),
         Cmd::Fsck { image, yes, preen, .. } => cmd_fsck(&image, yes, preen),
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
+        Cmd::Sync { on } => cmd_sync(on.as_deref()).map(|_| 0),
         Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),
         Cmd::Snapshot { on, op } => cmd_snapshot(&on, op).map(|_| 0),
         Cmd::Volume { op: VolumeCmd::Snapshot { op } } => cmd_volume(op).map(|_| 0),
@@ -531,6 +544,10 @@ fn cmd_mkfs(
     }
     let existed = image.exists();
     if let Some(size) = size {
+        let blocks = size / block_size as u64;
+        if let Err(e) = Superblock::geometry(block_size, blocks, inodes) {
+            return Err(Fail(format!("cannot make a file system of {size} bytes: {e}"), 1));
+        }
         FileDevice::create(image, size)?;
     } else if !existed {
         return Err(Fail(format!("{} does not exist: give --size to create it", image.display()), 1));
@@ -557,7 +574,8 @@ fn cmd_mkfs(
         gid: unsafe { libc::getgid() },
         zeroed: !existed,
     };
-    let sb = mkfs(dev, &opts, RealClock::new().wall())?;
+    let sb = mkfs(dev, &opts, RealClock::new().wall())
+        .map_err(|e| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1))?;
     println!(
         "{}: {} blocks of {} bytes ({} MiB), {} groups, {} inodes",
         image.display(),
@@ -597,6 +615,44 @@ struct MountArgs {
     threads: usize,
     /// Mount the volume snapshot (read-only) instead of the file system.
     snapshot: bool,
+    /// Mount read-write even an image that `mount_gate` refuses.
+    force: bool,
+}
+
+/// What the superblock says of a read-write mount (soft updates §6, instant restart): a clean
+/// image mounts; an unclean one last mounted with soft updates holds only leaks and link counts
+/// too high, so it mounts at once and `Recovery::Background` checks it; an unclean one last
+/// mounted `sync` or `async`, or one marked for fsck, must be checked first.
+#[derive(Debug, PartialEq, Eq)]
+enum Recovery {
+    None,
+    Background,
+}
+
+fn mount_gate(image: &Path, sb: &Superblock, force: bool) -> Result<Recovery, Fail> {
+    let why = if sb.flags & format::SB_NEEDS_FSCK != 0 {
+        "damage was found while it was mounted"
+    } else if sb.flags & format::SB_CLEAN != 0 {
+        return Ok(Recovery::None);
+    } else if sb.flags & format::SB_SOFTDEP != 0 {
+        return Ok(Recovery::Background);
+    } else if sb.flags & format::SB_ASYNC != 0 {
+        "it was not unmounted cleanly, and its last mount was async (no ordering: anything may be damaged)"
+    } else {
+        "it was not unmounted cleanly, and its last mount was sync (FFS needs fsck after a crash)"
+    };
+    if force {
+        eprintln!("sufs: {}: mounting although {why} (--force)", image.display());
+        return Ok(Recovery::None);
+    }
+    Err(Fail(
+        format!(
+            "{}: needs fsck: {why}; run `sufs fsck -y {}` first (or mount with --force)",
+            image.display(),
+            image.display()
+        ),
+        32,
+    ))
 }
 
 fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
@@ -616,6 +672,7 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
     if lock_file.try_lock().is_err() {
         return Err(Fail(format!("{} is already mounted (another sufs holds it)", image.display()), 32));
     }
+    let recovery = if ro { Recovery::None } else { mount_gate(image, &sb, args.force)? };
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let opts = MountOptions { ordering, cache_blocks: (cache / sb.block_size as u64) as usize, readonly: ro };
     // A volume snapshot: §4's start-up (the store found read-only, then copy-on-write, then the
@@ -661,6 +718,9 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
         }
     });
     let mut syncer = Syncer::start(shared.clone(), sync);
+    if recovery == Recovery::Background && !snapshot {
+        start_background_fsck(image.to_path_buf(), shared.clone());
+    }
     notify_ready();
     let run = session.run();
     handle.close();
@@ -892,6 +952,7 @@ fn cmd_volume(op: SnapCmd) -> Result<(), Fail> {
                 softdep_limit: 200_000,
                 threads: DEFAULT_THREADS,
                 snapshot: true,
+                force: false,
             };
             if !image.exists() {
                 return Err(Fail(format!("{} does not exist", image.display()), 32));
@@ -944,6 +1005,32 @@ fn cmd_br(on: &Path, op: BrCmd) -> Result<(), Fail> {
                 println!("{}", show(v));
             }
         }
+    }
+    Ok(())
+}
+
+/// `sufs sync [ON]`: one mount, or every sufs mount in /proc/self/mountinfo.
+fn cmd_sync(on: Option<&Path>) -> Result<(), Fail> {
+    let targets: Vec<PathBuf> = match on {
+        Some(p) => vec![p.to_path_buf()],
+        None => {
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+            mounts
+                .lines()
+                .filter_map(|l| {
+                    let (left, right) = l.split_once(" - ")?;
+                    let mp = left.split(' ').nth(4)?;
+                    right.split(' ').nth(1)?.starts_with("sufs:").then(|| PathBuf::from(mp))
+                })
+                .collect()
+        }
+    };
+    for t in targets {
+        if t.is_dir() {
+            mounted_image(&t)?;
+        }
+        let v = control(&t, ctl::Request::Sync)?;
+        println!("{}: {} blocks written", t.display(), v["blocks_written"]);
     }
     Ok(())
 }
@@ -1054,6 +1141,34 @@ fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
         }
     }
     Ok(())
+}
+
+/// Instant restart: an image that soft updates left unclean is checked in the background once the
+/// mount serves requests, exactly as `sufs fsck --background` does (through the control channel
+/// and the mount), and what it reclaims goes to the mount's log.
+fn start_background_fsck(image: PathBuf, fs: sufs::fuse::SharedFs) {
+    let spawned = std::thread::Builder::new().name("sufs-bgfsck".into()).spawn(move || {
+        let start = std::time::Instant::now();
+        while mount_point_of(&image).is_none() {
+            if start.elapsed() > Duration::from_secs(30) {
+                log::error!("background fsck: the mount did not appear");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!("sufs: {} was not unmounted cleanly: checking it in the background", image.display());
+        match cmd_fsck_background(&image) {
+            Ok(4) => {
+                lock(&fs).damaged("background fsck found violations".into());
+                println!("sufs: background fsck of {}: violations, the image is marked for fsck", image.display())
+            }
+            Ok(code) => println!("sufs: background fsck of {} done (exit {code})", image.display()),
+            Err(e) => println!("sufs: background fsck of {} failed: {}", image.display(), e.0),
+        }
+    });
+    if let Err(e) = spawned {
+        log::error!("background fsck: {e}");
+    }
 }
 
 /// `fsck --background`: a snapshot checked while writers go on, its lost resources handed to the
@@ -1434,7 +1549,14 @@ fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
         flags.push("not clean (mounted or crashed)");
     }
     if sb.flags & format::SB_SOFTDEP != 0 {
-        flags.push("soft updates");
+        flags.push("last mounted with soft updates");
+    } else if sb.flags & format::SB_ASYNC != 0 {
+        flags.push("last mounted async");
+    } else {
+        flags.push("last mounted sync");
+    }
+    if sb.flags & format::SB_NEEDS_FSCK != 0 {
+        flags.push("needs fsck (damage was found while mounted)");
     }
     println!("flags     {}", flags.join(", "));
     println!("mounts    {}", sb.mount_count);

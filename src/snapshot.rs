@@ -618,6 +618,9 @@ impl Fs {
                 self.release_inode(ino, d, vec![])?;
                 done.inodes_freed += 1;
             } else {
+                if d.nlink == 0 {
+                    self.orphans.insert(ino);
+                }
                 self.iput(ino, &d)?;
             }
         }

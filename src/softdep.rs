@@ -473,6 +473,12 @@ impl Softdep {
 
     // ------------------------------------------------------------ recording dependencies
 
+    /// Whether the inode's freeing is still under way (writes it waits for): its bitmap bit may
+    /// not be clear yet, and an allocator that finds it clear is reading a damaged bitmap.
+    pub fn inode_busy(&self, ino: u32) -> bool {
+        self.inodedeps.get(&ino).is_some_and(|d| !d.bufwait.is_empty() || !d.inowait.is_empty())
+    }
+
     /// A newly allocated inode: written as free until its bitmap bit is on disk.
     pub fn new_inode(&mut self, ino: u32, is_dir: bool) {
         let cg = self.sb.cg_of_inode(ino);

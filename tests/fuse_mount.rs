@@ -315,3 +315,148 @@ fn unlinked_open_files_live_until_closed() {
     m.umount();
     fsck_clean(&img);
 }
+
+/// Changes inode `ino` of an unmounted image file through the library.
+fn damage_inode(img: &Path, ino: u32, f: impl FnOnce(&mut sufs::format::Dinode)) {
+    use sufs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
+    use sufs::format::{Dinode, Superblock, DINODE_SIZE};
+    let dev = FileDevice::open(img, 4096, true).unwrap();
+    let mut buf = vec![0u8; 4096];
+    dev.read_block(0, &mut buf).unwrap();
+    let sb = Superblock::decode(&buf).unwrap();
+    let (bno, off) = sb.inode_location(ino);
+    dev.read_block(bno, &mut buf).unwrap();
+    let mut d = Dinode::decode(&buf[off..off + DINODE_SIZE]);
+    f(&mut d);
+    d.encode(&mut buf[off..off + DINODE_SIZE]);
+    dev.write_batch(&[WriteReq { bno, data: &buf }], WriteKind::Sync).unwrap();
+}
+
+/// Times before 1970 with a fraction of a second round-trip; a time no `SystemTime` holds and a
+/// symlink whose size is 2^32 (values from a damaged disk) fail or saturate without taking the
+/// daemon down, and the image is marked for fsck.
+#[test]
+fn old_times_and_damaged_values_through_the_mount() {
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let old = mnt.join("old");
+    fs::write(&old, b"x").unwrap();
+    let path = std::ffi::CString::new(old.to_str().unwrap()).unwrap();
+    // 1960-01-01 00:00:00.5 and 1969-12-31 23:59:59.25
+    let ts = [
+        libc::timespec { tv_sec: -315_619_200, tv_nsec: 500_000_000 },
+        libc::timespec { tv_sec: -1, tv_nsec: 250_000_000 },
+    ];
+    assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), ts.as_ptr(), 0) }, 0);
+    let check = |p: &Path| {
+        let md = fs::metadata(p).unwrap();
+        assert_eq!((md.atime(), md.atime_nsec()), (-315_619_200, 500_000_000));
+        assert_eq!((md.mtime(), md.mtime_nsec()), (-1, 250_000_000));
+    };
+    check(&old);
+    fs::write(mnt.join("f"), b"hello").unwrap();
+    std::os::unix::fs::symlink("f", mnt.join("s")).unwrap();
+    let (f_ino, s_ino) =
+        (fs::metadata(mnt.join("f")).unwrap().ino(), fs::symlink_metadata(mnt.join("s")).unwrap().ino());
+    m.umount();
+
+    damage_inode(&img, f_ino as u32, |d| {
+        d.mtime = i64::MAX;
+        d.mtime_ns = u32::MAX;
+    });
+    damage_inode(&img, s_ino as u32, |d| d.size = 1 << 32);
+    let m = mount_fg(&img, &mnt, &[]);
+    check(&mnt.join("old"));
+    let md = fs::metadata(mnt.join("f")).unwrap();
+    assert!(md.mtime() > 1 << 40, "the far future shows as the far future");
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), b"hello");
+    assert_eq!(errno_of(fs::read_link(mnt.join("s"))), libc::EIO);
+    fs::write(mnt.join("after"), b"still serving").unwrap();
+    assert_eq!(fs::read(mnt.join("after")).unwrap(), b"still serving");
+    m.umount();
+    let out = sufs(&["dumpfs", img.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("needs fsck"), "dumpfs shows the mark");
+}
+
+/// `sufs sync` makes every delayed write durable: after it, a daemon killed with SIGKILL loses
+/// nothing (sync(1) cannot do this on a FUSE mount: the kernel sends no syncfs to the server).
+#[test]
+fn sufs_sync_makes_delayed_writes_durable_before_a_kill() {
+    let Some((_t, img, mnt, mut m)) = small_mount() else { return };
+    let d = mnt.join("tree").join("sub");
+    fs::create_dir_all(&d).unwrap();
+    for i in 0..200u64 {
+        fs::write(d.join(format!("f{i}")), pattern(i, 100 + i as usize * 37)).unwrap();
+    }
+    let out = sufs(&["sync", mnt.to_str().unwrap()]);
+    assert!(out.status.success(), "sync: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("blocks written"));
+    // What comes after the sync may be lost, but nothing before it.
+    fs::write(mnt.join("late"), b"after the sync").unwrap();
+    m.child.kill().unwrap();
+    m.child.wait().unwrap();
+    let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    m.done = true;
+
+    let m = mount_fg(&img, &mnt, &[]);
+    for i in 0..200u64 {
+        let got = fs::read(mnt.join("tree/sub").join(format!("f{i}"))).unwrap();
+        assert_eq!(got, pattern(i, 100 + i as usize * 37), "f{i}");
+    }
+    m.umount();
+    fsck_clean(&img);
+}
+
+/// Kills the daemon of mount `m` (SIGKILL: a crash of the process) and clears its mount point.
+fn crash(mut m: Mounted) {
+    m.child.kill().unwrap();
+    m.child.wait().unwrap();
+    let _ = Command::new("umount").arg("-l").arg(&m.dir).status();
+    m.done = true;
+}
+
+/// Instant restart (soft updates §6): an image a softdep mount left unclean mounts at once and
+/// is checked in the background; one a sync or async mount left unclean, or one marked for
+/// fsck, is refused until fsck (or --force).
+#[test]
+fn unclean_images_mount_by_what_their_last_mount_promised() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    let log = t.path().join("img.log");
+    for ordering in ["softdep", "sync", "async"] {
+        let m = mount_fg(&img, &mnt, &["--ordering", ordering]);
+        fs::write(mnt.join(format!("f-{ordering}")), b"data").unwrap();
+        crash(m);
+        let out = sufs(&["mount", img.to_str().unwrap(), mnt.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if ordering == "softdep" {
+            assert!(out.status.success(), "{ordering}: {err}");
+            let start = std::time::Instant::now();
+            loop {
+                let text = fs::read_to_string(&log).unwrap_or_default();
+                if text.contains("background fsck of") {
+                    assert!(text.contains("done (exit 0)") || text.contains("done (exit 1)"), "{text}");
+                    break;
+                }
+                assert!(start.elapsed() < std::time::Duration::from_secs(30), "no background fsck: {text}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            assert!(fs::read_to_string(&log).unwrap().contains("checking it in the background"));
+            assert!(sufs(&["umount", mnt.to_str().unwrap()]).status.success());
+        } else {
+            assert_eq!(out.status.code(), Some(32), "{ordering}: {err}");
+            assert!(err.contains("needs fsck") && err.contains(ordering), "{ordering}: {err}");
+            // --force mounts it; fsck -y then makes it mountable as usual.
+            let m = mount_fg(&img, &mnt, &["--force"]);
+            m.umount();
+            crash(mount_fg(&img, &mnt, &["--ordering", ordering]));
+            let out = sufs(&["fsck", "-y", img.to_str().unwrap()]);
+            assert!(out.status.code().unwrap_or(8) <= 1, "{}", String::from_utf8_lossy(&out.stdout));
+            mount_fg(&img, &mnt, &[]).umount();
+        }
+        fsck_clean(&img);
+    }
+}

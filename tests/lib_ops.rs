@@ -814,3 +814,55 @@ fn softdep_unwritten_link_removed_beside_a_renames_queued_drop() {
     let mut fs = mount(&dev, Ordering::Softdep, 256);
     assert_eq!(fs.getattr(f).unwrap().nlink, 1);
 }
+
+/// Soft updates hold the blocks and inodes of removed files until the writes that free them
+/// are done; a create or write that finds the disk full meanwhile waits for those frees
+/// instead of failing: right after `rm -rf` of a full file system, the same files fit again.
+#[test]
+fn a_full_disk_emptied_takes_its_files_again_at_once() {
+    for ordering in ORDERINGS {
+        let dev = new_image(2048);
+        let mut fs = mount(&dev, ordering, 64);
+        let fill = |fs: &mut sufs::fs::Fs, round: u64| -> (u64, u64) {
+            let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+            let mut files = 0;
+            // Inodes run out first (empty files), then blocks (one large file).
+            loop {
+                match fs.create(d, format!("f{files}").as_bytes(), 0o644, 0, 0) {
+                    Ok(_) => files += 1,
+                    Err(FsError::NoSpace) => break,
+                    Err(e) => panic!("{ordering} round {round}: create {files}: {e}"),
+                }
+            }
+            fs.unlink(d, b"f0").unwrap();
+            let (big, _) = fs.create(d, b"big", 0o644, 0, 0).unwrap();
+            let mut written = 0u64;
+            loop {
+                match fs.write(big, written, &[7u8; 65536]) {
+                    Ok(n) => written += n as u64,
+                    Err(FsError::NoSpace) => break,
+                    Err(e) => panic!("{ordering} round {round}: write at {written}: {e}"),
+                }
+            }
+            (files, written)
+        };
+        let empty = |fs: &mut sufs::fs::Fs, files: u64| {
+            let d = resolve(fs, "d").unwrap();
+            for i in 1..files {
+                fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+            }
+            fs.unlink(d, b"big").unwrap();
+            fs.rmdir(ROOT_INO, b"d").unwrap();
+        };
+        let (files, written) = fill(&mut fs, 0);
+        assert!(files > 100 && written > 4 << 20, "{ordering}: {files} files, {written} bytes");
+        empty(&mut fs, files);
+        let (files2, written2) = fill(&mut fs, 1);
+        assert_eq!(files2, files, "{ordering}: the same number of files fits again");
+        assert!(written2 + 65536 >= written, "{ordering}: {written2} bytes after {written}");
+        empty(&mut fs, files2);
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_clean(&dev);
+    }
+}

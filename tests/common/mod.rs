@@ -63,6 +63,10 @@ pub fn assert_clean(dev: &MemDevice) {
     let report = sufs::fsck::check(dev).expect("fsck runs");
     let found: Vec<String> = report.findings.iter().map(|f| format!("{:?}: {f}", f.class())).collect();
     assert!(found.is_empty(), "fsck findings:\n{}", found.join("\n"));
+    let mut buf = vec![0u8; dev.block_size()];
+    dev.read_block(0, &mut buf).expect("read the superblock");
+    let sb = sufs::format::Superblock::decode(&buf).expect("superblock");
+    assert_eq!(sb.flags & sufs::format::SB_NEEDS_FSCK, 0, "a mount marked the file system for fsck");
 }
 
 /// The `sufs` binary under test.
