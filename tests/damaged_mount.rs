@@ -309,3 +309,219 @@ fn times_out_of_every_range_read_back() {
     untouched_files_read(&mut fs, &t);
     fs.unmount().unwrap();
 }
+
+// ------------------------------------------------------------------ mutants, walked
+
+/// A tree for the mutants: directories of several blocks (dirhash), files with indirect
+/// blocks, symlinks, hard links.
+fn populate_wide(dev: &Arc<MemDevice>) {
+    let mut fs = mount(dev, Ordering::Softdep, 256);
+    let (d, _) = fs.mkdir(ROOT_INO, b"wide", 0o755, 0, 0).unwrap();
+    for i in 0..150u64 {
+        let (x, _) = fs.create(d, format!("a-rather-long-file-name-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+        fs.write(x, 0, &pattern(i, (i as usize * 97) % 3000)).unwrap();
+    }
+    let (s, _) = fs.mkdir(d, b"sub", 0o755, 0, 0).unwrap();
+    let (big, _) = fs.create(s, b"big", 0o644, 0, 0).unwrap();
+    fs.write(big, 0, &pattern(9, 4096 * 40)).unwrap();
+    fs.link(big, ROOT_INO, b"big-link").unwrap();
+    fs.symlink(s, b"up", b"../a-rather-long-file-name-0001", 0, 0).unwrap();
+    fs.unmount().unwrap();
+}
+
+/// Every block that holds metadata a mutation should reach: inode tables in use, directory
+/// blocks and indirect blocks.
+fn metadata_blocks(dev: &MemDevice) -> Vec<u64> {
+    let s = sb(dev);
+    let mut out = vec![s.cg_itable_block(0)];
+    for ino in FIRST_INO..64 {
+        let d = inode(dev, ino);
+        if d.is_free() {
+            continue;
+        }
+        if d.is_dir() {
+            out.extend(d.db.iter().filter(|&&b| b != 0));
+        }
+        out.extend(d.ib.iter().filter(|&&b| b != 0));
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Walks the whole tree through the library as a user of the mount would, then changes it: no
+/// call may panic or loop (errors are fine). Bounded in entries and depth.
+fn walk_and_change(fs: &mut Fs) {
+    let mut queue = vec![(ROOT_INO, 0)];
+    let mut seen = 0;
+    while let Some((dir, depth)) = queue.pop() {
+        let mut off = 0;
+        while let Ok(part) = fs.readdir(dir, off, 64) {
+            if part.is_empty() || seen > 5000 {
+                break;
+            }
+            off = part.last().unwrap().next;
+            for e in part {
+                seen += 1;
+                if e.name == b"." || e.name == b".." {
+                    continue;
+                }
+                let Ok((ino, d)) = fs.lookup(dir, &e.name) else { continue };
+                let _ = fs.getattr(ino);
+                if d.is_dir() && depth < 16 {
+                    queue.push((ino, depth + 1));
+                } else if d.is_symlink() {
+                    let _ = fs.readlink(ino);
+                } else {
+                    let _ = fs.read(ino, 0, 1 << 20);
+                    let _ = fs.read(ino, d.size.saturating_sub(100), 4096);
+                }
+            }
+        }
+    }
+    for i in 0..8u64 {
+        if let Ok((x, _)) = fs.create(ROOT_INO, format!("new{i}").as_bytes(), 0o644, 0, 0) {
+            let _ = fs.write(x, 0, &pattern(i, 9000));
+        }
+        let _ = fs.mkdir(ROOT_INO, format!("dir{i}").as_bytes(), 0o755, 0, 0);
+    }
+    if let Ok((w, _)) = fs.lookup(ROOT_INO, b"wide") {
+        for i in 0..20u64 {
+            let name = format!("a-rather-long-file-name-{i:04}");
+            let _ = match i % 3 {
+                0 => fs.unlink(w, name.as_bytes()),
+                1 => fs.rename(w, name.as_bytes(), ROOT_INO, format!("moved{i}").as_bytes(), Default::default()),
+                _ => {
+                    let x = fs.lookup(w, name.as_bytes()).map(|x| x.0).unwrap_or(0);
+                    fs.write(x, 10, b"xyz").map(|_| ())
+                }
+            };
+        }
+        let _ = fs.fsync(w);
+    }
+    let _ = fs.rmdir(ROOT_INO, b"dir3");
+}
+
+/// A deterministic generator (xorshift), so that a failing mutant can be named by its seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+const EDGES: [u64; 9] = [0, 1, 2, 0xff, 0xffff, 1 << 32, 1 << 39, u64::MAX >> 1, u64::MAX];
+
+/// Mutant `seed` of `base`: bytes flipped or fields set to edge values in one metadata block.
+fn mutant(base: &MemDevice, blocks: &[u64], seed: u64) -> (Arc<MemDevice>, String) {
+    let dev = Arc::new(MemDevice::new(4096, base.num_blocks()));
+    let mut buf = vec![0u8; 4096];
+    for b in 0..base.num_blocks() {
+        base.read_block(b, &mut buf).unwrap();
+        if buf.iter().any(|&x| x != 0) {
+            dev.write_batch(&[sufs::dev::WriteReq { bno: b, data: &buf }], sufs::dev::WriteKind::Sync).unwrap();
+        }
+    }
+    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let bno = blocks[r.below(blocks.len() as u64) as usize];
+    let what = match r.below(3) {
+        0 => {
+            let n = 1 + r.below(8);
+            let offs: Vec<usize> = (0..n).map(|_| r.below(4096) as usize).collect();
+            let bits: Vec<u8> = (0..n).map(|_| 1u8 << r.below(8)).collect();
+            modify_block(&dev, bno, |b| offs.iter().zip(&bits).for_each(|(&o, &x)| b[o] ^= x));
+            format!("block {bno}: {n} bits flipped at {offs:?}")
+        }
+        1 => {
+            let off = (r.below(4096 / 8) * 8) as usize;
+            let v = EDGES[r.below(EDGES.len() as u64) as usize];
+            modify_block(&dev, bno, |b| b[off..off + 8].copy_from_slice(&v.to_le_bytes()));
+            format!("block {bno}: u64 at {off} = {v:#x}")
+        }
+        _ => {
+            let off = (r.below(4096 / 4) * 4) as usize;
+            let v = EDGES[r.below(EDGES.len() as u64) as usize] as u32;
+            modify_block(&dev, bno, |b| b[off..off + 4].copy_from_slice(&v.to_le_bytes()));
+            format!("block {bno}: u32 at {off} = {v:#x}")
+        }
+    };
+    (dev, what)
+}
+
+/// Mounts every mutant in each ordering and walks it: no panic, no hang; unmount works or
+/// fails with an error. `SUFS_MUTANTS=N` runs more.
+#[test]
+fn mutants_mount_and_walk_without_a_panic() {
+    let n: u64 = std::env::var("SUFS_MUTANTS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    let base = new_image(4096);
+    populate_wide(&base);
+    let blocks = metadata_blocks(&base);
+    let mut refused = 0;
+    let mut marked = 0;
+    for seed in 0..n {
+        let (dev, what) = mutant(&base, &blocks, seed);
+        let ordering = ORDERINGS[(seed % 3) as usize];
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let d: Arc<dyn BlockDevice> = dev.clone();
+            let opts = sufs::fs::MountOptions { ordering, cache_blocks: 64, readonly: false };
+            let Ok(mut fs) = Fs::mount(d, opts, Arc::new(sufs::clock::SimClock::new())) else {
+                return false;
+            };
+            walk_and_change(&mut fs);
+            let _ = fs.unmount();
+            true
+        }));
+        match r {
+            Ok(true) => marked += needs_fsck(&dev) as u64,
+            Ok(false) => refused += 1,
+            Err(_) => panic!("mutant {seed} ({ordering}): {what}: the mount panicked"),
+        }
+    }
+    eprintln!("{n} mutants: {refused} refused at mount, {marked} marked for fsck while mounted");
+}
+
+/// Two directories of several blocks (indexed by dirhash) that share their blocks crosswise.
+#[test]
+fn large_directories_sharing_blocks_crosswise() {
+    for ordering in ORDERINGS {
+        let dev = new_image(4096);
+        populate_wide(&dev);
+        let other = {
+            let mut fs = mount(&dev, ordering, 256);
+            let (o, _) = fs.mkdir(ROOT_INO, b"other", 0o755, 0, 0).unwrap();
+            for i in 0..150 {
+                fs.create(o, format!("another-long-name-for-a-file-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+            }
+            fs.unmount().unwrap();
+            o
+        };
+        let wide = {
+            let mut fs = mount(&dev, ordering, 256);
+            let w = resolve(&mut fs, "wide").unwrap();
+            fs.unmount().unwrap();
+            w
+        };
+        let wd = inode(&dev, wide);
+        let od = inode(&dev, other);
+        modify_inode(&dev, other, |d| {
+            d.db[0] = wd.db[1];
+            d.db[1] = wd.db[0];
+        });
+        modify_inode(&dev, wide, |d| d.db[2] = od.db[2]);
+        let mut fs = mount(&dev, ordering, 256);
+        walk_and_change(&mut fs);
+        for i in 0..40 {
+            let _ = fs.create(other, format!("x{i}").as_bytes(), 0o644, 0, 0);
+            let _ = fs.create(wide, format!("y{i}").as_bytes(), 0o644, 0, 0);
+            let _ = fs.unlink(other, format!("another-long-name-for-a-file-{i:04}").as_bytes());
+            let _ = fs.lookup(wide, format!("a-rather-long-file-name-{:04}", i + 50).as_bytes());
+        }
+        let _ = fs.unmount();
+    }
+}
