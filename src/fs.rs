@@ -2634,30 +2634,31 @@ impl Fs {
         if self.hooks.softdep.is_none() {
             return self.sync_all();
         }
-        // A name of it that waits for a hidden namesake's removal: that removal first (unless
-        // the namesake is an old name of this file, which the rounds below let go).
-        let waited: Vec<(u64, usize)> = self
-            .namesakes
-            .iter()
-            .filter(|(k, js)| js.iter().any(|j| j.2 == ino) && self.hidden.get(k).is_some_and(|h| h.3 != ino))
-            .map(|(&k, _)| k)
-            .collect();
-        for key in waited {
-            self.retire_hidden(key)?;
-        }
         let start = self.sd().expect("softdep").track(&[ino]);
         for _ in 0..16 {
             self.run_tasks()?;
-            // The inode and the directories whose pending entries lead to it.
+            // The inode and the directories whose pending entries lead to it; and the inodes
+            // named by hidden namesakes that those entries wait for: such a name leaves once its
+            // inode's new name is on disk (the removal itself is in a block of a directory
+            // already here). One work list, not a recursion: a chain of names swapped through
+            // temporary names is as long as users make it, and is drained here a link a round.
             let mut inos = vec![ino];
             let mut name_blocks = Vec::new();
             let mut i = 0;
             while i < inos.len() {
-                let pending = self.hooks.softdep.as_ref().map(|s| s.pending_name_blocks(inos[i])).unwrap_or_default();
+                let x = inos[i];
+                let pending = self.hooks.softdep.as_ref().map(|s| s.pending_name_blocks(x)).unwrap_or_default();
                 for (b, d) in pending {
                     name_blocks.push(b);
                     if !inos.contains(&d) {
                         inos.push(d);
+                    }
+                }
+                for (k, waiters) in &self.namesakes {
+                    if let Some(h) = self.hidden.get(k).filter(|_| waiters.iter().any(|w| w.2 == x)) {
+                        if !inos.contains(&h.3) {
+                            inos.push(h.3);
+                        }
                     }
                 }
                 i += 1;
