@@ -49,3 +49,73 @@ fn fsync_after_a_swap_through_a_temporary_name() {
     drop(fs);
     assert_clean(&dev);
 }
+
+/// `mkdir /a /b; /a/f durable; mv /a /b/a; write and fsync /b/a/f`: fsync makes every name up
+/// to the root durable, the renamed ancestor's new one too.
+#[test]
+fn fsync_below_a_renamed_ancestor() {
+    let dev = new_image(8192);
+    let mut fs = mount(&dev, Ordering::Softdep, 256);
+    let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
+    let (b, _) = fs.mkdir(ROOT_INO, b"b", 0o755, 0, 0).unwrap();
+    let (f, _) = fs.create(a, b"f", 0o644, 0, 0).unwrap();
+    fs.write(f, 0, b"one").unwrap();
+    fs.fsync(f).unwrap();
+    assert_durable(&dev, "a/f", b"one");
+    fs.rename(ROOT_INO, b"a", b, b"a", NO).unwrap();
+    fs.write(f, 0, b"two").unwrap();
+    fs.fsync(f).unwrap();
+    assert_durable(&dev, "b/a/f", b"two");
+    // The same on a file made before this mount, found by lookup as a user finds it.
+    fs.unmount().unwrap();
+    drop(fs);
+    let mut fs = mount(&dev, Ordering::Softdep, 256);
+    let f = resolve(&mut fs, "b/a/f").unwrap();
+    let b = resolve(&mut fs, "b").unwrap();
+    fs.rename(b, b"a", ROOT_INO, b"a", NO).unwrap();
+    fs.write(f, 0, b"three").unwrap();
+    fs.fsync(f).unwrap();
+    assert_durable(&dev, "a/f", b"three");
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
+
+/// A rename over an existing file, then fsync of the file under its new name.
+#[test]
+fn fsync_after_a_rename_over_a_file() {
+    let dev = new_image(8192);
+    let mut fs = mount(&dev, Ordering::Softdep, 256);
+    let (x, _) = fs.create(ROOT_INO, b"x", 0o644, 0, 0).unwrap();
+    let (y, _) = fs.create(ROOT_INO, b"y", 0o644, 0, 0).unwrap();
+    fs.write(x, 0, b"x").unwrap();
+    fs.write(y, 0, b"y").unwrap();
+    fs.fsync(x).unwrap();
+    fs.fsync(y).unwrap();
+    fs.rename(ROOT_INO, b"x", ROOT_INO, b"y", NO).unwrap();
+    fs.fsync(x).unwrap();
+    assert_durable(&dev, "y", b"x");
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
+
+/// A hard link in a directory that was itself just renamed, then fsync of the file.
+#[test]
+fn fsync_after_a_link_into_a_renamed_directory() {
+    let dev = new_image(8192);
+    let mut fs = mount(&dev, Ordering::Softdep, 256);
+    let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+    let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+    fs.write(f, 0, b"f").unwrap();
+    fs.fsync(f).unwrap();
+    fs.fsync(d).unwrap();
+    fs.rename(ROOT_INO, b"d", ROOT_INO, b"e", NO).unwrap();
+    fs.link(f, d, b"g").unwrap();
+    fs.fsync(f).unwrap();
+    assert_durable(&dev, "e/g", b"f");
+    assert_durable(&dev, "f", b"f");
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_clean(&dev);
+}
