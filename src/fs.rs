@@ -945,6 +945,14 @@ impl Fs {
             self.sync_all()?;
             return Ok(());
         }
+        self.make_room()
+    }
+
+    /// Writes the oldest dirty buffers if the cache is full of them. Unlike `balance`, safe in
+    /// the middle of an operation, while an inode's new block pointers are only in memory: it
+    /// neither waits for dependencies to drain (which those pointers hold) nor runs the task
+    /// list (which may change that inode).
+    fn make_room(&mut self) -> FsResult<()> {
         if !self.cache.over_capacity() && self.cache.dirty_count() < self.cache.capacity() * 3 / 4 {
             return Ok(());
         }
@@ -2515,7 +2523,7 @@ impl Fs {
                 d.size = pos;
             }
             if self.cache.over_capacity() {
-                self.balance()?;
+                self.make_room()?;
             }
         }
         Ok((pos - off) as usize)
