@@ -28,7 +28,7 @@ use crate::fsck::{self, Class, Finding};
 use crate::syncer::{Sweeper, SyncerOptions, UpdatePolicy};
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 11] = [
+pub const WORKLOADS: [&str; 15] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -40,6 +40,10 @@ pub const WORKLOADS: [&str; 11] = [
     "mix",
     "br",
     "snapshot",
+    "swap-fsync",
+    "ancestor-rename",
+    "rename-over",
+    "link-fsync",
 ];
 
 const BS: usize = 4096;
@@ -438,6 +442,10 @@ fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>> {
         "truncate" => Box::new(Truncate),
         "hard-links" => Box::new(HardLinks::default()),
         "fsync" => Box::new(FsyncWork::default()),
+        "swap-fsync" => Box::new(SwapFsync::default()),
+        "ancestor-rename" => Box::new(AncestorRename::default()),
+        "rename-over" => Box::new(RenameOver::default()),
+        "link-fsync" => Box::new(LinkFsync::default()),
         "br" => Box::new(BrWork::default()),
         "snapshot" => Box::new(SnapWork::default()),
         "mix" => {
@@ -1119,6 +1127,239 @@ impl Workload for FsyncWork {
                     w.unlink(&p)?;
                     self.others.retain(|x| *x != p);
                 }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Names swapped through a temporary name (`mv x t; mv y x; mv t y`), then one or both
+/// fsync'ed, some after a write: each new name waits on disk for its hidden namesake, the old
+/// name of the other file. Files in two directories, so some swaps cross directories.
+#[derive(Default)]
+struct SwapFsync {
+    names: Vec<String>,
+    n: usize,
+}
+
+impl Workload for SwapFsync {
+    fn setup(&mut self, w: &mut Work) -> FsResult<()> {
+        w.mkdir("/sw")?;
+        w.mkdir("/sw/d")?;
+        for i in 0..6 {
+            let p = if i % 3 == 2 { format!("/sw/d/x{i}") } else { format!("/sw/x{i}") };
+            w.create(&p, 1000 + i * 1500)?;
+            self.names.push(p);
+        }
+        Ok(())
+    }
+    fn step(&mut self, w: &mut Work) -> FsResult<bool> {
+        self.n += 1;
+        let n = self.n;
+        if w.rng.gen_range(0..8) == 0 {
+            // A new file, made durable, joins the swaps (its name fresh on disk).
+            let p = if w.rng.gen_bool(0.5) { format!("/sw/n{n}") } else { format!("/sw/d/n{n}") };
+            let len = w.rng.gen_range(0..9000);
+            w.create(&p, len)?;
+            w.fsync(&p)?;
+            self.names.push(p);
+            return Ok(true);
+        }
+        let i = w.rng.gen_range(0..self.names.len());
+        let j = (i + w.rng.gen_range(1..self.names.len())) % self.names.len();
+        let (x, y) = (self.names[i].clone(), self.names[j].clone());
+        let t = if w.rng.gen_bool(0.5) { format!("/sw/t{n}") } else { format!("/sw/d/t{n}") };
+        w.rename(&x, &t)?;
+        w.rename(&y, &x)?;
+        w.rename(&t, &y)?;
+        if w.rng.gen_bool(0.3) {
+            let len = w.rng.gen_range(1..6000);
+            w.write(&x, 0, len)?;
+        }
+        match w.rng.gen_range(0..3) {
+            0 => w.fsync(&x)?,
+            1 => w.fsync(&y)?,
+            _ => {
+                w.fsync(&x)?;
+                w.fsync(&y)?;
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Directories holding files moved to other parents (into each other too, so that a file's
+/// grandparent is renamed as well), then a file below written and fsync'ed under its new path:
+/// fsync makes every name up to the root durable, the moved ancestors' new names too.
+#[derive(Default)]
+struct AncestorRename {
+    /// The movable directories' paths; each holds a file `f`.
+    dirs: Vec<String>,
+    n: usize,
+}
+
+impl Workload for AncestorRename {
+    fn setup(&mut self, w: &mut Work) -> FsResult<()> {
+        w.mkdir("/ar")?;
+        w.mkdir("/ar/p")?;
+        for i in 0..4 {
+            let d = format!("/ar/m{i}");
+            w.mkdir(&d)?;
+            w.create(&format!("{d}/f"), 2000 + i * 2500)?;
+            self.dirs.push(d);
+        }
+        Ok(())
+    }
+    fn step(&mut self, w: &mut Work) -> FsResult<bool> {
+        self.n += 1;
+        let n = self.n;
+        let k = w.rng.gen_range(0..self.dirs.len());
+        let d = self.dirs[k].clone();
+        if w.rng.gen_range(0..4) == 0 {
+            // Only the file changes, fsync'ed where it is.
+            let f = format!("{d}/f");
+            let len = w.rng.gen_range(1..8000);
+            w.write(&f, 0, len)?;
+            w.fsync(&f)?;
+            return Ok(true);
+        }
+        // A new parent: /ar, /ar/p or another movable directory not under this one.
+        let mut parents = vec!["/ar".to_string(), "/ar/p".to_string()];
+        parents.extend(self.dirs.iter().filter(|p| !under(p, &d)).cloned());
+        let parent = pick(w.rng, &parents).unwrap_or_else(|| "/ar".into());
+        let to = join(&parent, &w.name("m", n));
+        w.rename(&d, &to)?;
+        for p in &mut self.dirs {
+            if under(p, &d) {
+                *p = format!("{to}{}", &p[d.len()..]);
+            }
+        }
+        // A file at or below the moved directory, written (sometimes) and fsync'ed.
+        let below: Vec<String> = self.dirs.iter().filter(|p| under(p, &to)).cloned().collect();
+        let target = pick(w.rng, &below).unwrap_or(to);
+        let f = format!("{target}/f");
+        if w.rng.gen_bool(0.5) {
+            let off = w.rng.gen_range(0..4000);
+            let len = w.rng.gen_range(1..6000);
+            w.write(&f, off, len)?;
+        }
+        w.fsync(&f)?;
+        Ok(true)
+    }
+}
+
+/// Renames over existing files (a new file, fsync'ed first or not, or another old one), then
+/// the survivor fsync'ed under the name it took; some in a second directory.
+#[derive(Default)]
+struct RenameOver {
+    names: Vec<String>,
+    n: usize,
+}
+
+impl Workload for RenameOver {
+    fn setup(&mut self, w: &mut Work) -> FsResult<()> {
+        w.mkdir("/ro")?;
+        w.mkdir("/ro/d")?;
+        for i in 0..6 {
+            let p = if i % 2 == 1 { format!("/ro/d/v{i}") } else { format!("/ro/v{i}") };
+            w.create(&p, 1500 + i * 2000)?;
+            self.names.push(p);
+        }
+        Ok(())
+    }
+    fn step(&mut self, w: &mut Work) -> FsResult<bool> {
+        self.n += 1;
+        let n = self.n;
+        let j = w.rng.gen_range(0..self.names.len());
+        let dst = self.names[j].clone();
+        if self.names.len() < 3 || w.rng.gen_bool(0.6) {
+            let src = if w.rng.gen_bool(0.5) { format!("/ro/s{n}") } else { format!("/ro/d/s{n}") };
+            let len = w.rng.gen_range(0..9000);
+            w.create(&src, len)?;
+            if w.rng.gen_bool(0.4) {
+                w.fsync(&src)?;
+            }
+            w.rename(&src, &dst)?;
+        } else {
+            let i = (j + w.rng.gen_range(1..self.names.len())) % self.names.len();
+            let src = self.names.swap_remove(i);
+            w.rename(&src, &dst)?;
+            // A name freed: a new file takes its place later.
+            if w.rng.gen_bool(0.5) {
+                w.create(&src, 700)?;
+                self.names.push(src);
+            }
+        }
+        w.fsync(&dst)?;
+        Ok(true)
+    }
+}
+
+/// Hard links made (into new directories too, whose own names are not on disk yet), then the
+/// file fsync'ed by the new name; old names removed, files rewritten and fsync'ed by any name.
+#[derive(Default)]
+struct LinkFsync {
+    /// Every name and the file it names.
+    names: Vec<(String, usize)>,
+    dirs: Vec<String>,
+    files: usize,
+    n: usize,
+}
+
+impl Workload for LinkFsync {
+    fn setup(&mut self, w: &mut Work) -> FsResult<()> {
+        for d in ["/lk", "/lk/a", "/lk/b"] {
+            w.mkdir(d)?;
+            self.dirs.push(d.into());
+        }
+        for i in 0..4 {
+            let p = format!("/lk/a/f{i}");
+            w.create(&p, 1000 + i * 3000)?;
+            self.names.push((p, i));
+        }
+        self.files = 4;
+        Ok(())
+    }
+    fn step(&mut self, w: &mut Work) -> FsResult<bool> {
+        self.n += 1;
+        let n = self.n;
+        if self.names.is_empty() {
+            let p = format!("/lk/f{n}");
+            w.create(&p, 2500)?;
+            self.names.push((p, self.files));
+            self.files += 1;
+            return Ok(true);
+        }
+        let i = w.rng.gen_range(0..self.names.len());
+        let (src, file) = self.names[i].clone();
+        match w.rng.gen_range(0..10) {
+            0..=5 => {
+                let dir = if w.rng.gen_range(0..4) == 0 {
+                    let parent = pick(w.rng, &self.dirs).unwrap_or_else(|| "/lk".into());
+                    let d = join(&parent, &format!("d{n}"));
+                    w.mkdir(&d)?;
+                    self.dirs.push(d.clone());
+                    d
+                } else {
+                    pick(w.rng, &self.dirs).unwrap_or_else(|| "/lk".into())
+                };
+                let p = join(&dir, &w.name("l", n));
+                w.link(&src, &p)?;
+                self.names.push((p.clone(), file));
+                if w.rng.gen_bool(0.3) {
+                    let len = w.rng.gen_range(1..5000);
+                    w.write(&p, 0, len)?;
+                }
+                w.fsync(&p)?;
+            }
+            6..=7 => {
+                w.unlink(&src)?;
+                self.names.swap_remove(i);
+            }
+            _ => {
+                let off = w.rng.gen_range(0..8000);
+                w.write(&src, off, 2000)?;
+                w.fsync(&src)?;
             }
         }
         Ok(true)

@@ -367,6 +367,10 @@ pub struct Fs {
     /// New entries (not of directories) named like a hidden name of their directory, waiting
     /// on disk for its removal (NAMESAKE): hidden (block, offset) -> (block, offset, inode) of each.
     namesakes: HashMap<(u64, usize), Vec<NamesakeWaiter>>,
+    /// With soft updates, a directory holding a name of each file looked up or named in this
+    /// mount (the latest): fsync walks its path to the root, so that a renamed ancestor's new
+    /// name is made durable too. At most one entry per inode.
+    name_dir: HashMap<u32, u32>,
     /// Where the next new data block should go (a Block Register placement hint), once.
     br_hint: Option<u64>,
     /// Active snapshots, oldest first (the superblock's list).
@@ -428,6 +432,7 @@ impl Fs {
             deferred_tried_at: (0, 0),
             hidden_removed: 0,
             namesakes: HashMap::new(),
+            name_dir: HashMap::new(),
             br_hint: None,
             snaps: Vec::new(),
             stats_cow: 0,
@@ -940,6 +945,14 @@ impl Fs {
             self.sync_all()?;
             return Ok(());
         }
+        self.make_room()
+    }
+
+    /// Writes the oldest dirty buffers if the cache is full of them. Unlike `balance`, safe in
+    /// the middle of an operation, while an inode's new block pointers are only in memory: it
+    /// neither waits for dependencies to drain (which those pointers hold) nor runs the task
+    /// list (which may change that inode).
+    fn make_room(&mut self) -> FsResult<()> {
         if !self.cache.over_capacity() && self.cache.dirty_count() < self.cache.capacity() * 3 / 4 {
             return Ok(());
         }
@@ -1771,6 +1784,7 @@ impl Fs {
                     Ok(_) => return Err(self.damaged(format!("directory {dir} names inode {} with no links", s.ino))),
                     Err(_) => return Err(self.damaged(format!("directory {dir} names free inode {}", s.ino))),
                 };
+                self.note_name_dir(dir, s.ino, &d);
                 Ok((s.ino, self.eff(s.ino, d)))
             }
             None => Err(FsError::NotFound),
@@ -1914,6 +1928,9 @@ impl Fs {
     /// the removal of a hidden entry of the same name in `dir`, if there is one (see
     /// `retire_hidden_name`).
     fn wait_for_namesake(&mut self, dir: u32, name: &[u8], bno: u64, off: usize, ino: u32) {
+        if self.hooks.softdep.is_some() {
+            self.name_dir.insert(ino, dir);
+        }
         let hidden: Vec<(u64, usize)> =
             self.hidden.iter().filter(|(_, h)| h.0 == dir && h.2 == name).map(|(&k, _)| k).collect();
         if hidden.is_empty() {
@@ -1924,6 +1941,13 @@ impl Fs {
         }
         for k in hidden {
             self.namesakes.entry(k).or_default().push((bno, off, ino));
+        }
+    }
+
+    /// A file `ino` has a name in `dir` (see `name_dir`); a directory's own ".." says where it is.
+    fn note_name_dir(&mut self, dir: u32, ino: u32, d: &Dinode) {
+        if self.hooks.softdep.is_some() && !d.is_dir() {
+            self.name_dir.insert(ino, dir);
         }
     }
 
@@ -2265,6 +2289,11 @@ impl Fs {
                 let old = Some((t.ino, dtype_of_mode(ti.mode)));
                 let tasks = std::iter::once(victim_task).chain(old_name_task).collect();
                 self.entry_added(newdir, t.bno, t.off, src.ino, old, None, false, tasks)?;
+                self.note_name_dir(newdir, src.ino, &si);
+                // A wait of the replaced entry for a hidden namesake is now the source's.
+                for w in self.namesakes.values_mut().flatten().filter(|w| (w.0, w.1) == (t.bno, t.off)) {
+                    w.2 = src.ino;
+                }
             }
             None => {
                 let mut nd2 = self.iget(newdir)?;
@@ -2494,7 +2523,7 @@ impl Fs {
                 d.size = pos;
             }
             if self.cache.over_capacity() {
-                self.balance()?;
+                self.make_room()?;
             }
         }
         Ok((pos - off) as usize)
@@ -2634,30 +2663,46 @@ impl Fs {
         if self.hooks.softdep.is_none() {
             return self.sync_all();
         }
-        // A name of it that waits for a hidden namesake's removal: that removal first (unless
-        // the namesake is an old name of this file, which the rounds below let go).
-        let waited: Vec<(u64, usize)> = self
-            .namesakes
-            .iter()
-            .filter(|(k, js)| js.iter().any(|j| j.2 == ino) && self.hidden.get(k).is_some_and(|h| h.3 != ino))
-            .map(|(&k, _)| k)
-            .collect();
-        for key in waited {
-            self.retire_hidden(key)?;
-        }
         let start = self.sd().expect("softdep").track(&[ino]);
         for _ in 0..16 {
             self.run_tasks()?;
-            // The inode and the directories whose pending entries lead to it.
+            // The inode and the directories whose pending entries lead to it; and the inodes
+            // named by hidden namesakes that those entries wait for: such a name leaves once its
+            // inode's new name is on disk (the removal itself is in a block of a directory
+            // already here). One work list, not a recursion: a chain of names swapped through
+            // temporary names is as long as users make it, and is drained here a link a round.
             let mut inos = vec![ino];
             let mut name_blocks = Vec::new();
+            let mut walked = Vec::new();
             let mut i = 0;
             while i < inos.len() {
-                let pending = self.hooks.softdep.as_ref().map(|s| s.pending_name_blocks(inos[i])).unwrap_or_default();
+                let x = inos[i];
+                // The path to the root from the directory holding it (from a directory itself):
+                // an ancestor named by an entry not yet on disk joins, so that its new name (a
+                // rename's, say) is written with the rest.
+                let from = if self.iget(x)?.is_dir() { Some(x) } else { self.name_dir.get(&x).copied() };
+                for a in self.ancestors(from)? {
+                    if walked.contains(&a) {
+                        break;
+                    }
+                    walked.push(a);
+                    let named = self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(a));
+                    if named && !inos.contains(&a) {
+                        inos.push(a);
+                    }
+                }
+                let pending = self.hooks.softdep.as_ref().map(|s| s.pending_name_blocks(x)).unwrap_or_default();
                 for (b, d) in pending {
                     name_blocks.push(b);
                     if !inos.contains(&d) {
                         inos.push(d);
+                    }
+                }
+                for (k, waiters) in &self.namesakes {
+                    if let Some(h) = self.hidden.get(k).filter(|_| waiters.iter().any(|w| w.2 == x)) {
+                        if !inos.contains(&h.3) {
+                            inos.push(h.3);
+                        }
                     }
                 }
                 i += 1;
@@ -2701,6 +2746,22 @@ impl Fs {
         // Something keeps it busy (another inode in its block, say): write everything.
         log::debug!("fsync of inode {ino}: not settled after 16 rounds, writing everything");
         self.sync_all()
+    }
+
+    /// `dir` and its ancestors up to the root (not included), by "..": as far as the path can be
+    /// followed (a directory removed meanwhile ends it).
+    fn ancestors(&mut self, dir: Option<u32>) -> FsResult<Vec<u32>> {
+        let mut out = Vec::new();
+        let Some(mut dir) = dir else { return Ok(out) };
+        while dir != ROOT_INO && out.len() < 4096 && !out.contains(&dir) {
+            out.push(dir);
+            let Ok(mut d) = self.dir_inode(dir) else { break };
+            match self.find_entry(dir, &mut d, b"..")? {
+                Some(e) => dir = e.ino,
+                None => break,
+            }
+        }
+        Ok(out)
     }
 
     /// The data blocks of a file and its indirect blocks by level (0: those pointing at data).
