@@ -26,7 +26,7 @@ use crate::dev::{BlockDevice, DevError, FileDevice, WriteKind, WriteReq};
 use crate::format::*;
 
 /// Whether a finding may be left by a crash of a correctly ordered file system.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {
     Allowed,
     Violation,
