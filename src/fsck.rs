@@ -14,7 +14,13 @@
 //!
 //! `repair` (fsck -y) applies the fixes of one scan through a write set, scans again, and repeats
 //! until a scan is clean (a fix may expose a consequence, e.g. a cleared pointer leaves a leaked
-//! block, which the next round frees). Every round is bounded, and so is the number of rounds.
+//! block, which the next round frees). Every round is bounded, and so is the number of rounds;
+//! what the last scan still finds is reported as `remaining`. `preen` (fsck -p) does the same
+//! only when every finding is `Allowed`: otherwise it writes nothing.
+//!
+//! Pass 0 picks the superblock: the primary, unless it does not decode or the group headers
+//! disagree with it; then the first superblock copy mkfs wrote (at the start of a group), whose
+//! geometry only is used, or the geometry the headers agree on. Repair rewrites the primary.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
