@@ -28,8 +28,10 @@ pub const MAX_BLOCK_SIZE: u32 = 65536;
 pub const MIN_FS_BLOCKS: u64 = 64;
 /// Bytes of a cylinder group header before its inode bitmap.
 pub const CG_HDR_SIZE: usize = 64;
-/// Longest symlink target (the kernel's PATH_MAX less its NUL); a longer size on disk is damage.
+/// The longest symbolic link target sufs makes: the kernel's PATH_MAX (4096) less its NUL.
 pub const MAX_SYMLINK: usize = 4095;
+/// A time's nanoseconds field is below this.
+pub const NSEC_PER_SEC: u32 = 1_000_000_000;
 /// Largest link count; a link past it is EMLINK.
 pub const LINK_MAX: u32 = 32000;
 

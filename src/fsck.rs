@@ -14,7 +14,13 @@
 //!
 //! `repair` (fsck -y) applies the fixes of one scan through a write set, scans again, and repeats
 //! until a scan is clean (a fix may expose a consequence, e.g. a cleared pointer leaves a leaked
-//! block, which the next round frees). Every round is bounded, and so is the number of rounds.
+//! block, which the next round frees). Every round is bounded, and so is the number of rounds;
+//! what the last scan still finds is reported as `remaining`. `preen` (fsck -p) does the same
+//! only when every finding is `Allowed`: otherwise it writes nothing.
+//!
+//! Pass 0 picks the superblock: the primary, unless it does not decode or the group headers
+//! disagree with it; then the first superblock copy mkfs wrote (at the start of a group), whose
+//! geometry only is used, or the geometry the headers agree on. Repair rewrites the primary.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -26,7 +32,7 @@ use crate::dev::{BlockDevice, DevError, FileDevice, WriteKind, WriteReq};
 use crate::format::*;
 
 /// Whether a finding may be left by a crash of a correctly ordered file system.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {
     Allowed,
     Violation,
@@ -36,6 +42,11 @@ pub enum Class {
 /// directory block holding the entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finding {
+    /// The primary superblock is damaged or disagrees with the group headers: the geometry was
+    /// taken from elsewhere (a copy, or the group headers), and repair rewrites the primary.
+    BadSuperblock {
+        what: String,
+    },
     /// A group header that does not decode, or whose size disagrees with the superblock.
     BadCgHeader {
         cg: u32,
@@ -197,7 +208,8 @@ impl Finding {
             // directories under soft updates; a live directory lost this way is a lost name,
             // which the crash tester's promises catch.
             DirMultiplyLinked { unreachable: true, .. } => Class::Allowed,
-            BadCgHeader { .. }
+            BadSuperblock { .. }
+            | BadCgHeader { .. }
             | CgCountWrong { .. }
             | BadInode { .. }
             | BadPointer { .. }
@@ -222,6 +234,7 @@ impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use Finding::*;
         match self {
+            BadSuperblock { what } => write!(f, "superblock: {what}"),
             BadCgHeader { cg, what } => write!(f, "cylinder group {cg}: bad header: {what}"),
             CgCountWrong { cg, what, stored, actual } => {
                 write!(f, "cylinder group {cg}: {what} count {stored}, should be {actual}")
@@ -283,12 +296,23 @@ impl fmt::Display for Finding {
     }
 }
 
-/// What a check (or a repair) found. For `repair`, `findings` are those of the first scan (what
-/// was found) and the counts describe the image as repair left it.
+/// What a check (or a repair) found. For `repair` and `preen`, `findings` are those of the first
+/// scan (what was found), `remaining` those of the last (what is left), and the counts describe
+/// the image as the run left it.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
     pub findings: Vec<Finding>,
+    /// What the last scan found: for a check, the findings; after a repair, what it could not
+    /// repair (empty when the image is left clean).
+    pub remaining: Vec<Finding>,
     pub repaired: bool,
+    /// Preen declined to touch the image, and why (a violation, or a mount that found damage):
+    /// nothing was written, and it takes `fsck -y`.
+    pub refused: Option<String>,
+    /// Preen of an image marked clean: nothing was scanned.
+    pub skipped_clean: bool,
+    /// The block of the superblock copy whose geometry was used, if not the primary.
+    pub alternate: Option<u64>,
     /// Inodes in use that are not directories.
     pub files: u64,
     pub dirs: u64,
@@ -325,45 +349,107 @@ pub enum FsckError {
 
 type Result<T> = std::result::Result<T, FsckError>;
 
+/// What a run may do to the image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Report only (fsck -n).
+    #[default]
+    Check,
+    /// fsck -p: repair only what soft updates may leave after a crash (the `Allowed` class);
+    /// anything else leaves the image untouched and is refused.
+    Preen,
+    /// fsck -y: repair everything.
+    Repair,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub mode: Mode,
+    /// Scan under `Preen` even if the image is marked clean (fsck -f).
+    pub force: bool,
+    /// Take the geometry from the superblock copy at this block (fsck -b).
+    pub superblock: Option<u64>,
+}
+
 /// Checks the file system on `dev`; changes nothing.
 pub fn check(dev: &dyn BlockDevice) -> Result<Report> {
-    let scan = Scan::run(dev)?;
-    Ok(scan.report())
+    run(dev, &Options::default())
 }
 
 /// Rounds of fixing and rescanning before repair gives up on an image.
 const MAX_ROUNDS: usize = 16;
 
 /// Checks and fixes everything found (fsck -y). Returns the findings of the first scan, with
-/// `repaired` set if anything was written. A successful repair leaves the image clean (SB_CLEAN).
+/// `repaired` set if anything was written, and `remaining` what could not be fixed. A repair
+/// that leaves nothing marks the image clean (SB_CLEAN) and clears SB_NEEDS_FSCK.
 pub fn repair(dev: &dyn BlockDevice) -> Result<Report> {
-    repair_with(dev, false)
+    run(dev, &Options { mode: Mode::Repair, force: true, superblock: None })
 }
 
-/// Preen (fsck -p), for the soft updates paper's "only leaks" crash states: fixes what `repair`
-/// fixes, but clears unreferenced inodes (a create or rename whose name never reached disk)
-/// instead of filling lost+found with them.
+/// Preen (fsck -p), for the soft updates paper's "only leaks" crash states: if every finding is
+/// of the `Allowed` class, fixes them as `repair` does, but clears unreferenced files (a create
+/// whose name never reached disk) instead of filling lost+found with them. Any violation, or
+/// SB_NEEDS_FSCK, and it changes nothing (`refused`). Always scans; `run` with `Mode::Preen`
+/// skips an image marked clean, as fsck_ffs -p does.
 pub fn preen(dev: &dyn BlockDevice) -> Result<Report> {
-    repair_with(dev, true)
+    run(dev, &Options { mode: Mode::Preen, force: true, superblock: None })
 }
 
-fn repair_with(dev: &dyn BlockDevice, preen: bool) -> Result<Report> {
-    let mut scan = Scan::run_with(dev, preen)?;
+/// Runs fsck with `opts` on `dev`.
+pub fn run(dev: &dyn BlockDevice, opts: &Options) -> Result<Report> {
+    let preen = opts.mode == Mode::Preen;
+    if preen && !opts.force && opts.superblock.is_none() {
+        if let Ok(sb) = read_primary(dev) {
+            if sb.flags & SB_CLEAN != 0 && sb.flags & SB_NEEDS_FSCK == 0 {
+                return Ok(Report { skipped_clean: true, ..Default::default() });
+            }
+        }
+    }
+    let choice = SbChoice::choose(dev, opts.superblock)?;
+    let mut scan = Scan::run_with(dev, preen, &choice)?;
     let mut report = scan.report();
+    report.alternate = choice.from;
+    if opts.mode == Mode::Check {
+        report.remaining = report.findings.clone();
+        return Ok(report);
+    }
+    if preen {
+        let why = if scan.sb.flags & SB_NEEDS_FSCK != 0 {
+            Some("the file system was found damaged while mounted (SB_NEEDS_FSCK)".to_string())
+        } else {
+            let v = report.violations();
+            (v > 0).then(|| format!("{v} findings that soft updates cannot leave"))
+        };
+        if why.is_some() {
+            report.refused = why;
+            report.remaining = report.findings.clone();
+            return Ok(report);
+        }
+    }
     let mut changed = false;
     for _ in 0..MAX_ROUNDS {
-        if scan.findings.is_empty() && scan.sb.flags & (SB_CLEAN | SB_NEEDS_FSCK) == SB_CLEAN {
+        let flags = scan.sb.flags;
+        if scan.findings.is_empty() && flags & SB_CLEAN != 0 && (preen || flags & SB_NEEDS_FSCK == 0) {
+            break;
+        }
+        // Preen stops at the first violation a round exposes; it is left for fsck -y.
+        if preen && scan.findings.iter().any(|f| f.class() == Class::Violation) {
             break;
         }
         let wrote = scan.apply()?;
         changed |= wrote;
-        scan = Scan::run_with(dev, preen)?;
+        scan = Scan::run_with(dev, preen, &SbChoice::choose(dev, None)?)?;
         if !wrote {
             break;
         }
     }
+    if !scan.findings.is_empty() && !preen {
+        // Something is left: the next mount must know, and only a full fsck clears it.
+        changed |= scan.mark_needs_fsck()?;
+    }
     let last = scan.report();
     report.repaired = changed;
+    report.remaining = last.findings;
     report.files = last.files;
     report.dirs = last.dirs;
     report.used_blocks = last.used_blocks;
@@ -371,15 +457,236 @@ fn repair_with(dev: &dyn BlockDevice, preen: bool) -> Result<Report> {
     Ok(report)
 }
 
+fn read_primary(dev: &dyn BlockDevice) -> Result<Superblock> {
+    let mut b = vec![0u8; dev.block_size()];
+    dev.read_block(0, &mut b)?;
+    Ok(Superblock::decode(&b)?)
+}
+
+/// The block sizes a file system may have.
+fn block_sizes() -> impl Iterator<Item = u32> {
+    (12..=16).map(|s| 1u32 << s).filter(|b| (MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(b))
+}
+
 /// Opens an image (or block device): reads the superblock with a 4096-byte probe to learn the
-/// block size, then opens the device with it.
+/// block size, then opens the device with it. If the primary superblock does not decode, the
+/// block size is the one of the first superblock copy found (see `find_copy`).
 pub fn open_image(path: &Path, writable: bool) -> Result<FileDevice> {
-    let probe = FileDevice::open(path, MIN_BLOCK_SIZE as usize, false)?;
-    let mut buf = vec![0u8; MIN_BLOCK_SIZE as usize];
-    probe.read_block(0, &mut buf)?;
-    let sb = Superblock::decode(&buf)?;
-    drop(probe);
-    Ok(FileDevice::open(path, sb.block_size as usize, writable)?)
+    open_image_at(path, writable, None)
+}
+
+/// `open_image`, taking the block size from the superblock copy at block `at` (fsck -b; `at`
+/// counts blocks of the file system's own size, tried for every block size).
+pub fn open_image_at(path: &Path, writable: bool, at: Option<u64>) -> Result<FileDevice> {
+    let bs = match at {
+        Some(n) => {
+            let mut found = None;
+            for bs in block_sizes() {
+                let probe = FileDevice::open(path, bs as usize, false)?;
+                if n >= probe.num_blocks() {
+                    continue;
+                }
+                let mut buf = vec![0u8; bs as usize];
+                probe.read_block(n, &mut buf)?;
+                if Superblock::decode(&buf).is_ok_and(|sb| sb.block_size == bs) {
+                    found = Some(bs);
+                    break;
+                }
+            }
+            found.ok_or_else(|| FsckError::Geometry(format!("no superblock copy at block {n}")))?
+        }
+        None => {
+            let probe = FileDevice::open(path, MIN_BLOCK_SIZE as usize, false)?;
+            match read_primary(&probe) {
+                Ok(sb) => sb.block_size,
+                Err(e) => {
+                    let mut found = None;
+                    for bs in block_sizes() {
+                        let probe = FileDevice::open(path, bs as usize, false)?;
+                        if find_copy(&probe)?.is_some() {
+                            found = Some(bs);
+                            break;
+                        }
+                    }
+                    found.ok_or(e)?
+                }
+            }
+        }
+    };
+    Ok(FileDevice::open(path, bs as usize, writable)?)
+}
+
+/// Does `sb` fit `dev` (block size, size)?
+fn fits(sb: &Superblock, dev: &dyn BlockDevice) -> bool {
+    sb.block_size as usize == dev.block_size() && sb.num_blocks <= dev.num_blocks()
+}
+
+/// How many group headers agree with the geometry of `sb` (their group's block count and the
+/// inodes per group), and how many decode but disagree. Headers that do not decode count in
+/// neither.
+fn header_votes(dev: &dyn BlockDevice, sb: &Superblock) -> Result<(u32, u32)> {
+    let (mut agree, mut disagree) = (0, 0);
+    let mut buf = vec![0u8; dev.block_size()];
+    for cg in 0..sb.ngroups {
+        dev.read_block(sb.cg_header_block(cg), &mut buf)?;
+        if let Ok(h) = CgHeader::decode(&buf, cg) {
+            if h.nblocks == sb.cg_blocks(cg) && h.ninodes == sb.inodes_per_group {
+                agree += 1;
+            } else {
+                disagree += 1;
+            }
+        }
+    }
+    Ok((agree, disagree))
+}
+
+/// The first superblock copy (mkfs writes one at the first block of every group but the
+/// first) that decodes, fits the device, sits where its own geometry puts a copy, and that the
+/// group headers it locates agree with. Found by probing every 64th block, since the group size
+/// (a multiple of 64) is not known when the primary is lost.
+fn find_copy(dev: &dyn BlockDevice) -> Result<Option<(u64, Superblock)>> {
+    let mut buf = vec![0u8; dev.block_size()];
+    for bno in (64..dev.num_blocks()).step_by(64) {
+        dev.read_block(bno, &mut buf)?;
+        let Ok(sb) = Superblock::decode(&buf) else {
+            continue;
+        };
+        if fits(&sb, dev)
+            && bno.is_multiple_of(sb.blocks_per_group as u64)
+            && bno / (sb.blocks_per_group as u64) < sb.ngroups as u64
+            && matches!(header_votes(dev, &sb)?, (a, 0) if a > 0)
+        {
+            return Ok(Some((bno, sb)));
+        }
+    }
+    Ok(None)
+}
+
+/// The superblock a scan works from, and where it came from.
+struct SbChoice {
+    sb: Superblock,
+    /// Block 0 as read, rewritten by repair.
+    raw0: Vec<u8>,
+    /// The block of the copy used, if not the primary.
+    from: Option<u64>,
+    /// Why the primary was not used as it is (a `BadSuperblock` finding).
+    why: Option<String>,
+}
+
+impl SbChoice {
+    /// Takes the copy at `at` if given; else the primary if it decodes, fits the device and no
+    /// group header disagrees with it. Otherwise the candidates are a superblock copy and the
+    /// primary with the inodes per group the headers agree on; each is scanned (read only) and
+    /// the one with the fewest violations wins, the primary on a tie.
+    fn choose(dev: &dyn BlockDevice, at: Option<u64>) -> Result<SbChoice> {
+        let bs = dev.block_size();
+        if bs < SB_SIZE {
+            return Err(FsckError::Geometry(format!("device block size {bs}")));
+        }
+        let mut raw0 = vec![0u8; bs];
+        dev.read_block(0, &mut raw0)?;
+        if let Some(n) = at {
+            if n >= dev.num_blocks() {
+                return Err(FsckError::Geometry(format!("block {n} is past the end of the device")));
+            }
+            let mut b = vec![0u8; bs];
+            dev.read_block(n, &mut b)?;
+            let sb = Superblock::decode(&b)?;
+            check_fits(&sb, dev)?;
+            return Ok(SbChoice::copy(sb, raw0, n, "the copy was asked for (-b)".into()));
+        }
+        let primary = Superblock::decode(&raw0).map_err(FsckError::from).and_then(|sb| {
+            check_fits(&sb, dev)?;
+            Ok(sb)
+        });
+        let primary = match primary {
+            Ok(sb) => sb,
+            Err(e) => {
+                return match find_copy(dev)? {
+                    Some((n, sb)) => Ok(SbChoice::copy(sb, raw0, n, format!("primary unusable ({e})"))),
+                    None => Err(e),
+                };
+            }
+        };
+        let (_, disagree) = header_votes(dev, &primary)?;
+        let keep = SbChoice { sb: primary.clone(), raw0: raw0.clone(), from: None, why: None };
+        if disagree == 0 {
+            return Ok(keep);
+        }
+        let mut candidates = Vec::new();
+        if let Some((n, sb)) = find_copy(dev)? {
+            if sb != primary {
+                let why = format!("the group headers disagree with the primary in {disagree} groups");
+                candidates.push(SbChoice::copy(sb, raw0.clone(), n, why));
+            }
+        }
+        // The inodes per group that every decodable header agrees on.
+        let mut ipgs = BTreeSet::new();
+        let mut buf = vec![0u8; bs];
+        for cg in 0..primary.ngroups {
+            dev.read_block(primary.cg_header_block(cg), &mut buf)?;
+            if let Ok(h) = CgHeader::decode(&buf, cg) {
+                ipgs.insert(h.ninodes);
+            }
+        }
+        if let (1, Some(&ipg)) = (ipgs.len(), ipgs.first()) {
+            let sb = Superblock { inodes_per_group: ipg, ..primary.clone() };
+            if ipg != primary.inodes_per_group
+                && sb.check_geometry().is_ok()
+                && matches!(header_votes(dev, &sb)?, (a, 0) if a > 0)
+            {
+                let why = format!(
+                    "inodes per group {} disagrees with the group headers ({ipg}), which are taken",
+                    primary.inodes_per_group
+                );
+                candidates.push(SbChoice { sb, raw0: raw0.clone(), from: None, why: Some(why) });
+            }
+        }
+        // Scored by violations; a tie goes to the inodes per group mkfs gives this size by
+        // default, the one piece of evidence left (one group: one header against the primary).
+        let default_ipg =
+            Superblock::geometry(primary.block_size, primary.num_blocks, None).ok().map(|g| g.inodes_per_group);
+        let score = |c: &SbChoice| -> Result<usize> {
+            let v = Scan::run_with(dev, false, c)?.report().violations();
+            Ok(2 * v + usize::from(Some(c.sb.inodes_per_group) != default_ipg))
+        };
+        let mut best_score = score(&keep)?;
+        let mut best = keep;
+        for c in candidates {
+            let s = score(&c)?;
+            if s < best_score {
+                (best, best_score) = (c, s);
+            }
+        }
+        Ok(best)
+    }
+
+    /// A superblock copy: its geometry only. A copy is written by mkfs and never again, so its
+    /// counts, flags and snapshot list are stale: the counts are recomputed by the scan (and
+    /// found wrong), the flags cleared, and the list emptied.
+    fn copy(sb: Superblock, raw0: Vec<u8>, at: u64, why: String) -> SbChoice {
+        let sb = Superblock { flags: 0, snapshots: [0; MAX_SNAPSHOTS], ..sb };
+        let why = format!("{why}; geometry taken from the copy at block {at} (its counts are stale)");
+        SbChoice { sb, raw0, from: Some(at), why: Some(why) }
+    }
+}
+
+fn check_fits(sb: &Superblock, dev: &dyn BlockDevice) -> Result<()> {
+    if sb.block_size as usize != dev.block_size() {
+        return Err(FsckError::Geometry(format!(
+            "file system block size {} differs from the device's {}",
+            sb.block_size,
+            dev.block_size()
+        )));
+    }
+    if sb.num_blocks > dev.num_blocks() {
+        return Err(FsckError::Geometry(format!(
+            "file system has {} blocks but the device only {}",
+            sb.num_blocks,
+            dev.num_blocks()
+        )));
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------------- state
@@ -428,6 +735,10 @@ struct Ino {
     dir_limit: u64,
     /// An inode to be cleared (bad mode or an unusable directory).
     bad: bool,
+    /// A directory of size 0 with no blocks that look like a directory (cleared).
+    zero_dir: bool,
+    /// Directories: live entries besides "." and "..".
+    entries: u32,
     /// Entries naming it (for directories: its names, its "." and the ".." of subdirectories).
     links: u32,
     /// A directory reached by the walk (from the root or as the top of an orphan tree).
@@ -506,6 +817,8 @@ struct Fixes {
     set_nlink: BTreeMap<u32, u32>,
     set_blocks: BTreeMap<u32, u64>,
     set_size: BTreeMap<u32, u64>,
+    /// Inodes with a time whose nanoseconds are out of range (set to 0).
+    fix_nsec: BTreeSet<u32>,
     dir: Vec<DirFix>,
     reconnect: Vec<u32>,
     make_root: bool,
@@ -519,7 +832,10 @@ struct Scan<'a> {
     preen: bool,
     sb: Superblock,
     bs: usize,
+    /// Block 0 as read.
     sb_block: Vec<u8>,
+    /// The primary superblock was not used as it is: repair writes it anew.
+    replace_primary: bool,
     cgs: Vec<Option<CgHeader>>,
     cg_bufs: Vec<Vec<u8>>,
     inodes: BTreeMap<u32, Ino>,
@@ -549,36 +865,16 @@ fn name_str(n: &[u8]) -> String {
 }
 
 impl<'a> Scan<'a> {
-    fn run(dev: &'a dyn BlockDevice) -> Result<Scan<'a>> {
-        Self::run_with(dev, false)
-    }
-
-    fn run_with(dev: &'a dyn BlockDevice, preen: bool) -> Result<Scan<'a>> {
+    fn run_with(dev: &'a dyn BlockDevice, preen: bool, choice: &SbChoice) -> Result<Scan<'a>> {
         let bs = dev.block_size();
-        if bs < SB_SIZE {
-            return Err(FsckError::Geometry(format!("device block size {bs}")));
-        }
-        let mut sb_block = vec![0u8; bs];
-        dev.read_block(0, &mut sb_block)?;
-        let sb = Superblock::decode(&sb_block)?;
-        if sb.block_size as usize != bs {
-            return Err(FsckError::Geometry(format!(
-                "file system block size {} differs from the device's {bs}",
-                sb.block_size
-            )));
-        }
-        if sb.num_blocks > dev.num_blocks() {
-            return Err(FsckError::Geometry(format!(
-                "file system has {} blocks but the device only {}",
-                sb.num_blocks,
-                dev.num_blocks()
-            )));
-        }
+        let sb = choice.sb.clone();
+        check_fits(&sb, dev)?;
         let mut s = Scan {
             preen,
             dev,
             bs,
-            sb_block,
+            sb_block: choice.raw0.clone(),
+            replace_primary: choice.why.is_some(),
             cgs: Vec::new(),
             cg_bufs: Vec::new(),
             inodes: BTreeMap::new(),
@@ -591,6 +887,9 @@ impl<'a> Scan<'a> {
             reserved_blocks: 0,
             sb,
         };
+        if let Some(why) = &choice.why {
+            s.findings.push(Finding::BadSuperblock { what: why.clone() });
+        }
         s.pass1_groups()?;
         s.pass2_inodes()?;
         s.pass3_dirs()?;
@@ -616,6 +915,7 @@ impl<'a> Scan<'a> {
             used_inodes: self.inodes.len() as u64,
             reservations: self.reservations,
             reserved_blocks: self.reserved_blocks,
+            ..Default::default()
         }
     }
 
@@ -699,7 +999,48 @@ impl<'a> Scan<'a> {
             self.walk_inode(ino, d, &mut info)?;
         }
         let bs = self.bs as u64;
-        if d.size > self.sb.max_file_size() {
+        if let Some(&ns) = [d.atime_ns, d.mtime_ns, d.ctime_ns, d.btime_ns].iter().find(|&&n| n >= NSEC_PER_SEC) {
+            // Any seconds value is a time; nanoseconds past a second are not.
+            self.findings.push(Finding::BadInode { ino, what: format!("a time with {ns} nanoseconds") });
+            self.fixes.fix_nsec.insert(ino);
+        }
+        if d.is_dir() && d.size == 0 {
+            // sufs never leaves a directory of size 0 with blocks (rmdir clears the size with
+            // the pointers, mkdir writes both before the name): if its blocks hold a directory,
+            // the size is what was lost, and is given back, so the tree below keeps its names.
+            let n = self.dir_extent(ino, &info)?;
+            if n > 0 {
+                info.size = n * bs;
+                self.findings.push(Finding::BadInode {
+                    ino,
+                    what: format!("directory of size 0 whose first {n} blocks hold its entries"),
+                });
+                self.fixes.set_size.insert(ino, n * bs);
+            } else {
+                // Cleared; whether that is a violation depends on its names (pass 4).
+                info.bad = true;
+                info.zero_dir = true;
+                self.fixes.clear_inodes.insert(ino);
+            }
+        } else if d.is_symlink() && d.size > MAX_SYMLINK as u64 {
+            self.findings.push(Finding::BadInode {
+                ino,
+                what: format!("symbolic link of size {} (the longest is {MAX_SYMLINK})", d.size),
+            });
+            // The target as stored: up to its first NUL.
+            let mut len = 0;
+            if self.sb.is_data_block(d.db[0]) {
+                let buf = self.read(d.db[0])?;
+                let max = MAX_SYMLINK.min(self.bs);
+                len = buf[..max].iter().position(|&c| c == 0).unwrap_or(max) as u64;
+            }
+            if len == 0 {
+                info.bad = true;
+                self.fixes.clear_inodes.insert(ino);
+            } else {
+                self.fixes.set_size.insert(ino, len);
+            }
+        } else if d.size > self.sb.max_file_size() {
             self.findings.push(Finding::BadInode {
                 ino,
                 what: format!("size {} beyond the largest file ({})", d.size, self.sb.max_file_size()),
@@ -721,6 +1062,26 @@ impl<'a> Scan<'a> {
         }
         self.inodes.insert(ino, info);
         Ok(())
+    }
+
+    /// How many blocks from the first of directory `ino` hold directory chunks that parse (the
+    /// first one starting with "." naming `ino`).
+    fn dir_extent(&self, ino: u32, info: &Ino) -> Result<u64> {
+        let mut n = 0;
+        for &(lbn, bno, _) in &info.dir_map {
+            if lbn != n {
+                break;
+            }
+            let buf = self.read(bno)?;
+            let parses = buf.chunks(DIRBLKSIZ).all(|c| dir_iter(c).all(|r| r.is_ok()));
+            let dot =
+                lbn > 0 || matches!(dir_iter(&buf[..DIRBLKSIZ]).next(), Some(Ok(e)) if e.ino == ino && e.name == b".");
+            if !parses || !dot {
+                break;
+            }
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Claims a block for `ino`; returns true if the pointer owns it (and may be followed).
@@ -843,12 +1204,15 @@ impl<'a> Scan<'a> {
             };
             info.orphan = true;
             self.findings.push(Finding::UnreferencedInode { ino: top, mode: info.mode, size: info.size });
-            if self.preen {
+            self.walk_tree(top)?;
+            // Preen clears an empty one (an rmdir or a mkdir cut short); a tree with entries
+            // goes to lost+found, whatever the mode, so that no name below it is lost.
+            let empty = self.inodes.get(&top).is_some_and(|i| i.entries == 0);
+            if self.preen && empty {
                 self.fixes.clear_inodes.insert(top);
             } else if self.target.is_some() {
                 self.fixes.reconnect.push(top);
             }
-            self.walk_tree(top)?;
         }
         for &d in &dirs {
             self.resolve_dir(d);
@@ -906,6 +1270,7 @@ impl<'a> Scan<'a> {
         }
         let limit = hole.unwrap_or(nblocks);
         let mut head = Head { bno: map.first().filter(|_| limit > 0).map(|e| e.1), ..Default::default() };
+        let mut entries = 0;
         for (lbn, bno) in map.into_iter().filter(|e| e.0 < limit) {
             let buf = self.read(bno)?;
             for chunk in (0..self.bs).step_by(DIRBLKSIZ) {
@@ -954,6 +1319,7 @@ impl<'a> Scan<'a> {
                         });
                         self.fixes.dir.push(DirFix::Remove { bno, at: r.at });
                     } else {
+                        entries += 1;
                         self.check_entry(dir, lbn, bno, r, queue);
                     }
                 }
@@ -962,6 +1328,7 @@ impl<'a> Scan<'a> {
         if let Some(i) = self.inodes.get_mut(&dir) {
             i.dir_limit = limit;
             i.head = head;
+            i.entries = entries;
         }
         Ok(())
     }
@@ -1107,6 +1474,17 @@ impl<'a> Scan<'a> {
     fn pass4_links(&mut self) {
         let mut found = Vec::new();
         for (&ino, info) in &self.inodes {
+            if info.zero_dir && ino != ROOT_INO {
+                // Unnamed and empty: an rmdir's window. Named, or holding blocks: damage.
+                if info.links == 0 && info.kept == 0 {
+                    found.push(Finding::UnreferencedInode { ino, mode: info.mode, size: info.size });
+                } else {
+                    let what =
+                        format!("directory of size 0 ({} names, {} blocks, none a directory's)", info.links, info.kept);
+                    found.push(Finding::BadInode { ino, what });
+                }
+                continue;
+            }
             if info.bad || info.orphan || self.fixes.clear_inodes.contains(&ino) {
                 continue;
             }
@@ -1265,6 +1643,15 @@ impl<'a> Scan<'a> {
         }
         for (&ino, &size) in &fixes.set_size {
             ws.inode(&sb, ino, |d| d.size = size)?;
+        }
+        for &ino in &fixes.fix_nsec {
+            ws.inode(&sb, ino, |d| {
+                for ns in [&mut d.atime_ns, &mut d.mtime_ns, &mut d.ctime_ns, &mut d.btime_ns] {
+                    if *ns >= NSEC_PER_SEC {
+                        *ns = 0;
+                    }
+                }
+            })?;
         }
         for (&ino, &blocks) in &fixes.set_blocks {
             ws.inode(&sb, ino, |d| d.blocks = blocks)?;
@@ -1437,7 +1824,11 @@ impl<'a> Scan<'a> {
         nsb.free_inodes = tfi;
         nsb.ndirs = tnd;
         nsb.flags |= SB_CLEAN;
-        nsb.flags &= !SB_NEEDS_FSCK;
+        if !self.preen {
+            // Only a full repair vouches for the whole image; if this round leaves something,
+            // `mark_needs_fsck` sets the flag again.
+            nsb.flags &= !SB_NEEDS_FSCK;
+        }
         if !fixes.drop_snapshots.is_empty() {
             let keep: Vec<u32> = (0..MAX_SNAPSHOTS)
                 .filter(|i| !fixes.drop_snapshots.contains(i))
@@ -1447,12 +1838,27 @@ impl<'a> Scan<'a> {
             nsb.snapshots = [0; MAX_SNAPSHOTS];
             nsb.snapshots[..keep.len()].copy_from_slice(&keep);
         }
-        let mut b0 = self.sb_block.clone();
+        // A superblock replaced (from a copy or the group headers) is written on a clean block.
+        let mut b0 = if self.replace_primary { vec![0u8; bs] } else { self.sb_block.clone() };
         nsb.encode(&mut b0);
         if b0 != self.sb_block {
             ws.get(0)?.copy_from_slice(&b0);
         }
         ws.flush()
+    }
+
+    /// Marks the image as needing a full fsck (something is left that repair could not fix).
+    /// Returns true if the superblock changed.
+    fn mark_needs_fsck(&self) -> Result<bool> {
+        let mut nsb = self.sb.clone();
+        nsb.flags = (nsb.flags | SB_NEEDS_FSCK) & !SB_CLEAN;
+        let mut b0 = if self.replace_primary { vec![0u8; self.bs] } else { self.sb_block.clone() };
+        nsb.encode(&mut b0);
+        if b0 == self.sb_block {
+            return Ok(false);
+        }
+        self.dev.write_batch(&[WriteReq { bno: 0, data: &b0 }], WriteKind::Sync)?;
+        Ok(true)
     }
 
     /// A free data block (owned by nothing), marked owned.
@@ -2396,5 +2802,280 @@ mod tests {
         }
         eprintln!("fuzz: {rounds} images, {errors} refused, {findings} with findings, {repaired} repaired");
         assert!(findings > rounds as u32 / 5);
+    }
+
+    /// Preen of an image holding a violation: refused, and not one byte written.
+    fn preen_refuses(dev: &Arc<MemDevice>) -> Report {
+        let before = dev.blocks();
+        let r = preen(&**dev).unwrap();
+        assert!(r.refused.is_some() && !r.repaired, "{}", show(&r));
+        assert!(dev.blocks() == before, "a refused preen changed the image");
+        r
+    }
+
+    /// Repairs, and checks that a second check finds nothing and no file was lost.
+    fn repair_converges(dev: &Arc<MemDevice>, files: u64) -> Report {
+        let r = repair(&**dev).unwrap();
+        assert!(r.repaired && r.remaining.is_empty(), "{}", show(&r));
+        let c = check(&**dev).unwrap();
+        assert!(c.is_clean(), "a second check finds:\n{}", show(&c));
+        assert_eq!(c.files, files, "files lost by the repair");
+        assert_eq!(sb(dev).flags & (SB_CLEAN | SB_NEEDS_FSCK), SB_CLEAN);
+        r
+    }
+
+    #[test]
+    fn named_directory_of_size_zero_is_a_violation_and_keeps_its_tree() {
+        for which in ["root", "many"] {
+            let (dev, t) = build();
+            let files = check(&*dev).unwrap().files;
+            let ino = if which == "root" { ROOT_INO } else { t.many };
+            let size = get_inode(&dev, ino).size;
+            modify_inode(&dev, ino, |d| d.size = 0);
+            let r = check(&*dev).unwrap();
+            assert!(
+                r.findings.iter().any(
+                    |f| matches!(f, Finding::BadInode { ino: i, .. } if *i == ino) && f.class() == Class::Violation
+                ),
+                "{which}: {}",
+                show(&r)
+            );
+            preen_refuses(&dev);
+            repair_converges(&dev, files);
+            assert_eq!(get_inode(&dev, ino).size, size, "{which}: size given back");
+            let mut fs = mount(&dev, Ordering::Sync);
+            assert_eq!(fs.lookup(ROOT_INO, b"many").unwrap().0, t.many);
+            assert!(fs.lookup(t.many, b"f0000").is_ok());
+            assert_eq!(fs.lookup(t.sub, b"b2").unwrap().0, t.b2);
+            fs.unmount().unwrap();
+        }
+        // Without its blocks: the tree below goes to lost+found, nothing is freed.
+        let (dev, t) = build();
+        let files = check(&*dev).unwrap().files;
+        modify_inode(&dev, t.d1, |d| {
+            d.size = 0;
+            d.db = [0; NDADDR];
+            d.blocks = 0;
+        });
+        let r = check(&*dev).unwrap();
+        assert!(has(&r, |f| matches!(f, Finding::BadInode { ino, .. } if *ino == t.d1)), "{}", show(&r));
+        preen_refuses(&dev);
+        repair_converges(&dev, files);
+        let mut fs = mount(&dev, Ordering::Sync);
+        assert!(fs.lookup(LOST_FOUND_INO, format!("#{}", t.sub).as_bytes()).is_ok());
+        assert_eq!(fs.lookup(t.sub, b"b2").unwrap().0, t.b2);
+        fs.unmount().unwrap();
+    }
+
+    #[test]
+    fn root_of_size_zero_without_blocks_converges() {
+        let (dev, t) = build();
+        let files = check(&*dev).unwrap().files;
+        modify_inode(&dev, ROOT_INO, |d| {
+            d.size = 0;
+            d.db = [0; NDADDR];
+            d.blocks = 0;
+        });
+        preen_refuses(&dev);
+        // The empty file and the fifo, named only in the lost block, are unreferenced inodes
+        // that hold nothing, cleared as any such.
+        repair_converges(&dev, files - 2);
+        let mut fs = mount(&dev, Ordering::Sync);
+        assert_eq!(fs.lookup(ROOT_INO, b"lost+found").unwrap().0, LOST_FOUND_INO);
+        assert_eq!(fs.lookup(t.sub, b"b2").unwrap().0, t.b2);
+        fs.unmount().unwrap();
+    }
+
+    #[test]
+    fn symlink_longer_than_any_target() {
+        for size in [1u64 << 32, 1u64 << 39, 4096] {
+            let (dev, t) = build();
+            modify_inode(&dev, t.sym, |d| d.size = size);
+            let r = check(&*dev).unwrap();
+            assert!(has(&r, |f| matches!(f, Finding::BadInode { ino, .. } if *ino == t.sym)), "{size}: {}", show(&r));
+            assert!(r.violations() > 0);
+            preen_refuses(&dev);
+            repair_converges(&dev, r.files);
+            let mut fs = mount(&dev, Ordering::Sync);
+            assert_eq!(fs.readlink(t.sym).unwrap(), b"d1/sub");
+            fs.unmount().unwrap();
+        }
+    }
+
+    #[test]
+    fn nlink_zero_with_a_name() {
+        let (dev, t) = build();
+        modify_inode(&dev, t.a, |d| d.nlink = 0);
+        let r = check(&*dev).unwrap();
+        assert!(has(&r, |f| *f == Finding::LinkCountTooLow { ino: t.a, stored: 0, actual: 2 }), "{}", show(&r));
+        assert!(r.violations() > 0);
+        preen_refuses(&dev);
+        repair_converges(&dev, r.files);
+        assert_eq!(get_inode(&dev, t.a).nlink, 2);
+    }
+
+    #[test]
+    fn nanoseconds_out_of_range_but_any_seconds() {
+        let (dev, t) = build();
+        modify_inode(&dev, t.a, |d| {
+            d.atime = i64::MAX;
+            d.ctime = i64::MIN;
+            d.mtime = -1;
+        });
+        assert!(check(&*dev).unwrap().is_clean());
+        modify_inode(&dev, t.a, |d| d.mtime_ns = NSEC_PER_SEC);
+        let r = check(&*dev).unwrap();
+        assert!(has(&r, |f| matches!(f, Finding::BadInode { ino, .. } if *ino == t.a)), "{}", show(&r));
+        assert_eq!(r.violations(), 1);
+        preen_refuses(&dev);
+        repair_converges(&dev, r.files);
+        assert_eq!(get_inode(&dev, t.a).mtime_ns, 0);
+        assert_eq!(get_inode(&dev, t.a).atime, i64::MAX);
+    }
+
+    #[test]
+    fn directory_block_shared_by_two_directories() {
+        let (dev, t) = build();
+        let files = check(&*dev).unwrap().files;
+        let shared = get_inode(&dev, t.d1).db[0];
+        modify_inode(&dev, t.sub, |d| d.db[0] = shared);
+        let r = check(&*dev).unwrap();
+        assert!(has(&r, |f| *f == Finding::DuplicateBlock { ino: t.sub, bno: shared }), "{}", show(&r));
+        preen_refuses(&dev);
+        repair_converges(&dev, files);
+    }
+
+    #[test]
+    fn preen_repairs_only_allowed_damage() {
+        // A leak and a link count too high: repaired.
+        let (dev, t) = build();
+        modify_inode(&dev, t.d1, |d| d.nlink = 7);
+        let r = preen(&*dev).unwrap();
+        assert!(r.refused.is_none() && r.repaired && r.remaining.is_empty(), "{}", show(&r));
+        assert!(check(&*dev).unwrap().is_clean());
+        // Mixed with one violation: nothing is touched, the allowed damage included.
+        let (dev, t) = build();
+        modify_inode(&dev, t.d1, |d| d.nlink = 7);
+        modify_inode(&dev, t.a, |d| d.nlink = 1);
+        preen_refuses(&dev);
+        assert_eq!(get_inode(&dev, t.d1).nlink, 7);
+    }
+
+    #[test]
+    fn preen_reconnects_an_unreferenced_tree_with_entries() {
+        let (dev, t) = build();
+        let files = check(&*dev).unwrap().files;
+        let (bno, off, _) = entry(&dev, ROOT_INO, b"d1");
+        modify(&dev, bno, |b| dir_remove(b, off).unwrap());
+        let r = preen(&*dev).unwrap();
+        assert!(r.refused.is_none() && r.remaining.is_empty(), "{}", show(&r));
+        let c = check(&*dev).unwrap();
+        assert!(c.is_clean() && c.files == files, "{}", show(&c));
+        let mut fs = mount(&dev, Ordering::Sync);
+        assert_eq!(fs.lookup(LOST_FOUND_INO, format!("#{}", t.d1).as_bytes()).unwrap().0, t.d1);
+        fs.unmount().unwrap();
+        // An empty one is cleared.
+        let (dev, t) = build();
+        let (bno, off, _) = entry(&dev, t.d1, b"sub");
+        modify(&dev, bno, |b| dir_remove(b, off).unwrap());
+        let (bno, off, _) = entry(&dev, t.sub, b"b2");
+        modify(&dev, bno, |b| dir_remove(b, off).unwrap());
+        let r = preen(&*dev).unwrap();
+        assert!(r.refused.is_none(), "{}", show(&r));
+        assert!(get_inode(&dev, t.sub).is_free() && get_inode(&dev, t.b2).is_free());
+    }
+
+    #[test]
+    fn clean_flags_and_preen() {
+        let (dev, _) = build();
+        let preen_opts = |force| Options { mode: Mode::Preen, force, superblock: None };
+        let r = run(&*dev, &preen_opts(false)).unwrap();
+        assert!(r.skipped_clean);
+        let r = run(&*dev, &preen_opts(true)).unwrap();
+        assert!(!r.skipped_clean && r.is_clean());
+        // Damage a mount noticed: preen leaves it to -y, which clears the flag.
+        let mut s = sb(&dev);
+        s.flags |= SB_NEEDS_FSCK;
+        modify(&dev, 0, |b| s.encode(b));
+        let r = run(&*dev, &preen_opts(false)).unwrap();
+        assert!(!r.skipped_clean && r.refused.is_some());
+        let r = repair(&*dev).unwrap();
+        assert!(r.is_clean() && r.repaired);
+        assert_eq!(sb(&dev).flags & SB_NEEDS_FSCK, 0);
+        // A repair that leaves something sets it.
+        let (dev, _) = build();
+        let mut s = sb(&dev);
+        s.flags &= !SB_CLEAN;
+        modify(&dev, 0, |b| s.encode(b));
+        assert!(!run(&*dev, &preen_opts(false)).unwrap().skipped_clean);
+    }
+
+    /// An image of two cylinder groups, so that there is a superblock copy (at block 25792).
+    fn two_groups() -> (Arc<MemDevice>, u64) {
+        let dev = Arc::new(MemDevice::new(4096, 30000));
+        let s = mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (0, 0)).unwrap();
+        assert_eq!(s.ngroups, 2);
+        let mut fs = mount(&dev, Ordering::Sync);
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        for i in 0..20 {
+            let (f, _) = fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+            fs.write(f, 0, &[i as u8; 5000]).unwrap();
+        }
+        fs.unmount().unwrap();
+        (dev, s.cg_start(1))
+    }
+
+    #[test]
+    fn alternate_superblock() {
+        // A primary that does not decode: the copy's geometry, said so; preen refuses; repair
+        // writes the primary again.
+        let (dev, copy) = two_groups();
+        let good = sb(&dev);
+        modify(&dev, 0, |b| b[20] ^= 0xff);
+        let r = check(&*dev).unwrap();
+        assert_eq!(r.alternate, Some(copy));
+        assert!(has(&r, |f| matches!(f, Finding::BadSuperblock { .. })), "{}", show(&r));
+        preen_refuses(&dev);
+        repair_converges(&dev, 20);
+        let now = sb(&dev);
+        assert_eq!(
+            (now.num_blocks, now.inodes_per_group, now.free_blocks),
+            (good.num_blocks, good.inodes_per_group, good.free_blocks)
+        );
+        // Garbage over the whole primary.
+        let (dev, copy) = two_groups();
+        modify(&dev, 0, |b| b.fill(0x5a));
+        assert_eq!(check(&*dev).unwrap().alternate, Some(copy));
+        repair_converges(&dev, 20);
+        // A wrong inodes per group in a primary that decodes: the headers and the copy win.
+        let (dev, _) = two_groups();
+        let mut s = sb(&dev);
+        s.inodes_per_group += 16;
+        modify(&dev, 0, |b| s.encode(b));
+        let r = check(&*dev).unwrap();
+        assert!(has(&r, |f| matches!(f, Finding::BadSuperblock { .. })), "{}", show(&r));
+        assert_eq!(r.violations(), 1, "{}", show(&r));
+        repair_converges(&dev, 20);
+        assert_eq!(sb(&dev).inodes_per_group, good.inodes_per_group);
+        // One group, so no copy: the header against the primary.
+        let (dev, _) = build();
+        let good = sb(&dev);
+        for delta in [16i64, -16] {
+            let mut s = good.clone();
+            s.inodes_per_group = (s.inodes_per_group as i64 + delta) as u32;
+            modify(&dev, 0, |b| s.encode(b));
+            let r = check(&*dev).unwrap();
+            assert!(has(&r, |f| matches!(f, Finding::BadSuperblock { .. })), "{delta}: {}", show(&r));
+            let files = r.files;
+            repair_converges(&dev, files);
+            assert_eq!(sb(&dev).inodes_per_group, good.inodes_per_group);
+        }
+        // -b: the copy asked for; a block holding none is an operational error.
+        let (dev, copy) = two_groups();
+        let opts = |at| Options { mode: Mode::Check, force: false, superblock: Some(at) };
+        let r = run(&*dev, &opts(copy)).unwrap();
+        assert_eq!(r.alternate, Some(copy));
+        assert!(matches!(run(&*dev, &opts(5)), Err(FsckError::Superblock(_))));
+        assert!(run(&*dev, &opts(1 << 40)).is_err());
     }
 }

@@ -95,17 +95,25 @@ enum Cmd {
     },
     /// Unmount and wait until sufs has written everything and marked the image clean.
     Umount { dir: PathBuf },
-    /// Check an unmounted image; -y repairs. Exit codes as fsck(8): 0 clean, 1 repaired,
-    /// 4 errors left, 8 operational error.
+    /// Check an unmounted image; -y repairs. Exit codes as fsck(8): 0 clean, 1 repaired (and
+    /// nothing left), 4 damage left (or found by a check, or refused by -p), 8 operational error.
     Fsck {
         image: PathBuf,
         /// Repair everything found.
         #[arg(short = 'y', long)]
         yes: bool,
-        /// Preen (soft-updates aware): repair, clearing unreferenced inodes instead of moving
-        /// them to lost+found.
+        /// Preen: repair only what soft updates may leave after a crash (leaks, link counts too
+        /// high, unreferenced files, which are cleared); anything else changes nothing and takes
+        /// -y. An image marked clean is not scanned.
         #[arg(short = 'p', long, conflicts_with = "yes")]
         preen: bool,
+        /// With -p, scan even an image marked clean.
+        #[arg(short = 'f', long)]
+        force: bool,
+        /// Use the superblock copy at block N (mkfs writes one at the first block of every
+        /// cylinder group but the first); -y then rewrites the primary from it.
+        #[arg(short = 'b', value_name = "N")]
+        superblock: Option<u64>,
         /// Background check (soft updates §6.1) of a mounted file system (IMAGE may be its mount
         /// point) or an image: check a snapshot, then free the blocks and inodes it shows lost and
         /// lower the link counts too high, through the mount's control channel.
@@ -478,7 +486,16 @@ fn main() -> ExitCode {
         }
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
         Cmd::Fsck { image, background: true, .. } => cmd_fsck_background(&image),
-        Cmd::Fsck { image, yes, preen, .. } => cmd_fsck(&image, yes, preen),
+        Cmd::Fsck { image, yes, preen, force, superblock, .. } => {
+            let mode = if yes {
+                fsck::Mode::Repair
+            } else if preen {
+                fsck::Mode::Preen
+            } else {
+                fsck::Mode::Check
+            };
+            cmd_fsck(&image, &fsck::Options { mode, force, superblock })
+        }
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
         Cmd::Sync { on } => cmd_sync(on.as_deref()).map(|_| 0),
         Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),
@@ -1223,21 +1240,21 @@ fn cmd_fsck_background(on: &Path) -> Result<u8, Fail> {
     Ok(if done.is_null() { 0 } else { 1 })
 }
 
-fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
-    let repair = yes || preen;
+fn cmd_fsck(image: &Path, opts: &fsck::Options) -> Result<u8, Fail> {
+    let writes = opts.mode != fsck::Mode::Check;
     let f = std::fs::File::open(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
     if f.try_lock_shared().is_err() {
         return Err(Fail(format!("{} is mounted; unmount it first", image.display()), 8));
     }
-    let dev = fsck::open_image(image, repair).map_err(|e| Fail(e.to_string(), 8))?;
-    let report = if preen {
-        fsck::preen(&dev)
-    } else if yes {
-        fsck::repair(&dev)
-    } else {
-        fsck::check(&dev)
-    };
-    let report = report.map_err(|e| Fail(e.to_string(), 8))?;
+    let dev = fsck::open_image_at(image, writes, opts.superblock).map_err(|e| Fail(e.to_string(), 8))?;
+    let report = fsck::run(&dev, opts).map_err(|e| Fail(e.to_string(), 8))?;
+    if report.skipped_clean {
+        println!("{}: clean, not checked (-f to check)", image.display());
+        return Ok(0);
+    }
+    if let Some(n) = report.alternate {
+        println!("{}: using the superblock copy at block {n} (geometry only)", image.display());
+    }
     for f in &report.findings {
         println!("{:?}: {f}", f.class());
     }
@@ -1260,12 +1277,22 @@ fn cmd_fsck(image: &Path, yes: bool, preen: bool) -> Result<u8, Fail> {
             report.reserved_blocks
         );
     }
+    if let Some(why) = &report.refused {
+        println!("{}: not preened ({why}), nothing changed: run sufs fsck -y", image.display());
+        return Ok(4);
+    }
+    if writes && !report.remaining.is_empty() {
+        for f in &report.remaining {
+            println!("left: {:?}: {f}", f.class());
+        }
+        println!("{}: {} findings left unrepaired: run sufs fsck -y", image.display(), report.remaining.len());
+    }
     Ok(if report.findings.is_empty() {
         0
-    } else if repair {
-        1
-    } else {
+    } else if !report.remaining.is_empty() {
         4
+    } else {
+        1
     })
 }
 

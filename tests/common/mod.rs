@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fuse;
+pub mod mutate;
 
 use std::process::{Command, Output};
 use std::sync::Arc;

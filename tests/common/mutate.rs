@@ -1,0 +1,482 @@
+//! A deterministic mutator of sufs images, for tests that damage an image on purpose: a fixed
+//! workload builds a small image through the library, `Layout` reads what it holds straight from
+//! the blocks (independent of fsck and of the mount), and `mutants` gives, for a seed, a list of
+//! single changes (a field set to an edge value, bytes flipped) to the superblock, the group
+//! headers and their bitmaps, inodes, directory blocks and indirect blocks, each saying what it
+//! changed and which bytes, so that a test can tell which files the damage touched.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use sufs::clock::SimClock;
+use sufs::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
+use sufs::format::*;
+use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
+
+/// Blocks of the workload's device: two cylinder groups, so that there is a superblock copy.
+pub const IMAGE_BLOCKS: u64 = 30000;
+
+/// The workload: files, directories, a symlink, a fifo, hard links, a file through an
+/// indirect block and one through a double indirect block, a directory of two blocks, a rename
+/// and an unlink; cleanly unmounted.
+pub fn workload_image() -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(4096, IMAGE_BLOCKS));
+    mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1_700_000_000, 0)).expect("mkfs");
+    let d: Arc<dyn BlockDevice> = dev.clone();
+    let mut fs = Fs::mount(
+        d,
+        MountOptions { ordering: Ordering::Sync, cache_blocks: 1024, readonly: false },
+        Arc::new(SimClock::new()),
+    )
+    .expect("mount");
+    let root = ROOT_INO;
+    let (a, _) = fs.create(root, b"a", 0o644, 0, 0).unwrap();
+    fs.write(a, 0, &super::pattern(1, 100)).unwrap();
+    let (d1, _) = fs.mkdir(root, b"d1", 0o755, 0, 0).unwrap();
+    let (sub, _) = fs.mkdir(d1, b"sub", 0o755, 0, 0).unwrap();
+    let (b, _) = fs.create(d1, b"b", 0o644, 0, 0).unwrap();
+    fs.write(b, 0, &super::pattern(2, 10000)).unwrap();
+    fs.link(a, d1, b"a2").unwrap();
+    fs.rename(d1, b"b", sub, b"b2", Default::default()).unwrap();
+    let (ind, _) = fs.create(root, b"ind", 0o644, 0, 0).unwrap();
+    fs.write(ind, 0, &super::pattern(3, 20 * 4096 + 17)).unwrap();
+    let (dind, _) = fs.create(sub, b"dind", 0o644, 0, 0).unwrap();
+    fs.write(dind, (12 + 512) * 4096, &super::pattern(4, 4096)).unwrap();
+    let (many, _) = fs.mkdir(root, b"many", 0o755, 0, 0).unwrap();
+    for i in 0..300 {
+        let (f, _) = fs.create(many, format!("file-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+        if i % 60 == 0 {
+            fs.write(f, 0, &super::pattern(10 + i, 300)).unwrap();
+        }
+    }
+    for i in (1..300).step_by(5) {
+        fs.unlink(many, format!("file-{i:04}").as_bytes()).unwrap();
+    }
+    fs.create(root, b"empty", 0o644, 0, 0).unwrap();
+    fs.symlink(root, b"sym", b"d1/sub/b2", 0, 0).unwrap();
+    fs.mknod(root, b"fifo", S_IFIFO as u32 | 0o644, 0, 0, 0).unwrap();
+    fs.unmount().unwrap();
+    dev
+}
+
+/// What one inode reachable from the root holds, and where.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub ino: u32,
+    pub paths: Vec<String>,
+    pub mode: u16,
+    pub size: u64,
+    /// The inode table block and byte offset of the dinode.
+    pub inode_at: (u64, usize),
+    /// Directory chunks (block, chunk offset) holding its entries.
+    pub entry_chunks: Vec<(u64, usize)>,
+    /// Blocks it owns: data and indirect.
+    pub blocks: Vec<u64>,
+    /// A checksum of its data blocks within its size (files and symlinks).
+    pub hash: u32,
+}
+
+/// Every inode reachable from the root of an image, read from its blocks.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub sb: Superblock,
+    pub nodes: BTreeMap<u32, Node>,
+}
+
+fn read(dev: &dyn BlockDevice, bno: u64) -> Vec<u8> {
+    let mut b = vec![0u8; dev.block_size()];
+    dev.read_block(bno, &mut b).expect("read");
+    b
+}
+
+fn dinode(dev: &dyn BlockDevice, sb: &Superblock, ino: u32) -> Dinode {
+    let (bno, off) = sb.inode_location(ino);
+    Dinode::decode(&read(dev, bno)[off..off + DINODE_SIZE])
+}
+
+/// The block map of an inode: (logical block, block) of its data, and its indirect blocks.
+/// Pointers outside the data area are skipped, and so is a map past `limit` blocks.
+fn block_map(dev: &dyn BlockDevice, sb: &Superblock, d: &Dinode) -> (Vec<(u64, u64)>, Vec<u64>) {
+    let (mut data, mut ind) = (Vec::new(), Vec::new());
+    for (i, &b) in d.db.iter().enumerate() {
+        if sb.is_data_block(b) {
+            data.push((i as u64, b));
+        }
+    }
+    let p = sb.ptrs_per_block();
+    let mut base = NDADDR as u64;
+    let mut span = p;
+    for (level, &b) in d.ib.iter().enumerate() {
+        let mut stack = vec![(b, level, base)];
+        while let Some((bno, lvl, first)) = stack.pop() {
+            if !sb.is_data_block(bno) || ind.len() > 4096 {
+                continue;
+            }
+            ind.push(bno);
+            let buf = read(dev, bno);
+            let per = p.pow(lvl as u32);
+            for i in 0..p as usize {
+                let c = ind_get(&buf, i);
+                let lbn = first + i as u64 * per;
+                if lvl == 0 {
+                    if sb.is_data_block(c) {
+                        data.push((lbn, c));
+                    }
+                } else if c != 0 {
+                    stack.push((c, lvl - 1, lbn));
+                }
+            }
+        }
+        base += span;
+        span = span.saturating_mul(p);
+    }
+    data.sort();
+    (data, ind)
+}
+
+/// Reads the tree from the root, each directory once. Fails on an image whose superblock does
+/// not decode.
+pub fn read_layout(dev: &dyn BlockDevice) -> Result<Layout, String> {
+    let sb = Superblock::decode(&read(dev, 0)).map_err(|e| e.to_string())?;
+    let bs = sb.block_size as u64;
+    let mut nodes: BTreeMap<u32, Node> = BTreeMap::new();
+    let mut queue = VecDeque::from([(ROOT_INO, String::new())]);
+    let mut seen_dirs = BTreeSet::from([ROOT_INO]);
+    let add = |nodes: &mut BTreeMap<u32, Node>, ino: u32, path: String, chunk: Option<(u64, usize)>| {
+        let d = dinode(dev, &sb, ino);
+        let n = nodes.entry(ino).or_insert_with(|| {
+            let (data, ind) = block_map(dev, &sb, &d);
+            let mut hash = 0u32;
+            if !d.is_dir() {
+                for &(lbn, b) in data.iter().filter(|(l, _)| l * bs < d.size) {
+                    hash = crc32c::crc32c_append(hash, &lbn.to_le_bytes());
+                    hash = crc32c::crc32c_append(hash, &read(dev, b));
+                }
+            }
+            Node {
+                ino,
+                paths: Vec::new(),
+                mode: d.mode,
+                size: d.size,
+                inode_at: sb.inode_location(ino),
+                entry_chunks: Vec::new(),
+                blocks: data.iter().map(|e| e.1).chain(ind).collect(),
+                hash,
+            }
+        });
+        n.paths.push(path);
+        n.entry_chunks.extend(chunk);
+    };
+    add(&mut nodes, ROOT_INO, "/".into(), None);
+    while let Some((dir, path)) = queue.pop_front() {
+        let d = dinode(dev, &sb, dir);
+        let (data, _) = block_map(dev, &sb, &d);
+        for (lbn, bno) in data {
+            if lbn * bs >= d.size {
+                break;
+            }
+            let buf = read(dev, bno);
+            for chunk in (0..buf.len()).step_by(DIRBLKSIZ) {
+                for e in dir_iter(&buf[chunk..chunk + DIRBLKSIZ]).map_while(|e| e.ok()) {
+                    if e.ino == 0 || e.name == b"." || e.name == b".." || !sb.is_valid_inode(e.ino) {
+                        continue;
+                    }
+                    let p = format!("{path}/{}", String::from_utf8_lossy(e.name));
+                    let is_dir = dinode(dev, &sb, e.ino).is_dir();
+                    add(&mut nodes, e.ino, p.clone(), Some((bno, chunk)));
+                    if is_dir && seen_dirs.insert(e.ino) {
+                        queue.push_back((e.ino, p));
+                    }
+                }
+            }
+        }
+    }
+    Ok(Layout { sb, nodes })
+}
+
+/// After a change, the block checksum of a superblock or a group header is stamped again (so
+/// that the change is seen, not refused as a torn block), or left stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reseal {
+    None,
+    Superblock,
+    CgHeader,
+}
+
+/// One change to an image: `bytes` written at `off` in block `bno`.
+#[derive(Debug, Clone)]
+pub struct Mutant {
+    pub desc: String,
+    pub bno: u64,
+    pub off: usize,
+    pub bytes: Vec<u8>,
+    pub reseal: Reseal,
+}
+
+impl Mutant {
+    pub fn apply(&self, dev: &dyn BlockDevice) {
+        let mut b = read(dev, self.bno);
+        b[self.off..self.off + self.bytes.len()].copy_from_slice(&self.bytes);
+        match self.reseal {
+            Reseal::None => {}
+            Reseal::Superblock => {
+                let crc = crc32c::crc32c(&b[..SB_SIZE - 4]);
+                b[SB_SIZE - 4..SB_SIZE].copy_from_slice(&crc.to_le_bytes());
+            }
+            Reseal::CgHeader => CgHeader::seal(&mut b),
+        }
+        dev.write_batch(&[WriteReq { bno: self.bno, data: &b }], WriteKind::Sync).expect("write");
+    }
+
+    /// Did the change touch bytes `at..at + len` of block `bno`?
+    pub fn touches(&self, bno: u64, at: usize, len: usize) -> bool {
+        self.bno == bno && self.off < at + len && at < self.off + self.bytes.len()
+    }
+
+    /// Did the change touch the node's inode, a chunk holding one of its entries, or a block it
+    /// owns?
+    pub fn touches_node(&self, n: &Node) -> bool {
+        self.touches(n.inode_at.0, n.inode_at.1, DINODE_SIZE)
+            || n.entry_chunks.iter().any(|&(b, c)| self.touches(b, c, DIRBLKSIZ))
+            || n.blocks.contains(&self.bno)
+    }
+}
+
+/// Superblock fields: (name, offset, width in bytes).
+const SB_FIELDS: &[(&str, usize, usize)] = &[
+    ("block size", 12, 4),
+    ("blocks", 16, 8),
+    ("blocks per group", 24, 4),
+    ("inodes per group", 28, 4),
+    ("groups", 32, 4),
+    ("flags", 36, 4),
+    ("free blocks", 40, 8),
+    ("free inodes", 48, 8),
+    ("directories", 56, 8),
+    ("created", 64, 8),
+    ("mount time", 72, 8),
+    ("snapshot 0", 96, 4),
+];
+const CG_FIELDS: &[(&str, usize, usize)] = &[
+    ("group", 4, 4),
+    ("blocks", 8, 4),
+    ("inodes", 12, 4),
+    ("free blocks", 16, 4),
+    ("free inodes", 20, 4),
+    ("directories", 24, 4),
+    ("block rotor", 28, 4),
+];
+const INODE_FIELDS: &[(&str, usize, usize)] = &[
+    ("mode", 0, 2),
+    ("nlink", 4, 4),
+    ("size", 16, 8),
+    ("blocks", 24, 8),
+    ("atime", 32, 8),
+    ("mtime", 40, 8),
+    ("mtime ns", 68, 4),
+    ("ctime ns", 72, 4),
+    ("flags", 84, 4),
+    ("db[0]", 88, 8),
+    ("db[1]", 96, 8),
+    ("db[11]", 176, 8),
+    ("ib[0]", 184, 8),
+    ("ib[1]", 192, 8),
+];
+
+/// Edge values for a field of `width` bytes; `ptrs` are block numbers worth pointing at.
+fn edge_value(rng: &mut SmallRng, width: usize, ptrs: &[u64]) -> (String, u64) {
+    let max = if width == 8 { u64::MAX } else { (1u64 << (8 * width)) - 1 };
+    let mut v: Vec<(String, u64)> = vec![("0".into(), 0), ("1".into(), 1), ("max".into(), max)];
+    if width == 8 {
+        v.push(("i64::MAX".into(), i64::MAX as u64));
+        v.push(("i64::MIN".into(), i64::MIN as u64));
+        v.push(("2^32".into(), 1 << 32));
+        v.push(("2^39".into(), 1 << 39));
+        for &p in ptrs {
+            v.push((format!("block {p}"), p));
+        }
+    }
+    if width == 4 {
+        v.push(("10^9".into(), 1_000_000_000));
+        v.push(("16".into(), 16));
+    }
+    v.push(("random".into(), rng.gen::<u64>() & max));
+    v.swap_remove(rng.gen_range(0..v.len()))
+}
+
+fn field(
+    rng: &mut SmallRng,
+    what: &str,
+    bno: u64,
+    base: usize,
+    f: &(&str, usize, usize),
+    ptrs: &[u64],
+    reseal: Reseal,
+) -> Mutant {
+    let (vname, v) = edge_value(rng, f.2, ptrs);
+    Mutant {
+        desc: format!("{what}: {} set to {vname}", f.0),
+        bno,
+        off: base + f.1,
+        bytes: v.to_le_bytes()[..f.2].to_vec(),
+        reseal,
+    }
+}
+
+/// Bits flipped in one byte of `block` (block `bno`), between `base` and `base + len`.
+fn flip(rng: &mut SmallRng, what: &str, block: &[u8], bno: u64, base: usize, len: usize) -> Mutant {
+    let at = base + rng.gen_range(0..len);
+    let x = rng.gen::<u8>() | 1;
+    Mutant {
+        desc: format!("{what}: byte {at} xor {x:#x}"),
+        bno,
+        off: at,
+        bytes: vec![block[at] ^ x],
+        reseal: Reseal::None,
+    }
+}
+
+/// `n` mutants of the image `dev` holds (its layout `l`), for `seed`. The list depends only on
+/// the image and the seed; each mutant is one change, to be applied to a copy of the image.
+pub fn mutants(dev: &dyn BlockDevice, l: &Layout, seed: u64, n: usize) -> Vec<Mutant> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let sb = &l.sb;
+    let nodes: Vec<&Node> = l.nodes.values().collect();
+    let dirs: Vec<&Node> = nodes.iter().copied().filter(|n| n.mode & S_IFMT == S_IFDIR).collect();
+    let with_ind: Vec<(u32, u64)> = nodes
+        .iter()
+        .flat_map(|n| {
+            let d = dinode(dev, sb, n.ino);
+            block_map(dev, sb, &d).1.into_iter().map(move |b| (n.ino, b))
+        })
+        .collect();
+    let data_blocks: Vec<u64> = nodes.iter().flat_map(|n| n.blocks.iter().copied()).collect();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let mut ptrs = vec![
+            0,
+            sb.cg_header_block(0),
+            sb.cg_itable_block(0),
+            sb.cg_start(1.min(sb.ngroups - 1)),
+            sb.num_blocks,
+            sb.num_blocks - 1,
+        ];
+        ptrs.push(data_blocks[rng.gen_range(0..data_blocks.len())]);
+        let m = match rng.gen_range(0..100) {
+            0..=9 => {
+                let f = &SB_FIELDS[rng.gen_range(0..SB_FIELDS.len())];
+                let reseal = if rng.gen_bool(0.8) { Reseal::Superblock } else { Reseal::None };
+                field(&mut rng, "superblock", 0, 0, f, &ptrs, reseal)
+            }
+            10..=12 => flip(&mut rng, "superblock", &read(dev, 0), 0, 0, SB_SIZE),
+            13..=22 => {
+                let cg = rng.gen_range(0..sb.ngroups);
+                let what = format!("group {cg} header");
+                let f = &CG_FIELDS[rng.gen_range(0..CG_FIELDS.len())];
+                field(&mut rng, &what, sb.cg_header_block(cg), 0, f, &ptrs, Reseal::CgHeader)
+            }
+            23..=32 => {
+                // A bit of a bitmap, in a byte that covers something in use (or not).
+                let cg = rng.gen_range(0..sb.ngroups);
+                let (name, base, bits) = if rng.gen_bool(0.5) {
+                    ("inode bitmap", CgHeader::inode_map_offset(), sb.inodes_per_group as usize)
+                } else {
+                    ("block bitmap", CgHeader::block_map_offset(sb.inodes_per_group), sb.cg_blocks(cg) as usize)
+                };
+                let bit = if rng.gen_bool(0.7) { rng.gen_range(0..bits.min(600)) } else { rng.gen_range(0..bits) };
+                let bno = sb.cg_header_block(cg);
+                let cur = read(dev, bno)[base + bit / 8];
+                Mutant {
+                    desc: format!("group {cg} {name}: bit {bit} flipped"),
+                    bno,
+                    off: base + bit / 8,
+                    bytes: vec![cur ^ (1 << (bit % 8))],
+                    reseal: Reseal::CgHeader,
+                }
+            }
+            33..=62 => {
+                // An inode: one of the tree's, or now and then a free one.
+                let ino = if rng.gen_bool(0.9) {
+                    nodes[rng.gen_range(0..nodes.len())].ino
+                } else {
+                    rng.gen_range(FIRST_INO..sb.total_inodes() as u32)
+                };
+                let (bno, off) = sb.inode_location(ino);
+                if rng.gen_bool(0.85) {
+                    let f = &INODE_FIELDS[rng.gen_range(0..INODE_FIELDS.len())];
+                    field(&mut rng, &format!("inode {ino}"), bno, off, f, &ptrs, Reseal::None)
+                } else {
+                    flip(&mut rng, &format!("inode {ino}"), &read(dev, bno), bno, off, DINODE_SIZE)
+                }
+            }
+            63..=87 => {
+                // A directory entry's field, or bytes of a directory block.
+                let d = dirs[rng.gen_range(0..dirs.len())];
+                let dd = dinode(dev, sb, d.ino);
+                let (data, _) = block_map(dev, sb, &dd);
+                let (lbn, bno) = data[rng.gen_range(0..data.len())];
+                let buf = read(dev, bno);
+                let entries: Vec<(usize, usize)> = (0..buf.len())
+                    .step_by(DIRBLKSIZ)
+                    .flat_map(|c| {
+                        dir_iter(&buf[c..c + DIRBLKSIZ])
+                            .map_while(|e| e.ok())
+                            .map(move |e| (c + e.offset, e.name.len()))
+                    })
+                    .collect();
+                let what = format!("directory {} block {lbn}", d.ino);
+                let (at, namelen) = entries[rng.gen_range(0..entries.len())];
+                let other = nodes[rng.gen_range(0..nodes.len())].ino;
+                let (fname, foff, bytes): (&str, usize, Vec<u8>) = match rng.gen_range(0..6) {
+                    0 => {
+                        let v = [0, 1, u32::MAX, other, sb.total_inodes() as u32][rng.gen_range(0..5)];
+                        ("ino", 0, v.to_le_bytes().to_vec())
+                    }
+                    1 => {
+                        let v = [0u16, 1, 7, 12, 513, u16::MAX][rng.gen_range(0..6)];
+                        ("reclen", 4, v.to_le_bytes().to_vec())
+                    }
+                    2 => ("type", 6, vec![[0u8, DT_DIR, DT_REG, DT_LNK, 255][rng.gen_range(0..5)]]),
+                    3 => ("name length", 7, vec![[0u8, 1, 255][rng.gen_range(0..3)]]),
+                    4 => ("name", 8 + rng.gen_range(0..namelen.max(1)), vec![[0u8, b'/', b'.'][rng.gen_range(0..3)]]),
+                    _ => {
+                        let m = flip(&mut rng, &what, &buf, bno, 0, buf.len());
+                        out.push(m);
+                        continue;
+                    }
+                };
+                Mutant {
+                    desc: format!("{what}: entry at {at}: {fname} set to {bytes:?}"),
+                    bno,
+                    off: at + foff,
+                    bytes,
+                    reseal: Reseal::None,
+                }
+            }
+            _ => {
+                // An indirect block's pointer.
+                let (ino, bno) = with_ind[rng.gen_range(0..with_ind.len())];
+                let buf = read(dev, bno);
+                let used: Vec<usize> = (0..buf.len() / 8).filter(|&i| ind_get(&buf, i) != 0).collect();
+                let idx = if !used.is_empty() && rng.gen_bool(0.8) {
+                    used[rng.gen_range(0..used.len())]
+                } else {
+                    rng.gen_range(0..buf.len() / 8)
+                };
+                let (vname, v) = edge_value(&mut rng, 8, &ptrs);
+                Mutant {
+                    desc: format!("inode {ino} indirect block {bno}: pointer {idx} set to {vname}"),
+                    bno,
+                    off: idx * 8,
+                    bytes: v.to_le_bytes().to_vec(),
+                    reseal: Reseal::None,
+                }
+            }
+        };
+        out.push(m);
+    }
+    out
+}

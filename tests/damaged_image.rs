@@ -1,0 +1,132 @@
+//! Damaged images: a deterministic mutator (tests/common/mutate.rs) changes one thing in a copy
+//! of an image built by a fixed workload, and fsck must cope with every mutant: check, preen and
+//! repair finish (an operational error is an answer, a panic is not); repair converges (a check
+//! after it finds nothing); preen either refuses and leaves the image byte-identical, or keeps
+//! every file whose inode, directory entry and blocks the mutation did not touch, as it was.
+//! SUFS_MUTANTS=N runs N mutants (default 300), SUFS_MUTANT_SEED picks the seed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+mod common;
+
+use common::mutate::{mutants, read_layout, workload_image, Mutant};
+use sufs::dev::MemDevice;
+use sufs::format::{LOST_FOUND_INO, ROOT_INO, S_IFDIR, S_IFMT};
+use sufs::fsck::{self, Class, Report};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn show(r: &Report) -> String {
+    r.findings.iter().map(|f| format!("  {:?}: {f}", f.class())).collect::<Vec<_>>().join("\n")
+}
+
+/// The variant name of a finding.
+fn kind(f: &fsck::Finding) -> String {
+    let d = format!("{f:?}");
+    d.split([' ', '{']).next().unwrap_or("").to_string()
+}
+
+#[test]
+fn mutants_are_checked_preened_and_repaired() {
+    let base = workload_image();
+    let image = base.blocks();
+    let layout = read_layout(&*base).expect("the workload's image reads");
+    assert!(layout.nodes.len() > 250, "{} nodes", layout.nodes.len());
+    let n = env("SUFS_MUTANTS", 300) as usize;
+    let seed = env("SUFS_MUTANT_SEED", 0x5eed_f5c4);
+    eprintln!("damaged_image: {n} mutants, seed {seed:#x} (SUFS_MUTANTS, SUFS_MUTANT_SEED)");
+    let list = mutants(&*base, &layout, seed, n);
+    assert_eq!(list.len(), n);
+    let mut outcomes: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut kinds: BTreeMap<(String, Class), u32> = BTreeMap::new();
+    let fork = || Arc::new(MemDevice::from_blocks(4096, image.clone()));
+    for (i, m) in list.iter().enumerate() {
+        let ctx = format!("mutant {i} (seed {seed:#x}): {}", m.desc);
+        let dev = fork();
+        m.apply(&*dev);
+        let damaged = dev.blocks();
+        let checked = fsck::check(&*dev);
+        match &checked {
+            Err(_) => *outcomes.entry("check: operational error").or_default() += 1,
+            Ok(r) if r.is_clean() => *outcomes.entry("check: clean").or_default() += 1,
+            Ok(r) if r.violations() == 0 => *outcomes.entry("check: allowed only").or_default() += 1,
+            Ok(_) => *outcomes.entry("check: violations").or_default() += 1,
+        }
+        if let Ok(r) = &checked {
+            for f in &r.findings {
+                *kinds.entry((kind(f), f.class())).or_default() += 1;
+            }
+        }
+        assert!(dev.blocks() == damaged, "{ctx}: check wrote");
+
+        // Repair converges.
+        let rdev = Arc::new(MemDevice::from_blocks(4096, damaged.clone()));
+        match fsck::repair(&*rdev) {
+            Ok(r) => {
+                assert!(
+                    r.remaining.is_empty(),
+                    "{ctx}: repair left\n{}",
+                    show(&Report { findings: r.remaining.clone(), ..Default::default() })
+                );
+                let c = fsck::check(&*rdev).unwrap_or_else(|e| panic!("{ctx}: check after repair: {e}"));
+                assert!(
+                    c.is_clean(),
+                    "{ctx}: found by\n{}\nnot clean after repair:\n{}",
+                    show(checked.as_ref().unwrap()),
+                    show(&c)
+                );
+            }
+            Err(e) => assert!(checked.is_err(), "{ctx}: check runs but repair fails: {e}"),
+        }
+
+        // Preen refuses untouched, or keeps every file the mutation did not touch.
+        let pdev = Arc::new(MemDevice::from_blocks(4096, damaged.clone()));
+        match fsck::preen(&*pdev) {
+            Ok(r) if r.refused.is_some() => {
+                *outcomes.entry("preen: refused").or_default() += 1;
+                assert!(pdev.blocks() == damaged, "{ctx}: a refused preen wrote");
+            }
+            Ok(r) => {
+                *outcomes.entry(if r.repaired { "preen: repaired" } else { "preen: nothing to do" }).or_default() += 1;
+                assert!(r.violations() == 0, "{ctx}: preen went on despite\n{}", show(&r));
+                keeps_untouched(&ctx, m, &layout, &pdev);
+            }
+            Err(_) => {
+                *outcomes.entry("preen: operational error").or_default() += 1;
+                assert!(pdev.blocks() == damaged, "{ctx}: preen failed after writing");
+            }
+        }
+    }
+    eprintln!("damaged_image: {n} mutants:");
+    for (what, count) in &outcomes {
+        eprintln!("  {what}: {count}");
+    }
+    eprintln!("damaged_image: findings by kind:");
+    for ((k, class), count) in &kinds {
+        eprintln!("  {k} ({class:?}): {count}");
+    }
+    // The mutator reaches both classes, and fsck says something of most mutants.
+    assert!(kinds.keys().any(|k| k.1 == Class::Violation) && kinds.keys().any(|k| k.1 == Class::Allowed));
+    assert!(outcomes.get("check: clean").copied().unwrap_or(0) < n as u32 / 2, "{outcomes:?}");
+}
+
+/// Every node of the workload's tree that `m` did not touch is still named somewhere (maybe
+/// in lost+found), with its type, and for files their size and bytes.
+fn keeps_untouched(ctx: &str, m: &Mutant, before: &common::mutate::Layout, dev: &MemDevice) {
+    let after = read_layout(dev).unwrap_or_else(|e| panic!("{ctx}: the preened image does not read: {e}"));
+    for (ino, n) in &before.nodes {
+        if *ino == ROOT_INO || *ino == LOST_FOUND_INO || m.touches_node(n) {
+            continue;
+        }
+        let Some(a) = after.nodes.get(ino) else {
+            panic!("{ctx}: preen lost {:?} (inode {ino}), which the mutation did not touch", n.paths);
+        };
+        assert_eq!(a.mode, n.mode, "{ctx}: {:?} changed type", n.paths);
+        if n.mode & S_IFMT != S_IFDIR {
+            assert_eq!((a.size, a.hash), (n.size, n.hash), "{ctx}: {:?} changed", n.paths);
+        }
+    }
+}
