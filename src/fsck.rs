@@ -432,8 +432,11 @@ pub fn run(dev: &dyn BlockDevice, opts: &Options) -> Result<Report> {
         if scan.findings.is_empty() && flags & SB_CLEAN != 0 && (preen || flags & SB_NEEDS_FSCK == 0) {
             break;
         }
-        // Preen stops at the first violation a round exposes; it is left for fsck -y.
-        if preen && scan.findings.iter().any(|f| f.class() == Class::Violation) {
+        // Preen stops at the first violation a round exposes; it is left for fsck -y. A link
+        // count too low is preen's own doing (a "..", set back to the parent, names it once
+        // more) and is raised: raising a count loses nothing.
+        let own = |f: &Finding| matches!(f, Finding::LinkCountTooLow { .. });
+        if preen && scan.findings.iter().any(|f| f.class() == Class::Violation && !own(f)) {
             break;
         }
         let wrote = scan.apply()?;

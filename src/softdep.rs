@@ -597,7 +597,10 @@ impl Softdep {
         }
         let d = self.inodedep(ino);
         d.pending.push(PendingOp::DirAdd(r));
-        if mkdir && d.allocdirects().any(|a| a.lbn == 0) {
+        // A directory's entry, made by its mkdir or by a rename while its first block's pointer
+        // is not yet on disk, waits for that block and pointer (MKDIR_BODY): otherwise a
+        // renamed new directory could be named on disk with size 0 and no block.
+        if (mkdir || d.is_dir) && d.allocdirects().any(|a| a.lbn == 0) {
             state |= DepState::MKDIR_BODY;
             d.pending
                 .push(PendingOp::Mkdir(Mkdir { wk: WorkList::new(DepKind::Mkdir, DepState::MKDIR_BODY), diradd: r }));
