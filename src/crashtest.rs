@@ -28,7 +28,7 @@ use crate::fsck::{self, Class, Finding};
 use crate::syncer::{Sweeper, SyncerOptions, UpdatePolicy};
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 15] = [
+pub const WORKLOADS: [&str; 16] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -44,6 +44,7 @@ pub const WORKLOADS: [&str; 15] = [
     "ancestor-rename",
     "rename-over",
     "link-fsync",
+    "rename-back",
 ];
 
 const BS: usize = 4096;
@@ -302,6 +303,11 @@ impl Work<'_> {
         Ok(ino)
     }
 
+    /// Files `{prefix}{i}` for i in 0..n, of `len(i)` bytes each; their paths.
+    fn create_files(&mut self, prefix: &str, n: usize, len: impl Fn(usize) -> usize) -> FsResult<Vec<String>> {
+        (0..n).map(|i| self.create(&format!("{prefix}{i}"), len(i)).map(|_| format!("{prefix}{i}"))).collect()
+    }
+
     fn write(&mut self, path: &str, off: u64, len: usize) -> FsResult<()> {
         let pos = self.begin(format!("write {path} at {off} ({len} bytes)"))?;
         let ino = self.resolve(path)?;
@@ -354,6 +360,16 @@ impl Work<'_> {
     fn rename(&mut self, from: &str, to: &str) -> FsResult<()> {
         let pos = self.begin(format!("rename {from} {to}"))?;
         let ino = self.resolve(from)?;
+        // A chain of renames (a to b, b to c): until the last is on disk, the file may still be
+        // named by an earlier name of the chain (an old name stays until its new one is on disk).
+        let mut chain = Vec::new();
+        let mut cur = from.to_string();
+        for p in self.promises.iter().rev().filter(|p| p.kind == PromiseKind::Rename && p.ino == ino) {
+            if p.paths[1] == cur {
+                cur = p.paths[0].clone();
+                chain.push(cur.clone());
+            }
+        }
         self.touch_name(pos, from);
         self.touch_name(pos, to);
         if self.resolve(to).is_ok_and(|t| t != ino) {
@@ -365,7 +381,15 @@ impl Work<'_> {
         if self.rec.is_some() && from != to {
             self.promises.push(Promise {
                 kind: PromiseKind::Rename,
-                paths: vec![from.to_string(), to.to_string()],
+                paths: {
+                    let mut paths = vec![from.to_string(), to.to_string()];
+                    for q in chain {
+                        if !paths.contains(&q) {
+                            paths.push(q);
+                        }
+                    }
+                    paths
+                },
                 ino,
                 contents: None,
                 runs: None,
@@ -446,6 +470,7 @@ fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>> {
         "ancestor-rename" => Box::new(AncestorRename::default()),
         "rename-over" => Box::new(RenameOver::default()),
         "link-fsync" => Box::new(LinkFsync::default()),
+        "rename-back" => Box::new(RenameBack::default()),
         "br" => Box::new(BrWork::default()),
         "snapshot" => Box::new(SnapWork::default()),
         "mix" => {
@@ -506,11 +531,7 @@ struct SnapWork {
 impl Workload for SnapWork {
     fn setup(&mut self, w: &mut Work) -> FsResult<()> {
         w.mkdir("/s")?;
-        for i in 0..6 {
-            let p = format!("/s/f{i}");
-            w.create(&p, 3000 + i * 9000)?;
-            self.files.push(p);
-        }
+        self.files = w.create_files("/s/f", 6, |i| 3000 + i * 9000)?;
         Ok(())
     }
     fn step(&mut self, w: &mut Work) -> FsResult<bool> {
@@ -1291,6 +1312,57 @@ impl Workload for RenameOver {
             }
         }
         w.fsync(&dst)?;
+        Ok(true)
+    }
+}
+
+/// fstests' readdir-while-renames, crashed: each file of a directory is renamed to a temporary
+/// name (in its directory or another) and back, some after a write of the file or an fsync
+/// between, some fsync'ed by the name they end with; files are made and removed on the way, so
+/// that renames are undone both before and after their names reach the disk.
+#[derive(Default)]
+struct RenameBack {
+    names: Vec<String>,
+    n: usize,
+}
+
+impl Workload for RenameBack {
+    fn setup(&mut self, w: &mut Work) -> FsResult<()> {
+        w.mkdir("/rb")?;
+        w.mkdir("/rb/o")?;
+        self.names = w.create_files("/rb/", 12, |i| 300 + i * 700)?;
+        Ok(())
+    }
+    fn step(&mut self, w: &mut Work) -> FsResult<bool> {
+        self.n += 1;
+        let n = self.n;
+        let j = w.rng.gen_range(0..self.names.len());
+        let name = self.names[j].clone();
+        let tmp = if w.rng.gen_bool(0.7) { "/rb/TEMPFILE".to_string() } else { "/rb/o/TEMPFILE".to_string() };
+        w.rename(&name, &tmp)?;
+        match w.rng.gen_range(0..5) {
+            0 => w.fsync(&tmp)?,
+            1 => w.write(&tmp, 0, 200)?,
+            2 => {
+                let other = self.names[(j + 1) % self.names.len()].clone();
+                if other != name {
+                    w.fsync(&other)?;
+                }
+            }
+            _ => {}
+        }
+        w.rename(&tmp, &name)?;
+        if w.rng.gen_bool(0.3) {
+            w.fsync(&name)?;
+        }
+        if n % 7 == 0 {
+            let p = format!("/rb/new{n}");
+            w.create(&p, 500)?;
+            self.names.push(p);
+        } else if n % 11 == 0 && self.names.len() > 4 {
+            let p = self.names.swap_remove(j);
+            w.unlink(&p)?;
+        }
         Ok(true)
     }
 }

@@ -91,6 +91,11 @@ impl DirHash {
         }
     }
 
+    /// A hidden entry is live again (a rename undone before its old name left the disk).
+    pub fn unhide(&mut self, name: &[u8], lbn: u64, off: usize) {
+        self.names.insert(name.into(), (lbn, off as u32));
+    }
+
     pub fn set_slack(&mut self, lbn: u64, s: u32) {
         let i = lbn as usize;
         if i >= self.slack.len() {

@@ -367,6 +367,10 @@ pub struct Fs {
     /// New entries (not of directories) named like a hidden name of their directory, waiting
     /// on disk for its removal (NAMESAKE): hidden (block, offset) -> (block, offset, inode) of each.
     namesakes: HashMap<(u64, usize), Vec<NamesakeWaiter>>,
+    /// For each waiting new entry (block, offset), how many hidden namesakes it waits for: the
+    /// inverse of `namesakes`, so that a namesake's removal checks its waiters at once (a scan
+    /// of every waiter per removal made unmount quadratic).
+    namesake_waits: HashMap<(u64, usize), u32>,
     /// With soft updates, a directory holding a name of each file looked up or named in this
     /// mount (the latest): fsync walks its path to the root, so that a renamed ancestor's new
     /// name is made durable too. At most one entry per inode.
@@ -432,6 +436,7 @@ impl Fs {
             deferred_tried_at: (0, 0),
             hidden_removed: 0,
             namesakes: HashMap::new(),
+            namesake_waits: HashMap::new(),
             name_dir: HashMap::new(),
             br_hint: None,
             snaps: Vec::new(),
@@ -834,7 +839,7 @@ impl Fs {
             }
             Task::NamesakeGone { dirblk, off } => {
                 // Unless another hidden namesake of it is still on disk.
-                let still = self.namesakes.values().flatten().any(|j| (j.0, j.1) == (dirblk, off));
+                let still = self.namesake_waits.contains_key(&(dirblk, off));
                 if !still && self.sd().is_some_and(|sd| sd.namesake_gone(dirblk, off)) {
                     // Its block may be clean (the entry rolled back): it must be written again.
                     self.cache.modify(dirblk)?;
@@ -855,6 +860,13 @@ impl Fs {
                 }
                 self.hidden_removed += 1;
                 let waiting = self.namesakes.remove(&(bno, off)).unwrap_or_default();
+                for w in &waiting {
+                    let n = self.namesake_waits.get_mut(&(w.0, w.1)).expect("a namesake waiter is counted");
+                    *n -= 1;
+                    if *n == 0 {
+                        self.namesake_waits.remove(&(w.0, w.1));
+                    }
+                }
                 tasks.extend(waiting.into_iter().map(|(dirblk, off, _)| Task::NamesakeGone { dirblk, off }));
                 let buf = self.cache.modify(bno)?;
                 dir_remove(buf, off)?;
@@ -1941,6 +1953,7 @@ impl Fs {
         }
         for k in hidden {
             self.namesakes.entry(k).or_default().push((bno, off, ino));
+            *self.namesake_waits.entry((bno, off)).or_default() += 1;
         }
     }
 
@@ -2172,6 +2185,11 @@ impl Fs {
         let mut sd = self.dir_inode(dir)?;
         let src = self.find_entry(dir, &mut sd, name)?.ok_or(FsError::NotFound)?;
         let si = self.iget(src.ino)?;
+        if !flags.exchange && !si.is_dir() && si.flags & (DI_IMMUTABLE | DI_SNAPSHOT) == 0 {
+            if let Some((key, old)) = self.undone_rename(newdir, newname, &src)? {
+                return self.rename_back(dir, name, src, si, newdir, key, old);
+            }
+        }
         let namesake = |fs: &Fs, d: u32, n: &[u8]| fs.hidden.values().any(|h| h.0 == d && h.2 == n);
         if (si.is_dir() || flags.exchange) && namesake(self, newdir, newname) {
             // A directory taking a hidden name: that name leaves the disk first. So in an
@@ -2291,8 +2309,10 @@ impl Fs {
                 self.entry_added(newdir, t.bno, t.off, src.ino, old, None, false, tasks)?;
                 self.note_name_dir(newdir, src.ino, &si);
                 // A wait of the replaced entry for a hidden namesake is now the source's.
-                for w in self.namesakes.values_mut().flatten().filter(|w| (w.0, w.1) == (t.bno, t.off)) {
-                    w.2 = src.ino;
+                if self.namesake_waits.contains_key(&(t.bno, t.off)) {
+                    for w in self.namesakes.values_mut().flatten().filter(|w| (w.0, w.1) == (t.bno, t.off)) {
+                        w.2 = src.ino;
+                    }
                 }
             }
             None => {
@@ -2339,6 +2359,69 @@ impl Fs {
             let (b, off) = self.set_dotdot(src.ino, newdir)?;
             self.entry_added(src.ino, b, off, newdir, Some((dir, DT_DIR)), None, false, vec![Task::DropLink(dir)])?;
         }
+        self.balance()
+    }
+
+    /// With soft updates, a rename that undoes an earlier one before either reached the disk
+    /// (`a` to `b`, then `b` back to `a`, as fstests' readdir-while-renames does): `newname` is
+    /// a hidden old name of the same inode whose removal still waits on the entry `src`, not yet
+    /// on disk. Returns that hidden entry's place and its removal, taken out of `src`'s work.
+    fn undone_rename(&mut self, newdir: u32, newname: &[u8], src: &Slot) -> FsResult<Option<((u64, usize), Task)>> {
+        if self.hooks.softdep.is_none() {
+            return Ok(None);
+        }
+        let found = self.hidden.iter().find(|(_, h)| h.0 == newdir && h.2 == newname && h.3 == src.ino);
+        let Some((&key, _)) = found else { return Ok(None) };
+        if self.namesakes.contains_key(&key) {
+            return Ok(None);
+        }
+        let mut nd = self.dir_inode(newdir)?;
+        if self.find_entry(newdir, &mut nd, newname)?.is_some() {
+            return Ok(None);
+        }
+        let pick = |t: &Task| matches!(t, Task::RemoveOldName { bno, off, .. } if (*bno, *off) == key);
+        let old = self.sd().and_then(|sd| sd.take_on_complete(src.bno, src.off, pick));
+        Ok(old.map(|t| (key, t)))
+    }
+
+    /// Undoes a rename (see `undone_rename`): the hidden old entry at `key`, still in its
+    /// place in its block, names the inode again, and the entry `src` goes as if never made. A
+    /// reader of the directory finds the entry where it was; neither rename costs a write.
+    #[allow(clippy::too_many_arguments)]
+    fn rename_back(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        src: Slot,
+        mut si: Dinode,
+        newdir: u32,
+        key: (u64, usize),
+        old: Task,
+    ) -> FsResult<()> {
+        let Task::RemoveOldName { tasks, .. } = old else {
+            unreachable!("undone_rename picks a RemoveOldName");
+        };
+        let (hdir, hlbn, hname, hino) =
+            self.hidden.remove(&key).ok_or_else(|| FsError::Corrupt(format!("hidden name at {key:?} vanished")))?;
+        assert_eq!((hdir, hino), (newdir, src.ino), "an undone rename revives its own old name");
+        self.hidden_removed += 1;
+        if let Some(h) = self.dirhash.get_mut(&newdir) {
+            h.unhide(&hname, hlbn, key.1);
+        }
+        log::trace!("rename of {} back to {:?} in {newdir}: old entry at {key:?} revived", src.ino, hname);
+        // The old name's link drop now follows the removal of `src` (unlink_name notes it).
+        if let Some(sd) = self.sd() {
+            sd.take_pending_unlink(src.ino);
+        }
+        for p in if dir == newdir { vec![dir] } else { vec![dir, newdir] } {
+            let mut d = self.iget(p)?;
+            self.touch_mc(&mut d);
+            self.iput(p, &d)?;
+        }
+        self.touch_c(&mut si);
+        self.iput(src.ino, &si)?;
+        self.unlink_name(dir, &src, name, tasks)?;
+        self.note_name_dir(newdir, src.ino, &si);
         self.balance()
     }
 

@@ -656,6 +656,15 @@ impl Softdep {
         }
     }
 
+    /// Takes out of the pending entry at `off` of `dirblk` the work `pick` chooses (a rename's
+    /// old-name removal, when the rename is undone before its new name reached the disk).
+    pub fn take_on_complete(&mut self, dirblk: u64, off: usize, pick: impl Fn(&Task) -> bool) -> Option<Task> {
+        let pd = self.pagedeps.get_mut(&dirblk)?;
+        let da = pd.diradds.iter_mut().find(|d| d.off == off)?;
+        let i = da.on_complete.iter().position(pick)?;
+        Some(da.on_complete.remove(i))
+    }
+
     /// True if directory block `bno` has entries or removals not yet on disk.
     pub fn dir_block_pending(&self, bno: u64) -> bool {
         self.block_dir.contains_key(&bno)

@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 
 use super::{sufs, SUFS};
 use std::time::{Duration, Instant};
@@ -57,10 +57,15 @@ impl Drop for Mounted {
 
 /// `sufs mount IMAGE DIR -f EXTRA...`, returning once the mount is there.
 pub fn mount_fg(image: &Path, dir: &Path, extra: &[&str]) -> Mounted {
+    mount_fg_with(image, dir, extra, Stdio::inherit())
+}
+
+/// `mount_fg` with the server's standard output captured (`Mounted::umount_report`).
+pub fn mount_fg_with(image: &Path, dir: &Path, extra: &[&str], stdout: Stdio) -> Mounted {
     fs::create_dir_all(dir).unwrap();
     let mut args = vec!["mount", image.to_str().unwrap(), dir.to_str().unwrap(), "-f"];
     args.extend_from_slice(extra);
-    let mut child = Command::new(SUFS).args(&args).spawn().unwrap();
+    let mut child = Command::new(SUFS).args(&args).stdout(stdout).spawn().unwrap();
     let start = Instant::now();
     while !is_mounted(dir) {
         if let Some(st) = child.try_wait().unwrap() {
@@ -80,6 +85,19 @@ impl Mounted {
         let st = self.child.wait().unwrap();
         self.done = true;
         assert!(st.success(), "sufs mount exited with {st}");
+    }
+
+    /// `umount`, returning what the server printed (its unmount report: device writes etc.);
+    /// the mount must have been made with its standard output piped.
+    pub fn umount_report(mut self) -> String {
+        let mut out = String::new();
+        let mut pipe = self.child.stdout.take().expect("mounted with stdout piped");
+        let reader = std::thread::spawn(move || {
+            std::io::Read::read_to_string(&mut pipe, &mut out).unwrap();
+            out
+        });
+        self.umount();
+        reader.join().unwrap()
     }
 }
 
