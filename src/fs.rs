@@ -147,6 +147,11 @@ pub mod br;
 #[path = "snapshot.rs"]
 pub mod snapshot;
 
+// Renames' old names kept on disk until the new names are (rule 3), hidden from users.
+#[path = "hidden.rs"]
+pub mod hidden;
+use hidden::{HiddenName, HiddenNames};
+
 /// Options of a new file system.
 #[derive(Debug, Clone)]
 pub struct MkfsOptions {
@@ -303,10 +308,6 @@ impl WriteHooks for Hooks {
     }
 }
 
-/// A rename's old name kept on disk until the new one is: (directory, logical block, name,
-/// inode it names).
-type HiddenName = (u32, u64, Vec<u8>, u32);
-
 /// A new entry waiting for a hidden namesake's removal: its block, offset and inode.
 type NamesakeWaiter = (u64, usize, u32);
 
@@ -355,7 +356,7 @@ pub struct Fs {
     next_count_at: u64,
     /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
     /// but gone for users: (block, offset) -> (directory, logical block, name).
-    hidden: HashMap<(u64, usize), HiddenName>,
+    hidden: HiddenNames,
     /// Renames' old-name removals whose new name is on disk but in a directory not yet
     /// reachable on disk (rule 3 for the whole path): retried after later writes complete.
     deferred_old_names: Vec<Task>,
@@ -431,7 +432,7 @@ impl Fs {
             ops: 0,
             next_count_at: 0,
             removed_dirs: foldhash::HashSet::default(),
-            hidden: HashMap::new(),
+            hidden: HiddenNames::new(),
             deferred_old_names: Vec::new(),
             deferred_tried_at: (0, 0),
             hidden_removed: 0,
@@ -849,7 +850,7 @@ impl Fs {
             Task::RemoveOldName { dir, wait, bno, lbn, off, mut tasks } => {
                 let waits = match wait {
                     NameWait::NewPath(newdir) => self.new_path_pending(newdir)?,
-                    NameWait::Emptied(d) => self.hidden.values().any(|h| h.0 == d),
+                    NameWait::Emptied(d) => self.hidden.in_dir(d),
                 };
                 if waits {
                     self.deferred_old_names.push(Task::RemoveOldName { dir, wait, bno, lbn, off, tasks });
@@ -1454,7 +1455,7 @@ impl Fs {
                 h.add_block(lbn, None)?;
             } else {
                 let hidden = &self.hidden;
-                h.add_block_except(lbn, Some(self.cache.read(bno)?), |off| hidden.contains_key(&(bno, off)))?;
+                h.add_block_except(lbn, Some(self.cache.read(bno)?), |off| hidden.contains(&(bno, off)))?;
             }
         }
         self.dirhash.insert(dir, h);
@@ -1490,7 +1491,7 @@ impl Fs {
             let buf = self.cache.read(bno)?;
             for e in dir_iter(buf) {
                 let e = e?;
-                if e.ino != 0 && !self.hidden.contains_key(&(bno, e.offset)) && pred(&e) {
+                if e.ino != 0 && !self.hidden.contains(&(bno, e.offset)) && pred(&e) {
                     return Ok(Some(Slot { bno, lbn, off: e.offset, ino: e.ino }));
                 }
             }
@@ -1645,7 +1646,7 @@ impl Fs {
 
     /// Hides the entry `slot` of `dir` from users while it stays in its block (so on disk).
     fn hide_name(&mut self, dir: u32, slot: &Slot, name: &[u8]) {
-        self.hidden.insert((slot.bno, slot.off), (dir, slot.lbn, name.to_vec(), slot.ino));
+        self.hidden.insert((slot.bno, slot.off), HiddenName { dir, lbn: slot.lbn, name: name.to_vec(), ino: slot.ino });
         if let Some(h) = self.dirhash.get_mut(&dir) {
             h.hide(name, slot.lbn, slot.off);
         }
@@ -1906,7 +1907,7 @@ impl Fs {
     /// names it holds), everything is written. Call it before reading the inodes the operation
     /// changes.
     fn retire_hidden_name(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
-        let find = |fs: &Fs| fs.hidden.iter().find(|(_, h)| h.0 == dir && h.2 == name).map(|(&k, _)| k);
+        let find = |fs: &Fs| fs.hidden.named(dir, name).next().map(|(k, _)| k);
         while let Some(key) = find(self) {
             log::debug!(
                 "new name {:?} in directory {dir}: its hidden namesake goes first",
@@ -1921,14 +1922,14 @@ impl Fs {
     /// names are written as fsync writes them (which lets its removal run), then the removal's
     /// block; everything, if that is not enough.
     fn retire_hidden(&mut self, key: (u64, usize)) -> FsResult<()> {
-        let Some(&(.., ino)) = self.hidden.get(&key) else {
+        let Some(ino) = self.hidden.get(&key).map(|h| h.ino) else {
             return Ok(());
         };
         self.fsync(ino)?;
         self.run_tasks()?;
-        if self.hidden.contains_key(&key) {
+        if self.hidden.contains(&key) {
             self.sync_all()?;
-            if self.hidden.contains_key(&key) {
+            if self.hidden.contains(&key) {
                 return Err(FsError::Corrupt(format!("a hidden name at {key:?} outlived a full sync")));
             }
             return Ok(());
@@ -1943,8 +1944,7 @@ impl Fs {
         if self.hooks.softdep.is_some() {
             self.name_dir.insert(ino, dir);
         }
-        let hidden: Vec<(u64, usize)> =
-            self.hidden.iter().filter(|(_, h)| h.0 == dir && h.2 == name).map(|(&k, _)| k).collect();
+        let hidden: Vec<(u64, usize)> = self.hidden.named(dir, name).map(|(k, _)| k).collect();
         if hidden.is_empty() {
             return;
         }
@@ -2136,7 +2136,7 @@ impl Fs {
         self.iput(dir, &dd)?;
         // The name goes first; then the child (its ".." with it), then the parent's count.
         let task = Task::RmdirChild { child: slot.ino, parent: Some(dir) };
-        if self.hidden.values().any(|h| h.0 == slot.ino) {
+        if self.hidden.in_dir(slot.ino) {
             // It still holds renames' old names on disk, whose new names are not yet reachable:
             // its own name stays on disk, hidden, until those may go (or the files would be
             // reachable by no name on disk).
@@ -2190,7 +2190,7 @@ impl Fs {
                 return self.rename_back(dir, name, src, si, newdir, key, old);
             }
         }
-        let namesake = |fs: &Fs, d: u32, n: &[u8]| fs.hidden.values().any(|h| h.0 == d && h.2 == n);
+        let namesake = |fs: &Fs, d: u32, n: &[u8]| fs.hidden.named(d, n).next().is_some();
         if (si.is_dir() || flags.exchange) && namesake(self, newdir, newname) {
             // A directory taking a hidden name: that name leaves the disk first. So in an
             // exchange, where either entry may come to name a directory in place.
@@ -2228,7 +2228,7 @@ impl Fs {
             if ti.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
                 return Err(FsError::Perm);
             }
-            if moving_dir && ti.is_dir() && self.hidden.values().any(|(hd, _, _, _)| *hd == t.ino) {
+            if moving_dir && ti.is_dir() && self.hidden.in_dir(t.ino) {
                 // The directory replaced still holds renames' old names on disk: its name cannot
                 // be overwritten in place before those go. It is removed as by rmdir (its name
                 // stays on disk, hidden, until then) and the source takes a new entry once that
@@ -2370,8 +2370,8 @@ impl Fs {
         if self.hooks.softdep.is_none() {
             return Ok(None);
         }
-        let found = self.hidden.iter().find(|(_, h)| h.0 == newdir && h.2 == newname && h.3 == src.ino);
-        let Some((&key, _)) = found else { return Ok(None) };
+        let found = self.hidden.named(newdir, newname).find(|(_, h)| h.ino == src.ino);
+        let Some((key, _)) = found else { return Ok(None) };
         if self.namesakes.contains_key(&key) {
             return Ok(None);
         }
@@ -2401,14 +2401,13 @@ impl Fs {
         let Task::RemoveOldName { tasks, .. } = old else {
             unreachable!("undone_rename picks a RemoveOldName");
         };
-        let (hdir, hlbn, hname, hino) =
-            self.hidden.remove(&key).ok_or_else(|| FsError::Corrupt(format!("hidden name at {key:?} vanished")))?;
-        assert_eq!((hdir, hino), (newdir, src.ino), "an undone rename revives its own old name");
+        let h = self.hidden.remove(&key).ok_or_else(|| FsError::Corrupt(format!("hidden name at {key:?} vanished")))?;
+        assert_eq!((h.dir, h.ino), (newdir, src.ino), "an undone rename revives its own old name");
         self.hidden_removed += 1;
-        if let Some(h) = self.dirhash.get_mut(&newdir) {
-            h.unhide(&hname, hlbn, key.1);
+        if let Some(dh) = self.dirhash.get_mut(&newdir) {
+            dh.unhide(&h.name, h.lbn, key.1);
         }
-        log::trace!("rename of {} back to {:?} in {newdir}: old entry at {key:?} revived", src.ino, hname);
+        log::trace!("rename of {} back to {:?} in {newdir}: old entry at {key:?} revived", src.ino, h.name);
         // The old name's link drop now follows the removal of `src` (unlink_name notes it).
         if let Some(sd) = self.sd() {
             sd.take_pending_unlink(src.ino);
@@ -2694,7 +2693,7 @@ impl Fs {
             for e in dir_iter(buf) {
                 let e = e?;
                 let pos = lbn * bs + e.offset as u64;
-                if e.ino == 0 || pos < offset || self.hidden.contains_key(&(bno, e.offset)) {
+                if e.ino == 0 || pos < offset || self.hidden.contains(&(bno, e.offset)) {
                     continue;
                 }
                 if out.len() >= max {
@@ -2783,8 +2782,8 @@ impl Fs {
                 }
                 for (k, waiters) in &self.namesakes {
                     if let Some(h) = self.hidden.get(k).filter(|_| waiters.iter().any(|w| w.2 == x)) {
-                        if !inos.contains(&h.3) {
-                            inos.push(h.3);
+                        if !inos.contains(&h.ino) {
+                            inos.push(h.ino);
                         }
                     }
                 }
