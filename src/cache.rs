@@ -31,6 +31,9 @@ pub trait WriteHooks {
     /// Called once the write of `bno` is durable. Returns true if the copy written was rolled
     /// back somewhere, so the buffer still holds changes that are not on disk and stays dirty.
     fn after_write(&mut self, bno: u64) -> bool;
+    /// The write of `bno` failed: nothing of it may be taken as on disk (the buffer stays
+    /// dirty, its dependencies stay as they were).
+    fn write_failed(&mut self, _bno: u64) {}
 }
 
 /// Hooks that change nothing.
@@ -270,7 +273,12 @@ impl Cache {
             return Ok(0);
         }
         let reqs: Vec<WriteReq> = copies.iter().map(|(bno, d)| WriteReq { bno: *bno, data: d }).collect();
-        self.dev.write_batch(&reqs, kind)?;
+        if let Err(e) = self.dev.write_batch(&reqs, kind) {
+            for (bno, _) in &copies {
+                hooks.write_failed(*bno);
+            }
+            return Err(e);
+        }
         let now = self.clock.now_ns();
         for (bno, _) in &copies {
             if hooks.after_write(*bno) {

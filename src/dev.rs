@@ -434,6 +434,44 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
     }
 }
 
+/// A device whose writes fail while `failing` is set (simulated storage with faults): a whole
+/// batch fails before any of it reaches the inner device, as an I/O error does to the caller.
+pub struct FaultDevice<D: BlockDevice> {
+    inner: D,
+    pub failing: std::sync::atomic::AtomicBool,
+}
+
+impl<D: BlockDevice> FaultDevice<D> {
+    pub fn new(inner: D) -> Self {
+        FaultDevice { inner, failing: std::sync::atomic::AtomicBool::new(false) }
+    }
+    pub fn set_failing(&self, on: bool) {
+        self.failing.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+    fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.inner.read_block(bno, buf)
+    }
+    fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            let bno = reqs.first().map_or(0, |r| r.bno);
+            return Err(DevError::Io { bno, source: std::io::Error::from_raw_os_error(libc::EIO) });
+        }
+        self.inner.write_batch(reqs, kind)
+    }
+    fn stats(&self) -> DevStats {
+        self.inner.stats()
+    }
+}
+
 /// Mechanical parameters of a disk (Ruemmler & Wilkes's model): a seek curve that is a square
 /// root for short seeks and linear for long ones, a rotation, and a media transfer rate.
 #[derive(Debug, Clone, Serialize)]

@@ -306,6 +306,11 @@ impl WriteHooks for Hooks {
     fn after_write(&mut self, bno: u64) -> bool {
         self.softdep.as_mut().is_some_and(|sd| sd.after_write(bno))
     }
+    fn write_failed(&mut self, bno: u64) {
+        if let Some(sd) = self.softdep.as_mut() {
+            sd.write_failed(bno);
+        }
+    }
 }
 
 /// A new entry waiting for a hidden namesake's removal: its block, offset and inode.

@@ -612,6 +612,7 @@ impl Softdep {
         }
         let wk = WorkList::new(DepKind::DirAdd, state);
         let pd = self.pagedeps.entry(dirblk).or_default();
+        debug_assert!(pd.diradds.iter().all(|d| d.off != off), "two diradds at {off} of block {dirblk}");
         pd.diradds.push(DirAdd { wk, off, ino, old_ino, old_dtype, epoch, parent, on_complete: carried });
     }
 
@@ -834,11 +835,11 @@ impl Softdep {
     }
 
     pub fn take_pending_unlink(&mut self, ino: u32) {
-        if let Some(n) = self.pending_unlinks.get_mut(&ino) {
-            *n -= 1;
-            if *n == 0 {
-                self.pending_unlinks.remove(&ino);
-            }
+        let n = self.pending_unlinks.get_mut(&ino);
+        let n = n.unwrap_or_else(|| panic!("a link drop of inode {ino} that was never counted as pending"));
+        *n -= 1;
+        if *n == 0 {
+            self.pending_unlinks.remove(&ino);
         }
     }
 
@@ -966,14 +967,24 @@ impl Softdep {
         if inf.rolled_back {
             self.stats.rollbacks += 1;
         }
-        self.inflight.insert(bno, inf);
+        // The rolled-back contents are a copy's: the buffer itself keeps every change, so there
+        // is nothing to roll forward but the records, in `after_write`.
+        let twice = self.inflight.insert(bno, inf);
+        assert!(twice.is_none(), "block {bno} prepared for a write while its last write is in flight");
+    }
+
+    /// The write of `bno` failed: what `before_write` noted for it is forgotten, nothing retires.
+    pub fn write_failed(&mut self, bno: u64) {
+        let inf = self.inflight.remove(&bno);
+        assert!(inf.is_some(), "a failed write of block {bno} that was never prepared");
     }
 
     /// The write of `bno` is durable: satisfied dependencies retire (their state reaches
     /// COMPLETE or DEPCOMPLETE) and the work they held back goes on the work list. Returns true
     /// if the copy was rolled back (the buffer stays dirty).
     pub fn after_write(&mut self, bno: u64) -> bool {
-        let inf = self.inflight.remove(&bno).unwrap_or_default();
+        // Each write completes once, after its before_write (a write that failed never comes here).
+        let inf = self.inflight.remove(&bno).unwrap_or_else(|| panic!("block {bno} written without its before_write"));
         // A group header: its new inodes and blocks are now allocated on disk.
         if bno % self.sb.blocks_per_group as u64 == 1 {
             if let Some(BmSafeMap { inodedeps, newblks, .. }) = self.bmsafemap.remove(&self.sb.cg_of_block(bno)) {

@@ -913,3 +913,34 @@ fn readdir_while_renaming_ends_and_softdep_writes_no_more_than_sync() {
     eprintln!("readdir while renaming: {writes:?}");
     assert!(writes[0].2 <= writes[1].2, "soft updates wrote more than sync: {writes:?}");
 }
+
+/// Writes that fail (an I/O error on the device) leave soft updates' records as they were: the
+/// next writes carry the same changes, ordered as before, and the image ends clean.
+#[test]
+fn failed_writes_are_retried_in_order() {
+    use sufs::clock::SimClock;
+    use sufs::dev::FaultDevice;
+    use sufs::fs::{Fs, MountOptions};
+    for ordering in [Ordering::Softdep, Ordering::Sync] {
+        let mem = new_image(4096);
+        let dev = Arc::new(FaultDevice::new(mem.clone()));
+        let d: Arc<dyn BlockDevice> = dev.clone();
+        let mut fs =
+            Fs::mount(d, MountOptions { ordering, cache_blocks: 256, readonly: false }, Arc::new(SimClock::new()))
+                .unwrap();
+        let (dir, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        let (f, _) = fs.create(dir, b"f", 0o644, 0, 0).unwrap();
+        fs.write(f, 0, &pattern(1, 9000)).unwrap();
+        dev.set_failing(true);
+        assert!(fs.sync_all().is_err(), "{ordering:?}: a sync whose writes fail must say so");
+        dev.set_failing(false);
+        fs.rename(dir, b"f", ROOT_INO, b"g", RenameFlags::default()).unwrap();
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_clean(&mem);
+        let mut fs = mount(&mem, ordering, 64);
+        let g = resolve(&mut fs, "g").unwrap();
+        assert_eq!(fs.read(g, 0, 9000).unwrap(), pattern(1, 9000));
+    }
+}
