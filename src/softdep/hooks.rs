@@ -1,0 +1,234 @@
+//! The write hooks: `before_write` rolls back, in the copy going to the device, every pointer and
+//! entry whose prerequisites are not on disk (FreeBSD's initiate_write); `after_write` retires
+//! what the write made durable and puts the work it allows on the work list (handle_written_*).
+
+use foldhash::HashSet;
+
+use super::*;
+
+impl Softdep {
+    // ------------------------------------------------------------ the write hooks
+
+    /// Rolls back, in the copy about to be written, everything whose prerequisites are not on
+    /// disk, and notes what the write will carry.
+    pub fn before_write(&mut self, bno: u64, copy: &mut [u8]) {
+        let epoch = self.tick();
+        let mut inf = Inflight { epoch, ..Default::default() };
+        let bs = self.sb.block_size as u64;
+        if self.is_inode_block(bno) {
+            let cg = self.sb.cg_of_block(bno);
+            let ipb = self.sb.inodes_per_block();
+            let first = cg * self.sb.inodes_per_group + (bno - self.sb.cg_itable_block(cg)) as u32 * ipb;
+            for ino in first..first + ipb {
+                let Some(id) = self.inodedeps.get(&ino) else { continue };
+                let off = (ino - first) as usize * DINODE_SIZE;
+                let raw = &mut copy[off..off + DINODE_SIZE];
+                if !id.bitmap_done() {
+                    // Not allocated on disk yet: the dinode goes out as a free one.
+                    raw.fill(0);
+                    inf.rolled_back = true;
+                    continue;
+                }
+                let mut d: Option<Dinode> = None;
+                for a in id.allocdirects() {
+                    if self.allocdirect_ready(a) {
+                        inf.direct_done.push((ino, a.bno));
+                        continue;
+                    }
+                    let dd = d.get_or_insert_with(|| Dinode::decode(raw));
+                    match a.slot {
+                        PtrSlot::Direct(i) if dd.db[i] == a.bno => dd.db[i] = 0,
+                        PtrSlot::Indirect(l) if dd.ib[l] == a.bno => dd.ib[l] = 0,
+                        _ => continue,
+                    }
+                    if id.is_dir {
+                        dd.size = dd.size.min(a.lbn * bs);
+                    }
+                    inf.rolled_back = true;
+                }
+                if let Some(dd) = d {
+                    dd.encode(raw);
+                }
+                inf.inodes_written.push(ino);
+            }
+        }
+        if let Some(id) = self.indirdeps.get(&bno) {
+            let mut rolled = false;
+            for a in id.allocindirs.values() {
+                if self.newblk_ready(a.bno) {
+                    inf.indir_done.push(a.bno);
+                } else if ind_get(copy, a.idx) == a.bno {
+                    ind_set(copy, a.idx, 0);
+                    rolled = true;
+                }
+            }
+            let safe = rolled.then(|| copy.to_vec().into_boxed_slice());
+            self.indirdeps.get_mut(&bno).expect("present").safe_copy = safe;
+            inf.rolled_back |= rolled;
+        }
+        if let Some(pd) = self.pagedeps.get(&bno) {
+            // A new directory block is not reachable until the pointer to it is on disk: its
+            // entries wait for that too (FreeBSD's newdirblk), or a rename's old name could go
+            // while the new one is still unreachable.
+            let reachable = !self.newblks.contains_key(&bno);
+            for da in &pd.diradds {
+                if reachable && da.ready() {
+                    inf.diradds_done.push(da.off);
+                } else {
+                    dirent_set_ino(copy, da.off, da.old_ino);
+                    if da.wk.state.contains(DepState::DIRCHG) {
+                        dirent_set_type(copy, da.off, da.old_dtype);
+                    }
+                    inf.rolled_back = true;
+                }
+            }
+        }
+        if inf.rolled_back {
+            self.stats.rollbacks += 1;
+        }
+        // The rolled-back contents are a copy's: the buffer itself keeps every change, so there
+        // is nothing to roll forward but the records, in `after_write`.
+        let twice = self.inflight.insert(bno, inf);
+        assert!(twice.is_none(), "block {bno} prepared for a write while its last write is in flight");
+    }
+
+    /// The write of `bno` failed: what `before_write` noted for it is forgotten, nothing retires.
+    pub fn write_failed(&mut self, bno: u64) {
+        let inf = self.inflight.remove(&bno);
+        assert!(inf.is_some(), "a failed write of block {bno} that was never prepared");
+    }
+
+    /// The write of `bno` is durable: satisfied dependencies retire (their state reaches
+    /// COMPLETE or DEPCOMPLETE) and the work they held back goes on the work list. Returns true
+    /// if the copy was rolled back (the buffer stays dirty).
+    pub fn after_write(&mut self, bno: u64) -> bool {
+        // Each write completes once, after its before_write (a write that failed never comes here).
+        let inf = self.inflight.remove(&bno).unwrap_or_else(|| panic!("block {bno} written without its before_write"));
+        // A group header: its new inodes and blocks are now allocated on disk.
+        if bno % self.sb.blocks_per_group as u64 == 1 {
+            if let Some(BmSafeMap { inodedeps, newblks, .. }) = self.bmsafemap.remove(&self.sb.cg_of_block(bno)) {
+                for i in inodedeps {
+                    if let Some(d) = self.inodedeps.get_mut(&i) {
+                        d.wk.state |= DepState::DEPCOMPLETE;
+                    }
+                }
+                for b in newblks {
+                    if let Some(n) = self.newblks.get_mut(&b) {
+                        n.wk.state |= DepState::DEPCOMPLETE;
+                    }
+                }
+            }
+        }
+        // A new block's first contents.
+        if let Some(n) = self.newblks.get_mut(&bno) {
+            n.wk.state |= DepState::COMPLETE;
+        }
+        for (ino, b) in inf.direct_done {
+            if let Some(d) = self.inodedeps.get_mut(&ino) {
+                d.inoupdt.retain(|a| a.bno != b);
+                d.newinoupdt.retain(|a| a.bno != b);
+            }
+            self.newblks.remove(&b);
+        }
+        for ino in inf.inodes_written {
+            self.inode_written(ino, inf.epoch);
+        }
+        if !inf.indir_done.is_empty() {
+            if let Some(id) = self.indirdeps.get_mut(&bno) {
+                let done: HashSet<u64> = inf.indir_done.iter().copied().collect();
+                id.allocindirs.retain(|_, a| !done.contains(&a.bno));
+                if id.allocindirs.is_empty() {
+                    self.indirdeps.remove(&bno);
+                }
+            }
+            for b in &inf.indir_done {
+                self.newblks.remove(b);
+            }
+        }
+        if let Some(mut pd) = self.pagedeps.remove(&bno) {
+            let mut written = inf.diradds_done;
+            written.sort_unstable();
+            let done: Vec<DirAdd> = pd.diradds.extract_if(.., |d| written.binary_search(&d.off).is_ok()).collect();
+            for mut da in done {
+                da.wk.state |= DepState::COMPLETE;
+                assert!(da.ready() && da.wk.state.contains(DepState::ALLCOMPLETE), "diradd written too early: {da:?}");
+                self.forget_diradd(bno, &da);
+                self.tasks.extend(da.on_complete);
+            }
+            let (done, keep): (Vec<DirRem>, Vec<DirRem>) =
+                std::mem::take(&mut pd.dirrems).into_iter().partition(|r| r.epoch < inf.epoch);
+            pd.dirrems = keep;
+            for r in done {
+                self.tasks.extend(r.tasks);
+            }
+            if pd.diradds.is_empty() && pd.dirrems.is_empty() {
+                self.block_dir.remove(&bno);
+            } else {
+                self.pagedeps.insert(bno, pd);
+            }
+        }
+        // Inode records with nothing left to track go (checked now and then: it is a scan).
+        self.writes_seen += 1;
+        if self.inodedeps.len() > 4096 && self.writes_seen.is_multiple_of(1024) {
+            self.inodedeps.retain(|_, d| !d.idle());
+        }
+        inf.rolled_back
+    }
+
+    /// The dinode of `ino`, as it was in memory, is on disk as of `epoch`: the entries and
+    /// mkdir requirements pending on it complete, and its buf wait work goes on the work list.
+    fn inode_written(&mut self, ino: u32, epoch: Epoch) {
+        let Some(d) = self.inodedeps.get_mut(&ino) else { return };
+        d.disk_epoch = d.disk_epoch.max(epoch);
+        let (ready, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut d.bufwait).into_iter().partition(|(e, _)| *e < epoch);
+        d.bufwait = waiting;
+        let body_on_disk = !d.allocdirects().any(|a| a.lbn == 0);
+        let mut keep = Vec::new();
+        let mut done = Vec::new();
+        let mut bodies = Vec::new();
+        for op in std::mem::take(&mut d.pending) {
+            let clear = match op {
+                PendingOp::BodyParent { child, epoch: e } if e < epoch => {
+                    bodies.push(child);
+                    continue;
+                }
+                PendingOp::DirAdd(r) if r.epoch < epoch => DepState::DEPCOMPLETE,
+                PendingOp::Mkdir(m) if m.wk.state == DepState::MKDIR_PARENT && m.diradd.epoch < epoch => {
+                    DepState::MKDIR_PARENT
+                }
+                PendingOp::Mkdir(m) if m.wk.state == DepState::MKDIR_BODY && body_on_disk => DepState::MKDIR_BODY,
+                _ => {
+                    keep.push(op);
+                    continue;
+                }
+            };
+            done.push((op.diradd().expect("an entry's op"), clear));
+        }
+        d.pending = keep;
+        for child in bodies {
+            if let Some(c) = self.inodedeps.get_mut(&child) {
+                for a in c.inoupdt.iter_mut().chain(c.newinoupdt.iter_mut()) {
+                    if a.lbn == 0 && a.parent == Some(ino) {
+                        a.parent = None;
+                    }
+                }
+            }
+        }
+        self.tasks.extend(ready.into_iter().map(|(_, t)| t));
+        for (r, what) in done {
+            let Some(da) = self
+                .pagedeps
+                .get_mut(&r.dirblk)
+                .and_then(|pd| pd.diradds.iter_mut().find(|da| da.off == r.off && da.epoch == r.epoch))
+            else {
+                continue;
+            };
+            if what == DepState::DEPCOMPLETE {
+                da.wk.state |= DepState::DEPCOMPLETE;
+            } else {
+                da.wk.state.remove(what);
+            }
+        }
+    }
+}
