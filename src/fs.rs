@@ -332,6 +332,7 @@ pub struct Fs {
     /// Inodes whose last link went while they were held (`open`): freed at the last `unhold`
     /// or at unmount, as FFS frees an unlinked open file at its last close.
     orphans: foldhash::HashSet<u32>,
+    /// Where the first generation of an inode never used comes from (`next_generation`).
     next_gen: u32,
     /// Spread new directories over the groups (off while mkfs places root and lost+found).
     spread_dirs: bool,
@@ -1032,9 +1033,26 @@ impl Fs {
             sd.new_inode(ino, is_dir);
         }
         let (s, ns) = self.now();
-        self.next_gen = self.next_gen.wrapping_add(1).max(1);
-        let d = Dinode::new(mode, 0, uid, gid, (s, ns), old.generation.wrapping_add(self.next_gen) | 1);
+        let d = Dinode::new(mode, 0, uid, gid, (s, ns), self.next_generation(old.generation));
         Ok((ino, d))
+    }
+
+    /// The generation of an inode being allocated, whose last one was `old`: one more, as
+    /// FreeBSD's `ffs_valloc` does, so that a file handle (inode number and generation) of a
+    /// freed file never opens the inode's next file; the cleared dinode keeps the generation
+    /// on disk until then (`release_inode`). An inode never used (0), or one whose count wraps,
+    /// takes the next number of the mount's sequence, which starts from the clock: a file made
+    /// in a mount that crashed before its inode reached the disk gets another generation when
+    /// a later mount reuses the inode.
+    fn next_generation(&mut self, old: u32) -> u32 {
+        match old.wrapping_add(1) {
+            0 | 1 => {
+                // An odd step goes through every 32-bit value before it repeats.
+                self.next_gen = self.next_gen.wrapping_add(0x9E37_79B9);
+                self.next_gen.max(1)
+            }
+            g => g,
+        }
     }
 
     /// An inode from the bitmaps, checked before it is handed out as `alloc_block` checks

@@ -256,6 +256,12 @@ impl Filesystem for SufsFuse {
         // lookup count (`entry`, `forget`). Saves a round trip per create and two per open.
         self.no_open =
             config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
+        // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
+        // parent (".."), and compares the generation (`lookup`).
+        if let Err(e) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
+            log::warn!("the kernel does not offer {e:?}: file handles go stale with its inode cache");
+        }
         Ok(())
     }
 
@@ -273,9 +279,20 @@ impl Filesystem for SufsFuse {
         }
     }
 
+    /// A name in a directory; also, with export support, an inode by number: the kernel opens a
+    /// file handle whose inode it no longer holds with a LOOKUP of "." in the handle's inode
+    /// number, whatever its type, and compares the generation answered with the handle's. A
+    /// number that names no inode now answers ESTALE; a freed and reused one answers the new
+    /// inode, whose generation differs (`Fs::next_generation`).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let mut fs = lock(&self.fs);
-        let r = from_fuse(parent).and_then(|p| fs.lookup(p, name.as_bytes()).map_err(errno));
+        let r = from_fuse(parent).and_then(|p| {
+            if name.as_bytes() == b"." {
+                fs.getattr(p).map(|d| (p, d)).map_err(errno)
+            } else {
+                fs.lookup(p, name.as_bytes()).map_err(errno)
+            }
+        });
         match r {
             Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
             Err(e) => reply.error(e),

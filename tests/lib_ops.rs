@@ -866,3 +866,37 @@ fn a_full_disk_emptied_takes_its_files_again_at_once() {
         assert_clean(&dev);
     }
 }
+
+/// Generations (what a file handle carries beside the inode number): a freed inode's next file
+/// gets another one, whichever ordering freed it, and they survive a remount; a fresh inode's
+/// is never 0.
+#[test]
+fn a_reused_inode_gets_another_generation_that_persists() {
+    for ordering in ORDERINGS {
+        let dev = new_image(4096);
+        let mut fs = mount(&dev, ordering, 128);
+        let (a, da) = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap();
+        assert_ne!(da.generation, 0, "{ordering:?}");
+        fs.unlink(ROOT_INO, b"a").unwrap();
+        fs.sync_all().unwrap();
+        let (b, db) = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap();
+        assert_eq!(b, a, "{ordering:?}: the freed inode is taken again");
+        assert_ne!(db.generation, da.generation, "{ordering:?}");
+        fs.unlink(ROOT_INO, b"b").unwrap();
+        fs.sync_all().unwrap();
+        let (c, dc) = fs.create(ROOT_INO, b"c", 0o644, 0, 0).unwrap();
+        assert_eq!(c, a);
+        assert!(dc.generation != da.generation && dc.generation != db.generation, "{ordering:?}");
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+        let mut fs = mount(&dev, ordering, 128);
+        assert_eq!(fs.lookup(ROOT_INO, b"c").unwrap().1.generation, dc.generation, "{ordering:?}");
+        fs.unlink(ROOT_INO, b"c").unwrap();
+        fs.sync_all().unwrap();
+        let (d, dd) = fs.create(ROOT_INO, b"d", 0o644, 0, 0).unwrap();
+        assert_eq!(d, a);
+        assert!(![da.generation, db.generation, dc.generation].contains(&dd.generation), "{ordering:?}");
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
+}

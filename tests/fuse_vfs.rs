@@ -1,0 +1,156 @@
+//! What the kernel asks of a file system beyond the POSIX calls, through the real FUSE mount
+//! (fstests exercises each): file handles that outlive the kernel's caches. Each test checks
+//! its result again after a remount and a clean `sufs fsck`. Skipped, with a message, where
+//! /dev/fuse is missing or the test needs root and does not have it.
+
+use std::ffi::CString;
+use std::fs;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+mod common;
+
+use common::fuse::*;
+use common::{pattern, sufs};
+
+fn root() -> bool {
+    if unsafe { libc::geteuid() } == 0 {
+        true
+    } else {
+        eprintln!("SKIPPED: needs root (open_by_handle_at, drop_caches)");
+        false
+    }
+}
+
+/// The kernel forgets every unused name and inode: a FUSE file system then hears of each file
+/// again only through a LOOKUP.
+fn drop_caches() {
+    fs::write("/proc/sys/vm/drop_caches", "3").expect("write /proc/sys/vm/drop_caches");
+}
+
+/// A file handle as name_to_handle_at gives it: the kernel's `struct file_handle` (length,
+/// type, then the bytes; for FUSE the inode number and generation).
+#[derive(Clone)]
+struct Handle(Vec<u32>);
+
+const MAX_HANDLE_SZ: usize = 128;
+
+fn handle_of(path: &Path) -> Handle {
+    let mut buf = vec![0u32; 2 + MAX_HANDLE_SZ / 4];
+    buf[0] = MAX_HANDLE_SZ as u32;
+    let mut mount_id = 0;
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let r = unsafe { libc::name_to_handle_at(libc::AT_FDCWD, c.as_ptr(), buf.as_mut_ptr().cast(), &mut mount_id, 0) };
+    assert_eq!(r, 0, "name_to_handle_at {}: {}", path.display(), std::io::Error::last_os_error());
+    Handle(buf)
+}
+
+/// open_by_handle_at through the mount `mnt`: the file, or the errno.
+fn open_handle(mnt: &Path, h: &Handle, flags: i32) -> Result<fs::File, i32> {
+    let m = fs::File::open(mnt).unwrap();
+    let mut buf = h.0.clone();
+    let fd = unsafe { libc::open_by_handle_at(m.as_raw_fd(), buf.as_mut_ptr().cast(), flags) };
+    if fd < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    } else {
+        Ok(unsafe { fs::File::from_raw_fd(fd) })
+    }
+}
+
+fn read_all(mut f: fs::File) -> Vec<u8> {
+    let mut v = Vec::new();
+    f.read_to_end(&mut v).unwrap();
+    v
+}
+
+/// Where the kernel says an open directory is (its dentry reconnected to the tree through
+/// LOOKUPs of "..").
+fn path_of(f: &fs::File) -> std::path::PathBuf {
+    fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap()
+}
+
+/// Handles of files and directories open after the kernel dropped its caches, in this mount and
+/// the next; a handle of a removed file answers ESTALE, also once its inode holds another file
+/// (only the generation tells them apart), and the new file's handle opens the new file.
+#[test]
+fn file_handles_outlive_the_kernels_caches_and_go_stale_with_their_file() {
+    if !fuse_available() || !root() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    // A small inode table: the allocator's rotor comes back to a freed inode soon.
+    let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M", "--inodes", "64"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = mount_fg(&img, &mnt, &[]);
+    let d = mnt.join("d");
+    fs::create_dir_all(d.join("sub/deeper")).unwrap();
+    let n = 8u64;
+    for i in 0..n {
+        fs::write(d.join(format!("f{i}")), pattern(i, 1000 + i as usize * 3000)).unwrap();
+    }
+    let files: Vec<Handle> = (0..n).map(|i| handle_of(&d.join(format!("f{i}")))).collect();
+    let deeper = handle_of(&d.join("sub/deeper"));
+    let root = handle_of(&mnt);
+
+    let check_files = |mnt: &Path, skip: &[u64]| {
+        for i in (0..n).filter(|i| !skip.contains(i)) {
+            let f = open_handle(mnt, &files[i as usize], libc::O_RDONLY).unwrap_or_else(|e| panic!("f{i}: errno {e}"));
+            assert!(read_all(f) == pattern(i, 1000 + i as usize * 3000), "f{i}");
+        }
+        // A directory's handle: the kernel finds its parents by "..", up to the root.
+        let f = open_handle(mnt, &deeper, libc::O_RDONLY | libc::O_DIRECTORY).expect("directory handle");
+        assert_eq!(path_of(&f), fs::canonicalize(mnt).unwrap().join("d/sub/deeper"));
+        let f = open_handle(mnt, &root, libc::O_RDONLY | libc::O_DIRECTORY).expect("root handle");
+        assert_eq!(path_of(&f), fs::canonicalize(mnt).unwrap());
+    };
+    drop_caches();
+    check_files(&mnt, &[]);
+
+    // f0 removed: its handle is stale, and stays so once its inode is taken again.
+    let ino0 = fs::metadata(d.join("f0")).unwrap().ino();
+    fs::remove_file(d.join("f0")).unwrap();
+    drop_caches();
+    assert_eq!(open_handle(&mnt, &files[0], libc::O_RDONLY).err(), Some(libc::ESTALE));
+    let mut reused = None;
+    for k in 0..64 {
+        // The inode returns to the free map once its cleared copy is on disk.
+        assert!(sufs(&["sync", mnt.to_str().unwrap()]).status.success());
+        let p = d.join(format!("new{k}"));
+        fs::write(&p, b"the inode's next file").unwrap();
+        if fs::metadata(&p).unwrap().ino() == ino0 {
+            reused = Some(p);
+            break;
+        }
+    }
+    let reused = reused.expect("a new file takes the freed inode");
+    let new = handle_of(&reused);
+    assert_eq!(new.0[2..4], files[0].0[2..4], "the same inode number in both handles");
+    for drop in [false, true] {
+        if drop {
+            drop_caches();
+        }
+        assert_eq!(open_handle(&mnt, &files[0], libc::O_RDONLY).err(), Some(libc::ESTALE), "dropped: {drop}");
+        assert_eq!(read_all(open_handle(&mnt, &new, libc::O_RDONLY).unwrap()), b"the inode's next file");
+    }
+    check_files(&mnt, &[0]);
+    m.umount();
+    fsck_clean(&img);
+
+    // The next mount knows none of them: inode numbers and generations come from the disk.
+    let m = mount_fg(&img, &mnt, &[]);
+    check_files(&mnt, &[0]);
+    assert_eq!(open_handle(&mnt, &files[0], libc::O_RDONLY).err(), Some(libc::ESTALE));
+    assert_eq!(read_all(open_handle(&mnt, &new, libc::O_RDONLY).unwrap()), b"the inode's next file");
+    // A handle of a number no file has (free, beyond the inode table, beyond 32 bits) is stale.
+    for (word, value) in [(3, 60), (3, u32::MAX - 7), (2, 1)] {
+        let mut bogus = files[1].clone();
+        bogus.0[word] = value;
+        assert_eq!(open_handle(&mnt, &bogus, libc::O_RDONLY).err(), Some(libc::ESTALE), "{word} {value}");
+    }
+    m.umount();
+    fsck_clean(&img);
+}
