@@ -85,6 +85,8 @@ pub enum FsError {
     ReadOnly,
     #[error("I/O error: {0}")]
     Io(#[from] DevError),
+    #[error("I/O error: the file system was shut down")]
+    ShutDown,
     #[error("corrupt file system: {0}")]
     Corrupt(String),
 }
@@ -105,7 +107,7 @@ impl FsError {
             FsError::Perm => libc::EPERM,
             FsError::Stale(_) => libc::ESTALE,
             FsError::ReadOnly => libc::EROFS,
-            FsError::Io(_) | FsError::Corrupt(_) => libc::EIO,
+            FsError::Io(_) | FsError::Corrupt(_) | FsError::ShutDown => libc::EIO,
         }
     }
 }
@@ -146,6 +148,11 @@ pub mod br;
 // into its writes and frees.
 #[path = "snapshot.rs"]
 pub mod snapshot;
+
+// A forced shutdown (FS_IOC_SHUTDOWN) lives in its own file but inside `fs`: it stops the
+// writes of the cache and the superblock.
+#[path = "shutdown.rs"]
+pub mod shutdown;
 
 /// Options of a new file system.
 #[derive(Debug, Clone)]
@@ -379,6 +386,8 @@ pub struct Fs {
     /// Blocks copied before an overwrite, and freed blocks claimed, by snapshots.
     stats_cow: u64,
     stats_claimed: u64,
+    /// Shut down (`shutdown`): nothing more is written, every operation fails.
+    shut_down: bool,
 }
 
 impl Fs {
@@ -438,6 +447,7 @@ impl Fs {
             snaps: Vec::new(),
             stats_cow: 0,
             stats_claimed: 0,
+            shut_down: false,
         };
         for what in std::mem::take(&mut fs.alloc.damage) {
             fs.damaged(what);
@@ -476,6 +486,7 @@ impl Fs {
     }
 
     fn write_superblock(&mut self) -> FsResult<()> {
+        self.check_live()?;
         self.sb.free_blocks = self.alloc.free_blocks();
         self.sb.free_inodes = self.alloc.free_inodes();
         self.sb.ndirs = self.alloc.ndirs();
@@ -486,9 +497,14 @@ impl Fs {
         Ok(())
     }
 
-    /// Writes everything and marks the image clean.
+    /// Writes everything and marks the image clean; after a shutdown, writes nothing, which
+    /// leaves the image as a crash would.
     pub fn unmount(&mut self) -> FsResult<()> {
         if self.readonly {
+            return Ok(());
+        }
+        if self.shut_down {
+            log::warn!("unmount after a shutdown: nothing written, the image is left unclean");
             return Ok(());
         }
         // Inodes unlinked while open are freed now that nobody holds them.
@@ -603,6 +619,7 @@ impl Fs {
     /// With soft updates this takes a few rounds: each write satisfies dependencies that let the
     /// next one carry more.
     pub fn sync_all(&mut self) -> FsResult<()> {
+        self.check_live()?;
         // A round can retire one level of a chain of dependencies (a removed tree drains one
         // directory per level), so the rounds go on while they have something to write; the
         // chain is never longer than the number of inodes.
@@ -974,6 +991,8 @@ impl Fs {
 
     /// Reads an inode, allocated or not.
     fn iget_raw(&mut self, ino: u32) -> FsResult<Dinode> {
+        // Every operation reads an inode: after a shutdown, this is where each one fails.
+        self.check_live()?;
         self.check_ino(ino)?;
         let (bno, off) = self.sb.inode_location(ino);
         let buf = self.read_inode_block(bno)?;
@@ -2840,6 +2859,9 @@ impl Fs {
 
     /// Drops `n` references taken by `hold`; when none is left, an unlinked inode is freed.
     pub fn unhold(&mut self, ino: u32, n: u32) -> FsResult<()> {
+        if self.shut_down {
+            return Ok(()); // nothing is freed any more
+        }
         let Some(held) = self.open.get_mut(&ino) else {
             return Ok(());
         };

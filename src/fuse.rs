@@ -29,6 +29,7 @@ use fuser::{
 };
 
 use crate::format::*;
+use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
 
 /// How long the kernel may keep a name and its attributes without asking again. Every change
@@ -625,6 +626,32 @@ impl Filesystem for SufsFuse {
 
     fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
         reply.error(Errno::from_i32(libc::ENODATA));
+    }
+
+    /// FS_IOC_SHUTDOWN (fstests' `godown`), by root on any file or directory of the mount. A
+    /// FUSE server gets an ioctl's data as its command encodes it, and this one is `_IOR`: the
+    /// kernel copies nothing in, so the flags the caller points to never arrive (nor, through
+    /// fuser, the pointer). The mount stops as `FS_GOING_DOWN_NOLOGFLUSH` (godown's default)
+    /// asks; `sufs shutdown --mode` carries the other two (docs/vfs.md).
+    fn ioctl(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        if cmd != FS_IOC_SHUTDOWN {
+            return reply.error(Errno::ENOTTY);
+        }
+        if req.uid() != 0 {
+            return reply.error(Errno::EPERM);
+        }
+        lock(&self.fs).shutdown(Shutdown::Nologflush);
+        reply.ioctl(0, &[]);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {

@@ -434,16 +434,7 @@ fn unclean_images_mount_by_what_their_last_mount_promised() {
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         if ordering == "softdep" {
             assert!(out.status.success(), "{ordering}: {err}");
-            let start = std::time::Instant::now();
-            loop {
-                let text = fs::read_to_string(&log).unwrap_or_default();
-                if text.contains("background fsck of") {
-                    assert!(text.contains("done (exit 0)") || text.contains("done (exit 1)"), "{text}");
-                    break;
-                }
-                assert!(start.elapsed() < std::time::Duration::from_secs(30), "no background fsck: {text}");
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
+            wait_background_fsck(&log);
             assert!(fs::read_to_string(&log).unwrap().contains("checking it in the background"));
             assert!(sufs(&["umount", mnt.to_str().unwrap()]).status.success());
         } else {

@@ -154,3 +154,152 @@ fn file_handles_outlive_the_kernels_caches_and_go_stale_with_their_file() {
     m.umount();
     fsck_clean(&img);
 }
+
+/// FS_IOC_SHUTDOWN, `_IOR('X', 125, __u32)`, as fstests' godown calls it on the mount point.
+fn shutdown_ioctl(mnt: &Path, flags: u32) -> Result<(), i32> {
+    let f = fs::File::open(mnt).unwrap();
+    let mut flags = flags;
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), 0x8004_587D, &mut flags) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    }
+}
+
+fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+/// The fsck report's counts: (allowed, violations).
+fn fsck_counts(img: &Path) -> (u64, u64) {
+    let out = sufs(&["fsck", img.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text.lines().find(|l| l.contains(" findings (")).unwrap_or_else(|| panic!("fsck: {text}"));
+    let num = |before: &str| -> u64 {
+        let head = &line[..line.find(before).unwrap()];
+        head.rsplit(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty()).unwrap().parse().unwrap()
+    };
+    (num(" allowed"), num(" violations"))
+}
+
+/// The shutdown ioctl on the mount point stops the mount as a crash would: every request
+/// after it fails with EIO, the unmount writes nothing (the image stays unclean), and the next
+/// softdep mount comes up at once with the fsync'ed files whole; fsck finds no violation
+/// (leaks allowed), and none at all once the background check has run.
+#[test]
+fn the_shutdown_ioctl_stops_the_mount_as_a_crash_would() {
+    if !fuse_available() || !root() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    let m = mount_fg(&img, &mnt, &[]);
+    fs::create_dir_all(mnt.join("d/e")).unwrap();
+    let mut open = None;
+    for i in 0..20u64 {
+        let p = mnt.join(if i % 2 == 0 { format!("d/f{i}") } else { format!("d/e/f{i}") });
+        let mut f = fs::File::create(&p).unwrap();
+        std::io::Write::write_all(&mut f, &pattern(i, 5000 + i as usize * 700)).unwrap();
+        if i % 3 == 0 {
+            f.sync_all().unwrap();
+        }
+        open = Some(f);
+    }
+    for i in 0..10u64 {
+        fs::write(mnt.join(format!("later{i}")), pattern(100 + i, 3000)).unwrap();
+    }
+    fs::remove_file(mnt.join("d/f2")).unwrap();
+    shutdown_ioctl(&mnt, 2).expect("shutdown ioctl");
+    let before = fs::metadata(&img).unwrap().modified().unwrap();
+    let digest = std::process::Command::new("sha256sum").arg(&img).output().unwrap().stdout;
+    // Every request now fails with EIO: a new name, a lookup, a listing, a write, an fsync.
+    assert_eq!(errno_of(fs::write(mnt.join("new"), b"x")), Some(libc::EIO));
+    assert_eq!(errno_of(fs::metadata(mnt.join("nope"))), Some(libc::EIO));
+    assert_eq!(errno_of(fs::read_dir(mnt.join("d/e")).and_then(|mut r| r.next().transpose())), Some(libc::EIO));
+    let mut f = open.take().unwrap();
+    assert_eq!(errno_of(std::io::Write::write_all(&mut f, b"more")), Some(libc::EIO));
+    assert_eq!(errno_of(f.sync_all()), Some(libc::EIO));
+    drop(f);
+    assert_eq!(errno_of(fs::remove_file(mnt.join("d/f0"))), Some(libc::EIO));
+    // A second shutdown is no error (as in xfs and ext4).
+    shutdown_ioctl(&mnt, 0).expect("second shutdown");
+    m.umount();
+    let after = std::process::Command::new("sha256sum").arg(&img).output().unwrap().stdout;
+    assert_eq!(digest, after, "the image changed after the shutdown");
+    assert_eq!(fs::metadata(&img).unwrap().modified().unwrap(), before);
+    let dump = String::from_utf8(sufs(&["dumpfs", img.to_str().unwrap()]).stdout).unwrap();
+    assert!(!dump.contains("flags     clean"), "{dump}");
+    let (_, violations) = fsck_counts(&img);
+    assert_eq!(violations, 0);
+
+    // The next mount: at once (softdep), checked in the background; the fsync'ed files whole.
+    assert!(sufs(&["mount", img.to_str().unwrap(), mnt.to_str().unwrap()]).status.success());
+    wait_background_fsck(&t.path().join("img.log"));
+    for i in (0..20u64).filter(|i| i % 3 == 0) {
+        let p = mnt.join(if i % 2 == 0 { format!("d/f{i}") } else { format!("d/e/f{i}") });
+        assert!(fs::read(&p).unwrap() == pattern(i, 5000 + i as usize * 700), "{}", p.display());
+    }
+    fs::write(mnt.join("after"), b"the mount works again").unwrap();
+    assert!(sufs(&["umount", mnt.to_str().unwrap()]).status.success());
+    assert_eq!(fsck_counts(&img).1, 0);
+    // What the background check leaves for a full one (block counts too high, directories
+    // no entry names) is preen's.
+    let out = sufs(&["fsck", "-p", "-f", img.to_str().unwrap()]);
+    assert!(out.status.code().unwrap_or(8) <= 1, "{}", String::from_utf8_lossy(&out.stdout));
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(fs::read(mnt.join("after")).unwrap(), b"the mount works again");
+    m.umount();
+    fsck_clean(&img);
+}
+
+/// `sufs shutdown` carries the flag the ioctl cannot: fullsync writes everything first, so
+/// nothing done before it is lost; nologflush on an async mount leaves an image the next
+/// mount refuses until fsck, as any crash of an async mount does.
+#[test]
+fn sufs_shutdown_writes_first_or_not_by_its_mode() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    let m = mount_fg(&img, &mnt, &[]);
+    fs::create_dir_all(mnt.join("a/b")).unwrap();
+    for i in 0..30u64 {
+        fs::write(mnt.join(format!("a/b/f{i}")), pattern(i, 2000 + i as usize * 300)).unwrap();
+    }
+    let out = sufs(&["shutdown", mnt.to_str().unwrap(), "--mode", "fullsync"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("blocks written first"));
+    assert_eq!(errno_of(fs::write(mnt.join("x"), b"x")), Some(libc::EIO));
+    m.umount();
+    assert_eq!(fsck_counts(&img), (0, 0), "fullsync wrote everything");
+    let m = mount_fg(&img, &mnt, &[]);
+    for i in 0..30u64 {
+        assert!(fs::read(mnt.join(format!("a/b/f{i}"))).unwrap() == pattern(i, 2000 + i as usize * 300), "f{i}");
+    }
+    m.umount();
+    fsck_clean(&img);
+
+    let m = mount_fg(&img, &mnt, &["--ordering", "async"]);
+    fs::write(mnt.join("lost"), b"never written").unwrap();
+    let out = sufs(&["shutdown", mnt.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(" 0 blocks written first"));
+    m.umount();
+    let out = sufs(&["mount", img.to_str().unwrap(), mnt.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(32), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = sufs(&["fsck", "-y", img.to_str().unwrap()]);
+    assert!(out.status.code().unwrap_or(8) <= 1, "{}", String::from_utf8_lossy(&out.stdout));
+    let m = mount_fg(&img, &mnt, &[]);
+    assert!(!mnt.join("lost").exists());
+    assert!(fs::read(mnt.join("a/b/f7")).unwrap() == pattern(7, 2000 + 7 * 300));
+    m.umount();
+    fsck_clean(&img);
+    // An unmounted image is refused: there is nothing to stop.
+    let out = sufs(&["shutdown", img.to_str().unwrap()]);
+    assert!(!out.status.success());
+}

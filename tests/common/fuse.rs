@@ -83,6 +83,21 @@ impl Mounted {
     }
 }
 
+/// Waits (30 s at most) for the background fsck that a daemon mount (`sufs mount`) of an image a
+/// softdep mount left unclean runs, as its log `log` says, and checks that it ended well.
+pub fn wait_background_fsck(log: &Path) {
+    let start = Instant::now();
+    loop {
+        let text = fs::read_to_string(log).unwrap_or_default();
+        if text.contains("background fsck of") {
+            assert!(text.contains("done (exit 0)") || text.contains("done (exit 1)"), "{text}");
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no background fsck: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// `sufs fsck IMAGE` must find nothing (exit 0).
 pub fn fsck_clean(image: &Path) {
     let out = sufs(&["fsck", image.to_str().unwrap()]);
