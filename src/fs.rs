@@ -2882,4 +2882,33 @@ impl Fs {
         }
         Ok(())
     }
+
+    /// RENAME_WHITEOUT (overlayfs): `name` is renamed to `newname` as by `rename`, and a
+    /// whiteout, a character device 0/0 owned by `owner` (uid, gid), takes its place in `dir`. It is
+    /// the rename followed by a mknod, each ordered as on its own: under soft updates the
+    /// whiteout's entry waits on disk for the removal of the old name, which waits for the new
+    /// name (rule 3), so a crash may leave the file under its new name with no whiteout yet,
+    /// never a whiteout beside the file's old name. What the whiteout needs (an inode, and a
+    /// block for its entry beside one for the new name) is there before anything changes, so
+    /// that a failed whiteout never leaves a plain rename behind.
+    pub fn rename_whiteout(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        newdir: u32,
+        newname: &[u8],
+        noreplace: bool,
+        owner: (u32, u32),
+    ) -> FsResult<(u32, Dinode)> {
+        self.check_writable()?;
+        let room = |fs: &Fs| fs.alloc.free_inodes() >= 1 && fs.alloc.free_blocks() >= 2;
+        if !room(self) && self.frees_pending() {
+            self.sync_all()?;
+        }
+        if !room(self) {
+            return Err(FsError::NoSpace);
+        }
+        self.rename(dir, name, newdir, newname, RenameFlags { noreplace, exchange: false })?;
+        self.mknod(dir, name, S_IFCHR as u32, owner.0, owner.1, 0)
+    }
 }

@@ -404,7 +404,7 @@ impl Filesystem for SufsFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -412,7 +412,10 @@ impl Filesystem for SufsFuse {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
-        let known = FuseRenameFlags::RENAME_NOREPLACE | FuseRenameFlags::RENAME_EXCHANGE;
+        // RENAME_WHITEOUT (the kernel has checked CAP_MKNOD) with RENAME_EXCHANGE makes no sense.
+        let whiteout = flags.contains(FuseRenameFlags::RENAME_WHITEOUT);
+        let known = FuseRenameFlags::RENAME_NOREPLACE
+            | if whiteout { FuseRenameFlags::RENAME_WHITEOUT } else { FuseRenameFlags::RENAME_EXCHANGE };
         if !(flags - known).is_empty() {
             return reply.error(Errno::EINVAL);
         }
@@ -423,6 +426,12 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let np = from_fuse(newparent)?;
+            if whiteout {
+                // The whiteout left behind is the caller's, as a mknod's node.
+                let owner = (req.uid(), Self::new_gid(&mut fs, p, req));
+                let r = fs.rename_whiteout(p, name.as_bytes(), np, newname.as_bytes(), f.noreplace, owner);
+                return r.map(|_| ()).map_err(errno);
+            }
             fs.rename(p, name.as_bytes(), np, newname.as_bytes(), f).map_err(errno)
         });
         match r {

@@ -203,19 +203,6 @@ fn bad_images_are_refused_with_a_message() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
 }
 
-/// A 64 MiB image mounted with the defaults in a new temporary directory (kept alive by the
-/// first member); None where FUSE is missing.
-fn small_mount() -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, Mounted)> {
-    if !fuse_available() {
-        return None;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
-    mkfs(&img, "64M");
-    let m = mount_fg(&img, &mnt, &[]);
-    Some((t, img, mnt, m))
-}
-
 /// READDIRPLUS hands the kernel each entry's attributes with the listing, and FOPEN_KEEP_CACHE
 /// keeps a file's pages across opens: both must show what the file system holds, after
 /// overwrites, truncations, links and renames through the mount.

@@ -189,13 +189,10 @@ fn fsck_counts(img: &Path) -> (u64, u64) {
 /// (leaks allowed), and none at all once the background check has run.
 #[test]
 fn the_shutdown_ioctl_stops_the_mount_as_a_crash_would() {
-    if !fuse_available() || !root() {
+    if !root() {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
-    mkfs(&img, "64M");
-    let m = mount_fg(&img, &mnt, &[]);
+    let Some((t, img, mnt, m)) = small_mount() else { return };
     fs::create_dir_all(mnt.join("d/e")).unwrap();
     let mut open = None;
     for i in 0..20u64 {
@@ -260,13 +257,7 @@ fn the_shutdown_ioctl_stops_the_mount_as_a_crash_would() {
 /// mount refuses until fsck, as any crash of an async mount does.
 #[test]
 fn sufs_shutdown_writes_first_or_not_by_its_mode() {
-    if !fuse_available() {
-        return;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
-    mkfs(&img, "64M");
-    let m = mount_fg(&img, &mnt, &[]);
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
     fs::create_dir_all(mnt.join("a/b")).unwrap();
     for i in 0..30u64 {
         fs::write(mnt.join(format!("a/b/f{i}")), pattern(i, 2000 + i as usize * 300)).unwrap();
@@ -302,4 +293,81 @@ fn sufs_shutdown_writes_first_or_not_by_its_mode() {
     // An unmounted image is refused: there is nothing to stop.
     let out = sufs(&["shutdown", img.to_str().unwrap()]);
     assert!(!out.status.success());
+}
+
+fn renameat2(from: &Path, to: &Path, flags: u32) -> Result<(), i32> {
+    let (a, b) = (CString::new(from.as_os_str().as_bytes()).unwrap(), CString::new(to.as_os_str().as_bytes()).unwrap());
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    }
+}
+
+/// A whiteout: a character device 0/0.
+fn is_whiteout(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let m = fs::symlink_metadata(p).unwrap();
+    m.file_type().is_char_device() && m.rdev() == 0
+}
+
+/// renameat2's three flags through the mount: RENAME_WHITEOUT (overlayfs's: the source name
+/// becomes a whiteout) for a file and a directory, over a file, with NOREPLACE; EXCHANGE swaps
+/// and NOREPLACE refuses; EXCHANGE with WHITEOUT is EINVAL. The result after a remount.
+#[test]
+fn renameat2_whiteout_exchange_and_noreplace() {
+    if !root() {
+        return;
+    }
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let (up, work) = (mnt.join("upper"), mnt.join("work"));
+    fs::create_dir_all(up.join("dir/inner")).unwrap();
+    fs::create_dir_all(&work).unwrap();
+    fs::write(up.join("file"), b"upper file").unwrap();
+    fs::write(up.join("other"), b"other").unwrap();
+    fs::write(work.join("target"), b"replaced").unwrap();
+    let (wo, ex, nr) = (libc::RENAME_WHITEOUT, libc::RENAME_EXCHANGE, libc::RENAME_NOREPLACE);
+    renameat2(&up.join("file"), &work.join("file"), wo).unwrap();
+    assert!(is_whiteout(&up.join("file")));
+    assert_eq!(fs::read(work.join("file")).unwrap(), b"upper file");
+    renameat2(&up.join("dir"), &work.join("dir"), wo).unwrap();
+    assert!(is_whiteout(&up.join("dir")));
+    assert!(work.join("dir/inner").is_dir());
+    renameat2(&up.join("other"), &work.join("target"), wo).unwrap();
+    assert!(is_whiteout(&up.join("other")));
+    assert_eq!(fs::read(work.join("target")).unwrap(), b"other");
+    // NOREPLACE with WHITEOUT over a name: EEXIST, and no whiteout.
+    fs::write(up.join("again"), b"again").unwrap();
+    assert_eq!(renameat2(&up.join("again"), &work.join("file"), wo | nr), Err(libc::EEXIST));
+    assert_eq!(fs::read(up.join("again")).unwrap(), b"again");
+    renameat2(&up.join("again"), &work.join("again"), wo | nr).unwrap();
+    assert!(is_whiteout(&up.join("again")));
+    assert_eq!(renameat2(&work.join("file"), &work.join("target"), wo | ex), Err(libc::EINVAL));
+    // The other two flags pass through too.
+    renameat2(&work.join("file"), &work.join("target"), ex).unwrap();
+    assert_eq!(fs::read(work.join("file")).unwrap(), b"other");
+    assert_eq!(renameat2(&work.join("file"), &work.join("target"), nr), Err(libc::EEXIST));
+    // A whiteout is removed as any file (overlayfs does, when the name comes back).
+    fs::remove_file(up.join("again")).unwrap();
+    fs::write(up.join("again"), b"back").unwrap();
+
+    let check = |mnt: &Path| {
+        let (up, work) = (mnt.join("upper"), mnt.join("work"));
+        for w in ["file", "dir", "other"] {
+            assert!(is_whiteout(&up.join(w)), "{w}");
+        }
+        assert_eq!(fs::read(up.join("again")).unwrap(), b"back");
+        assert_eq!(fs::read(work.join("file")).unwrap(), b"other");
+        assert_eq!(fs::read(work.join("target")).unwrap(), b"upper file");
+        assert_eq!(fs::read(work.join("again")).unwrap(), b"again");
+        assert!(work.join("dir/inner").is_dir());
+    };
+    check(&mnt);
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    check(&mnt);
+    m.umount();
+    fsck_clean(&img);
 }

@@ -30,6 +30,19 @@ pub fn mkfs_and_mount(dir: &Path) -> (PathBuf, PathBuf) {
     (img, mnt)
 }
 
+/// A 64 MiB image mounted with the defaults (in the foreground) in a new temporary directory
+/// (kept alive by the first member); None where FUSE is missing.
+pub fn small_mount() -> Option<(tempfile::TempDir, PathBuf, PathBuf, Mounted)> {
+    if !fuse_available() {
+        return None;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    let m = mount_fg(&img, &mnt, &[]);
+    Some((t, img, mnt, m))
+}
+
 pub fn is_mounted(dir: &Path) -> bool {
     let dir = fs::canonicalize(dir).unwrap();
     fs::read_to_string("/proc/self/mountinfo")
