@@ -283,13 +283,17 @@ impl Filesystem for SufsFuse {
     /// A name in a directory; also, with export support, an inode by number: the kernel opens a
     /// file handle whose inode it no longer holds with a LOOKUP of "." in the handle's inode
     /// number, whatever its type, and compares the generation answered with the handle's. A
-    /// number that names no inode now answers ESTALE; a freed and reused one answers the new
-    /// inode, whose generation differs (`Fs::next_generation`).
+    /// number that names no inode now answers ESTALE, and so does a removed file whose freeing
+    /// still waits for writes (no link left); a freed and reused one answers the new inode,
+    /// whose generation differs (`Fs::next_generation`).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             if name.as_bytes() == b"." {
-                fs.getattr(p).map(|d| (p, d)).map_err(errno)
+                match fs.getattr(p).map_err(errno)? {
+                    d if d.nlink == 0 => Err(Errno::ESTALE),
+                    d => Ok((p, d)),
+                }
             } else {
                 fs.lookup(p, name.as_bytes()).map_err(errno)
             }
