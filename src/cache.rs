@@ -82,6 +82,8 @@ pub struct Cache {
     clean: LruCache<u64, ()>,
     dirty: BTreeSet<(u64, u64)>,
     stats: CacheStats,
+    /// The file system was shut down: `write` refuses everything, before any hook runs.
+    down: bool,
 }
 
 impl Cache {
@@ -98,7 +100,14 @@ impl Cache {
             clean: LruCache::unbounded(),
             dirty: BTreeSet::new(),
             stats: CacheStats::default(),
+            down: false,
         }
+    }
+
+    /// From now on no buffer is written (a forced shutdown): dirty ones stay dirty until the
+    /// cache is dropped, as a crash would leave them.
+    pub fn shut_down(&mut self) {
+        self.down = true;
     }
 
     pub fn block_size(&self) -> usize {
@@ -256,6 +265,9 @@ impl Cache {
     /// Writes the dirty buffers among `bnos` as one batch and waits until it is durable. Clean or
     /// uncached blocks in `bnos` are skipped.
     pub fn write(&mut self, bnos: &[u64], kind: WriteKind, hooks: &mut dyn WriteHooks) -> Result<usize, DevError> {
+        if self.down {
+            return Err(DevError::ShutDown);
+        }
         let mut copies: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(bnos.len());
         let mut seen = foldhash::HashSet::with_capacity_and_hasher(bnos.len(), Default::default());
         for &bno in bnos {

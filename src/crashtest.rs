@@ -28,7 +28,7 @@ use crate::fsck::{self, Class, Finding};
 use crate::syncer::{Sweeper, SyncerOptions, UpdatePolicy};
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 16] = [
+pub const WORKLOADS: [&str; 17] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -45,6 +45,7 @@ pub const WORKLOADS: [&str; 16] = [
     "rename-over",
     "link-fsync",
     "rename-back",
+    "rename-whiteout",
 ];
 
 const BS: usize = 4096;
@@ -358,7 +359,18 @@ impl Work<'_> {
     }
 
     fn rename(&mut self, from: &str, to: &str) -> FsResult<()> {
-        let pos = self.begin(format!("rename {from} {to}"))?;
+        self.rename_as(from, to, false)
+    }
+
+    /// A rename that leaves a whiteout (a character device) at `from` (RENAME_WHITEOUT): the
+    /// renamed inode keeps its old or its new name, as in any rename.
+    fn rename_whiteout(&mut self, from: &str, to: &str) -> FsResult<()> {
+        self.rename_as(from, to, true)
+    }
+
+    fn rename_as(&mut self, from: &str, to: &str, whiteout: bool) -> FsResult<()> {
+        let what = if whiteout { "rename (whiteout)" } else { "rename" };
+        let pos = self.begin(format!("{what} {from} {to}"))?;
         let ino = self.resolve(from)?;
         // A chain of renames (a to b, b to c): until the last is on disk, the file may still be
         // named by an earlier name of the chain (an old name stays until its new one is on disk).
@@ -377,7 +389,11 @@ impl Work<'_> {
         }
         let (d, n) = self.parent(from)?;
         let (nd, nn) = self.parent(to)?;
-        self.fs.rename(d, n.as_bytes(), nd, nn.as_bytes(), RenameFlags::default())?;
+        if whiteout {
+            self.fs.rename_whiteout(d, n.as_bytes(), nd, nn.as_bytes(), false, (0, 0))?;
+        } else {
+            self.fs.rename(d, n.as_bytes(), nd, nn.as_bytes(), RenameFlags::default())?;
+        }
         if self.rec.is_some() && from != to {
             self.promises.push(Promise {
                 kind: PromiseKind::Rename,
@@ -471,6 +487,7 @@ fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>> {
         "rename-over" => Box::new(RenameOver::default()),
         "link-fsync" => Box::new(LinkFsync::default()),
         "rename-back" => Box::new(RenameBack::default()),
+        "rename-whiteout" => Box::new(RenameWhiteout::default()),
         "br" => Box::new(BrWork::default()),
         "snapshot" => Box::new(SnapWork::default()),
         "mix" => {
@@ -1362,6 +1379,83 @@ impl Workload for RenameBack {
         } else if n % 11 == 0 && self.names.len() > 4 {
             let p = self.names.swap_remove(j);
             w.unlink(&p)?;
+        }
+        Ok(true)
+    }
+}
+
+/// Overlayfs's copy-up and removal in its upper directory: files and directories renamed away
+/// with RENAME_WHITEOUT (into another directory, over files there too), the whiteouts and the
+/// moved files fsync'ed, whiteouts removed and their names taken by new files. Each renamed
+/// inode keeps its old or new name; each fsync'ed whiteout (empty) and file keeps its name and
+/// contents.
+#[derive(Default)]
+struct RenameWhiteout {
+    /// Files and directories in the upper directory that may be renamed away.
+    upper: Vec<String>,
+    /// Whiteouts in the upper directory.
+    whiteouts: Vec<String>,
+    /// Names in the work directory (renames may land on them).
+    work: Vec<String>,
+    n: usize,
+}
+
+impl Workload for RenameWhiteout {
+    fn setup(&mut self, w: &mut Work) -> FsResult<()> {
+        for d in ["/ow", "/ow/up", "/ow/up/sub", "/ow/work"] {
+            w.mkdir(d)?;
+        }
+        for i in 0..6 {
+            let p = if i % 3 == 2 { format!("/ow/up/sub/u{i}") } else { format!("/ow/up/u{i}") };
+            w.create(&p, 1200 + i * 1700)?;
+            self.upper.push(p);
+        }
+        w.mkdir("/ow/up/dir0")?;
+        w.create("/ow/up/dir0/inside", 3000)?;
+        self.upper.push("/ow/up/dir0".into());
+        Ok(())
+    }
+    fn step(&mut self, w: &mut Work) -> FsResult<bool> {
+        self.n += 1;
+        let n = self.n;
+        match w.rng.gen_range(0..10) {
+            0..=5 if !self.upper.is_empty() => {
+                let src = self.upper.swap_remove(w.rng.gen_range(0..self.upper.len()));
+                let ino = w.resolve(&src)?;
+                let is_dir = w.fs.getattr(ino)?.is_dir();
+                let dst = match self.work.len() {
+                    k if k > 0 && !is_dir && w.rng.gen_bool(0.3) => self.work.swap_remove(w.rng.gen_range(0..k)),
+                    _ => format!("/ow/work/{}", w.name("m", n)),
+                };
+                w.rename_whiteout(&src, &dst)?;
+                if w.rng.gen_bool(0.5) {
+                    w.fsync(&src)?;
+                }
+                if !is_dir {
+                    if w.rng.gen_bool(0.4) {
+                        w.fsync(&dst)?;
+                    }
+                    self.work.push(dst);
+                }
+                self.whiteouts.push(src);
+            }
+            6..=7 if !self.whiteouts.is_empty() => {
+                // The name comes back: its whiteout goes and a new file takes it.
+                let p = self.whiteouts.swap_remove(w.rng.gen_range(0..self.whiteouts.len()));
+                w.unlink(&p)?;
+                let len = w.rng.gen_range(0..7000);
+                w.create(&p, len)?;
+                if w.rng.gen_bool(0.5) {
+                    w.fsync(&p)?;
+                }
+                self.upper.push(p);
+            }
+            _ => {
+                let p = if w.rng.gen_bool(0.5) { format!("/ow/up/n{n}") } else { format!("/ow/up/sub/n{n}") };
+                let len = w.rng.gen_range(0..9000);
+                w.create(&p, len)?;
+                self.upper.push(p);
+            }
         }
         Ok(true)
     }

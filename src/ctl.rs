@@ -70,6 +70,11 @@ pub enum Request {
     /// Writes every delayed write, in soft updates' order, and answers once all of it is on
     /// disk (the kernel sends no syncfs to a FUSE server, so sync(1) never reaches a mount).
     Sync,
+    /// A forced shutdown (FS_IOC_SHUTDOWN with its flags, which the ioctl through FUSE cannot
+    /// carry): nothing more is written, every later request fails with EIO.
+    Shutdown {
+        mode: crate::fs::shutdown::Shutdown,
+    },
 }
 
 #[derive(Debug, Error)]
@@ -255,7 +260,12 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
             v
         }
         Request::FsckAdjust { adjust } => adjust.links.iter().map(|&(i, _)| Stale::Inode(i)).collect(),
-        Request::Ping | Request::BrQuery { .. } | Request::BrList | Request::SnapshotList | Request::Sync => Vec::new(),
+        Request::Ping
+        | Request::BrQuery { .. }
+        | Request::BrList
+        | Request::SnapshotList
+        | Request::Sync
+        | Request::Shutdown { .. } => Vec::new(),
     }
 }
 
@@ -284,6 +294,11 @@ pub fn execute(fs: &mut Fs, req: Request) -> Result<Value, FsError> {
         Request::Sync => {
             let before = fs.stats().device.writes();
             fs.sync_all()?;
+            Ok(serde_json::json!({ "blocks_written": fs.stats().device.writes() - before }))
+        }
+        Request::Shutdown { mode } => {
+            let before = fs.stats().device.writes();
+            fs.shutdown(mode);
             Ok(serde_json::json!({ "blocks_written": fs.stats().device.writes() - before }))
         }
     }

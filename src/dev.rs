@@ -24,6 +24,9 @@ pub enum DevError {
     OutOfRange { bno: u64, nblocks: u64 },
     #[error("{0}")]
     Open(String),
+    /// The file system was shut down: nothing more is written.
+    #[error("the file system was shut down")]
+    ShutDown,
 }
 
 pub type DevResult<T> = Result<T, DevError>;

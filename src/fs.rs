@@ -85,6 +85,8 @@ pub enum FsError {
     ReadOnly,
     #[error("I/O error: {0}")]
     Io(#[from] DevError),
+    #[error("I/O error: the file system was shut down")]
+    ShutDown,
     #[error("corrupt file system: {0}")]
     Corrupt(String),
 }
@@ -105,7 +107,7 @@ impl FsError {
             FsError::Perm => libc::EPERM,
             FsError::Stale(_) => libc::ESTALE,
             FsError::ReadOnly => libc::EROFS,
-            FsError::Io(_) | FsError::Corrupt(_) => libc::EIO,
+            FsError::Io(_) | FsError::Corrupt(_) | FsError::ShutDown => libc::EIO,
         }
     }
 }
@@ -151,6 +153,10 @@ pub mod snapshot;
 #[path = "hidden.rs"]
 pub mod hidden;
 use hidden::{HiddenName, HiddenNames};
+// A forced shutdown (FS_IOC_SHUTDOWN) lives in its own file but inside `fs`: it stops the
+// writes of the cache and the superblock.
+#[path = "shutdown.rs"]
+pub mod shutdown;
 
 /// Options of a new file system.
 #[derive(Debug, Clone)]
@@ -338,6 +344,7 @@ pub struct Fs {
     /// Inodes whose last link went while they were held (`open`): freed at the last `unhold`
     /// or at unmount, as FFS frees an unlinked open file at its last close.
     orphans: foldhash::HashSet<u32>,
+    /// Where the first generation of an inode never used comes from (`next_generation`).
     next_gen: u32,
     /// Spread new directories over the groups (off while mkfs places root and lost+found).
     spread_dirs: bool,
@@ -388,6 +395,8 @@ pub struct Fs {
     /// Blocks copied before an overwrite, and freed blocks claimed, by snapshots.
     stats_cow: u64,
     stats_claimed: u64,
+    /// Shut down (`shutdown`): nothing more is written, every operation fails.
+    shut_down: bool,
 }
 
 impl Fs {
@@ -448,6 +457,7 @@ impl Fs {
             snaps: Vec::new(),
             stats_cow: 0,
             stats_claimed: 0,
+            shut_down: false,
         };
         for what in std::mem::take(&mut fs.alloc.damage) {
             fs.damaged(what);
@@ -486,6 +496,7 @@ impl Fs {
     }
 
     fn write_superblock(&mut self) -> FsResult<()> {
+        self.check_live()?;
         self.sb.free_blocks = self.alloc.free_blocks();
         self.sb.free_inodes = self.alloc.free_inodes();
         self.sb.ndirs = self.alloc.ndirs();
@@ -496,9 +507,14 @@ impl Fs {
         Ok(())
     }
 
-    /// Writes everything and marks the image clean.
+    /// Writes everything and marks the image clean; after a shutdown, writes nothing, which
+    /// leaves the image as a crash would.
     pub fn unmount(&mut self) -> FsResult<()> {
         if self.readonly {
+            return Ok(());
+        }
+        if self.shut_down {
+            log::warn!("unmount after a shutdown: nothing written, the image is left unclean");
             return Ok(());
         }
         // Inodes unlinked while open are freed now that nobody holds them.
@@ -613,6 +629,7 @@ impl Fs {
     /// With soft updates this takes a few rounds: each write satisfies dependencies that let the
     /// next one carry more.
     pub fn sync_all(&mut self) -> FsResult<()> {
+        self.check_live()?;
         // A round can retire one level of a chain of dependencies (a removed tree drains one
         // directory per level), so the rounds go on while they have something to write; the
         // chain is never longer than the number of inodes.
@@ -991,6 +1008,8 @@ impl Fs {
 
     /// Reads an inode, allocated or not.
     fn iget_raw(&mut self, ino: u32) -> FsResult<Dinode> {
+        // Every operation reads an inode: after a shutdown, this is where each one fails.
+        self.check_live()?;
         self.check_ino(ino)?;
         let (bno, off) = self.sb.inode_location(ino);
         let buf = self.read_inode_block(bno)?;
@@ -1050,9 +1069,26 @@ impl Fs {
             sd.new_inode(ino, is_dir);
         }
         let (s, ns) = self.now();
-        self.next_gen = self.next_gen.wrapping_add(1).max(1);
-        let d = Dinode::new(mode, 0, uid, gid, (s, ns), old.generation.wrapping_add(self.next_gen) | 1);
+        let d = Dinode::new(mode, 0, uid, gid, (s, ns), self.next_generation(old.generation));
         Ok((ino, d))
+    }
+
+    /// The generation of an inode being allocated, whose last one was `old`: one more, as
+    /// FreeBSD's `ffs_valloc` does, so that a file handle (inode number and generation) of a
+    /// freed file never opens the inode's next file; the cleared dinode keeps the generation
+    /// on disk until then (`release_inode`). An inode never used (0), or one whose count wraps,
+    /// takes the next number of the mount's sequence, which starts from the clock: a file made
+    /// in a mount that crashed before its inode reached the disk gets another generation when
+    /// a later mount reuses the inode.
+    fn next_generation(&mut self, old: u32) -> u32 {
+        match old.wrapping_add(1) {
+            0 | 1 => {
+                // An odd step goes through every 32-bit value before it repeats.
+                self.next_gen = self.next_gen.wrapping_add(0x9E37_79B9);
+                self.next_gen.max(1)
+            }
+            g => g,
+        }
     }
 
     /// An inode from the bitmaps, checked before it is handed out as `alloc_block` checks
@@ -2909,6 +2945,9 @@ impl Fs {
 
     /// Drops `n` references taken by `hold`; when none is left, an unlinked inode is freed.
     pub fn unhold(&mut self, ino: u32, n: u32) -> FsResult<()> {
+        if self.shut_down {
+            return Ok(()); // nothing is freed any more
+        }
         let Some(held) = self.open.get_mut(&ino) else {
             return Ok(());
         };
@@ -2928,5 +2967,34 @@ impl Fs {
             }
         }
         Ok(())
+    }
+
+    /// RENAME_WHITEOUT (overlayfs): `name` is renamed to `newname` as by `rename`, and a
+    /// whiteout, a character device 0/0 owned by `owner` (uid, gid), takes its place in `dir`. It is
+    /// the rename followed by a mknod, each ordered as on its own: under soft updates the
+    /// whiteout's entry waits on disk for the removal of the old name, which waits for the new
+    /// name (rule 3), so a crash may leave the file under its new name with no whiteout yet,
+    /// never a whiteout beside the file's old name. What the whiteout needs (an inode, and a
+    /// block for its entry beside one for the new name) is there before anything changes, so
+    /// that a failed whiteout never leaves a plain rename behind.
+    pub fn rename_whiteout(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        newdir: u32,
+        newname: &[u8],
+        noreplace: bool,
+        owner: (u32, u32),
+    ) -> FsResult<(u32, Dinode)> {
+        self.check_writable()?;
+        let room = |fs: &Fs| fs.alloc.free_inodes() >= 1 && fs.alloc.free_blocks() >= 2;
+        if !room(self) && self.frees_pending() {
+            self.sync_all()?;
+        }
+        if !room(self) {
+            return Err(FsError::NoSpace);
+        }
+        self.rename(dir, name, newdir, newname, RenameFlags { noreplace, exchange: false })?;
+        self.mknod(dir, name, S_IFCHR as u32, owner.0, owner.1, 0)
     }
 }

@@ -1687,7 +1687,9 @@ impl<'a> Scan<'a> {
         // Modes as this round leaves them (for the bitmaps and counts).
         let mut modes: BTreeMap<u32, u16> = self.inodes.iter().map(|(&n, i)| (n, i.mode)).collect();
         for &ino in &fixes.clear_inodes {
-            ws.inode(&sb, ino, |d| *d = Dinode::default())?;
+            // The generation stays, as when the file system frees an inode: a file handle of
+            // the cleared file must not open the inode's next file.
+            ws.inode(&sb, ino, |d| *d = Dinode { generation: d.generation, ..Dinode::default() })?;
             modes.remove(&ino);
         }
         let mut alloc_from = 0u64;

@@ -29,6 +29,7 @@ use fuser::{
 };
 
 use crate::format::*;
+use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
 
 /// How long the kernel may keep a name and its attributes without asking again. Every change
@@ -256,6 +257,12 @@ impl Filesystem for SufsFuse {
         // lookup count (`entry`, `forget`). Saves a round trip per create and two per open.
         self.no_open =
             config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
+        // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
+        // parent (".."), and compares the generation (`lookup`).
+        if let Err(e) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
+            log::warn!("the kernel does not offer {e:?}: file handles go stale with its inode cache");
+        }
         Ok(())
     }
 
@@ -273,9 +280,24 @@ impl Filesystem for SufsFuse {
         }
     }
 
+    /// A name in a directory; also, with export support, an inode by number: the kernel opens a
+    /// file handle whose inode it no longer holds with a LOOKUP of "." in the handle's inode
+    /// number, whatever its type, and compares the generation answered with the handle's. A
+    /// number that names no inode now answers ESTALE, and so does a removed file whose freeing
+    /// still waits for writes (no link left); a freed and reused one answers the new inode,
+    /// whose generation differs (`Fs::next_generation`).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let mut fs = lock(&self.fs);
-        let r = from_fuse(parent).and_then(|p| fs.lookup(p, name.as_bytes()).map_err(errno));
+        let r = from_fuse(parent).and_then(|p| {
+            if name.as_bytes() == b"." {
+                match fs.getattr(p).map_err(errno)? {
+                    d if d.nlink == 0 => Err(Errno::ESTALE),
+                    d => Ok((p, d)),
+                }
+            } else {
+                fs.lookup(p, name.as_bytes()).map_err(errno)
+            }
+        });
         match r {
             Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
             Err(e) => reply.error(e),
@@ -386,7 +408,7 @@ impl Filesystem for SufsFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -394,7 +416,10 @@ impl Filesystem for SufsFuse {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
-        let known = FuseRenameFlags::RENAME_NOREPLACE | FuseRenameFlags::RENAME_EXCHANGE;
+        // RENAME_WHITEOUT (the kernel has checked CAP_MKNOD) with RENAME_EXCHANGE makes no sense.
+        let whiteout = flags.contains(FuseRenameFlags::RENAME_WHITEOUT);
+        let known = FuseRenameFlags::RENAME_NOREPLACE
+            | if whiteout { FuseRenameFlags::RENAME_WHITEOUT } else { FuseRenameFlags::RENAME_EXCHANGE };
         if !(flags - known).is_empty() {
             return reply.error(Errno::EINVAL);
         }
@@ -405,6 +430,12 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let np = from_fuse(newparent)?;
+            if whiteout {
+                // The whiteout left behind is the caller's, as a mknod's node.
+                let owner = (req.uid(), Self::new_gid(&mut fs, p, req));
+                let r = fs.rename_whiteout(p, name.as_bytes(), np, newname.as_bytes(), f.noreplace, owner);
+                return r.map(|_| ()).map_err(errno);
+            }
             fs.rename(p, name.as_bytes(), np, newname.as_bytes(), f).map_err(errno)
         });
         match r {
@@ -608,6 +639,32 @@ impl Filesystem for SufsFuse {
 
     fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
         reply.error(Errno::from_i32(libc::ENODATA));
+    }
+
+    /// FS_IOC_SHUTDOWN (fstests' `godown`), by root on any file or directory of the mount. A
+    /// FUSE server gets an ioctl's data as its command encodes it, and this one is `_IOR`: the
+    /// kernel copies nothing in, so the flags the caller points to never arrive (nor, through
+    /// fuser, the pointer). The mount stops as `FS_GOING_DOWN_NOLOGFLUSH` (godown's default)
+    /// asks; `sufs shutdown --mode` carries the other two (docs/vfs.md).
+    fn ioctl(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        if cmd != FS_IOC_SHUTDOWN {
+            return reply.error(Errno::ENOTTY);
+        }
+        if req.uid() != 0 {
+            return reply.error(Errno::EPERM);
+        }
+        lock(&self.fs).shutdown(Shutdown::Nologflush);
+        reply.ioctl(0, &[]);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {

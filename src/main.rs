@@ -13,6 +13,7 @@ use sufs::crashtest::{self, CrashOptions, End};
 use sufs::ctl::{self, CtlClient, CtlServer};
 use sufs::dev::{BlockDevice, FileDevice};
 use sufs::format::Superblock;
+use sufs::fs::shutdown::Shutdown;
 use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
 use sufs::fuse::{self as fusemount, lock, SufsFuse, DEFAULT_THREADS};
 use sufs::syncer::{Syncer, SyncerOptions, UpdatePolicy};
@@ -127,6 +128,16 @@ enum Cmd {
     Sync {
         /// The mount point or its image (default: every sufs mount this process can see).
         on: Option<PathBuf>,
+    },
+    /// Shut a mount down as FS_IOC_SHUTDOWN does: it stops writing to the image at once (after
+    /// writing everything, with fullsync or metaflush), every later request fails with EIO, and
+    /// the unmount leaves the image as a crash would.
+    Shutdown {
+        /// The mount point or its image.
+        on: PathBuf,
+        /// The ioctl's flag: what is written first.
+        #[arg(long, value_enum, default_value_t = Shutdown::Nologflush)]
+        mode: Shutdown,
     },
     /// The Block Register: reservations of free blocks for other components, on an unmounted
     /// image or (through its control channel, IMAGE.ctl) a mounted file system.
@@ -498,6 +509,7 @@ fn main() -> ExitCode {
         }
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
         Cmd::Sync { on } => cmd_sync(on.as_deref()).map(|_| 0),
+        Cmd::Shutdown { on, mode } => cmd_shutdown(&on, mode).map(|_| 0),
         Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),
         Cmd::Snapshot { on, op } => cmd_snapshot(&on, op).map(|_| 0),
         Cmd::Volume { op: VolumeCmd::Snapshot { op } } => cmd_volume(op).map(|_| 0),
@@ -1049,6 +1061,17 @@ fn cmd_sync(on: Option<&Path>) -> Result<(), Fail> {
         let v = control(&t, ctl::Request::Sync)?;
         println!("{}: {} blocks written", t.display(), v["blocks_written"]);
     }
+    Ok(())
+}
+
+/// Shuts a mount down through its control channel (never an unmounted image: there is nothing
+/// to stop, and a mount made here to stop it would leave the image unclean).
+fn cmd_shutdown(on: &Path, mode: Shutdown) -> Result<(), Fail> {
+    let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
+    let sock = ctl::socket_path(&image);
+    let mut c = CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is not mounted: {e}", on.display()), 1))?;
+    let v = c.call(&ctl::Request::Shutdown { mode }).map_err(|e| Fail(e.to_string(), 1))?;
+    println!("{}: shut down, {} blocks written first", on.display(), v["blocks_written"]);
     Ok(())
 }
 

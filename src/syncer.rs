@@ -139,7 +139,7 @@ impl Syncer {
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(50));
                     let mut g = lock(&fs);
-                    if g.now_ns() >= sweeper.next_due() {
+                    if g.now_ns() >= sweeper.next_due() && !g.is_shut_down() {
                         if let Err(e) = sweeper.tick(&mut g) {
                             log::error!("syncer: {e}");
                         }

@@ -57,7 +57,7 @@ fn softdep_leaves_no_violation_in_any_workload() {
 /// a moved directory were found only under their old path.)
 #[test]
 fn softdep_keeps_fsync_promises_under_renames() {
-    for name in ["swap-fsync", "ancestor-rename", "rename-over", "link-fsync", "rename-back"] {
+    for name in ["swap-fsync", "ancestor-rename", "rename-over", "link-fsync", "rename-back", "rename-whiteout"] {
         for (seed, end, cache_blocks) in [(1, End::Unmount, 64), (2, End::Crash, 64), (4, End::Crash, 16)] {
             let o = CrashOptions { ops: 60, cache_blocks, end, ..Default::default() };
             let s = crashtest::run(Ordering::Softdep, name, seed, &o).unwrap();
@@ -69,7 +69,7 @@ fn softdep_keeps_fsync_promises_under_renames() {
 
 #[test]
 fn async_breaks_fsync_promises_under_renames() {
-    for name in ["swap-fsync", "ancestor-rename", "rename-over", "link-fsync", "rename-back"] {
+    for name in ["swap-fsync", "ancestor-rename", "rename-over", "link-fsync", "rename-back", "rename-whiteout"] {
         let s = crashtest::run(Ordering::Async, name, 1, &small(40, End::Unmount)).unwrap();
         assert!(s.violations > 0, "async not caught: the tester is broken\n{s}");
     }

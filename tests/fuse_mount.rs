@@ -203,19 +203,6 @@ fn bad_images_are_refused_with_a_message() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
 }
 
-/// A 64 MiB image mounted with the defaults in a new temporary directory (kept alive by the
-/// first member); None where FUSE is missing.
-fn small_mount() -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, Mounted)> {
-    if !fuse_available() {
-        return None;
-    }
-    let t = tempfile::tempdir().unwrap();
-    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
-    mkfs(&img, "64M");
-    let m = mount_fg(&img, &mnt, &[]);
-    Some((t, img, mnt, m))
-}
-
 /// READDIRPLUS hands the kernel each entry's attributes with the listing, and FOPEN_KEEP_CACHE
 /// keeps a file's pages across opens: both must show what the file system holds, after
 /// overwrites, truncations, links and renames through the mount.
@@ -434,16 +421,7 @@ fn unclean_images_mount_by_what_their_last_mount_promised() {
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         if ordering == "softdep" {
             assert!(out.status.success(), "{ordering}: {err}");
-            let start = std::time::Instant::now();
-            loop {
-                let text = fs::read_to_string(&log).unwrap_or_default();
-                if text.contains("background fsck of") {
-                    assert!(text.contains("done (exit 0)") || text.contains("done (exit 1)"), "{text}");
-                    break;
-                }
-                assert!(start.elapsed() < std::time::Duration::from_secs(30), "no background fsck: {text}");
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
+            wait_background_fsck(&log);
             assert!(fs::read_to_string(&log).unwrap().contains("checking it in the background"));
             assert!(sufs(&["umount", mnt.to_str().unwrap()]).status.success());
         } else {

@@ -944,3 +944,92 @@ fn failed_writes_are_retried_in_order() {
         assert_eq!(fs.read(g, 0, 9000).unwrap(), pattern(1, 9000));
     }
 }
+
+/// Generations (what a file handle carries beside the inode number): a freed inode's next file
+/// gets another one, whichever ordering freed it, and they survive a remount; a fresh inode's
+/// is never 0.
+#[test]
+fn a_reused_inode_gets_another_generation_that_persists() {
+    for ordering in ORDERINGS {
+        let dev = new_image(4096);
+        let mut fs = mount(&dev, ordering, 128);
+        let (a, da) = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap();
+        assert_ne!(da.generation, 0, "{ordering:?}");
+        fs.unlink(ROOT_INO, b"a").unwrap();
+        fs.sync_all().unwrap();
+        let (b, db) = fs.create(ROOT_INO, b"b", 0o644, 0, 0).unwrap();
+        assert_eq!(b, a, "{ordering:?}: the freed inode is taken again");
+        assert_ne!(db.generation, da.generation, "{ordering:?}");
+        fs.unlink(ROOT_INO, b"b").unwrap();
+        fs.sync_all().unwrap();
+        let (c, dc) = fs.create(ROOT_INO, b"c", 0o644, 0, 0).unwrap();
+        assert_eq!(c, a);
+        assert!(dc.generation != da.generation && dc.generation != db.generation, "{ordering:?}");
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+        let mut fs = mount(&dev, ordering, 128);
+        assert_eq!(fs.lookup(ROOT_INO, b"c").unwrap().1.generation, dc.generation, "{ordering:?}");
+        fs.unlink(ROOT_INO, b"c").unwrap();
+        fs.sync_all().unwrap();
+        let (d, dd) = fs.create(ROOT_INO, b"d", 0o644, 0, 0).unwrap();
+        assert_eq!(d, a);
+        assert!(![da.generation, db.generation, dc.generation].contains(&dd.generation), "{ordering:?}");
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
+}
+
+/// RENAME_WHITEOUT: the rename, and a character device 0/0 in the source's place, for a file and
+/// a directory, over a file, refused by NOREPLACE; without an inode for the whiteout it is
+/// ENOSPC and nothing is renamed. Every ordering, checked after a remount and by fsck.
+#[test]
+fn rename_whiteout_leaves_a_char_device_where_the_source_was() {
+    for ordering in ORDERINGS {
+        let dev = std::sync::Arc::new(MemDevice::new(4096, 4096));
+        let opts = sufs::fs::MkfsOptions { inodes: Some(32), ..Default::default() };
+        sufs::fs::mkfs(dev.clone(), &opts, (1_700_000_000, 0)).unwrap();
+        let mut fs = mount(&dev, ordering, 128);
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+        fs.write(f, 0, b"upper").unwrap();
+        let (sub, _) = fs.mkdir(ROOT_INO, b"sub", 0o755, 0, 0).unwrap();
+        fs.create(d, b"victim", 0o644, 0, 0).unwrap();
+        let (w, wd) = fs.rename_whiteout(ROOT_INO, b"f", d, b"f", false, (7, 8)).unwrap();
+        assert_eq!((wd.mode, wd.rdev, wd.uid, wd.gid, wd.nlink), (S_IFCHR, 0, 7, 8, 1), "{ordering:?}");
+        assert_eq!(fs.lookup(ROOT_INO, b"f").unwrap().0, w);
+        assert_eq!(fs.lookup(d, b"f").unwrap().0, f);
+        // A directory, over a file in another directory (which goes), and NOREPLACE.
+        fs.rename_whiteout(ROOT_INO, b"sub", d, b"victim", false, (0, 0)).unwrap_err();
+        fs.unlink(d, b"victim").unwrap();
+        fs.rename_whiteout(ROOT_INO, b"sub", d, b"sub", false, (0, 0)).unwrap();
+        assert_eq!(fs.lookup(d, b"sub").unwrap().0, sub);
+        assert_eq!(fs.lookup(sub, b"..").unwrap().0, d);
+        assert_eq!(fs.lookup(ROOT_INO, b"sub").unwrap().1.mode & S_IFMT, S_IFCHR);
+        let (g, _) = fs.create(ROOT_INO, b"g", 0o644, 0, 0).unwrap();
+        assert!(matches!(fs.rename_whiteout(ROOT_INO, b"g", d, b"f", true, (0, 0)), Err(FsError::Exists)));
+        assert_eq!(fs.lookup(ROOT_INO, b"g").unwrap().0, g);
+        let (h, _) = fs.create(ROOT_INO, b"h", 0o644, 0, 0).unwrap();
+        fs.rename_whiteout(ROOT_INO, b"g", ROOT_INO, b"h", false, (0, 0)).unwrap();
+        assert_eq!(fs.lookup(ROOT_INO, b"h").unwrap().0, g);
+        // The target goes: no link is left (or its inode, freed, holds the whiteout already).
+        assert!(fs.getattr(h).map_or(true, |d| d.nlink == 0 || d.mode & S_IFMT == S_IFCHR), "{ordering:?}");
+        // No inode left for a whiteout: ENOSPC, and the source keeps its name.
+        let mut n = 0;
+        while fs.create(d, format!("fill{n}").as_bytes(), 0o644, 0, 0).is_ok() {
+            n += 1;
+        }
+        assert!(matches!(fs.rename_whiteout(d, b"f", ROOT_INO, b"moved", false, (0, 0)), Err(FsError::NoSpace)));
+        assert_eq!(fs.lookup(d, b"f").unwrap().0, f, "{ordering:?}");
+        assert!(matches!(fs.lookup(ROOT_INO, b"moved"), Err(FsError::NotFound)));
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+        let mut fs = mount(&dev, ordering, 128);
+        for (dir, name, mode) in [(ROOT_INO, "f", S_IFCHR), (ROOT_INO, "sub", S_IFCHR), (ROOT_INO, "g", S_IFCHR)] {
+            let (_, di) = fs.lookup(dir, name.as_bytes()).unwrap();
+            assert_eq!((di.mode & S_IFMT, di.rdev), (mode, 0), "{ordering:?} {name}");
+        }
+        assert_eq!(fs.read(f, 0, 10).unwrap(), b"upper");
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
+}

@@ -30,6 +30,19 @@ pub fn mkfs_and_mount(dir: &Path) -> (PathBuf, PathBuf) {
     (img, mnt)
 }
 
+/// A 64 MiB image mounted with the defaults (in the foreground) in a new temporary directory
+/// (kept alive by the first member); None where FUSE is missing.
+pub fn small_mount() -> Option<(tempfile::TempDir, PathBuf, PathBuf, Mounted)> {
+    if !fuse_available() {
+        return None;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    let m = mount_fg(&img, &mnt, &[]);
+    Some((t, img, mnt, m))
+}
+
 pub fn is_mounted(dir: &Path) -> bool {
     let dir = fs::canonicalize(dir).unwrap();
     fs::read_to_string("/proc/self/mountinfo")
@@ -98,6 +111,21 @@ impl Mounted {
         });
         self.umount();
         reader.join().unwrap()
+    }
+}
+
+/// Waits (30 s at most) for the background fsck that a daemon mount (`sufs mount`) of an image a
+/// softdep mount left unclean runs, as its log `log` says, and checks that it ended well.
+pub fn wait_background_fsck(log: &Path) {
+    let start = Instant::now();
+    loop {
+        let text = fs::read_to_string(log).unwrap_or_default();
+        if text.contains("background fsck of") {
+            assert!(text.contains("done (exit 0)") || text.contains("done (exit 1)"), "{text}");
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no background fsck: {text}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -1,0 +1,379 @@
+//! What the kernel asks of a file system beyond the POSIX calls, through the real FUSE mount
+//! (fstests exercises each): file handles that outlive the kernel's caches. Each test checks
+//! its result again after a remount and a clean `sufs fsck`. Skipped, with a message, where
+//! /dev/fuse is missing or the test needs root and does not have it.
+
+use std::ffi::CString;
+use std::fs;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+mod common;
+
+use common::fuse::*;
+use common::{pattern, sufs};
+
+fn root() -> bool {
+    if unsafe { libc::geteuid() } == 0 {
+        true
+    } else {
+        eprintln!("SKIPPED: needs root (open_by_handle_at, drop_caches)");
+        false
+    }
+}
+
+/// The kernel forgets every unused name and inode: a FUSE file system then hears of each file
+/// again only through a LOOKUP.
+fn drop_caches() {
+    fs::write("/proc/sys/vm/drop_caches", "3").expect("write /proc/sys/vm/drop_caches");
+}
+
+/// A file handle as name_to_handle_at gives it: the kernel's `struct file_handle` (length,
+/// type, then the bytes; for FUSE the inode number and generation).
+#[derive(Clone)]
+struct Handle(Vec<u32>);
+
+const MAX_HANDLE_SZ: usize = 128;
+
+fn handle_of(path: &Path) -> Handle {
+    let mut buf = vec![0u32; 2 + MAX_HANDLE_SZ / 4];
+    buf[0] = MAX_HANDLE_SZ as u32;
+    let mut mount_id = 0;
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let r = unsafe { libc::name_to_handle_at(libc::AT_FDCWD, c.as_ptr(), buf.as_mut_ptr().cast(), &mut mount_id, 0) };
+    assert_eq!(r, 0, "name_to_handle_at {}: {}", path.display(), std::io::Error::last_os_error());
+    Handle(buf)
+}
+
+/// open_by_handle_at through the mount `mnt`: the file, or the errno.
+fn open_handle(mnt: &Path, h: &Handle, flags: i32) -> Result<fs::File, i32> {
+    let m = fs::File::open(mnt).unwrap();
+    let mut buf = h.0.clone();
+    let fd = unsafe { libc::open_by_handle_at(m.as_raw_fd(), buf.as_mut_ptr().cast(), flags) };
+    if fd < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    } else {
+        Ok(unsafe { fs::File::from_raw_fd(fd) })
+    }
+}
+
+fn read_all(mut f: fs::File) -> Vec<u8> {
+    let mut v = Vec::new();
+    f.read_to_end(&mut v).unwrap();
+    v
+}
+
+/// Where the kernel says an open directory is (its dentry reconnected to the tree through
+/// LOOKUPs of "..").
+fn path_of(f: &fs::File) -> std::path::PathBuf {
+    fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap()
+}
+
+/// Handles of files and directories open after the kernel dropped its caches, in this mount and
+/// the next; a handle of a removed file answers ESTALE, also once its inode holds another file
+/// (only the generation tells them apart), and the new file's handle opens the new file.
+#[test]
+fn file_handles_outlive_the_kernels_caches_and_go_stale_with_their_file() {
+    if !fuse_available() || !root() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    // A small inode table: the allocator's rotor comes back to a freed inode soon.
+    let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M", "--inodes", "64"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = mount_fg(&img, &mnt, &[]);
+    let d = mnt.join("d");
+    fs::create_dir_all(d.join("sub/deeper")).unwrap();
+    let n = 8u64;
+    for i in 0..n {
+        fs::write(d.join(format!("f{i}")), pattern(i, 1000 + i as usize * 3000)).unwrap();
+    }
+    let files: Vec<Handle> = (0..n).map(|i| handle_of(&d.join(format!("f{i}")))).collect();
+    let deeper = handle_of(&d.join("sub/deeper"));
+    let root = handle_of(&mnt);
+
+    let check_files = |mnt: &Path, skip: &[u64]| {
+        for i in (0..n).filter(|i| !skip.contains(i)) {
+            let f = open_handle(mnt, &files[i as usize], libc::O_RDONLY).unwrap_or_else(|e| panic!("f{i}: errno {e}"));
+            assert!(read_all(f) == pattern(i, 1000 + i as usize * 3000), "f{i}");
+        }
+        // A directory's handle: the kernel finds its parents by "..", up to the root.
+        let f = open_handle(mnt, &deeper, libc::O_RDONLY | libc::O_DIRECTORY).expect("directory handle");
+        assert_eq!(path_of(&f), fs::canonicalize(mnt).unwrap().join("d/sub/deeper"));
+        let f = open_handle(mnt, &root, libc::O_RDONLY | libc::O_DIRECTORY).expect("root handle");
+        assert_eq!(path_of(&f), fs::canonicalize(mnt).unwrap());
+    };
+    drop_caches();
+    check_files(&mnt, &[]);
+
+    // f1 removed while soft updates still hold its inode (its name's removal is not on disk
+    // yet, so its link count is not dropped): already stale.
+    assert!(sufs(&["sync", mnt.to_str().unwrap()]).status.success());
+    fs::remove_file(d.join("f1")).unwrap();
+    drop_caches();
+    assert_eq!(open_handle(&mnt, &files[1], libc::O_RDONLY).err(), Some(libc::ESTALE));
+    // f0 removed: its handle is stale, and stays so once its inode is taken again.
+    let ino0 = fs::metadata(d.join("f0")).unwrap().ino();
+    fs::remove_file(d.join("f0")).unwrap();
+    drop_caches();
+    assert_eq!(open_handle(&mnt, &files[0], libc::O_RDONLY).err(), Some(libc::ESTALE));
+    let mut reused = None;
+    for k in 0..64 {
+        // The inode returns to the free map once its cleared copy is on disk.
+        assert!(sufs(&["sync", mnt.to_str().unwrap()]).status.success());
+        let p = d.join(format!("new{k}"));
+        fs::write(&p, b"the inode's next file").unwrap();
+        if fs::metadata(&p).unwrap().ino() == ino0 {
+            reused = Some(p);
+            break;
+        }
+    }
+    let reused = reused.expect("a new file takes the freed inode");
+    let new = handle_of(&reused);
+    assert_eq!(new.0[2..4], files[0].0[2..4], "the same inode number in both handles");
+    for drop in [false, true] {
+        if drop {
+            drop_caches();
+        }
+        assert_eq!(open_handle(&mnt, &files[0], libc::O_RDONLY).err(), Some(libc::ESTALE), "dropped: {drop}");
+        assert_eq!(read_all(open_handle(&mnt, &new, libc::O_RDONLY).unwrap()), b"the inode's next file");
+    }
+    check_files(&mnt, &[0, 1]);
+    m.umount();
+    fsck_clean(&img);
+
+    // The next mount knows none of them: inode numbers and generations come from the disk.
+    let m = mount_fg(&img, &mnt, &[]);
+    check_files(&mnt, &[0, 1]);
+    assert_eq!(open_handle(&mnt, &files[0], libc::O_RDONLY).err(), Some(libc::ESTALE));
+    assert_eq!(read_all(open_handle(&mnt, &new, libc::O_RDONLY).unwrap()), b"the inode's next file");
+    // A handle of a number no file has (free, beyond the inode table, beyond 32 bits) is stale.
+    for (word, value) in [(3, 60), (3, u32::MAX - 7), (2, 1)] {
+        let mut bogus = files[2].clone();
+        bogus.0[word] = value;
+        assert_eq!(open_handle(&mnt, &bogus, libc::O_RDONLY).err(), Some(libc::ESTALE), "{word} {value}");
+    }
+    m.umount();
+    fsck_clean(&img);
+}
+
+/// FS_IOC_SHUTDOWN, `_IOR('X', 125, __u32)`, as fstests' godown calls it on the mount point.
+fn shutdown_ioctl(mnt: &Path, flags: u32) -> Result<(), i32> {
+    let f = fs::File::open(mnt).unwrap();
+    let mut flags = flags;
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), 0x8004_587D, &mut flags) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    }
+}
+
+fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+/// The fsck report's counts: (allowed, violations).
+fn fsck_counts(img: &Path) -> (u64, u64) {
+    let out = sufs(&["fsck", img.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text.lines().find(|l| l.contains(" findings (")).unwrap_or_else(|| panic!("fsck: {text}"));
+    let num = |before: &str| -> u64 {
+        let head = &line[..line.find(before).unwrap()];
+        head.rsplit(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty()).unwrap().parse().unwrap()
+    };
+    (num(" allowed"), num(" violations"))
+}
+
+/// The shutdown ioctl on the mount point stops the mount as a crash would: every request
+/// after it fails with EIO, the unmount writes nothing (the image stays unclean), and the next
+/// softdep mount comes up at once with the fsync'ed files whole; fsck finds no violation
+/// (leaks allowed), and none at all once the background check has run.
+#[test]
+fn the_shutdown_ioctl_stops_the_mount_as_a_crash_would() {
+    if !root() {
+        return;
+    }
+    let Some((t, img, mnt, m)) = small_mount() else { return };
+    fs::create_dir_all(mnt.join("d/e")).unwrap();
+    let mut open = None;
+    for i in 0..20u64 {
+        let p = mnt.join(if i % 2 == 0 { format!("d/f{i}") } else { format!("d/e/f{i}") });
+        let mut f = fs::File::create(&p).unwrap();
+        std::io::Write::write_all(&mut f, &pattern(i, 5000 + i as usize * 700)).unwrap();
+        if i % 3 == 0 {
+            f.sync_all().unwrap();
+        }
+        open = Some(f);
+    }
+    for i in 0..10u64 {
+        fs::write(mnt.join(format!("later{i}")), pattern(100 + i, 3000)).unwrap();
+    }
+    fs::remove_file(mnt.join("d/f2")).unwrap();
+    shutdown_ioctl(&mnt, 2).expect("shutdown ioctl");
+    let before = fs::metadata(&img).unwrap().modified().unwrap();
+    let digest = std::process::Command::new("sha256sum").arg(&img).output().unwrap().stdout;
+    // Every request now fails with EIO: a new name, a lookup, a listing, a write, an fsync.
+    assert_eq!(errno_of(fs::write(mnt.join("new"), b"x")), Some(libc::EIO));
+    assert_eq!(errno_of(fs::metadata(mnt.join("nope"))), Some(libc::EIO));
+    assert_eq!(errno_of(fs::read_dir(mnt.join("d/e")).and_then(|mut r| r.next().transpose())), Some(libc::EIO));
+    let mut f = open.take().unwrap();
+    assert_eq!(errno_of(std::io::Write::write_all(&mut f, b"more")), Some(libc::EIO));
+    assert_eq!(errno_of(f.sync_all()), Some(libc::EIO));
+    drop(f);
+    assert_eq!(errno_of(fs::remove_file(mnt.join("d/f0"))), Some(libc::EIO));
+    // A second shutdown is no error (as in xfs and ext4).
+    shutdown_ioctl(&mnt, 0).expect("second shutdown");
+    m.umount();
+    let after = std::process::Command::new("sha256sum").arg(&img).output().unwrap().stdout;
+    assert_eq!(digest, after, "the image changed after the shutdown");
+    assert_eq!(fs::metadata(&img).unwrap().modified().unwrap(), before);
+    let dump = String::from_utf8(sufs(&["dumpfs", img.to_str().unwrap()]).stdout).unwrap();
+    assert!(!dump.contains("flags     clean"), "{dump}");
+    let (_, violations) = fsck_counts(&img);
+    assert_eq!(violations, 0);
+
+    // The next mount: at once (softdep), checked in the background; the fsync'ed files whole.
+    assert!(sufs(&["mount", img.to_str().unwrap(), mnt.to_str().unwrap()]).status.success());
+    wait_background_fsck(&t.path().join("img.log"));
+    for i in (0..20u64).filter(|i| i % 3 == 0) {
+        let p = mnt.join(if i % 2 == 0 { format!("d/f{i}") } else { format!("d/e/f{i}") });
+        assert!(fs::read(&p).unwrap() == pattern(i, 5000 + i as usize * 700), "{}", p.display());
+    }
+    fs::write(mnt.join("after"), b"the mount works again").unwrap();
+    assert!(sufs(&["umount", mnt.to_str().unwrap()]).status.success());
+    assert_eq!(fsck_counts(&img).1, 0);
+    // What the background check leaves for a full one (block counts too high, directories
+    // no entry names) is preen's.
+    let out = sufs(&["fsck", "-p", "-f", img.to_str().unwrap()]);
+    assert!(out.status.code().unwrap_or(8) <= 1, "{}", String::from_utf8_lossy(&out.stdout));
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(fs::read(mnt.join("after")).unwrap(), b"the mount works again");
+    m.umount();
+    fsck_clean(&img);
+}
+
+/// `sufs shutdown` carries the flag the ioctl cannot: fullsync writes everything first, so
+/// nothing done before it is lost; nologflush on an async mount leaves an image the next
+/// mount refuses until fsck, as any crash of an async mount does.
+#[test]
+fn sufs_shutdown_writes_first_or_not_by_its_mode() {
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    fs::create_dir_all(mnt.join("a/b")).unwrap();
+    for i in 0..30u64 {
+        fs::write(mnt.join(format!("a/b/f{i}")), pattern(i, 2000 + i as usize * 300)).unwrap();
+    }
+    let out = sufs(&["shutdown", mnt.to_str().unwrap(), "--mode", "fullsync"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("blocks written first"));
+    assert_eq!(errno_of(fs::write(mnt.join("x"), b"x")), Some(libc::EIO));
+    m.umount();
+    assert_eq!(fsck_counts(&img), (0, 0), "fullsync wrote everything");
+    let m = mount_fg(&img, &mnt, &[]);
+    for i in 0..30u64 {
+        assert!(fs::read(mnt.join(format!("a/b/f{i}"))).unwrap() == pattern(i, 2000 + i as usize * 300), "f{i}");
+    }
+    m.umount();
+    fsck_clean(&img);
+
+    let m = mount_fg(&img, &mnt, &["--ordering", "async"]);
+    fs::write(mnt.join("lost"), b"never written").unwrap();
+    let out = sufs(&["shutdown", mnt.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(" 0 blocks written first"));
+    m.umount();
+    let out = sufs(&["mount", img.to_str().unwrap(), mnt.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(32), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = sufs(&["fsck", "-y", img.to_str().unwrap()]);
+    assert!(out.status.code().unwrap_or(8) <= 1, "{}", String::from_utf8_lossy(&out.stdout));
+    let m = mount_fg(&img, &mnt, &[]);
+    assert!(!mnt.join("lost").exists());
+    assert!(fs::read(mnt.join("a/b/f7")).unwrap() == pattern(7, 2000 + 7 * 300));
+    m.umount();
+    fsck_clean(&img);
+    // An unmounted image is refused: there is nothing to stop.
+    let out = sufs(&["shutdown", img.to_str().unwrap()]);
+    assert!(!out.status.success());
+}
+
+fn renameat2(from: &Path, to: &Path, flags: u32) -> Result<(), i32> {
+    let (a, b) = (CString::new(from.as_os_str().as_bytes()).unwrap(), CString::new(to.as_os_str().as_bytes()).unwrap());
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    }
+}
+
+/// A whiteout: a character device 0/0.
+fn is_whiteout(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let m = fs::symlink_metadata(p).unwrap();
+    m.file_type().is_char_device() && m.rdev() == 0
+}
+
+/// renameat2's three flags through the mount: RENAME_WHITEOUT (overlayfs's: the source name
+/// becomes a whiteout) for a file and a directory, over a file, with NOREPLACE; EXCHANGE swaps
+/// and NOREPLACE refuses; EXCHANGE with WHITEOUT is EINVAL. The result after a remount.
+#[test]
+fn renameat2_whiteout_exchange_and_noreplace() {
+    if !root() {
+        return;
+    }
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let (up, work) = (mnt.join("upper"), mnt.join("work"));
+    fs::create_dir_all(up.join("dir/inner")).unwrap();
+    fs::create_dir_all(&work).unwrap();
+    fs::write(up.join("file"), b"upper file").unwrap();
+    fs::write(up.join("other"), b"other").unwrap();
+    fs::write(work.join("target"), b"replaced").unwrap();
+    let (wo, ex, nr) = (libc::RENAME_WHITEOUT, libc::RENAME_EXCHANGE, libc::RENAME_NOREPLACE);
+    renameat2(&up.join("file"), &work.join("file"), wo).unwrap();
+    assert!(is_whiteout(&up.join("file")));
+    assert_eq!(fs::read(work.join("file")).unwrap(), b"upper file");
+    renameat2(&up.join("dir"), &work.join("dir"), wo).unwrap();
+    assert!(is_whiteout(&up.join("dir")));
+    assert!(work.join("dir/inner").is_dir());
+    renameat2(&up.join("other"), &work.join("target"), wo).unwrap();
+    assert!(is_whiteout(&up.join("other")));
+    assert_eq!(fs::read(work.join("target")).unwrap(), b"other");
+    // NOREPLACE with WHITEOUT over a name: EEXIST, and no whiteout.
+    fs::write(up.join("again"), b"again").unwrap();
+    assert_eq!(renameat2(&up.join("again"), &work.join("file"), wo | nr), Err(libc::EEXIST));
+    assert_eq!(fs::read(up.join("again")).unwrap(), b"again");
+    renameat2(&up.join("again"), &work.join("again"), wo | nr).unwrap();
+    assert!(is_whiteout(&up.join("again")));
+    assert_eq!(renameat2(&work.join("file"), &work.join("target"), wo | ex), Err(libc::EINVAL));
+    // The other two flags pass through too.
+    renameat2(&work.join("file"), &work.join("target"), ex).unwrap();
+    assert_eq!(fs::read(work.join("file")).unwrap(), b"other");
+    assert_eq!(renameat2(&work.join("file"), &work.join("target"), nr), Err(libc::EEXIST));
+    // A whiteout is removed as any file (overlayfs does, when the name comes back).
+    fs::remove_file(up.join("again")).unwrap();
+    fs::write(up.join("again"), b"back").unwrap();
+
+    let check = |mnt: &Path| {
+        let (up, work) = (mnt.join("upper"), mnt.join("work"));
+        for w in ["file", "dir", "other"] {
+            assert!(is_whiteout(&up.join(w)), "{w}");
+        }
+        assert_eq!(fs::read(up.join("again")).unwrap(), b"back");
+        assert_eq!(fs::read(work.join("file")).unwrap(), b"other");
+        assert_eq!(fs::read(work.join("target")).unwrap(), b"upper file");
+        assert_eq!(fs::read(work.join("again")).unwrap(), b"again");
+        assert!(work.join("dir/inner").is_dir());
+    };
+    check(&mnt);
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    check(&mnt);
+    m.umount();
+    fsck_clean(&img);
+}
