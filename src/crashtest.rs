@@ -1372,11 +1372,11 @@ impl Workload for RenameBack {
         if w.rng.gen_bool(0.3) {
             w.fsync(&name)?;
         }
-        if n % 7 == 0 {
+        if n.is_multiple_of(7) {
             let p = format!("/rb/new{n}");
             w.create(&p, 500)?;
             self.names.push(p);
-        } else if n % 11 == 0 && self.names.len() > 4 {
+        } else if n.is_multiple_of(11) && self.names.len() > 4 {
             let p = self.names.swap_remove(j);
             w.unlink(&p)?;
         }
