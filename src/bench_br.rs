@@ -19,8 +19,8 @@ use serde::Serialize;
 use crate::clock::{Clock, SimClock};
 use crate::dev::{BlockDevice, DiskModel, FileDevice, MemDevice, ModelDevice, WriteKind, WriteReq};
 use crate::format::ROOT_INO;
+use crate::fs::{lock, SharedFs};
 use crate::fs::{mkfs, Fs, FsError, MkfsOptions, MountOptions};
-use crate::fuse::{lock, SharedFs};
 use crate::volume::{PoolOptions, PrefixDevice, StoreKind, VolumeDevice, VolumeError};
 
 #[derive(Debug, Clone)]

@@ -23,8 +23,8 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::format::ROOT_INO;
+use crate::fs::{lock, SharedFs};
 use crate::fs::{Fs, FsError};
-use crate::fuse::{lock, SharedFs};
 
 /// A request to the mounted file system.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

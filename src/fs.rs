@@ -331,6 +331,16 @@ struct Slot {
     ino: u32,
 }
 
+/// The file system shared by the FUSE session, the syncer, the control channel and the unmount
+/// path: one lock for now (the concurrency work splits it).
+pub type SharedFs = Arc<std::sync::Mutex<Fs>>;
+
+pub fn lock(fs: &SharedFs) -> std::sync::MutexGuard<'_, Fs> {
+    // A panic while holding the lock must not wedge the mount: the data is still consistent
+    // as far as the on-disk rules go, so keep serving.
+    fs.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 pub struct Fs {
     pub sb: Superblock,
     cache: Cache,

@@ -18,7 +18,6 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -79,8 +78,9 @@ pub fn config(fsname: String, ro: bool, threads: usize) -> fuser::Config {
     config
 }
 
-/// The file system shared by the FUSE session, the syncer and the unmount path.
-pub type SharedFs = Arc<Mutex<Fs>>;
+// The shared handle lives with the file system (the syncer, the control channel and snapshots
+// use it without the FUSE adapter); re-exported for the adapter's users.
+pub use crate::fs::{lock, SharedFs};
 
 /// Tells the kernel of a mount what its control channel changed (`ctl::Stale`): a name gone is
 /// dropped from its cache (and the inode, once nobody uses it, forgotten), an inode's
@@ -99,12 +99,6 @@ pub fn stale_sink(notifier: fuser::Notifier) -> crate::ctl::StaleSink {
             }
         }
     })
-}
-
-pub fn lock(fs: &SharedFs) -> MutexGuard<'_, Fs> {
-    // A panic while holding the lock must not wedge the mount: the data is still consistent
-    // as far as the on-disk rules go, so keep serving.
-    fs.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 pub struct SufsFuse {

@@ -1186,7 +1186,7 @@ fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
 /// Instant restart: an image that soft updates left unclean is checked in the background once the
 /// mount serves requests, exactly as `sufs fsck --background` does (through the control channel
 /// and the mount), and what it reclaims goes to the mount's log.
-fn start_background_fsck(image: PathBuf, fs: sufs::fuse::SharedFs) {
+fn start_background_fsck(image: PathBuf, fs: sufs::fs::SharedFs) {
     let spawned = std::thread::Builder::new().name("sufs-bgfsck".into()).spawn(move || {
         let start = std::time::Instant::now();
         while mount_point_of(&image).is_none() {

@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::{Fs, FsError, FsResult};
 use crate::dev::{BlockDevice, DevError, DevResult, DevStats, WriteKind, WriteReq};
 use crate::format::*;
-use crate::fuse::{lock, SharedFs};
+use crate::fs::{lock, SharedFs};
 use crate::softdep::Task;
 
 /// The directory of the snapshots, in the root.

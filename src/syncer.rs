@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::fs::{lock, SharedFs};
 use crate::fs::{Fs, FsResult};
-use crate::fuse::{lock, SharedFs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum UpdatePolicy {

@@ -35,8 +35,8 @@ use crate::br::BrRun;
 use crate::clock::SimClock;
 use crate::dev::{BlockDevice, DevError, DevResult, DevStats, WriteKind, WriteReq};
 use crate::format::*;
+use crate::fs::{lock, SharedFs};
 use crate::fs::{Fs, FsError, MountOptions};
-use crate::fuse::{lock, SharedFs};
 
 /// The Block Register reservation that holds a `br` store.
 pub const BR_STORE: &str = "volume-snapshot";
