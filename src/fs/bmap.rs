@@ -1,0 +1,353 @@
+//! The block map: a file's logical blocks to disk blocks (direct pointers, indirect blocks), block
+//! allocation with its ordering, and truncation through the indirect tree.
+
+use super::*;
+
+impl Fs {
+    /// Physical block of logical block `lbn` (0 for a hole). With `alloc`, missing blocks
+    /// (and the indirect blocks leading to them) are allocated; a new data block's buffer is
+    /// created zeroed. `d` is the in-memory inode; the caller writes it back.
+    pub(super) fn bmap(&mut self, ino: u32, d: &mut Dinode, lbn: u64, alloc: bool) -> FsResult<(u64, bool)> {
+        let p = self.sb.ptrs_per_block();
+        if lbn < NDADDR as u64 {
+            let cur = d.db[lbn as usize];
+            if cur != 0 || !alloc {
+                return Ok((self.checked_ptr(cur)?, false));
+            }
+            let pref =
+                if lbn > 0 && d.db[lbn as usize - 1] != 0 { d.db[lbn as usize - 1] + 1 } else { self.ino_pref(ino) };
+            let pref = self.br_hint.take().unwrap_or(pref);
+            let b = self.alloc_block(pref)?;
+            self.cache.create(b);
+            d.db[lbn as usize] = b;
+            d.blocks += 1;
+            let is_dir = d.is_dir();
+            if let Some(sd) = self.sd() {
+                sd.alloc_direct(ino, is_dir, PtrSlot::Direct(lbn as usize), lbn, b);
+            }
+            return Ok((b, true));
+        }
+        // Find the level and the index path.
+        let mut rel = lbn - NDADDR as u64;
+        let mut level = 0usize;
+        let mut span = p;
+        let mut level_base = NDADDR as u64;
+        while rel >= span {
+            rel -= span;
+            level_base += span;
+            level += 1;
+            if level >= NIADDR {
+                return Err(FsError::TooBig);
+            }
+            span *= p;
+        }
+        // Top pointer lives in the inode.
+        let mut ptr = d.ib[level];
+        let mut fresh = false;
+        if ptr == 0 {
+            if !alloc {
+                return Ok((0, false));
+            }
+            ptr = self.alloc_indirect(ino, self.ino_pref(ino))?;
+            d.ib[level] = ptr;
+            d.blocks += 1;
+            let is_dir = d.is_dir();
+            if let Some(sd) = self.sd() {
+                sd.alloc_direct(ino, is_dir, PtrSlot::Indirect(level), level_base, ptr);
+            }
+        }
+        self.checked_ptr(ptr)?;
+        let mut span = span / p; // blocks covered by each pointer of the top indirect block
+        loop {
+            let idx = (rel / span) as usize;
+            rel %= span;
+            let child = ind_get(self.read_indirect(ptr)?, idx);
+            if child != 0 {
+                self.checked_ptr(child)?;
+                if span == 1 {
+                    return Ok((child, false));
+                }
+                ptr = child;
+                span /= p;
+                continue;
+            }
+            if !alloc {
+                return Ok((0, false));
+            }
+            let pref = if idx > 0 { ind_get(self.cache.read(ptr)?, idx - 1) + 1 } else { ptr + 1 };
+            let nb = if span == 1 {
+                let pref = self.br_hint.take().unwrap_or(pref);
+                let b = self.alloc_block(pref)?;
+                self.cache.create(b);
+                fresh = true;
+                b
+            } else {
+                self.alloc_indirect(ino, pref)?
+            };
+            ind_set(self.cache.modify(ptr)?, idx, nb);
+            if let Some(sd) = self.sd() {
+                sd.alloc_indir(ptr, idx, nb);
+            }
+            d.blocks += 1;
+            if span == 1 {
+                return Ok((nb, fresh));
+            }
+            ptr = nb;
+            span /= p;
+        }
+    }
+
+    /// A new indirect block: zeroed, and in `Sync` mode on disk before any pointer to it.
+    pub(super) fn alloc_indirect(&mut self, _ino: u32, pref: u64) -> FsResult<u64> {
+        let b = self.alloc_block(pref)?;
+        self.cache.create(b);
+        self.order_write(&[b])?;
+        Ok(b)
+    }
+
+    pub(super) fn checked_ptr(&mut self, b: u64) -> FsResult<u64> {
+        if b != 0 && !self.sb.is_data_block(b) {
+            return Err(self.damaged(format!("block pointer {b} outside the data area")));
+        }
+        Ok(b)
+    }
+
+    /// The blocks that inodes and indirect blocks read from disk point at must be in use in
+    /// the bitmaps: a wrong bitmap is caught here, before an allocation could hand such a block
+    /// out again. Each block is checked once, when it comes into the cache (`ptrs` are its
+    /// pointers); a wrong bit is set and the superblock asks for fsck.
+    pub(super) fn claim_pointers(&mut self, what: u64, ptrs: &[u64]) -> FsResult<()> {
+        let mut wrong = 0;
+        for &b in ptrs {
+            if b != 0 && self.alloc.ensure_block_used(&mut self.cache, &self.sb, b)? {
+                wrong += 1;
+            }
+        }
+        if wrong > 0 {
+            self.damaged(format!("{wrong} blocks that block {what} points at were free in the bitmaps"));
+        }
+        Ok(())
+    }
+
+    /// Reads an inode-table block, checking its inodes' pointers when it comes from disk.
+    pub(super) fn read_inode_block(&mut self, bno: u64) -> FsResult<&[u8]> {
+        if !self.cache.is_cached(bno) {
+            let buf = self.cache.read(bno)?;
+            let ptrs: Vec<u64> = buf
+                .chunks_exact(DINODE_SIZE)
+                .map(Dinode::decode)
+                .filter(|d| !d.is_free())
+                .flat_map(|d| d.db.into_iter().chain(d.ib))
+                .collect();
+            self.claim_pointers(bno, &ptrs)?;
+        }
+        Ok(self.cache.read(bno)?)
+    }
+
+    /// Reads an indirect block, checking its pointers when it comes from disk.
+    pub(super) fn read_indirect(&mut self, bno: u64) -> FsResult<&[u8]> {
+        if !self.cache.is_cached(bno) {
+            let buf = self.cache.read(bno)?;
+            let ptrs: Vec<u64> = (0..self.sb.ptrs_per_block() as usize).map(|i| ind_get(buf, i)).collect();
+            self.claim_pointers(bno, &ptrs)?;
+        }
+        Ok(self.cache.read(bno)?)
+    }
+
+    pub(super) fn ino_pref(&self, ino: u32) -> u64 {
+        self.sb.cg_data_start(self.sb.cg_of_inode(ino))
+    }
+
+    /// Frees every block at logical block `from` and beyond. Pointers are nullified in the inode
+    /// and indirect blocks; in `Sync` mode those are written before the blocks return to the
+    /// free map. The inode itself is written back.
+    /// The tasks in `then` run once the blocks are free (with soft updates: once the nullified
+    /// pointers are on disk, the paper's freeblks).
+    pub(super) fn truncate_blocks(&mut self, ino: u32, d: &mut Dinode, from: u64, then: Vec<Task>) -> FsResult<()> {
+        let p = self.sb.ptrs_per_block();
+        let mut freed = Vec::new();
+        let mut dirtied = Vec::new();
+        for i in (from.min(NDADDR as u64) as usize)..NDADDR {
+            if d.db[i] != 0 {
+                freed.push(d.db[i]);
+                d.db[i] = 0;
+            }
+        }
+        let mut base = NDADDR as u64;
+        let mut span = p;
+        for level in 0..NIADDR {
+            let top = d.ib[level];
+            if top != 0 && from < base + span {
+                let keep_from = from.saturating_sub(base);
+                if keep_from == 0 {
+                    self.collect_tree(top, level, &mut freed)?;
+                    d.ib[level] = 0;
+                } else if self.trunc_tree(top, level, span / p, keep_from, &mut freed, &mut dirtied)? {
+                    freed.push(top);
+                    d.ib[level] = 0;
+                }
+            }
+            base += span;
+            span = span.saturating_mul(p);
+        }
+        d.blocks = d.blocks.saturating_sub(freed.len() as u64);
+        let mut then = then;
+        if let Some(sd) = self.hooks.softdep.as_mut() {
+            then.extend(sd.cancel_blocks(ino, &freed));
+            if dirtied.is_empty() {
+                // Only the inode points at the blocks: they are freed once it is on disk.
+                for &b in &freed {
+                    self.cache.forget(b);
+                }
+                sd.free_blocks(ino, freed, then);
+                self.iput(ino, d)?;
+                return Ok(());
+            }
+        }
+        let ib = self.iput(ino, d)?;
+        if self.hooks.softdep.is_some() {
+            // Partial truncation through indirect blocks: synchronous writes, as in the paper.
+            dirtied.push(ib);
+            self.write_bufs(&dirtied, WriteKind::Sync)?;
+        } else {
+            dirtied.push(ib);
+            // The nullified pointers go first; only then may the blocks be reused.
+            self.order_write(&dirtied)?;
+        }
+        for b in freed {
+            self.cache.forget(b);
+            self.free_block(b)?;
+        }
+        for t in then {
+            self.run_task(t)?;
+        }
+        Ok(())
+    }
+
+    /// Every block of the tree under indirect block `bno` of `level` (0 = single), itself included.
+    pub(super) fn collect_tree(&mut self, bno: u64, level: usize, out: &mut Vec<u64>) -> FsResult<()> {
+        self.checked_ptr(bno)?;
+        let ptrs: Vec<u64> = {
+            let buf = self.cache.read(bno)?;
+            (0..self.sb.ptrs_per_block() as usize).map(|i| ind_get(buf, i)).filter(|&c| c != 0).collect()
+        };
+        for c in ptrs {
+            if level == 0 {
+                out.push(self.checked_ptr(c)?);
+            } else {
+                self.collect_tree(c, level - 1, out)?;
+            }
+        }
+        out.push(bno);
+        Ok(())
+    }
+
+    /// Frees the part of an indirect tree from relative block `keep_from` on; `span` is the
+    /// number of data blocks each pointer of `bno` covers. Returns true if the tree is now empty.
+    pub(super) fn trunc_tree(
+        &mut self,
+        bno: u64,
+        level: usize,
+        span: u64,
+        keep_from: u64,
+        freed: &mut Vec<u64>,
+        dirtied: &mut Vec<u64>,
+    ) -> FsResult<bool> {
+        self.checked_ptr(bno)?;
+        let n = self.sb.ptrs_per_block() as usize;
+        let ptrs: Vec<u64> = {
+            let buf = self.cache.read(bno)?;
+            (0..n).map(|i| ind_get(buf, i)).collect()
+        };
+        let mut changed = false;
+        let mut empty = true;
+        for (i, &c) in ptrs.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            let start = i as u64 * span;
+            if start >= keep_from {
+                if level == 0 {
+                    freed.push(self.checked_ptr(c)?);
+                } else {
+                    self.collect_tree(c, level - 1, freed)?;
+                }
+                ind_set(self.cache.modify(bno)?, i, 0);
+                changed = true;
+            } else if start + span > keep_from && level > 0 {
+                if self.trunc_tree(c, level - 1, span / self.sb.ptrs_per_block(), keep_from - start, freed, dirtied)? {
+                    freed.push(c);
+                    ind_set(self.cache.modify(bno)?, i, 0);
+                    changed = true;
+                } else {
+                    empty = false;
+                }
+            } else {
+                empty = false;
+            }
+        }
+        if changed && !empty {
+            dirtied.push(bno);
+        }
+        Ok(empty)
+    }
+
+    /// Bytes `off..off + len` (up to `size`) of a file whose logical block `x` `block` reads into
+    /// a buffer: for files the cache must not serve (reservations, snapshots).
+    pub(crate) fn read_blocks(
+        &mut self,
+        size: u64,
+        off: u64,
+        len: usize,
+        mut block: impl FnMut(&mut Fs, u64, &mut [u8]) -> FsResult<()>,
+    ) -> FsResult<Vec<u8>> {
+        let bs = self.sb.block_size as u64;
+        let end = size.min(off.saturating_add(len as u64));
+        let mut out = Vec::with_capacity(end.saturating_sub(off) as usize);
+        let mut buf = vec![0u8; bs as usize];
+        let mut pos = off;
+        while pos < end {
+            let boff = (pos % bs) as usize;
+            let n = ((bs - boff as u64).min(end - pos)) as usize;
+            block(self, pos / bs, &mut buf)?;
+            out.extend_from_slice(&buf[boff..boff + n]);
+            pos += n as u64;
+        }
+        Ok(out)
+    }
+
+    /// The data blocks of a file and its indirect blocks by level (0: those pointing at data).
+    ///
+    /// A Block Register reservation's data blocks are never written by the file system (its
+    /// owner writes them on the device), so they are not listed and its last level of indirect
+    /// blocks is not read: a brexpand's fsync costs no read per 2 MiB of reservation.
+    pub(super) fn file_blocks(
+        &mut self,
+        d: &Dinode,
+        data: &mut Vec<u64>,
+        levels: &mut [Vec<u64>; NIADDR],
+    ) -> FsResult<()> {
+        let with_data = !br::is_reservation(d);
+        if with_data {
+            data.extend(d.db.iter().copied().filter(|&b| b != 0));
+        }
+        for (top_level, &top) in d.ib.iter().enumerate() {
+            let mut frontier = vec![top];
+            for level in (0..=top_level).rev() {
+                let mut next = Vec::new();
+                for &b in frontier.iter().filter(|&&b| b != 0) {
+                    self.checked_ptr(b)?;
+                    levels[level].push(b);
+                    if level == 0 && !with_data {
+                        continue;
+                    }
+                    let buf = self.cache.read(b)?;
+                    next.extend((0..self.sb.ptrs_per_block() as usize).map(|i| ind_get(buf, i)).filter(|&c| c != 0));
+                }
+                frontier = next;
+            }
+            data.extend(frontier);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,339 @@
+//! Directories: finding, adding and removing entries (with the dirhash index of large
+//! directories), the ordering of a new or removed entry, and listing.
+
+use super::*;
+
+impl Fs {
+    pub(super) fn check_name(name: &[u8]) -> FsResult<()> {
+        if name.len() > MAXNAMLEN {
+            return Err(FsError::NameTooLong);
+        }
+        if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+            return Err(FsError::Invalid("bad file name"));
+        }
+        Ok(())
+    }
+
+    pub(super) fn dir_inode(&mut self, ino: u32) -> FsResult<Dinode> {
+        let d = self.iget(ino)?;
+        if !d.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        Ok(d)
+    }
+
+    /// Builds the name index of a large directory if it has none.
+    pub(super) fn dirhash_ensure(&mut self, dir: u32, d: &mut Dinode) -> FsResult<bool> {
+        let nblocks = d.size.div_ceil(self.sb.block_size as u64);
+        if self.dirhash.contains_key(&dir) {
+            return Ok(true);
+        }
+        if nblocks < DIRHASH_MIN_BLOCKS {
+            return Ok(false);
+        }
+        // Hidden entries stay out: one may share its name with a live entry (a file moved out
+        // and back, say), and whichever came last in the blocks would have taken the name.
+        let mut h = DirHash::default();
+        for lbn in 0..nblocks {
+            let (bno, _) = self.bmap(dir, d, lbn, false)?;
+            if bno == 0 {
+                h.add_block(lbn, None)?;
+            } else {
+                let hidden = &self.hidden;
+                h.add_block_except(lbn, Some(self.cache.read(bno)?), |off| hidden.contains(&(bno, off)))?;
+            }
+        }
+        self.dirhash.insert(dir, h);
+        Ok(true)
+    }
+
+    /// Finds `name` in directory `dir`.
+    pub(super) fn find_entry(&mut self, dir: u32, d: &mut Dinode, name: &[u8]) -> FsResult<Option<Slot>> {
+        if self.dirhash_ensure(dir, d)? {
+            let Some((lbn, off)) = self.dirhash[&dir].get(name) else { return Ok(None) };
+            let (bno, _) = self.bmap(dir, d, lbn, false)?;
+            let buf = self.cache.read(bno)?;
+            for e in dir_iter(buf) {
+                let e = e?;
+                if e.offset == off {
+                    assert!(e.ino != 0 && e.name == name, "dirhash of directory {dir} is stale");
+                    return Ok(Some(Slot { bno, lbn, off, ino: e.ino }));
+                }
+            }
+            panic!("dirhash of directory {dir} names a missing entry");
+        }
+        self.scan_dir(dir, d, |e| e.name == name)
+    }
+
+    /// The first live entry of `dir` (hidden old names of renames excluded) that `pred` accepts.
+    pub(super) fn scan_dir(
+        &mut self,
+        dir: u32,
+        d: &mut Dinode,
+        pred: impl Fn(&DirRef) -> bool,
+    ) -> FsResult<Option<Slot>> {
+        let bs = self.sb.block_size as u64;
+        for lbn in 0..d.size.div_ceil(bs) {
+            let (bno, _) = self.bmap(dir, d, lbn, false)?;
+            if bno == 0 {
+                continue;
+            }
+            let buf = self.cache.read(bno)?;
+            for e in dir_iter(buf) {
+                let e = e?;
+                if e.ino != 0 && !self.hidden.contains(&(bno, e.offset)) && pred(&e) {
+                    return Ok(Some(Slot { bno, lbn, off: e.offset, ino: e.ino }));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes the entry `slot` (named `name`) from directory `dir`.
+    pub(super) fn remove_entry(&mut self, dir: u32, slot: &Slot, name: &[u8]) -> FsResult<()> {
+        let buf = self.cache.modify(slot.bno)?;
+        dir_remove(buf, slot.off)?;
+        if let Some(h) = self.dirhash.get_mut(&dir) {
+            h.removed(name, slot.lbn, block_slack(buf)?);
+        }
+        Ok(())
+    }
+
+    /// Link drops that `tasks` will make, counted now so users see final link counts at once.
+    pub(super) fn note_pending(&mut self, tasks: &[Task]) {
+        if self.hooks.softdep.is_none() {
+            return;
+        }
+        let Some(sd) = self.sd() else { return };
+        for t in tasks {
+            match t {
+                Task::DropLink(i) => sd.add_pending_unlink(*i),
+                Task::RmdirChild { child, parent } => {
+                    sd.add_pending_unlink(*child);
+                    sd.add_pending_unlink(*child);
+                    if let Some(p) = parent {
+                        sd.add_pending_unlink(*p);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A name was added (or, with `old`, changed) at `off` of directory block `bno`: ordered
+    /// after the inode it names (and for mkdir after the parent's raised count and the new
+    /// directory's first block). `tasks` run once the name is on disk.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn entry_added(
+        &mut self,
+        dir: u32,
+        bno: u64,
+        off: usize,
+        ino: u32,
+        old: Option<(u32, u8)>,
+        parent: Option<u32>,
+        mkdir: bool,
+        tasks: Vec<Task>,
+    ) -> FsResult<()> {
+        if self.hooks.softdep.is_some() {
+            self.note_pending(&tasks);
+            self.sd().expect("softdep").dir_add(dir, bno, off, ino, old, parent, mkdir, tasks);
+            // The inodes the entry waits for must be written again for it to complete.
+            for i in std::iter::once(ino).chain(parent) {
+                let (ib, _) = self.sb.inode_location(i);
+                self.cache.modify(ib)?;
+            }
+            return Ok(());
+        }
+        self.order_write(&[bno])?;
+        for t in tasks {
+            self.run_task(t)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the entry `slot` of `dir`; `tasks` (the link drops) run once the removal is on
+    /// disk (soft updates' dirrem) or, ordered by a synchronous write, at once.
+    pub(super) fn unlink_name(&mut self, dir: u32, slot: &Slot, name: &[u8], tasks: Vec<Task>) -> FsResult<()> {
+        log::trace!("unlink {:?} from directory {dir} at {slot:?}: then {tasks:?}", String::from_utf8_lossy(name));
+        self.remove_entry(dir, slot, name)?;
+        if self.hooks.softdep.is_some() {
+            // Users see the link counts the queued drops will leave (each drop takes its note).
+            self.note_pending(&tasks);
+            // A name that never reached the disk is gone now: its drops run at once, and a file
+            // removed before the syncer wrote it costs no write (its dirty blocks go).
+            for t in self.sd().expect("softdep").dir_remove(slot.bno, slot.off, tasks).unwrap_or_default() {
+                self.run_task(t)?;
+            }
+            return Ok(());
+        }
+        self.order_write(&[slot.bno])?;
+        for t in tasks {
+            self.run_task(t)?;
+        }
+        Ok(())
+    }
+
+    /// The inode of a root directory the file system keeps for itself (`/.br`, `/.snap`): made,
+    /// root-only and immutable so that it cannot be renamed, if `create`.
+    pub(crate) fn special_dir(&mut self, name: &[u8], create: bool) -> FsResult<u32> {
+        match self.lookup(ROOT_INO, name) {
+            Ok((ino, d)) if d.is_dir() => Ok(ino),
+            Ok(_) => Err(FsError::Corrupt(format!("/{} is not a directory", String::from_utf8_lossy(name)))),
+            Err(FsError::NotFound) if create => {
+                let (ino, _) = self.mkdir(ROOT_INO, name, 0o700, 0, 0)?;
+                let mut d = self.iget(ino)?;
+                d.flags |= DI_IMMUTABLE;
+                self.iput(ino, &d)?;
+                Ok(ino)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The entries (without "." and "..") of a root directory the file system keeps for itself;
+    /// none if it was never made.
+    pub(crate) fn special_dir_entries(&mut self, name: &[u8]) -> FsResult<Vec<DirListEntry>> {
+        let dir = match self.special_dir(name, false) {
+            Ok(d) => d,
+            Err(FsError::NotFound) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        let mut cookie = 0;
+        loop {
+            let batch = self.readdir(dir, cookie, 256)?;
+            let Some(last) = batch.last() else { break };
+            cookie = last.next;
+            out.extend(batch.into_iter().filter(|e| e.name != b"." && e.name != b".."));
+        }
+        Ok(out)
+    }
+
+    /// Adds an entry to `dir`, growing it by a block if no block has room. The directory inode
+    /// `d` is updated in memory (size, times) and written back. Returns the block holding the
+    /// new entry.
+    pub(super) fn add_entry(
+        &mut self,
+        dir: u32,
+        d: &mut Dinode,
+        name: &[u8],
+        ino: u32,
+        dtype: u8,
+    ) -> FsResult<(u64, usize)> {
+        let bs = self.sb.block_size as u64;
+        let nblocks = d.size.div_ceil(bs);
+        let indexed = self.dirhash_ensure(dir, d)?;
+        let candidates = if indexed {
+            let h = &self.dirhash[&dir];
+            h.block_with_room(dirent_size(name.len())).map(|l| l..l + 1).unwrap_or(nblocks..nblocks)
+        } else {
+            0..nblocks
+        };
+        for lbn in candidates {
+            let (bno, _) = self.bmap(dir, d, lbn, false)?;
+            if bno == 0 {
+                continue;
+            }
+            let at = dir_find_space(self.cache.read(bno)?, name.len())?;
+            if let Some(at) = at {
+                let buf = self.cache.modify(bno)?;
+                let off = dir_insert(buf, at, ino, dtype, name)?;
+                if let Some(h) = self.dirhash.get_mut(&dir) {
+                    h.inserted(name, lbn, off, block_slack(buf)?);
+                }
+                self.touch_mc(d);
+                self.iput(dir, d)?;
+                return Ok((bno, off));
+            }
+            assert!(!indexed, "dirhash of directory {dir} claims room in block {lbn}");
+        }
+        // A new block: initialised and (Sync) on disk before the inode points to it.
+        let mut nd = d.clone();
+        let (bno, _) = self.bmap(dir, &mut nd, nblocks, true)?;
+        let buf = self.cache.create(bno);
+        dir_init_block(buf);
+        let off = dir_insert(buf, 0, ino, dtype, name)?;
+        let slack = block_slack(buf)?;
+        self.order_write(&[bno])?;
+        if let Some(h) = self.dirhash.get_mut(&dir) {
+            h.inserted(name, nblocks, off, slack);
+        }
+        *d = nd;
+        d.size = (nblocks + 1) * bs;
+        self.touch_mc(d);
+        let ib = self.iput(dir, d)?;
+        // The new name is reachable only once the directory's inode (size, pointer) is on disk:
+        // written now, as FFS's direnter does, so that a rename's old name never goes first.
+        self.order_write(&[ib])?;
+        Ok((bno, off))
+    }
+
+    pub(super) fn dir_is_empty(&mut self, ino: u32, d: &mut Dinode) -> FsResult<bool> {
+        Ok(self.scan_dir(ino, d, |e| e.name != b"." && e.name != b"..")?.is_none())
+    }
+
+    /// Makes the root directory of a new file system (mkfs only).
+    pub(super) fn make_root(&mut self, uid: u32, gid: u32) -> FsResult<()> {
+        let ino = self.alloc.alloc_inode(&mut self.cache, &self.sb, ROOT_INO, true, false)?;
+        if ino != ROOT_INO {
+            return Err(FsError::Corrupt(format!("root got inode {ino}")));
+        }
+        let (s, ns) = self.now();
+        let mut d = Dinode::new(S_IFDIR | 0o755, 2, uid, gid, (s, ns), 1);
+        self.init_dir_block(ino, &mut d, ROOT_INO)?;
+        self.iput(ino, &d)?;
+        self.sync_all()
+    }
+
+    /// Gives a new directory its first block with "." and "..".
+    pub(super) fn init_dir_block(&mut self, ino: u32, d: &mut Dinode, parent: u32) -> FsResult<u64> {
+        let (bno, _) = self.bmap(ino, d, 0, true)?;
+        let buf = self.cache.create(bno);
+        dir_init_block(buf);
+        let at = dir_insert(buf, 0, ino, DT_DIR, b".")?;
+        let at = dir_find_space(buf, 2)?.unwrap_or(at);
+        dir_insert(buf, at, parent, DT_DIR, b"..")?;
+        d.size = self.sb.block_size as u64;
+        Ok(bno)
+    }
+
+    /// Sets the ".." entry of directory `ino` to `parent`; returns its block.
+    pub(super) fn set_dotdot(&mut self, ino: u32, parent: u32) -> FsResult<(u64, usize)> {
+        let mut d = self.dir_inode(ino)?;
+        let slot = self
+            .find_entry(ino, &mut d, b"..")?
+            .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no ..")))?;
+        dirent_set_ino(self.cache.modify(slot.bno)?, slot.off, parent);
+        Ok((slot.bno, slot.off))
+    }
+
+    // ---------------------------------------------------------------- operations
+
+    /// Lists `dir` from cookie `offset` (0 = start); at most `max` entries.
+    pub fn readdir(&mut self, dir: u32, offset: u64, max: usize) -> FsResult<Vec<DirListEntry>> {
+        let mut d = self.dir_inode(dir)?;
+        let bs = self.sb.block_size as u64;
+        let mut out = Vec::new();
+        let first_lbn = offset.saturating_sub(1) / bs;
+        for lbn in first_lbn..d.size.div_ceil(bs) {
+            let (bno, _) = self.bmap(dir, &mut d, lbn, false)?;
+            if bno == 0 {
+                continue;
+            }
+            let buf = self.cache.read(bno)?;
+            for e in dir_iter(buf) {
+                let e = e?;
+                let pos = lbn * bs + e.offset as u64;
+                if e.ino == 0 || pos < offset || self.hidden.contains(&(bno, e.offset)) {
+                    continue;
+                }
+                if out.len() >= max {
+                    return Ok(out);
+                }
+                out.push(DirListEntry { ino: e.ino, dtype: e.dtype, name: e.name.to_vec(), next: pos + 1 });
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,245 @@
+//! Inodes: reading and writing dinodes through the cache (iget/iput), times, allocation with
+//! generations, freeing at the last link or the last close, and open-file holds.
+
+use super::*;
+
+impl Fs {
+    pub(super) fn check_ino(&self, ino: u32) -> FsResult<()> {
+        if self.sb.is_valid_inode(ino) {
+            Ok(())
+        } else {
+            Err(FsError::Stale(ino as u64))
+        }
+    }
+
+    /// Reads an inode, allocated or not.
+    pub(super) fn iget_raw(&mut self, ino: u32) -> FsResult<Dinode> {
+        // Every operation reads an inode: after a shutdown, this is where each one fails.
+        self.check_live()?;
+        self.check_ino(ino)?;
+        let (bno, off) = self.sb.inode_location(ino);
+        let buf = self.read_inode_block(bno)?;
+        Ok(Dinode::decode(&buf[off..off + DINODE_SIZE]))
+    }
+
+    /// Reads an allocated inode.
+    pub fn iget(&mut self, ino: u32) -> FsResult<Dinode> {
+        let d = self.iget_raw(ino)?;
+        if d.is_free() {
+            return Err(FsError::Stale(ino as u64));
+        }
+        Ok(d)
+    }
+
+    pub(super) fn iput(&mut self, ino: u32, d: &Dinode) -> FsResult<u64> {
+        let (bno, off) = self.sb.inode_location(ino);
+        let buf = self.cache.modify(bno)?;
+        d.encode(&mut buf[off..off + DINODE_SIZE]);
+        if let Some(sd) = self.hooks.softdep.as_mut() {
+            sd.inode_update(ino);
+        }
+        Ok(bno)
+    }
+
+    pub(super) fn now(&self) -> (i64, u32) {
+        self.clock.wall()
+    }
+
+    pub(super) fn touch_mc(&self, d: &mut Dinode) {
+        let (s, ns) = self.now();
+        d.mtime = s;
+        d.mtime_ns = ns;
+        d.ctime = s;
+        d.ctime_ns = ns;
+    }
+
+    pub(super) fn touch_c(&self, d: &mut Dinode) {
+        let (s, ns) = self.now();
+        d.ctime = s;
+        d.ctime_ns = ns;
+    }
+
+    pub(super) fn check_writable(&self) -> FsResult<()> {
+        if self.readonly {
+            Err(FsError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Allocates and initialises an inode near `parent`.
+    pub(super) fn new_inode(&mut self, parent: u32, mode: u16, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
+        let is_dir = mode & S_IFMT == S_IFDIR;
+        let (ino, old) = self.alloc_inode(parent, is_dir)?;
+        if let Some(sd) = self.sd() {
+            sd.new_inode(ino, is_dir);
+        }
+        let (s, ns) = self.now();
+        let d = Dinode::new(mode, 0, uid, gid, (s, ns), self.next_generation(old.generation));
+        Ok((ino, d))
+    }
+
+    /// The generation of an inode being allocated, whose last one was `old`: one more, as
+    /// FreeBSD's `ffs_valloc` does, so that a file handle (inode number and generation) of a
+    /// freed file never opens the inode's next file; the cleared dinode keeps the generation
+    /// on disk until then (`release_inode`). An inode never used (0), or one whose count wraps,
+    /// takes the next number of the mount's sequence, which starts from the clock: a file made
+    /// in a mount that crashed before its inode reached the disk gets another generation when
+    /// a later mount reuses the inode.
+    pub(super) fn next_generation(&mut self, old: u32) -> u32 {
+        match old.wrapping_add(1) {
+            0 | 1 => {
+                // An odd step goes through every 32-bit value before it repeats.
+                self.next_gen = self.next_gen.wrapping_add(0x9E37_79B9);
+                self.next_gen.max(1)
+            }
+            g => g,
+        }
+    }
+
+    /// An inode from the bitmaps, checked before it is handed out as `alloc_block` checks
+    /// blocks: a reserved number, an inode in use on disk or in the cache, or one whose freeing
+    /// soft updates still track, is kept allocated and the search goes on.
+    pub(super) fn alloc_inode(&mut self, parent: u32, is_dir: bool) -> FsResult<(u32, Dinode)> {
+        for _ in 0..MAX_BAD_ALLOCS {
+            let ino = match self.alloc.alloc_inode(&mut self.cache, &self.sb, parent, is_dir, self.spread_dirs) {
+                Err(AllocError::NoSpace) if self.reclaim()? => {
+                    self.alloc.alloc_inode(&mut self.cache, &self.sb, parent, is_dir, self.spread_dirs)?
+                }
+                r => r?,
+            };
+            if ino < FIRST_INO {
+                self.damaged(format!("inode bitmap shows reserved inode {ino} free"));
+                continue;
+            }
+            let old = self.iget_raw(ino)?;
+            if !old.is_free() {
+                self.damaged(format!("inode bitmap shows inode {ino} free while it is in use"));
+            } else if self.open.contains_key(&ino) || self.hooks.softdep.as_ref().is_some_and(|s| s.inode_busy(ino)) {
+                self.damaged(format!("inode bitmap shows inode {ino} free before its freeing completed"));
+            } else {
+                return Ok((ino, old));
+            }
+        }
+        Err(self.damaged(format!("{MAX_BAD_ALLOCS} inodes in a row were wrongly free in the bitmaps")))
+    }
+
+    // ---------------------------------------------------------------- block map
+
+    /// Frees an inode whose last link and last open handle are gone: its blocks, then (once the
+    /// cleared inode is ordered to disk) its bitmap bit.
+    /// `then` runs once the blocks are free.
+    pub(super) fn release_inode(&mut self, ino: u32, mut d: Dinode, then: Vec<Task>) -> FsResult<()> {
+        let is_dir = d.is_dir();
+        let mut then = then;
+        if is_dir {
+            self.dirhash.remove(&ino);
+            then.extend(self.parent_drop.remove(&ino).map(Task::DropLink));
+            self.removed_dirs.remove(&ino);
+        }
+        if d.has_blocks() {
+            // Size goes with the pointers, so no crash shows a directory with a hole.
+            d.size = 0;
+            self.truncate_blocks(ino, &mut d, 0, std::mem::take(&mut then))?;
+        }
+        let cleared = Dinode { generation: d.generation, ..Default::default() };
+        if let Some(sd) = self.hooks.softdep.as_mut() {
+            // freefile: the inode returns to the map once its cleared dinode is on disk.
+            sd.free_file(ino, is_dir, then);
+            self.iput(ino, &cleared)?;
+            return Ok(());
+        }
+        let ib = self.iput(ino, &cleared)?;
+        self.order_write(&[ib])?;
+        self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
+        for t in then {
+            self.run_task(t)?;
+        }
+        Ok(())
+    }
+
+    /// Drops one link; frees the inode when no link and no open handle remain.
+    pub(super) fn drop_link(&mut self, ino: u32) -> FsResult<()> {
+        let mut d = self.iget(ino)?;
+        d.nlink = d.nlink.saturating_sub(1);
+        if d.is_dir() && d.nlink == 1 && self.removed_dirs.remove(&ino) {
+            d.nlink = 0; // a removed directory's "." goes with its last link
+        }
+        self.touch_c(&mut d);
+        if d.nlink == 0 {
+            if !self.open.contains_key(&ino) {
+                return self.release_inode(ino, d, vec![]);
+            }
+            self.orphans.insert(ino);
+        }
+        self.iput(ino, &d)?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- directories
+
+    /// The link count users see: soft updates count a link as gone as soon as its name is.
+    pub(super) fn eff(&self, ino: u32, mut d: Dinode) -> Dinode {
+        if let Some(sd) = self.hooks.softdep.as_ref() {
+            d.nlink = d.nlink.saturating_sub(sd.pending_unlinks_of(ino));
+        }
+        d
+    }
+
+    pub fn getattr(&mut self, ino: u32) -> FsResult<Dinode> {
+        let d = self.iget(ino)?;
+        Ok(self.eff(ino, d))
+    }
+
+    /// Opens a handle (for writing, if `write`): an immutable file, a snapshot or a read-only
+    /// mount refuse writers here, at open, as Linux does. (The FUSE mount opens files without
+    /// a message where the kernel can: there `write` and `setattr` refuse them, with EPERM.)
+    pub fn open(&mut self, ino: u32, write: bool) -> FsResult<Dinode> {
+        let d = self.iget(ino)?;
+        if write {
+            self.check_writable()?;
+            if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+                return Err(FsError::Perm);
+            }
+        }
+        self.hold(ino, 1);
+        Ok(d)
+    }
+
+    /// Takes `n` references on an inode that an unlink must not free while they last: an open
+    /// handle, or the kernel's knowledge of the inode through a mount (a FUSE lookup count).
+    pub fn hold(&mut self, ino: u32, n: u32) {
+        *self.open.entry(ino).or_insert(0) += n;
+    }
+
+    /// Closes a handle; the last close of an unlinked inode frees it.
+    pub fn release(&mut self, ino: u32) -> FsResult<()> {
+        self.unhold(ino, 1)
+    }
+
+    /// Drops `n` references taken by `hold`; when none is left, an unlinked inode is freed.
+    pub fn unhold(&mut self, ino: u32, n: u32) -> FsResult<()> {
+        if self.shut_down {
+            return Ok(()); // nothing is freed any more
+        }
+        let Some(held) = self.open.get_mut(&ino) else {
+            return Ok(());
+        };
+        *held = held.saturating_sub(n);
+        if *held == 0 {
+            self.open.remove(&ino);
+            // Only an inode whose last link this mount removed is freed: one found with no
+            // links on disk is damage, left for fsck (lookup refuses it).
+            if !self.orphans.remove(&ino) {
+                return Ok(());
+            }
+            if let Ok(d) = self.iget(ino) {
+                if d.nlink == 0 && !self.readonly {
+                    self.release_inode(ino, d, vec![])?;
+                    self.balance()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

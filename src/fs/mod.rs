@@ -1,0 +1,816 @@
+//! The file-system operations (soft updates §2's eight activities and the rest of POSIX): lookup,
+//! create, mkdir, link, symlink, unlink, rmdir, rename, read, write, truncate, setattr, readdir,
+//! statfs, fsync, over the buffer cache.
+//!
+//! Ordering is the one thing the modes differ in. `Sync` is the traditional FFS of the paper's
+//! §2: the dependent metadata of an operation is ordered by synchronous writes, placed by
+//! `order_write`:
+//! - an initialised inode before the directory entry that names it, and a new directory's or
+//!   indirect block's contents before the pointer to it;
+//! - the group bitmaps before any block holding pointers that use them (see `write_bufs`);
+//! - a nullified pointer (entry, inode or block pointer) before the resource is freed and may be
+//!   reused;
+//! - on rename, the new name before the old name is removed; on link and mkdir, the raised link
+//!   count before the new name.
+//!
+//! `Async` delays every write and orders nothing: the upper bound, and the crash tester's
+//! negative control.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt};
+
+use thiserror::Error;
+
+use crate::alloc::{Alloc, AllocError};
+use crate::cache::{Cache, CacheStats, WriteHooks};
+use crate::clock::Clock;
+use crate::dev::{BlockDevice, DevError, DevStats, WriteKind, WriteReq};
+use crate::dirhash::{block_slack, DirHash, DIRHASH_MIN_BLOCKS};
+use crate::format::*;
+use crate::softdep::{FreeBlks, FreeFile, NameWait, PtrSlot, Softdep, Task};
+
+/// Most blocks a read takes from the device in one request: FUSE's largest READ (1 MiB).
+const MAX_READ_RUN: u64 = 256;
+
+/// How dependent metadata writes are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Ordering {
+    /// Soft updates: delayed writes, with per-pointer roll-back of unsatisfied dependencies.
+    Softdep,
+    /// Traditional FFS: synchronous writes order dependent metadata.
+    Sync,
+    /// No ordering at all: every metadata write is delayed.
+    Async,
+}
+
+impl std::fmt::Display for Ordering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Ordering::Softdep => "softdep",
+            Ordering::Sync => "sync",
+            Ordering::Async => "async",
+        })
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("file name too long")]
+    NameTooLong,
+    #[error("no space left on device")]
+    NoSpace,
+    #[error("too many links")]
+    TooManyLinks,
+    #[error("file too large")]
+    TooBig,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("operation not permitted")]
+    Perm,
+    #[error("stale inode {0}")]
+    Stale(u64),
+    #[error("read-only file system")]
+    ReadOnly,
+    #[error("I/O error: {0}")]
+    Io(#[from] DevError),
+    #[error("I/O error: the file system was shut down")]
+    ShutDown,
+    #[error("corrupt file system: {0}")]
+    Corrupt(String),
+}
+
+impl FsError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::NotFound => libc::ENOENT,
+            FsError::Exists => libc::EEXIST,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::NotEmpty => libc::ENOTEMPTY,
+            FsError::NameTooLong => libc::ENAMETOOLONG,
+            FsError::NoSpace => libc::ENOSPC,
+            FsError::TooManyLinks => libc::EMLINK,
+            FsError::TooBig => libc::EFBIG,
+            FsError::Invalid(_) => libc::EINVAL,
+            FsError::Perm => libc::EPERM,
+            FsError::Stale(_) => libc::ESTALE,
+            FsError::ReadOnly => libc::EROFS,
+            FsError::Io(_) | FsError::Corrupt(_) | FsError::ShutDown => libc::EIO,
+        }
+    }
+}
+
+impl From<AllocError> for FsError {
+    fn from(e: AllocError) -> Self {
+        match e {
+            AllocError::NoSpace => FsError::NoSpace,
+            AllocError::Dev(d) => FsError::Io(d),
+            other => FsError::Corrupt(other.to_string()),
+        }
+    }
+}
+
+impl From<FormatError> for FsError {
+    fn from(e: FormatError) -> Self {
+        FsError::Corrupt(e.to_string())
+    }
+}
+
+impl From<DirError> for FsError {
+    fn from(e: DirError) -> Self {
+        FsError::Corrupt(e.to_string())
+    }
+}
+
+pub type FsResult<T> = Result<T, FsError>;
+
+/// How many wrongly free blocks or inodes one allocation steps over before it gives up.
+const MAX_BAD_ALLOCS: usize = 64;
+
+// The Block Register lives in its own file inside `fs`, as a part of the file system: it
+// allocates into reservations with the file system's own block map and ordering.
+pub mod br;
+
+// Snapshots (§6) live in their own file inside `fs`: their copy-on-write and claiming hook
+// into its writes and frees.
+pub mod snapshot;
+
+// Renames' old names kept on disk until the new names are (rule 3), hidden from users.
+pub mod hidden;
+use hidden::{HiddenName, HiddenNames};
+// A forced shutdown (FS_IOC_SHUTDOWN) lives in its own file inside `fs`: it stops the
+// writes of the cache and the superblock.
+pub mod shutdown;
+
+// The operations, one file per concern; each adds methods to `Fs`.
+mod bmap;
+mod data;
+mod dir;
+mod inode;
+mod namespace;
+mod rename;
+mod sync;
+mod tasks;
+
+/// Options of a new file system.
+#[derive(Debug, Clone)]
+pub struct MkfsOptions {
+    pub block_size: u32,
+    pub inodes: Option<u64>,
+    /// Owner of the root directory.
+    pub uid: u32,
+    pub gid: u32,
+    /// The device already reads as zeros (a new sparse image): skip zeroing the inode tables.
+    pub zeroed: bool,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions { block_size: 4096, inodes: None, uid: 0, gid: 0, zeroed: false }
+    }
+}
+
+/// Makes a file system on `dev`: cylinder groups, the root directory and lost+found.
+pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions, now: (i64, u32)) -> FsResult<Superblock> {
+    let bs = opts.block_size as usize;
+    if dev.block_size() != bs {
+        return Err(FsError::Invalid("device block size differs from the file system's"));
+    }
+    let mut sb = Superblock::geometry(opts.block_size, dev.num_blocks(), opts.inodes)?;
+    sb.created = now.0;
+    let mut buf = vec![0u8; bs];
+    let zero = vec![0u8; bs];
+    let mut free_blocks = 0u64;
+    let mut free_inodes = 0u64;
+    for cg in 0..sb.ngroups {
+        crate::alloc::init_cg_block(&sb, cg, &mut buf);
+        let h = CgHeader::decode(&buf, cg)?;
+        free_blocks += h.free_blocks as u64;
+        free_inodes += h.free_inodes as u64;
+        dev.write_batch(&[WriteReq { bno: sb.cg_header_block(cg), data: &buf }], WriteKind::Sync)?;
+        if !opts.zeroed {
+            let itable = sb.cg_itable_block(cg);
+            let reqs: Vec<WriteReq> =
+                (0..sb.inode_table_blocks() as u64).map(|i| WriteReq { bno: itable + i, data: &zero }).collect();
+            for chunk in reqs.chunks(256) {
+                dev.write_batch(chunk, WriteKind::Sync)?;
+            }
+        }
+    }
+    sb.free_blocks = free_blocks;
+    sb.free_inodes = free_inodes;
+    sb.flags = SB_CLEAN;
+    for cg in 0..sb.ngroups {
+        let mut b = vec![0u8; bs];
+        sb.encode(&mut b);
+        dev.write_batch(&[WriteReq { bno: sb.cg_start(cg), data: &b }], WriteKind::Sync)?;
+    }
+    // Root and lost+found, made through the file system itself so they follow its rules.
+    let clock: Arc<dyn Clock> = Arc::new(FixedClock(now));
+    let mut fs = Fs::mount(dev, MountOptions { ordering: Ordering::Sync, cache_blocks: 1024, readonly: false }, clock)?;
+    fs.spread_dirs = false;
+    fs.make_root(opts.uid, opts.gid)?;
+    let lf = fs.mkdir(ROOT_INO, b"lost+found", 0o700, opts.uid, opts.gid)?;
+    if lf.0 != LOST_FOUND_INO {
+        return Err(FsError::Corrupt(format!("lost+found got inode {}", lf.0)));
+    }
+    let sb = fs.sb.clone();
+    fs.unmount()?;
+    Ok(sb)
+}
+
+struct FixedClock((i64, u32));
+impl Clock for FixedClock {
+    fn now_ns(&self) -> u64 {
+        0
+    }
+    fn wall(&self) -> (i64, u32) {
+        self.0
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    pub ordering: Ordering,
+    /// Buffer cache size in blocks.
+    pub cache_blocks: usize,
+    pub readonly: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions { ordering: Ordering::Softdep, cache_blocks: 32768, readonly: false }
+    }
+}
+
+/// Changes to an inode's attributes (setattr).
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<(i64, u32)>,
+    pub mtime: Option<(i64, u32)>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+/// One readdir entry: `next` is the cookie that resumes after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirListEntry {
+    pub ino: u32,
+    pub dtype: u8,
+    pub name: Vec<u8>,
+    pub next: u64,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FsStats {
+    pub ordering: String,
+    pub device: DevStats,
+    pub cache: CacheStats,
+    pub cache_hit_rate: f64,
+}
+
+/// What happens around every write: soft updates roll back unsatisfied dependencies in the
+/// copy (and forward after), and group headers are sealed with their checksum.
+struct Hooks {
+    bpg: u64,
+    softdep: Option<Softdep>,
+}
+
+impl WriteHooks for Hooks {
+    fn before_write(&mut self, bno: u64, copy: &mut [u8]) {
+        if let Some(sd) = self.softdep.as_mut() {
+            sd.before_write(bno, copy);
+        }
+        if bno % self.bpg == 1 {
+            CgHeader::seal(copy);
+        }
+    }
+    fn after_write(&mut self, bno: u64) -> bool {
+        self.softdep.as_mut().is_some_and(|sd| sd.after_write(bno))
+    }
+    fn write_failed(&mut self, bno: u64) {
+        if let Some(sd) = self.softdep.as_mut() {
+            sd.write_failed(bno);
+        }
+    }
+}
+
+/// A new entry waiting for a hidden namesake's removal: its block, offset and inode.
+type NamesakeWaiter = (u64, usize, u32);
+
+/// Where an entry lives: the directory block and the byte offset in it.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    bno: u64,
+    lbn: u64,
+    off: usize,
+    ino: u32,
+}
+
+/// The file system shared by the FUSE session, the syncer, the control channel and the unmount
+/// path: one lock for now (the concurrency work splits it).
+pub type SharedFs = Arc<std::sync::Mutex<Fs>>;
+
+pub fn lock(fs: &SharedFs) -> std::sync::MutexGuard<'_, Fs> {
+    // A panic while holding the lock must not wedge the mount: the data is still consistent
+    // as far as the on-disk rules go, so keep serving.
+    fs.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub struct Fs {
+    pub sb: Superblock,
+    cache: Cache,
+    alloc: Alloc,
+    hooks: Hooks,
+    ordering: Ordering,
+    clock: Arc<dyn Clock>,
+    readonly: bool,
+    /// Open handles per inode: an unlinked inode is freed at its last close.
+    open: HashMap<u32, u32>,
+    /// Inodes whose last link went while they were held (`open`): freed at the last `unhold`
+    /// or at unmount, as FFS frees an unlinked open file at its last close.
+    orphans: foldhash::HashSet<u32>,
+    /// Where the first generation of an inode never used comes from (`next_generation`).
+    next_gen: u32,
+    /// Spread new directories over the groups (off while mkfs places root and lost+found).
+    spread_dirs: bool,
+    /// Name indexes of large directories (FFS's dirhash).
+    dirhash: HashMap<u32, DirHash>,
+    /// Update policy `wt`: every modification is queued for writing at once.
+    write_through: bool,
+    /// Full data blocks are queued for writing as soon as they fill (Mogul's "async writes").
+    async_full_blocks: bool,
+    /// Soft updates' memory bound: past this many dependency structures, everything is
+    /// flushed before new ones are made.
+    softdep_limit: usize,
+    /// Removed directories still counted by subdirectories' pending ".." drops: the parent
+    /// whose link goes when each is finally freed.
+    parent_drop: HashMap<u32, u32>,
+    /// Directories whose last name is gone but which other pending link drops still hold.
+    removed_dirs: foldhash::HashSet<u32>,
+    /// Operations done (the memory bound is checked every 64).
+    ops: u64,
+    /// When soft updates' structures are counted next (the memory bound), in operations.
+    next_count_at: u64,
+    /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
+    /// but gone for users: (block, offset) -> (directory, logical block, name).
+    hidden: HiddenNames,
+    /// Renames' old-name removals whose new name is on disk but in a directory not yet
+    /// reachable on disk (rule 3 for the whole path): retried after later writes complete.
+    deferred_old_names: Vec<Task>,
+    /// The soft updates write count and hidden names removed when the deferred removals were
+    /// last tried (only a write or another removal can let one go).
+    deferred_tried_at: (u64, u64),
+    /// Hidden names removed so far.
+    hidden_removed: u64,
+    /// New entries (not of directories) named like a hidden name of their directory, waiting
+    /// on disk for its removal (NAMESAKE): hidden (block, offset) -> (block, offset, inode) of each.
+    namesakes: HashMap<(u64, usize), Vec<NamesakeWaiter>>,
+    /// For each waiting new entry (block, offset), how many hidden namesakes it waits for: the
+    /// inverse of `namesakes`, so that a namesake's removal checks its waiters at once (a scan
+    /// of every waiter per removal made unmount quadratic).
+    namesake_waits: HashMap<(u64, usize), u32>,
+    /// With soft updates, a directory holding a name of each file looked up or named in this
+    /// mount (the latest): fsync walks its path to the root, so that a renamed ancestor's new
+    /// name is made durable too. At most one entry per inode.
+    name_dir: HashMap<u32, u32>,
+    /// Where the next new data block should go (a Block Register placement hint), once.
+    br_hint: Option<u64>,
+    /// Active snapshots, oldest first (the superblock's list).
+    snaps: Vec<snapshot::Active>,
+    /// Blocks copied before an overwrite, and freed blocks claimed, by snapshots.
+    stats_cow: u64,
+    stats_claimed: u64,
+    /// Shut down (`shutdown`): nothing more is written, every operation fails.
+    shut_down: bool,
+}
+
+impl Fs {
+    /// Mounts the file system on `dev`: checks the superblock and every group header, refusing a
+    /// corrupt or foreign image, and marks the image in use (not clean) until `unmount`.
+    pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions, clock: Arc<dyn Clock>) -> FsResult<Fs> {
+        let bs = dev.block_size();
+        let mut buf = vec![0u8; bs];
+        dev.read_block(0, &mut buf)?;
+        let mut sb = Superblock::decode(&buf)?;
+        if sb.block_size as usize != bs {
+            return Err(FsError::Corrupt(format!("block size {} does not match the device's {}", sb.block_size, bs)));
+        }
+        if sb.num_blocks > dev.num_blocks() {
+            return Err(FsError::Corrupt(format!(
+                "file system has {} blocks but the device only {}",
+                sb.num_blocks,
+                dev.num_blocks()
+            )));
+        }
+        let mut cache = Cache::new(dev, opts.cache_blocks, clock.clone());
+        let alloc = Alloc::load(&mut cache, &sb)?;
+        // Summary counts are exact only after a clean unmount; recompute them from the groups.
+        sb.free_blocks = alloc.free_blocks();
+        sb.free_inodes = alloc.free_inodes();
+        sb.ndirs = alloc.ndirs();
+        let mut fs = Fs {
+            hooks: Hooks {
+                bpg: sb.blocks_per_group as u64,
+                softdep: (opts.ordering == Ordering::Softdep).then(|| Softdep::new(&sb)),
+            },
+            sb,
+            cache,
+            alloc,
+            ordering: opts.ordering,
+            clock,
+            readonly: opts.readonly,
+            open: HashMap::new(),
+            orphans: foldhash::HashSet::default(),
+            next_gen: 1,
+            spread_dirs: true,
+            dirhash: HashMap::new(),
+            write_through: false,
+            async_full_blocks: false,
+            softdep_limit: 200_000,
+            parent_drop: HashMap::new(),
+            ops: 0,
+            next_count_at: 0,
+            removed_dirs: foldhash::HashSet::default(),
+            hidden: HiddenNames::new(),
+            deferred_old_names: Vec::new(),
+            deferred_tried_at: (0, 0),
+            hidden_removed: 0,
+            namesakes: HashMap::new(),
+            namesake_waits: HashMap::new(),
+            name_dir: HashMap::new(),
+            br_hint: None,
+            snaps: Vec::new(),
+            stats_cow: 0,
+            stats_claimed: 0,
+            shut_down: false,
+        };
+        for what in std::mem::take(&mut fs.alloc.damage) {
+            fs.damaged(what);
+        }
+        // The root inode's block, checked as it comes in (`read_inode_block`): the blocks of the
+        // first directories are known to be in use before anything is allocated.
+        fs.iget_raw(ROOT_INO)?;
+        fs.snap_activate()?;
+        fs.next_gen = fs.clock.wall().1 | 1;
+        if !fs.readonly {
+            fs.sb.flags &= !(SB_CLEAN | SB_SOFTDEP | SB_ASYNC);
+            fs.sb.flags |= match fs.ordering {
+                Ordering::Softdep => SB_SOFTDEP,
+                Ordering::Async => SB_ASYNC,
+                Ordering::Sync => 0,
+            };
+            fs.sb.mount_count += 1;
+            fs.sb.mount_time = fs.clock.wall().0;
+            fs.write_superblock()?;
+        }
+        Ok(fs)
+    }
+
+    pub fn ordering(&self) -> Ordering {
+        self.ordering
+    }
+
+    pub fn stats(&self) -> FsStats {
+        let cache = self.cache.stats();
+        FsStats {
+            ordering: self.ordering.to_string(),
+            device: self.cache.device().stats(),
+            cache_hit_rate: cache.hit_rate(),
+            cache,
+        }
+    }
+
+    fn write_superblock(&mut self) -> FsResult<()> {
+        self.check_live()?;
+        self.sb.free_blocks = self.alloc.free_blocks();
+        self.sb.free_inodes = self.alloc.free_inodes();
+        self.sb.ndirs = self.alloc.ndirs();
+        self.sb.write_time = self.clock.wall().0;
+        let mut buf = vec![0u8; self.sb.block_size as usize];
+        self.sb.encode(&mut buf);
+        self.cache.device().write_batch(&[WriteReq { bno: 0, data: &buf }], WriteKind::Sync)?;
+        Ok(())
+    }
+
+    /// Writes everything and marks the image clean; after a shutdown, writes nothing, which
+    /// leaves the image as a crash would.
+    pub fn unmount(&mut self) -> FsResult<()> {
+        if self.readonly {
+            return Ok(());
+        }
+        if self.shut_down {
+            log::warn!("unmount after a shutdown: nothing written, the image is left unclean");
+            return Ok(());
+        }
+        // Inodes unlinked while open are freed now that nobody holds them.
+        let orphans: Vec<u32> = self.orphans.drain().collect();
+        self.open.clear();
+        for ino in orphans {
+            let d = self.iget(ino)?;
+            if d.nlink == 0 {
+                self.release_inode(ino, d, vec![])?;
+            }
+        }
+        self.sync_all()?;
+        self.sb.flags |= SB_CLEAN;
+        self.write_superblock()
+    }
+
+    // ---------------------------------------------------------------- writing buffers
+
+    fn is_cg_block(&self, bno: u64) -> bool {
+        bno % self.sb.blocks_per_group as u64 == 1
+    }
+
+    /// Writes `bnos` as one batch. In `Sync` mode any dirty group header is written in a batch
+    /// of its own first, so that no pointer reaches the disk before the bitmap bit that owns it.
+    fn write_bufs(&mut self, bnos: &[u64], kind: WriteKind) -> FsResult<()> {
+        self.snap_cow(bnos)?;
+        if self.ordering == Ordering::Sync && bnos.iter().any(|&b| !self.is_cg_block(b)) {
+            let cgs: Vec<u64> = (0..self.sb.ngroups)
+                .map(|cg| self.sb.cg_header_block(cg))
+                .filter(|&b| self.cache.is_dirty(b))
+                .collect();
+            if !cgs.is_empty() {
+                self.cache.write(&cgs, WriteKind::Sync, &mut self.hooks)?;
+            }
+        }
+        self.cache.write(bnos, kind, &mut self.hooks)?;
+        Ok(())
+    }
+
+    /// Writes delayed writes picked by age or to make room, `batch` blocks at most to a batch.
+    /// Under soft updates they go in the order that leaves least to roll back, each class in
+    /// batches of its own: file data and group headers (the bitmaps) first, then other metadata
+    /// (indirect blocks, directory blocks with nothing pending), then inode blocks, then
+    /// directory blocks whose entries wait for inodes. Any order is safe, since each write rolls
+    /// back what is not ready; but in one batch of everything an inode block's new pointers
+    /// were rolled back whenever their data was in the same batch, and the block, still dirty
+    /// and still the oldest, went again in the next batch: PostMark wrote each inode block 28
+    /// times.
+    fn write_delayed(&mut self, mut bnos: Vec<u64>, batch: usize) -> FsResult<()> {
+        let Some(sd) = self.hooks.softdep.as_ref() else {
+            bnos.sort_unstable();
+            for chunk in bnos.chunks(batch) {
+                self.write_bufs(chunk, WriteKind::Async)?;
+            }
+            return Ok(());
+        };
+        let class = |b: u64| -> u8 {
+            if self.cache.is_data(b) || self.is_cg_block(b) {
+                0
+            } else if sd.dir_block_pending(b) {
+                3
+            } else if self.sb.is_data_block(b) {
+                1
+            } else {
+                2
+            }
+        };
+        let mut keyed: Vec<(u8, u64)> = bnos.into_iter().map(|b| (class(b), b)).collect();
+        keyed.sort_unstable();
+        for group in keyed.chunk_by(|a, b| a.0 == b.0) {
+            let bnos: Vec<u64> = group.iter().map(|&(_, b)| b).collect();
+            for chunk in bnos.chunks(batch) {
+                self.write_bufs(chunk, WriteKind::Async)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A write that orders dependent metadata: synchronous in `Sync` mode, nothing in `Async`
+    /// (the buffer stays a delayed write).
+    fn order_write(&mut self, bnos: &[u64]) -> FsResult<()> {
+        match self.ordering {
+            Ordering::Sync => self.write_bufs(bnos, WriteKind::Sync),
+            Ordering::Async | Ordering::Softdep => Ok(()),
+        }
+    }
+
+    fn sd(&mut self) -> Option<&mut Softdep> {
+        self.hooks.softdep.as_mut()
+    }
+
+    /// Sets soft updates' memory bound (dependency structures kept before a forced flush).
+    pub fn set_softdep_limit(&mut self, n: usize) {
+        self.softdep_limit = n.max(64);
+    }
+
+    /// Drops soft updates' records with nothing left to track, as the memory bound's count
+    /// does now and then; the crash tester does it before every operation, so that records
+    /// dropped and made again are part of every workload.
+    pub fn drop_idle_records(&mut self) {
+        if let Some(sd) = self.sd() {
+            sd.count();
+        }
+    }
+
+    /// Soft updates' counters, if mounted with soft updates.
+    pub fn softdep_stats(&self) -> Option<crate::softdep::SoftdepStats> {
+        self.hooks.softdep.as_ref().map(|s| s.stats.clone())
+    }
+
+    /// Writes everything and runs every task until nothing is pending (unmount, fsync, sync).
+    /// With soft updates this takes a few rounds: each write satisfies dependencies that let the
+    /// next one carry more.
+    pub fn sync_all(&mut self) -> FsResult<()> {
+        self.check_live()?;
+        // A round can retire one level of a chain of dependencies (a removed tree drains one
+        // directory per level), so the rounds go on while they have something to write; the
+        // chain is never longer than the number of inodes.
+        let max_rounds = self.sb.total_inodes() + 64;
+        for _ in 0..max_rounds {
+            self.run_tasks()?;
+            let wrote = self.flush_all()?;
+            self.run_tasks()?;
+            let idle = self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle()) && self.deferred_old_names.is_empty();
+            if idle && self.cache.dirty_count() == 0 {
+                return Ok(());
+            }
+            if wrote == 0 && self.cache.dirty_count() == 0 {
+                break;
+            }
+        }
+        // What holds each deferred name: the first directory on its new path with a name not
+        // on disk, and those entries' states.
+        let mut held = Vec::new();
+        let waits: BTreeSet<u32> = self
+            .deferred_old_names
+            .iter()
+            .filter_map(|t| match t {
+                Task::RemoveOldName { wait: NameWait::NewPath(d), .. } => Some(*d),
+                _ => None,
+            })
+            .collect();
+        for d in waits {
+            let mut x = d;
+            for _ in 0..64 {
+                let pending = self.hooks.softdep.as_ref().map(|s| s.pending_entries_naming(x)).unwrap_or_default();
+                if !pending.is_empty() {
+                    let rec = self.hooks.softdep.as_ref().map(|s| s.inodedep_summary(x)).unwrap_or_default();
+                    held.push(format!("path of {d}: {x} named by {pending:?}; its record: {rec}"));
+                    break;
+                }
+                if x == ROOT_INO {
+                    break;
+                }
+                let Ok(mut di) = self.dir_inode(x) else { break };
+                match self.find_entry(x, &mut di, b"..") {
+                    Ok(Some(e)) => x = e.ino,
+                    _ => break,
+                }
+            }
+        }
+        Err(FsError::Corrupt(format!(
+            "dependencies did not drain: nothing left to write (held: {held:?}; deferred names: {:?}; hidden: {:?})",
+            self.deferred_old_names, self.hidden
+        )))
+    }
+
+    /// A block from the bitmaps, checked before it is handed out: a bitmap that shows a
+    /// metadata block or a block the mount holds in its cache (a directory, an indirect block,
+    /// data in use) as free is damaged. Such a block keeps its bit set (it is in use), the
+    /// superblock asks for fsck, and the search goes on; live data is never overwritten.
+    fn alloc_block(&mut self, pref: u64) -> FsResult<u64> {
+        for _ in 0..MAX_BAD_ALLOCS {
+            let bno = match self.alloc.alloc_block(&mut self.cache, &self.sb, pref) {
+                Err(AllocError::NoSpace) if self.reclaim()? => {
+                    self.alloc.alloc_block(&mut self.cache, &self.sb, pref)?
+                }
+                r => r?,
+            };
+            if !self.sb.is_data_block(bno) {
+                self.damaged(format!("block bitmap shows metadata block {bno} free"));
+            } else if self.cache.is_cached(bno) {
+                self.damaged(format!("block bitmap shows block {bno} free while it is in use"));
+            } else {
+                return Ok(bno);
+            }
+        }
+        Err(self.damaged(format!("{MAX_BAD_ALLOCS} blocks in a row were wrongly free in the bitmaps")))
+    }
+
+    /// Runs an operation that allocates; when it finds no space while soft updates still hold
+    /// freed blocks or inodes (removed files whose frees wait for writes), everything is
+    /// written, the frees complete, and the operation runs once more, as FreeBSD's
+    /// `softdep_request_cleanup` does: a user who just removed files never sees a full disk
+    /// that is not full. A create, mkdir, link or rename that fails with ENOSPC has undone its
+    /// inode and changed no name, and a write repeated writes the same bytes.
+    fn retry_nospace<T>(&mut self, mut op: impl FnMut(&mut Fs) -> FsResult<T>) -> FsResult<T> {
+        match op(self) {
+            Err(FsError::NoSpace) if self.frees_pending() => {
+                self.sync_all()?;
+                op(self)
+            }
+            r => r,
+        }
+    }
+
+    /// Whether soft updates hold work whose completion may free blocks or inodes.
+    fn frees_pending(&self) -> bool {
+        self.hooks.softdep.as_ref().is_some_and(|s| !s.is_idle()) || !self.deferred_old_names.is_empty()
+    }
+
+    /// A value read from disk is out of range, or a bitmap disagrees with what the mount knows:
+    /// logs it, marks the superblock "needs fsck" (written at once, so that a crash keeps the
+    /// mark), and returns the error that fails the request. The rest of the file system goes on.
+    pub fn damaged(&mut self, what: String) -> FsError {
+        log::error!("damaged: {what} (unmount and run sufs fsck -y)");
+        if self.sb.flags & SB_NEEDS_FSCK == 0 {
+            self.sb.flags |= SB_NEEDS_FSCK;
+            if !self.readonly {
+                if let Err(e) = self.write_superblock() {
+                    log::error!("marking the superblock for fsck: {e}");
+                }
+            }
+        }
+        FsError::Corrupt(what)
+    }
+
+    /// Whether an earlier damage marked this file system for fsck.
+    pub fn needs_fsck(&self) -> bool {
+        self.sb.flags & SB_NEEDS_FSCK != 0
+    }
+
+    /// Writes every dirty buffer (the periodic-update sweep); returns how many.
+    pub fn flush_all(&mut self) -> FsResult<usize> {
+        let all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
+        let n = all.len();
+        self.write_delayed(all, 1024)?;
+        self.run_tasks()?;
+        Ok(n)
+    }
+
+    /// Writes the buffers dirty for at least `age_ns` (the aging sweep; the syncer calls it).
+    /// Collects first, then writes, so the sweep is linear in the number of dirty buffers.
+    pub fn flush_older_than(&mut self, age_ns: u64) -> FsResult<usize> {
+        let now = self.clock.now_ns();
+        let ready: Vec<u64> = self
+            .cache
+            .dirty_oldest_first()
+            .take_while(|(t, _)| now.saturating_sub(*t) >= age_ns)
+            .map(|(_, b)| b)
+            .collect();
+        let n = ready.len();
+        self.write_delayed(ready, 1024)?;
+        self.run_tasks()?;
+        Ok(n)
+    }
+
+    /// Update policy `wt`: queue every modification for writing at the end of each operation.
+    pub fn set_write_through(&mut self, on: bool) {
+        self.write_through = on;
+    }
+
+    /// Queue full data blocks for writing as soon as they fill, instead of delaying them.
+    pub fn set_async_full_blocks(&mut self, on: bool) {
+        self.async_full_blocks = on;
+    }
+
+    /// The file system's clock, in nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// Writes every dirty metadata buffer (the update daemon's periodic metadata sync).
+    pub fn flush_metadata(&mut self) -> FsResult<usize> {
+        let mut meta = self.cache.dirty_metadata();
+        meta.sort_unstable();
+        for chunk in meta.chunks(1024) {
+            self.write_bufs(chunk, WriteKind::Async)?;
+        }
+        self.run_tasks()?;
+        Ok(meta.len())
+    }
+}

@@ -1,0 +1,336 @@
+//! Namespace operations: lookup, create, mknod, mkdir, symlink, link, unlink, rmdir.
+
+use super::*;
+
+impl Fs {
+    pub fn lookup(&mut self, dir: u32, name: &[u8]) -> FsResult<(u32, Dinode)> {
+        if name.len() > MAXNAMLEN {
+            return Err(FsError::NameTooLong);
+        }
+        let mut d = self.dir_inode(dir)?;
+        match self.find_entry(dir, &mut d, name)? {
+            Some(s) => {
+                let d = match self.iget(s.ino) {
+                    Ok(d) if d.nlink > 0 => d,
+                    Ok(_) => return Err(self.damaged(format!("directory {dir} names inode {} with no links", s.ino))),
+                    Err(_) => return Err(self.damaged(format!("directory {dir} names free inode {}", s.ino))),
+                };
+                self.note_name_dir(dir, s.ino, &d);
+                Ok((s.ino, self.eff(s.ino, d)))
+            }
+            None => Err(FsError::NotFound),
+        }
+    }
+
+    /// Creates a non-directory node (regular file, fifo, device, socket) named `name` in `dir`.
+    pub fn mknod(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+    ) -> FsResult<(u32, Dinode)> {
+        self.retry_nospace(|fs| fs.mknod_once(dir, name, mode, uid, gid, rdev))
+    }
+
+    pub(super) fn mknod_once(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+    ) -> FsResult<(u32, Dinode)> {
+        let ftype = (mode as u16) & S_IFMT;
+        let ftype = if ftype == 0 { S_IFREG } else { ftype };
+        if ftype == S_IFDIR || ftype == S_IFLNK {
+            return Err(FsError::Invalid("mknod of a directory or symlink"));
+        }
+        let r = self.create_node(dir, name, ftype | (mode as u16 & 0o7777), uid, gid, |_, _, d| {
+            d.rdev = rdev;
+            Ok(())
+        });
+        self.balance()?;
+        r
+    }
+
+    pub fn create(&mut self, dir: u32, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
+        self.mknod(dir, name, S_IFREG as u32 | (mode & 0o7777), uid, gid, 0)
+    }
+
+    /// The common path of create, mknod and symlink: inode first, then the name.
+    pub(super) fn create_node(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        mode: u16,
+        uid: u32,
+        gid: u32,
+        init: impl FnOnce(&mut Fs, u32, &mut Dinode) -> FsResult<()>,
+    ) -> FsResult<(u32, Dinode)> {
+        self.check_writable()?;
+        Self::check_name(name)?;
+        let mut dd = self.dir_for_new_name(dir, name)?;
+        let (ino, mut d) = self.new_inode(dir, mode, uid, gid)?;
+        d.nlink = 1;
+        if let Err(e) = init(self, ino, &mut d) {
+            self.abandon_inode(ino, d)?;
+            return Err(e);
+        }
+        let ib = self.iput(ino, &d)?;
+        // The initialised inode (and its bitmap bit) before the name.
+        self.order_write(&[ib])?;
+        match self.add_entry(dir, &mut dd, name, ino, dtype_of_mode(mode)) {
+            Ok((db, off)) => {
+                self.entry_added(dir, db, off, ino, None, None, false, vec![])?;
+                self.wait_for_namesake(dir, name, db, off, ino);
+            }
+            Err(e) => {
+                self.abandon_inode(ino, d)?;
+                return Err(e);
+            }
+        }
+        Ok((ino, d))
+    }
+
+    /// The directory a new name goes in: it must exist, not be removed, and not hold the name.
+    pub(super) fn dir_for_new_name(&mut self, dir: u32, name: &[u8]) -> FsResult<Dinode> {
+        let mut dd = self.dir_inode(dir)?;
+        if self.eff(dir, dd.clone()).nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        if self.find_entry(dir, &mut dd, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        Ok(dd)
+    }
+
+    /// A file `ino` has a name in `dir` (see `name_dir`); a directory's own ".." says where it is.
+    pub(super) fn note_name_dir(&mut self, dir: u32, ino: u32, d: &Dinode) {
+        if self.hooks.softdep.is_some() && !d.is_dir() {
+            self.name_dir.insert(ino, dir);
+        }
+    }
+
+    /// Undoes a half-made inode after a failure (e.g. ENOSPC for its directory entry).
+    pub(super) fn abandon_inode(&mut self, ino: u32, mut d: Dinode) -> FsResult<()> {
+        d.nlink = 0;
+        self.release_inode(ino, d, vec![])
+    }
+
+    pub fn mkdir(&mut self, dir: u32, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
+        self.retry_nospace(|fs| fs.mkdir_once(dir, name, mode, uid, gid))
+    }
+
+    pub(super) fn mkdir_once(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<(u32, Dinode)> {
+        self.check_writable()?;
+        Self::check_name(name)?;
+        self.retire_hidden_name(dir, name)?;
+        let mut dd = self.dir_for_new_name(dir, name)?;
+        if dd.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        // The parent's raised link count (for the new "..") goes first.
+        dd.nlink += 1;
+        let pb = self.iput(dir, &dd)?;
+        self.order_write(&[pb])?;
+        let (ino, mut d) = match self.new_inode(dir, S_IFDIR | (mode as u16 & 0o7777), uid, gid) {
+            Ok(x) => x,
+            Err(e) => {
+                dd.nlink -= 1;
+                self.iput(dir, &dd)?;
+                return Err(e);
+            }
+        };
+        d.nlink = 2;
+        let body = match self.init_dir_block(ino, &mut d, dir) {
+            Ok(b) => b,
+            Err(e) => {
+                self.abandon_inode(ino, d)?;
+                dd.nlink -= 1;
+                self.iput(dir, &dd)?;
+                return Err(e);
+            }
+        };
+        if let Some(sd) = self.hooks.softdep.as_mut() {
+            sd.mkdir_parent(ino, dir);
+        }
+        let ib = self.iput(ino, &d)?;
+        // The new directory's block, then its inode, then its name.
+        self.order_write(&[body])?;
+        self.order_write(&[ib])?;
+        match self.add_entry(dir, &mut dd, name, ino, DT_DIR) {
+            Ok((db, off)) => self.entry_added(dir, db, off, ino, None, Some(dir), true, vec![])?,
+            Err(e) => {
+                self.abandon_inode(ino, d)?;
+                let mut dd = self.iget(dir)?;
+                dd.nlink -= 1;
+                self.iput(dir, &dd)?;
+                return Err(e);
+            }
+        }
+        self.balance()?;
+        Ok((ino, d))
+    }
+
+    pub fn symlink(&mut self, dir: u32, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
+        self.retry_nospace(|fs| fs.symlink_once(dir, name, target, uid, gid))
+    }
+
+    pub(super) fn symlink_once(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<(u32, Dinode)> {
+        if target.is_empty() || target.len() >= self.sb.block_size as usize || target.len() > MAX_SYMLINK {
+            return Err(if target.is_empty() { FsError::NotFound } else { FsError::NameTooLong });
+        }
+        let r = self.create_node(dir, name, S_IFLNK | 0o777, uid, gid, |fs, ino, d| {
+            // The target goes through the ordinary block map, like file data.
+            fs.write_inner(ino, d, 0, target)?;
+            Ok(())
+        });
+        self.balance()?;
+        r
+    }
+
+    pub fn readlink(&mut self, ino: u32) -> FsResult<Vec<u8>> {
+        let d = self.iget(ino)?;
+        if !d.is_symlink() {
+            return Err(FsError::Invalid("not a symbolic link"));
+        }
+        if d.size == 0 || d.size > MAX_SYMLINK as u64 || d.size >= self.sb.block_size as u64 {
+            return Err(self.damaged(format!("symlink {ino} has size {}", d.size)));
+        }
+        self.read(ino, 0, d.size as usize)
+    }
+
+    pub fn link(&mut self, ino: u32, newdir: u32, newname: &[u8]) -> FsResult<Dinode> {
+        self.retry_nospace(|fs| fs.link_once(ino, newdir, newname))
+    }
+
+    pub(super) fn link_once(&mut self, ino: u32, newdir: u32, newname: &[u8]) -> FsResult<Dinode> {
+        self.check_writable()?;
+        Self::check_name(newname)?;
+        let mut d = self.iget(ino)?;
+        if d.is_dir() {
+            return Err(FsError::Perm);
+        }
+        if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            return Err(FsError::Perm);
+        }
+        let mut dd = self.dir_for_new_name(newdir, newname)?;
+        if d.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        // The raised count before the new name.
+        d.nlink += 1;
+        self.touch_c(&mut d);
+        let ib = self.iput(ino, &d)?;
+        self.order_write(&[ib])?;
+        match self.add_entry(newdir, &mut dd, newname, ino, dtype_of_mode(d.mode)) {
+            Ok((db, off)) => {
+                self.entry_added(newdir, db, off, ino, None, None, false, vec![])?;
+                self.wait_for_namesake(newdir, newname, db, off, ino);
+            }
+            Err(e) => {
+                d.nlink -= 1;
+                self.iput(ino, &d)?;
+                return Err(e);
+            }
+        }
+        self.balance()?;
+        Ok(self.eff(ino, d))
+    }
+
+    pub fn unlink(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
+        self.check_writable()?;
+        let mut dd = self.dir_inode(dir)?;
+        let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
+        let mut d = self.iget(slot.ino)?;
+        if d.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            return Err(FsError::Perm);
+        }
+        // The name goes first; then the link count. The inode's change time is the unlink's,
+        // even when soft updates drop the link later.
+        self.touch_mc(&mut dd);
+        self.iput(dir, &dd)?;
+        self.touch_c(&mut d);
+        self.iput(slot.ino, &d)?;
+        self.unlink_name(dir, &slot, name, vec![Task::DropLink(slot.ino)])?;
+        self.balance()
+    }
+
+    pub fn rmdir(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
+        self.check_writable()?;
+        if name == b"." {
+            return Err(FsError::Invalid("rmdir of ."));
+        }
+        if name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        let mut dd = self.dir_inode(dir)?;
+        let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
+        let mut d = self.iget(slot.ino)?;
+        if !d.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        if slot.ino == ROOT_INO {
+            return Err(FsError::Perm);
+        }
+        if !self.dir_is_empty(slot.ino, &mut d)? {
+            return Err(FsError::NotEmpty);
+        }
+        self.touch_mc(&mut dd);
+        self.iput(dir, &dd)?;
+        // The name goes first; then the child (its ".." with it), then the parent's count.
+        let task = Task::RmdirChild { child: slot.ino, parent: Some(dir) };
+        if self.hidden.in_dir(slot.ino) {
+            // It still holds renames' old names on disk, whose new names are not yet reachable:
+            // its own name stays on disk, hidden, until those may go (or the files would be
+            // reachable by no name on disk).
+            self.note_pending(std::slice::from_ref(&task));
+            self.hide_name(dir, &slot, name);
+            let wait = NameWait::Emptied(slot.ino);
+            let (bno, lbn, off) = (slot.bno, slot.lbn, slot.off);
+            self.run_task(Task::RemoveOldName { dir, wait, bno, lbn, off, tasks: vec![task] })?;
+        } else {
+            self.unlink_name(dir, &slot, name, vec![task])?;
+        }
+        self.balance()
+    }
+
+    /// True if `anc` is `ino` or one of its ancestors.
+    pub(super) fn is_ancestor(&mut self, anc: u32, mut ino: u32) -> FsResult<bool> {
+        for _ in 0..=self.sb.total_inodes() {
+            if ino == anc {
+                return Ok(true);
+            }
+            if ino == ROOT_INO {
+                return Ok(false);
+            }
+            let mut d = self.dir_inode(ino)?;
+            ino = self
+                .find_entry(ino, &mut d, b"..")?
+                .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no ..")))?
+                .ino;
+        }
+        Err(FsError::Corrupt("directory loop".into()))
+    }
+}

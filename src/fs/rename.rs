@@ -1,0 +1,471 @@
+//! Rename, RENAME_EXCHANGE and RENAME_WHITEOUT, with rule 3 under soft updates: the old name
+//! stays on disk, hidden (`hidden.rs`), until the new one is reachable there.
+
+use super::*;
+
+impl Fs {
+    /// Hides the entry `slot` of `dir` from users while it stays in its block (so on disk).
+    pub(super) fn hide_name(&mut self, dir: u32, slot: &Slot, name: &[u8]) {
+        self.hidden.insert((slot.bno, slot.off), HiddenName { dir, lbn: slot.lbn, name: name.to_vec(), ino: slot.ino });
+        if let Some(h) = self.dirhash.get_mut(&dir) {
+            h.hide(name, slot.lbn, slot.off);
+        }
+    }
+
+    /// A rename's new name in `newdir` is on disk; true if it is not reachable there yet. A
+    /// directory that has since been removed holds no name of the renamed inode any more (it was
+    /// moved again or unlinked), so its old name may go.
+    pub(super) fn new_path_pending(&mut self, newdir: u32) -> FsResult<bool> {
+        match self.path_pending(newdir) {
+            Err(FsError::NotDir | FsError::NotFound | FsError::Stale(_)) => Ok(false),
+            r => r,
+        }
+    }
+
+    /// With soft updates, true if `dir` or one of its ancestors is named by an entry not yet on
+    /// disk: a rename's new name there would not be reachable after a crash, so the old name
+    /// stays on disk until the path is (rule 3 for the whole path, not only the last name).
+    pub(super) fn path_pending(&mut self, mut dir: u32) -> FsResult<bool> {
+        if self.hooks.softdep.is_none() {
+            return Ok(false);
+        }
+        for _ in 0..4096 {
+            if dir == ROOT_INO {
+                return Ok(false);
+            }
+            // A directory with a hidden name (renamed, or removed while it holds hidden names)
+            // stays reachable on disk by that name until its other name may replace it.
+            if self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(dir)) {
+                return Ok(true);
+            }
+            let mut d = self.dir_inode(dir)?;
+            dir = self.find_entry(dir, &mut d, b"..")?.ok_or_else(|| FsError::Corrupt(format!("{dir} has no ..")))?.ino;
+        }
+        Ok(true)
+    }
+
+    /// With soft updates a rename's old name stays in its block, hidden, until the new name is
+    /// reachable on disk. A new entry of the same name in that directory may land after it, and
+    /// a lookup after a crash would find the old entry first: the new name would be lost behind
+    /// it. A new entry of a file waits on disk for the hidden one's removal
+    /// (`wait_for_namesake`); a directory's cannot (what is later moved under it would wait
+    /// for its path, and the hidden name's removal may wait for that), so before a directory
+    /// takes such a name, the hidden one leaves the disk here: the renamed inode's names are
+    /// written as fsync writes them, which lets its removal run, and the removal's block is
+    /// written. If something else holds it (a removed directory whose name waits for the hidden
+    /// names it holds), everything is written. Call it before reading the inodes the operation
+    /// changes.
+    pub(super) fn retire_hidden_name(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
+        let find = |fs: &Fs| fs.hidden.named(dir, name).next().map(|(k, _)| k);
+        while let Some(key) = find(self) {
+            log::debug!(
+                "new name {:?} in directory {dir}: its hidden namesake goes first",
+                String::from_utf8_lossy(name)
+            );
+            self.retire_hidden(key)?;
+        }
+        Ok(())
+    }
+
+    /// The hidden entry at `key` (block, offset) leaves the disk now: the names of the inode it
+    /// names are written as fsync writes them (which lets its removal run), then the removal's
+    /// block; everything, if that is not enough.
+    pub(super) fn retire_hidden(&mut self, key: (u64, usize)) -> FsResult<()> {
+        let Some(ino) = self.hidden.get(&key).map(|h| h.ino) else {
+            return Ok(());
+        };
+        self.fsync(ino)?;
+        self.run_tasks()?;
+        if self.hidden.contains(&key) {
+            self.sync_all()?;
+            if self.hidden.contains(&key) {
+                return Err(FsError::Corrupt(format!("a hidden name at {key:?} outlived a full sync")));
+            }
+            return Ok(());
+        }
+        self.write_bufs(&[key.0], WriteKind::Sync)
+    }
+
+    /// The new entry at `off` of directory block `bno`, naming file `ino`, waits on disk for
+    /// the removal of a hidden entry of the same name in `dir`, if there is one (see
+    /// `retire_hidden_name`).
+    pub(super) fn wait_for_namesake(&mut self, dir: u32, name: &[u8], bno: u64, off: usize, ino: u32) {
+        if self.hooks.softdep.is_some() {
+            self.name_dir.insert(ino, dir);
+        }
+        let hidden: Vec<(u64, usize)> = self.hidden.named(dir, name).map(|(k, _)| k).collect();
+        if hidden.is_empty() {
+            return;
+        }
+        if let Some(sd) = self.sd() {
+            sd.wait_for_namesake(bno, off);
+        }
+        for k in hidden {
+            self.namesakes.entry(k).or_default().push((bno, off, ino));
+            *self.namesake_waits.entry((bno, off)).or_default() += 1;
+        }
+    }
+
+    pub fn rename(&mut self, dir: u32, name: &[u8], newdir: u32, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+        self.retry_nospace(|fs| fs.rename_once(dir, name, newdir, newname, flags))
+    }
+
+    pub(super) fn rename_once(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        newdir: u32,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
+        self.check_writable()?;
+        Self::check_name(newname)?;
+        if flags.noreplace && flags.exchange {
+            return Err(FsError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
+        }
+        if name == b"." || name == b".." || newname == b"." || newname == b".." {
+            return Err(FsError::Invalid("rename of . or .."));
+        }
+        let mut sd = self.dir_inode(dir)?;
+        let src = self.find_entry(dir, &mut sd, name)?.ok_or(FsError::NotFound)?;
+        let si = self.iget(src.ino)?;
+        if !flags.exchange && !si.is_dir() && si.flags & (DI_IMMUTABLE | DI_SNAPSHOT) == 0 {
+            if let Some((key, old)) = self.undone_rename(newdir, newname, &src)? {
+                return self.rename_back(dir, name, src, si, newdir, key, old);
+            }
+        }
+        let namesake = |fs: &Fs, d: u32, n: &[u8]| fs.hidden.named(d, n).next().is_some();
+        if (si.is_dir() || flags.exchange) && namesake(self, newdir, newname) {
+            // A directory taking a hidden name: that name leaves the disk first. So in an
+            // exchange, where either entry may come to name a directory in place.
+            self.retire_hidden_name(newdir, newname)?;
+            return self.rename(dir, name, newdir, newname, flags);
+        }
+        if flags.exchange && namesake(self, dir, name) {
+            self.retire_hidden_name(dir, name)?;
+            return self.rename(dir, name, newdir, newname, flags);
+        }
+        let mut nd = self.dir_inode(newdir)?;
+        let dst = self.find_entry(newdir, &mut nd, newname)?;
+        if si.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            return Err(FsError::Perm);
+        }
+        if flags.exchange {
+            let dst = dst.ok_or(FsError::NotFound)?;
+            return self.exchange(dir, src, newdir, dst);
+        }
+        if let Some(t) = dst {
+            if flags.noreplace {
+                return Err(FsError::Exists);
+            }
+            if t.ino == src.ino {
+                return Ok(()); // two names of one inode: POSIX says do nothing
+            }
+        }
+        let moving_dir = si.is_dir();
+        if moving_dir && dir != newdir && self.is_ancestor(src.ino, newdir)? {
+            return Err(FsError::Invalid("rename of a directory into itself"));
+        }
+        let mut victim = None;
+        if let Some(t) = dst {
+            let mut ti = self.iget(t.ino)?;
+            if ti.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+                return Err(FsError::Perm);
+            }
+            if moving_dir && ti.is_dir() && self.hidden.in_dir(t.ino) {
+                // The directory replaced still holds renames' old names on disk: its name cannot
+                // be overwritten in place before those go. It is removed as by rmdir (its name
+                // stays on disk, hidden, until then) and the source takes a new entry once that
+                // hidden namesake has left the disk (retire_hidden_name); the checks that could
+                // fail that come first, so a failed rename removes nothing.
+                if (dir != newdir && nd.nlink >= LINK_MAX) || si.nlink >= LINK_MAX {
+                    return Err(FsError::TooManyLinks);
+                }
+                if self.alloc.free_blocks() == 0 {
+                    return Err(FsError::NoSpace);
+                }
+                self.rmdir(newdir, newname)?;
+                return self.rename(dir, name, newdir, newname, flags);
+            }
+            match (moving_dir, ti.is_dir()) {
+                (true, false) => return Err(FsError::NotDir),
+                (false, true) => return Err(FsError::IsDir),
+                (true, true) if !self.dir_is_empty(t.ino, &mut ti)? => {
+                    return Err(FsError::NotEmpty);
+                }
+                _ => {}
+            }
+            victim = Some((t, ti));
+        }
+        if moving_dir && dir != newdir && nd.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        // 1. The source's count goes up while it has two names.
+        let mut si = si;
+        if si.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        si.nlink += 1;
+        self.touch_c(&mut si);
+        let ib = self.iput(src.ino, &si)?;
+        self.order_write(&[ib])?;
+        // 2. A moved directory's new parent gains a link before ".." names it. Over a directory
+        //    victim too: the victim's ".." names newdir until the victim is freed (step 7), so for
+        //    a while both count; step 7 takes the extra link back.
+        if moving_dir && dir != newdir {
+            let mut nd2 = self.iget(newdir)?;
+            nd2.nlink += 1;
+            let b = self.iput(newdir, &nd2)?;
+            self.order_write(&[b])?;
+        }
+        // 3. The new name; a replaced inode loses its link once the new name is on disk. With
+        // soft updates the old name stays in its block, hidden, until then (step 4).
+        let across = moving_dir && dir != newdir;
+        let softdep = self.hooks.softdep.is_some();
+        let old_name_task = softdep.then(|| Task::RemoveOldName {
+            dir,
+            wait: NameWait::NewPath(newdir),
+            bno: src.bno,
+            lbn: src.lbn,
+            off: src.off,
+            tasks: vec![Task::DropLink(src.ino)],
+        });
+        match victim {
+            Some((t, mut ti)) => {
+                // The replaced inode changes now, whenever its link drop reaches the disk.
+                self.touch_c(&mut ti);
+                self.iput(t.ino, &ti)?;
+                let victim_task = if ti.is_dir() {
+                    // Its ".." names newdir until it is freed; step 2 counted a moved
+                    // directory's new "..", so newdir's extra link goes once the victim does.
+                    Task::RmdirChild { child: t.ino, parent: Some(newdir) }
+                } else {
+                    Task::DropLink(t.ino)
+                };
+                let buf = self.cache.modify(t.bno)?;
+                dirent_set_ino(buf, t.off, src.ino);
+                dirent_set_type(buf, t.off, dtype_of_mode(si.mode));
+                let mut nd2 = self.iget(newdir)?;
+                self.touch_mc(&mut nd2);
+                self.iput(newdir, &nd2)?;
+                let old = Some((t.ino, dtype_of_mode(ti.mode)));
+                let tasks = std::iter::once(victim_task).chain(old_name_task).collect();
+                self.entry_added(newdir, t.bno, t.off, src.ino, old, None, false, tasks)?;
+                self.note_name_dir(newdir, src.ino, &si);
+                // A wait of the replaced entry for a hidden namesake is now the source's.
+                if self.namesake_waits.contains_key(&(t.bno, t.off)) {
+                    for w in self.namesakes.values_mut().flatten().filter(|w| (w.0, w.1) == (t.bno, t.off)) {
+                        w.2 = src.ino;
+                    }
+                }
+            }
+            None => {
+                let mut nd2 = self.iget(newdir)?;
+                match self.add_entry(newdir, &mut nd2, newname, src.ino, dtype_of_mode(si.mode)) {
+                    Ok((b, off)) => {
+                        let tasks = old_name_task.into_iter().collect();
+                        self.entry_added(newdir, b, off, src.ino, None, None, false, tasks)?;
+                        if !moving_dir {
+                            self.wait_for_namesake(newdir, newname, b, off, src.ino);
+                        }
+                    }
+                    Err(e) => {
+                        si.nlink -= 1;
+                        self.iput(src.ino, &si)?;
+                        if across {
+                            let mut nd3 = self.iget(newdir)?;
+                            nd3.nlink -= 1;
+                            self.iput(newdir, &nd3)?;
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        // 4. The old name goes (found again: the new entry may share its block); the source's
+        // temporary count drops once that is on disk.
+        let mut sd = self.iget(dir)?;
+        let old =
+            self.find_entry(dir, &mut sd, name)?.ok_or_else(|| FsError::Corrupt("renamed entry vanished".into()))?;
+        self.touch_mc(&mut sd);
+        self.iput(dir, &sd)?;
+        if softdep {
+            // Rule 3: the old name leaves the disk only after the new one is there; for users
+            // it is gone now.
+            self.hide_name(dir, &old, name);
+            self.note_pending(&[Task::DropLink(src.ino)]);
+        } else {
+            self.unlink_name(dir, &old, name, vec![Task::DropLink(src.ino)])?;
+        }
+        // 5. A moved directory's ".." names its new parent; the old parent loses a link once
+        // that is on disk.
+        if across {
+            let (b, off) = self.set_dotdot(src.ino, newdir)?;
+            self.entry_added(src.ino, b, off, newdir, Some((dir, DT_DIR)), None, false, vec![Task::DropLink(dir)])?;
+        }
+        self.balance()
+    }
+
+    /// With soft updates, a rename that undoes an earlier one before either reached the disk
+    /// (`a` to `b`, then `b` back to `a`, as fstests' readdir-while-renames does): `newname` is
+    /// a hidden old name of the same inode whose removal still waits on the entry `src`, not yet
+    /// on disk. Returns that hidden entry's place and its removal, taken out of `src`'s work.
+    pub(super) fn undone_rename(
+        &mut self,
+        newdir: u32,
+        newname: &[u8],
+        src: &Slot,
+    ) -> FsResult<Option<((u64, usize), Task)>> {
+        if self.hooks.softdep.is_none() {
+            return Ok(None);
+        }
+        let found = self.hidden.named(newdir, newname).find(|(_, h)| h.ino == src.ino);
+        let Some((key, _)) = found else { return Ok(None) };
+        if self.namesakes.contains_key(&key) {
+            return Ok(None);
+        }
+        let mut nd = self.dir_inode(newdir)?;
+        if self.find_entry(newdir, &mut nd, newname)?.is_some() {
+            return Ok(None);
+        }
+        let pick = |t: &Task| matches!(t, Task::RemoveOldName { bno, off, .. } if (*bno, *off) == key);
+        let old = self.sd().and_then(|sd| sd.take_on_complete(src.bno, src.off, pick));
+        Ok(old.map(|t| (key, t)))
+    }
+
+    /// Undoes a rename (see `undone_rename`): the hidden old entry at `key`, still in its
+    /// place in its block, names the inode again, and the entry `src` goes as if never made. A
+    /// reader of the directory finds the entry where it was; neither rename costs a write.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rename_back(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        src: Slot,
+        mut si: Dinode,
+        newdir: u32,
+        key: (u64, usize),
+        old: Task,
+    ) -> FsResult<()> {
+        let Task::RemoveOldName { tasks, .. } = old else {
+            unreachable!("undone_rename picks a RemoveOldName");
+        };
+        let h = self.hidden.remove(&key).ok_or_else(|| FsError::Corrupt(format!("hidden name at {key:?} vanished")))?;
+        assert_eq!((h.dir, h.ino), (newdir, src.ino), "an undone rename revives its own old name");
+        self.hidden_removed += 1;
+        if let Some(dh) = self.dirhash.get_mut(&newdir) {
+            dh.unhide(&h.name, h.lbn, key.1);
+        }
+        log::trace!("rename of {} back to {:?} in {newdir}: old entry at {key:?} revived", src.ino, h.name);
+        // The old name's link drop now follows the removal of `src` (unlink_name notes it).
+        if let Some(sd) = self.sd() {
+            sd.take_pending_unlink(src.ino);
+        }
+        for p in if dir == newdir { vec![dir] } else { vec![dir, newdir] } {
+            let mut d = self.iget(p)?;
+            self.touch_mc(&mut d);
+            self.iput(p, &d)?;
+        }
+        self.touch_c(&mut si);
+        self.iput(src.ino, &si)?;
+        self.unlink_name(dir, &src, name, tasks)?;
+        self.note_name_dir(newdir, src.ino, &si);
+        self.balance()
+    }
+
+    /// RENAME_EXCHANGE: the two names swap inodes.
+    pub(super) fn exchange(&mut self, dir: u32, a: Slot, newdir: u32, b: Slot) -> FsResult<()> {
+        if a.ino == b.ino {
+            return Ok(());
+        }
+        let ai = self.iget(a.ino)?;
+        let bi = self.iget(b.ino)?;
+        if bi.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            return Err(FsError::Perm);
+        }
+        if dir != newdir {
+            if ai.is_dir() && self.is_ancestor(a.ino, newdir)? {
+                return Err(FsError::Invalid("exchange would move a directory into itself"));
+            }
+            if bi.is_dir() && self.is_ancestor(b.ino, dir)? {
+                return Err(FsError::Invalid("exchange would move a directory into itself"));
+            }
+        }
+        // Both counts up while each inode may have two names on disk.
+        for (ino, mut d) in [(a.ino, ai.clone()), (b.ino, bi.clone())] {
+            d.nlink += 1;
+            self.touch_c(&mut d);
+            let ib = self.iput(ino, &d)?;
+            self.order_write(&[ib])?;
+        }
+        // Parents that gain a subdirectory gain a link first.
+        if dir != newdir && ai.is_dir() != bi.is_dir() {
+            let gainer = if ai.is_dir() { newdir } else { dir };
+            let mut g = self.iget(gainer)?;
+            g.nlink += 1;
+            let gb = self.iput(gainer, &g)?;
+            self.order_write(&[gb])?;
+        }
+        // Each entry now names the other inode; the inode it named loses its extra link once
+        // that is on disk.
+        for (slot, in_dir, ino, mode, was, was_mode) in
+            [(a, dir, b.ino, bi.mode, a.ino, ai.mode), (b, newdir, a.ino, ai.mode, b.ino, bi.mode)]
+        {
+            let buf = self.cache.modify(slot.bno)?;
+            dirent_set_ino(buf, slot.off, ino);
+            dirent_set_type(buf, slot.off, dtype_of_mode(mode));
+            let old = Some((was, dtype_of_mode(was_mode)));
+            self.entry_added(in_dir, slot.bno, slot.off, ino, old, None, false, vec![Task::DropLink(was)])?;
+        }
+        if dir != newdir {
+            // A directory that changes parent: its ".." follows, and a parent left with one
+            // subdirectory fewer loses a link once that is on disk.
+            let loses = ai.is_dir() != bi.is_dir();
+            if ai.is_dir() {
+                let (x, off) = self.set_dotdot(a.ino, newdir)?;
+                let then = if loses { vec![Task::DropLink(dir)] } else { vec![] };
+                self.entry_added(a.ino, x, off, newdir, Some((dir, DT_DIR)), None, false, then)?;
+            }
+            if bi.is_dir() {
+                let (x, off) = self.set_dotdot(b.ino, dir)?;
+                let then = if loses { vec![Task::DropLink(newdir)] } else { vec![] };
+                self.entry_added(b.ino, x, off, dir, Some((newdir, DT_DIR)), None, false, then)?;
+            }
+        }
+        for p in [dir, newdir] {
+            let mut d = self.iget(p)?;
+            self.touch_mc(&mut d);
+            self.iput(p, &d)?;
+        }
+        self.balance()
+    }
+
+    /// RENAME_WHITEOUT (overlayfs): `name` is renamed to `newname` as by `rename`, and a
+    /// whiteout, a character device 0/0 owned by `owner` (uid, gid), takes its place in `dir`. It is
+    /// the rename followed by a mknod, each ordered as on its own: under soft updates the
+    /// whiteout's entry waits on disk for the removal of the old name, which waits for the new
+    /// name (rule 3), so a crash may leave the file under its new name with no whiteout yet,
+    /// never a whiteout beside the file's old name. What the whiteout needs (an inode, and a
+    /// block for its entry beside one for the new name) is there before anything changes, so
+    /// that a failed whiteout never leaves a plain rename behind.
+    pub fn rename_whiteout(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        newdir: u32,
+        newname: &[u8],
+        noreplace: bool,
+        owner: (u32, u32),
+    ) -> FsResult<(u32, Dinode)> {
+        self.check_writable()?;
+        let room = |fs: &Fs| fs.alloc.free_inodes() >= 1 && fs.alloc.free_blocks() >= 2;
+        if !room(self) && self.frees_pending() {
+            self.sync_all()?;
+        }
+        if !room(self) {
+            return Err(FsError::NoSpace);
+        }
+        self.rename(dir, name, newdir, newname, RenameFlags { noreplace, exchange: false })?;
+        self.mknod(dir, name, S_IFCHR as u32, owner.0, owner.1, 0)
+    }
+}

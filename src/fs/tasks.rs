@@ -1,0 +1,206 @@
+//! The work list's items run (soft updates' dirrem, freeblks and freefile, and the hidden names'
+//! removals), and the memory bound that flushes when too many dependencies are held.
+
+use super::*;
+
+impl Fs {
+    /// Runs the task list: work that completed writes made possible (soft updates' dirrem,
+    /// freeblks and freefile).
+    pub fn run_tasks(&mut self) -> FsResult<()> {
+        loop {
+            while let Some(t) = self.hooks.softdep.as_mut().and_then(|s| s.tasks.pop()) {
+                self.hooks.softdep.as_mut().expect("softdep").stats.tasks_run += 1;
+                self.run_task(t)?;
+            }
+            // Deferred old names: only writes can make their paths durable, so they are tried
+            // again only after some have completed.
+            let stamp = (self.hooks.softdep.as_ref().map_or(0, |s| s.writes_completed()), self.hidden_removed);
+            if self.deferred_old_names.is_empty() || stamp == self.deferred_tried_at {
+                return Ok(());
+            }
+            self.deferred_tried_at = stamp;
+            for t in std::mem::take(&mut self.deferred_old_names) {
+                self.run_task(t)?;
+            }
+        }
+    }
+
+    /// Soft updates hold freed blocks and inodes until the nullified pointers are on disk; when
+    /// an allocation finds the maps full, write until those frees complete. Only the free-map
+    /// tasks run here: this is called in the middle of an operation, which may hold inodes.
+    pub(super) fn reclaim(&mut self) -> FsResult<bool> {
+        let mut any = false;
+        for _ in 0..8 {
+            let (pb, pi) = match self.hooks.softdep.as_ref() {
+                Some(s) => s.pending_frees(),
+                None => return Ok(any),
+            };
+            if pb == 0 && pi == 0 {
+                break;
+            }
+            let mut all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
+            all.sort_unstable();
+            self.snap_cow(&all)?;
+            self.cache.write(&all, WriteKind::Async, &mut self.hooks)?;
+            let free = self.sd().map(|s| s.take_free_tasks()).unwrap_or_default();
+            for t in free {
+                any = true;
+                match t {
+                    Task::FreeBlks(FreeBlks { blocks, then, .. }) => {
+                        for b in blocks {
+                            self.free_block(b)?;
+                        }
+                        // What follows (link drops) waits for the task list proper.
+                        if let Some(sd) = self.sd() {
+                            sd.tasks.extend(then);
+                        }
+                    }
+                    other => self.run_task(other)?,
+                }
+            }
+        }
+        Ok(any)
+    }
+
+    pub(super) fn run_task(&mut self, t: Task) -> FsResult<()> {
+        log::trace!("task {t:?}");
+        match t {
+            Task::DropLink(ino) => {
+                if let Some(sd) = self.sd() {
+                    sd.take_pending_unlink(ino);
+                }
+                self.drop_link(ino)
+            }
+            Task::RmdirChild { child, parent } => {
+                if let Some(sd) = self.sd() {
+                    sd.take_pending_unlink(child);
+                    sd.take_pending_unlink(child);
+                }
+                // Its name goes. Links still pending (the ".." of subdirectories removed before
+                // it, an old name of a rename) keep it, and its "." with it, until the last of
+                // those drops: only then does "." go and the directory is freed.
+                let mut d = self.iget(child)?;
+                d.nlink = d.nlink.saturating_sub(1);
+                if d.nlink <= 1 {
+                    d.nlink = 0;
+                }
+                self.touch_c(&mut d);
+                let then: Vec<Task> = parent.into_iter().map(Task::DropLink).collect();
+                if d.nlink > 0 {
+                    self.iput(child, &d)?;
+                    self.removed_dirs.insert(child);
+                    if let Some(p) = parent {
+                        self.parent_drop.insert(child, p);
+                    }
+                    Ok(())
+                } else if self.open.contains_key(&child) {
+                    self.orphans.insert(child);
+                    self.iput(child, &d)?;
+                    for t in then {
+                        self.run_task(t)?;
+                    }
+                    Ok(())
+                } else {
+                    self.release_inode(child, d, then)
+                }
+            }
+            Task::FreeBlks(FreeBlks { blocks, then, .. }) => {
+                for b in blocks {
+                    self.free_block(b)?;
+                }
+                for t in then {
+                    self.run_task(t)?;
+                }
+                Ok(())
+            }
+            Task::FreeFile(FreeFile { ino, is_dir }) => {
+                self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
+                Ok(())
+            }
+            Task::NamesakeGone { dirblk, off } => {
+                // Unless another hidden namesake of it is still on disk.
+                let still = self.namesake_waits.contains_key(&(dirblk, off));
+                if !still && self.sd().is_some_and(|sd| sd.namesake_gone(dirblk, off)) {
+                    // Its block may be clean (the entry rolled back): it must be written again.
+                    self.cache.modify(dirblk)?;
+                }
+                Ok(())
+            }
+            Task::RemoveOldName { dir, wait, bno, lbn, off, mut tasks } => {
+                let waits = match wait {
+                    NameWait::NewPath(newdir) => self.new_path_pending(newdir)?,
+                    NameWait::Emptied(d) => self.hidden.in_dir(d),
+                };
+                if waits {
+                    self.deferred_old_names.push(Task::RemoveOldName { dir, wait, bno, lbn, off, tasks });
+                    return Ok(());
+                }
+                if self.hidden.remove(&(bno, off)).is_none() {
+                    return Err(FsError::Corrupt(format!("a hidden name in directory {dir} vanished")));
+                }
+                self.hidden_removed += 1;
+                let waiting = self.namesakes.remove(&(bno, off)).unwrap_or_default();
+                for w in &waiting {
+                    let n = self.namesake_waits.get_mut(&(w.0, w.1)).expect("a namesake waiter is counted");
+                    *n -= 1;
+                    if *n == 0 {
+                        self.namesake_waits.remove(&(w.0, w.1));
+                    }
+                }
+                tasks.extend(waiting.into_iter().map(|(dirblk, off, _)| Task::NamesakeGone { dirblk, off }));
+                let buf = self.cache.modify(bno)?;
+                dir_remove(buf, off)?;
+                let slack = block_slack(buf)?;
+                if let Some(h) = self.dirhash.get_mut(&dir) {
+                    h.set_slack(lbn, slack);
+                }
+                let now = match self.sd() {
+                    Some(sd) => sd.dir_remove(bno, off, tasks).unwrap_or_default(),
+                    None => tasks,
+                };
+                for t in now {
+                    self.run_task(t)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Keeps the cache within its size: when it is full of dirty buffers, the oldest are written.
+    pub(super) fn balance(&mut self) -> FsResult<()> {
+        self.run_tasks()?;
+        self.ops += 1;
+        let limit = self.softdep_limit;
+        if self.ops >= self.next_count_at {
+            if let Some(n) = self.hooks.softdep.as_mut().map(|s| s.count()) {
+                // Counting is a scan of every structure, so it is done only as often as the
+                // room left needs: no operation adds more than a few structures.
+                self.next_count_at = self.ops + (limit.saturating_sub(n) as u64 / 8).clamp(16, 1024);
+                if n > limit {
+                    // The memory bound: new dependencies wait until old ones retire.
+                    self.sync_all()?;
+                }
+            }
+        }
+        if self.write_through {
+            self.sync_all()?;
+            return Ok(());
+        }
+        self.make_room()
+    }
+
+    /// Writes the oldest dirty buffers if the cache is full of them. Unlike `balance`, safe in
+    /// the middle of an operation, while an inode's new block pointers are only in memory: it
+    /// neither waits for dependencies to drain (which those pointers hold) nor runs the task
+    /// list (which may change that inode).
+    pub(super) fn make_room(&mut self) -> FsResult<()> {
+        if !self.cache.over_capacity() && self.cache.dirty_count() < self.cache.capacity() * 3 / 4 {
+            return Ok(());
+        }
+        let n = (self.cache.capacity() / 8).max(16);
+        let old: Vec<u64> = self.cache.dirty_oldest_first().take(n).map(|(_, b)| b).collect();
+        self.write_delayed(old, usize::MAX)
+    }
+
+    // ---------------------------------------------------------------- inodes
+}
