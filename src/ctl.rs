@@ -70,6 +70,12 @@ pub enum Request {
     /// Writes every delayed write, in soft updates' order, and answers once all of it is on
     /// disk (the kernel sends no syncfs to a FUSE server, so sync(1) never reaches a mount).
     Sync,
+    /// A remount (`sufs mount -o remount,...` and the mount helper): read-only or read-write,
+    /// access times, sync and dirsync; answers the mount's state after it (no change: the
+    /// state as it is).
+    Remount {
+        changes: crate::fs::mountopt::Remount,
+    },
 }
 
 #[derive(Debug, Error)]
@@ -255,7 +261,12 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
             v
         }
         Request::FsckAdjust { adjust } => adjust.links.iter().map(|&(i, _)| Stale::Inode(i)).collect(),
-        Request::Ping | Request::BrQuery { .. } | Request::BrList | Request::SnapshotList | Request::Sync => Vec::new(),
+        Request::Ping
+        | Request::BrQuery { .. }
+        | Request::BrList
+        | Request::SnapshotList
+        | Request::Sync
+        | Request::Remount { .. } => Vec::new(),
     }
 }
 
@@ -286,6 +297,7 @@ pub fn execute(fs: &mut Fs, req: Request) -> Result<Value, FsError> {
             fs.sync_all()?;
             Ok(serde_json::json!({ "blocks_written": fs.stats().device.writes() - before }))
         }
+        Request::Remount { changes } => json(serde_json::to_value(fs.remount(&changes)?)),
     }
 }
 

@@ -35,7 +35,7 @@ use crate::softdep::{FreeBlks, FreeFile, NameWait, PtrSlot, Softdep, Task};
 const MAX_READ_RUN: u64 = 256;
 
 /// How dependent metadata writes are ordered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 pub enum Ordering {
     /// Soft updates: delayed writes, with per-pointer roll-back of unsatisfied dependencies.
     Softdep,
@@ -146,6 +146,10 @@ pub mod br;
 // into its writes and frees.
 #[path = "snapshot.rs"]
 pub mod snapshot;
+
+// Mount options the file system applies (access times, sync, remounts) live in their own file.
+#[path = "mountopt.rs"]
+pub mod mountopt;
 
 /// Options of a new file system.
 #[derive(Debug, Clone)]
@@ -378,6 +382,8 @@ pub struct Fs {
     /// Blocks copied before an overwrite, and freed blocks claimed, by snapshots.
     stats_cow: u64,
     stats_claimed: u64,
+    /// The mount options it applies itself (access times, sync, remount).
+    live: mountopt::Live,
 }
 
 impl Fs {
@@ -437,6 +443,7 @@ impl Fs {
             snaps: Vec::new(),
             stats_cow: 0,
             stats_claimed: 0,
+            live: mountopt::Live::new(opts.readonly),
         };
         for what in std::mem::take(&mut fs.alloc.damage) {
             fs.damaged(what);
@@ -447,15 +454,7 @@ impl Fs {
         fs.snap_activate()?;
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
-            fs.sb.flags &= !(SB_CLEAN | SB_SOFTDEP | SB_ASYNC);
-            fs.sb.flags |= match fs.ordering {
-                Ordering::Softdep => SB_SOFTDEP,
-                Ordering::Async => SB_ASYNC,
-                Ordering::Sync => 0,
-            };
-            fs.sb.mount_count += 1;
-            fs.sb.mount_time = fs.clock.wall().0;
-            fs.write_superblock()?;
+            fs.mark_in_use()?;
         }
         Ok(fs)
     }
@@ -2415,6 +2414,7 @@ impl Fs {
             return Err(FsError::IsDir);
         }
         if off >= d.size {
+            self.accessed(ino, &mut d)?;
             return Ok(Vec::new());
         }
         if d.flags & DI_UNMOVABLE != 0 {
@@ -2457,6 +2457,7 @@ impl Fs {
             }
             pos += n as u64;
         }
+        self.accessed(ino, &mut d)?;
         Ok(out)
     }
 
@@ -2615,11 +2616,13 @@ impl Fs {
                     continue;
                 }
                 if out.len() >= max {
+                    self.accessed(dir, &mut d)?;
                     return Ok(out);
                 }
                 out.push(DirListEntry { ino: e.ino, dtype: e.dtype, name: e.name.to_vec(), next: pos + 1 });
             }
         }
+        self.accessed(dir, &mut d)?;
         Ok(out)
     }
 
