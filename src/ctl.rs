@@ -75,6 +75,12 @@ pub enum Request {
     Shutdown {
         mode: crate::fs::shutdown::Shutdown,
     },
+    /// A remount (`sufs mount -o remount,...` and the mount helper): read-only or read-write,
+    /// access times, sync and dirsync; answers the mount's state after it (no change: the
+    /// state as it is).
+    Remount {
+        changes: crate::fs::mountopt::Remount,
+    },
 }
 
 #[derive(Debug, Error)]
@@ -266,6 +272,7 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
         | Request::SnapshotList
         | Request::Sync
         | Request::Shutdown { .. } => Vec::new(),
+        Request::Remount { .. } => Vec::new(),
     }
 }
 
@@ -301,6 +308,7 @@ pub fn execute(fs: &mut Fs, req: Request) -> Result<Value, FsError> {
             fs.shutdown(mode);
             Ok(serde_json::json!({ "blocks_written": fs.stats().device.writes() - before }))
         }
+        Request::Remount { changes } => json(serde_json::to_value(fs.remount(&changes)?)),
     }
 }
 

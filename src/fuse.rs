@@ -28,6 +28,7 @@ use fuser::{
 };
 
 use crate::format::*;
+use crate::fs::mountopt::{AtimeMode, Change};
 use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
 
@@ -73,6 +74,9 @@ pub fn config(fsname: String, ro: bool, threads: usize) -> fuser::Config {
     if unsafe { libc::geteuid() } == 0 {
         config.acl = fuser::SessionACL::All;
         config.mount_options.push(fuser::MountOption::CUSTOM("allow_other".into()));
+        // mount(2) is given type "fuse": the subtype makes the mount table say "fuse.sufs" (as
+        // fusermount does for users), so that mount(8) hands a remount to mount.fuse.sufs.
+        config.mount_options.push(fuser::MountOption::CUSTOM("subtype=sufs".into()));
     }
     config.n_threads = Some(threads.max(1));
     config
@@ -109,12 +113,29 @@ pub struct SufsFuse {
     /// changed: it drops the directory's mode with its times and asks again for the path
     /// walk's permission check; later kernels keep the mode, `FUSE_STATX_MODDIR`.)
     no_open: bool,
+    /// Whether a file's cached pages survive a close and a new open. Not under `strictatime`:
+    /// the kernel reads through its page cache without telling sufs, so there every open goes
+    /// through OPEN, drops the cached pages, and its first read reaches sufs and the atime.
+    keep_cache: bool,
 }
 
 impl SufsFuse {
     pub fn new(fs: SharedFs) -> SufsFuse {
-        SufsFuse { fs, no_open: false }
+        SufsFuse { fs, no_open: false, keep_cache: true }
     }
+
+    fn open_flags(&self) -> FopenFlags {
+        if self.keep_cache {
+            OPEN_FLAGS
+        } else {
+            FopenFlags::empty()
+        }
+    }
+}
+
+/// On a `sync` or `dirsync` mount, a change is durable before its reply (`Fs::settle`).
+fn settle(fs: &mut Fs, change: Change, inos: &[u32]) -> Result<(), Errno> {
+    fs.settle(change, inos).map_err(errno)
 }
 
 fn to_fuse(ino: u32) -> INodeNo {
@@ -249,8 +270,9 @@ impl Filesystem for SufsFuse {
         // Zero-message opens: OPEN, CREATE and OPENDIR answer ENOSYS once, and the kernel then
         // opens files and directories itself and sends no RELEASE; an inode's lifetime is its
         // lookup count (`entry`, `forget`). Saves a round trip per create and two per open.
-        self.no_open =
-            config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        self.keep_cache = lock(&self.fs).atime_policy().mode != AtimeMode::Strictatime;
+        self.no_open = self.keep_cache
+            && config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
         // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
         // parent (".."), and compares the generation (`lookup`).
@@ -330,7 +352,12 @@ impl Filesystem for SufsFuse {
         };
         let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now) };
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.setattr(i, &a).map(|d| (i, d)).map_err(errno)) {
+        let r = from_fuse(ino).and_then(|i| {
+            let d = fs.setattr(i, &a).map_err(errno)?;
+            settle(&mut fs, Change::Attr, &[i])?;
+            Ok((i, d))
+        });
+        match r {
             Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, fs.sb.block_size)),
             Err(e) => reply.error(e),
         }
@@ -348,7 +375,9 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
-            fs.mknod(p, name.as_bytes(), mode & !umask, req.uid(), gid, rdev).map_err(errno)
+            let (ino, d) = fs.mknod(p, name.as_bytes(), mode & !umask, req.uid(), gid, rdev).map_err(errno)?;
+            settle(&mut fs, Change::Names, &[ino])?;
+            Ok((ino, d))
         });
         match r {
             Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
@@ -364,6 +393,7 @@ impl Filesystem for SufsFuse {
             let gid = Self::new_gid(&mut fs, p, req);
             let (ino, d) =
                 fs.mkdir(p, name.as_bytes(), (mode & !umask) | sgid as u32, req.uid(), gid).map_err(errno)?;
+            settle(&mut fs, Change::Names, &[ino])?;
             Ok((ino, d))
         });
         match r {
@@ -374,7 +404,11 @@ impl Filesystem for SufsFuse {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let mut fs = lock(&self.fs);
-        match from_fuse(parent).and_then(|p| fs.unlink(p, name.as_bytes()).map_err(errno)) {
+        let r = from_fuse(parent).and_then(|p| {
+            fs.unlink(p, name.as_bytes()).map_err(errno)?;
+            settle(&mut fs, Change::Names, &[p])
+        });
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -382,7 +416,11 @@ impl Filesystem for SufsFuse {
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let mut fs = lock(&self.fs);
-        match from_fuse(parent).and_then(|p| fs.rmdir(p, name.as_bytes()).map_err(errno)) {
+        let r = from_fuse(parent).and_then(|p| {
+            fs.rmdir(p, name.as_bytes()).map_err(errno)?;
+            settle(&mut fs, Change::Names, &[p])
+        });
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -392,7 +430,10 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
-            fs.symlink(p, link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), gid).map_err(errno)
+            let (ino, d) =
+                fs.symlink(p, link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), gid).map_err(errno)?;
+            settle(&mut fs, Change::Names, &[ino])?;
+            Ok((ino, d))
         });
         match r {
             Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
@@ -427,10 +468,19 @@ impl Filesystem for SufsFuse {
             if whiteout {
                 // The whiteout left behind is the caller's, as a mknod's node.
                 let owner = (req.uid(), Self::new_gid(&mut fs, p, req));
-                let r = fs.rename_whiteout(p, name.as_bytes(), np, newname.as_bytes(), f.noreplace, owner);
-                return r.map(|_| ()).map_err(errno);
+                fs.rename_whiteout(p, name.as_bytes(), np, newname.as_bytes(), f.noreplace, owner).map_err(errno)?;
+            } else {
+                fs.rename(p, name.as_bytes(), np, newname.as_bytes(), f).map_err(errno)?;
             }
-            fs.rename(p, name.as_bytes(), np, newname.as_bytes(), f).map_err(errno)
+            // The moved inode (its new name, up to the root), and the old name's directory.
+            let mut inos = Vec::new();
+            if fs.sync_mode() != Default::default() {
+                for (d, n) in [(np, newname), (p, name)] {
+                    inos.extend(fs.lookup(d, n.as_bytes()).ok().map(|x| x.0));
+                }
+            }
+            inos.push(p);
+            settle(&mut fs, Change::Names, &inos)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -442,7 +492,9 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let np = from_fuse(newparent)?;
-            fs.link(i, np, newname.as_bytes()).map(|d| (i, d)).map_err(errno)
+            let d = fs.link(i, np, newname.as_bytes()).map_err(errno)?;
+            settle(&mut fs, Change::Names, &[i])?;
+            Ok((i, d))
         });
         match r {
             Ok((i, d)) => self.entry(&mut fs, reply, i, &d),
@@ -457,7 +509,7 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         match from_fuse(ino).and_then(|i| fs.open(i, write).map_err(errno)) {
-            Ok(_) => reply.opened(FileHandle(0), OPEN_FLAGS),
+            Ok(_) => reply.opened(FileHandle(0), self.open_flags()),
             Err(e) => reply.error(e),
         }
     }
@@ -493,7 +545,12 @@ impl Filesystem for SufsFuse {
         reply: ReplyWrite,
     ) {
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.write(i, offset, data).map_err(errno)) {
+        let r = from_fuse(ino).and_then(|i| {
+            let n = fs.write(i, offset, data).map_err(errno)?;
+            settle(&mut fs, Change::Data, &[i])?;
+            Ok(n)
+        });
+        match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(e),
         }
@@ -684,6 +741,7 @@ impl Filesystem for SufsFuse {
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
             let (ino, d) = fs.create(p, name.as_bytes(), mode & !umask, req.uid(), gid).map_err(errno)?;
+            settle(&mut fs, Change::Names, &[ino])?;
             fs.open(ino, false).map_err(errno)?;
             Ok((ino, d))
         });
@@ -695,7 +753,7 @@ impl Filesystem for SufsFuse {
                     &attr(ino, &d, fs.sb.block_size),
                     Generation(d.generation as u64),
                     FileHandle(0),
-                    OPEN_FLAGS,
+                    self.open_flags(),
                 )
             }
             Err(e) => reply.error(e),

@@ -13,9 +13,11 @@ use sufs::crashtest::{self, CrashOptions, End};
 use sufs::ctl::{self, CtlClient, CtlServer};
 use sufs::dev::{BlockDevice, FileDevice};
 use sufs::format::Superblock;
+use sufs::fs::mountopt::{parse_size, MountOpts};
 use sufs::fs::shutdown::Shutdown;
 use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
 use sufs::fuse::{self as fusemount, lock, SufsFuse, DEFAULT_THREADS};
+use sufs::helper::{self, mount_point_of};
 use sufs::syncer::{Syncer, SyncerOptions, UpdatePolicy};
 use sufs::volume::{self, PoolOptions, PrefixDevice, Refiller, SnapshotDevice, StoreKind, VolumeDevice};
 use sufs::{format, fsck, snapshot};
@@ -93,6 +95,25 @@ enum Cmd {
         /// sync or async mount, or marked for fsck when damage was found).
         #[arg(long)]
         force: bool,
+        /// Mount options, comma-separated, as mount(8) takes them (docs/mount-options.md): ro, rw,
+        /// dev, nodev, suid, nosuid, exec, noexec, sync, dirsync, async, relatime, strictatime,
+        /// noatime, nodiratime, remount (of the mount on DIR, or on IMAGE if that is a mount
+        /// point), and sufs's own: ordering=, cache=, update=, threads=, wait=, mkfs_size=.
+        /// They take precedence over the flags above.
+        #[arg(short = 'o', value_name = "OPTS")]
+        options: Vec<String>,
+        /// Print nothing on success (the mount helper's way): messages go to the image's log.
+        #[arg(short, long)]
+        quiet: bool,
+        /// Fail if the image is missing instead of making it.
+        #[arg(long)]
+        no_create: bool,
+    },
+    /// Make the mount helper, PREFIX/mount.fuse.sufs, a link to this program, so that
+    /// `mount -t fuse.sufs IMAGE DIR` and fstab lines of type fuse.sufs mount sufs images.
+    InstallHelper {
+        #[arg(long, default_value = helper::DEFAULT_PREFIX)]
+        prefix: PathBuf,
     },
     /// Unmount and wait until sufs has written everything and marked the image clean.
     Umount { dir: PathBuf },
@@ -421,26 +442,6 @@ fn workload_names() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(crashtest::WORKLOADS.iter().copied().chain(["all"]))
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let mul: u64 = match s[i..].to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
-                "" => 1,
-                "K" => 1 << 10,
-                "M" => 1 << 20,
-                "G" => 1 << 30,
-                "T" => 1 << 40,
-                other => return Err(format!("unknown size unit {other:?} (use K, M, G or T)")),
-            };
-            (&s[..i], mul)
-        }
-        None => (s, 1),
-    };
-    let n: u64 = num.trim().parse().map_err(|_| format!("{s:?} is not a size"))?;
-    n.checked_mul(mul).ok_or_else(|| format!("{s} is too large"))
-}
-
 /// An error for the user: a message and an exit code.
 struct Fail(String, u8);
 
@@ -452,10 +453,79 @@ impl<E: std::fmt::Display> From<E> for Fail {
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,fuser=error")).init();
-    let cli = Cli::parse();
-    let r = match cli.cmd {
+    let args: Vec<String> = std::env::args().collect();
+    let name = args.first().and_then(|a| Path::new(a).file_name()).map(|n| n.to_string_lossy().into_owned());
+    if name.as_deref() == Some(helper::HELPER_NAME) {
+        return helper_main(&args[1..]);
+    }
+    finish(run(Cli::parse(), &args[1..]))
+}
+
+/// The exit of a command: its code, or its message and code.
+fn finish(r: Result<u8, Fail>) -> ExitCode {
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(Fail(msg, code)) => {
+            eprintln!("sufs: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Run as `mount.fuse.sufs SPEC DIR [-sfnv] [-o OPTS]` (by mount(8)): the same as
+/// `sufs mount -q --no-create IMAGE DIR -o OPTS`, or a remount. Exit codes as mount(8)'s
+/// helpers: 0, 1 for a bad call, 32 for a failed mount.
+fn helper_main(args: &[String]) -> ExitCode {
+    let usage = "usage: mount.fuse.sufs [sufs:]IMAGE DIR [-sfnv] [-o OPTIONS]";
+    let call = match helper::parse_args(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}: {e}\n{usage}", helper::HELPER_NAME);
+            return ExitCode::from(1);
+        }
+    };
+    let opts = match MountOpts::parse(&call.options, call.sloppy) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{}: {e}", helper::HELPER_NAME);
+            return ExitCode::from(1);
+        }
+    };
+    for u in &opts.unknown {
+        eprintln!("{}: ignoring unknown option {u:?} (-s)", helper::HELPER_NAME);
+    }
+    let known: Vec<&str> =
+        call.options.split(',').filter(|o| !o.is_empty() && !opts.unknown.iter().any(|u| u == o)).collect();
+    let (image, dir) = (call.image.to_string_lossy().into_owned(), call.dir.to_string_lossy().into_owned());
+    let mut argv = vec!["sufs".to_string(), "mount".into(), image, dir, "--no-create".into()];
+    if !call.verbose {
+        argv.push("--quiet".into());
+    }
+    if !known.is_empty() {
+        argv.extend(["-o".to_string(), known.join(",")]);
+    }
+    if call.verbose {
+        eprintln!("{}: {}", helper::HELPER_NAME, argv.join(" "));
+    }
+    if call.fake {
+        return ExitCode::SUCCESS;
+    }
+    match Cli::try_parse_from(&argv) {
+        Ok(cli) => finish(run(cli, &argv[1..])),
+        Err(e) => {
+            eprintln!("{}: {e}", helper::HELPER_NAME);
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs a command; `args` are its arguments (without argv[0]), to run a mount again as its daemon.
+fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
+    match cli.cmd {
         Cmd::Mkfs { image, size, block_size, inodes, snapshot_reserve } => {
-            cmd_mkfs(&image, size, block_size, inodes, snapshot_reserve).map(|_| 0)
+            let sb = cmd_mkfs(&image, size, block_size, inodes, snapshot_reserve)?;
+            print_mkfs(&image, &sb);
+            Ok(0)
         }
         Cmd::Mount {
             image,
@@ -473,27 +543,48 @@ fn main() -> ExitCode {
             softdep_limit,
             threads,
             force,
+            options,
+            quiet,
+            no_create,
         } => {
+            let mut opts = MountOpts::default();
+            for o in &options {
+                opts.add(o, false).map_err(|e| Fail(e, 1))?;
+            }
+            let update = opts.update.unwrap_or(update);
             let mut sync = SyncerOptions::for_policy(update);
             sync.age = Duration::from_secs(age);
             if let Some(i) = interval {
                 sync.interval = Duration::from_secs(i.max(1));
             }
             let m = MountArgs {
-                ordering,
+                ordering: opts.ordering.unwrap_or(ordering),
                 foreground,
                 stats,
-                cache,
+                cache: opts.cache.unwrap_or(cache),
                 size,
-                ro,
+                ro: opts.ro.unwrap_or(ro),
                 sync,
                 async_full_blocks,
                 softdep_limit,
-                threads: threads.into(),
+                threads: opts.threads.unwrap_or(threads).into(),
                 snapshot: false,
                 force,
+                opts,
+                reexec: args.to_vec(),
+                make_missing: !no_create,
+                quiet,
             };
             cmd_mount(&image, &dir, m).map(|_| 0)
+        }
+        Cmd::InstallHelper { prefix } => {
+            let (link, old) = helper::install(&prefix).map_err(|e| Fail(e, 1))?;
+            let target = std::fs::read_link(&link)?;
+            match old {
+                Some(old) => println!("{} -> {} (was {old})", link.display(), target.display()),
+                None => println!("{} -> {}", link.display(), target.display()),
+            }
+            Ok(0)
         }
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
         Cmd::Fsck { image, background: true, .. } => cmd_fsck_background(&image),
@@ -544,14 +635,12 @@ fn main() -> ExitCode {
             let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ..Default::default() };
             cmd_crashtest(ordering, &workload, seed, &opts)
         }
-    };
-    match r {
-        Ok(code) => ExitCode::from(code),
-        Err(Fail(msg, code)) => {
-            eprintln!("sufs: {msg}");
-            ExitCode::from(code)
-        }
     }
+}
+
+/// This command's arguments (without argv[0]), to run it again as the mount's daemon.
+fn own_args() -> Vec<String> {
+    std::env::args().skip(1).collect()
 }
 
 fn cmd_mkfs(
@@ -560,7 +649,7 @@ fn cmd_mkfs(
     block_size: u32,
     inodes: Option<u64>,
     snapshot_reserve: Option<u64>,
-) -> Result<(), Fail> {
+) -> Result<Superblock, Fail> {
     if !block_size.is_power_of_two() || !(format::MIN_BLOCK_SIZE..=format::MAX_BLOCK_SIZE).contains(&block_size) {
         return Err(Fail(
             format!(
@@ -603,8 +692,11 @@ fn cmd_mkfs(
         gid: unsafe { libc::getgid() },
         zeroed: !existed,
     };
-    let sb = mkfs(dev, &opts, RealClock::new().wall())
-        .map_err(|e| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1))?;
+    mkfs(dev, &opts, RealClock::new().wall())
+        .map_err(|e| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1))
+}
+
+fn print_mkfs(image: &Path, sb: &Superblock) {
     println!(
         "{}: {} blocks of {} bytes ({} MiB), {} groups, {} inodes",
         image.display(),
@@ -614,7 +706,6 @@ fn cmd_mkfs(
         sb.ngroups,
         sb.total_inodes()
     );
-    Ok(())
 }
 
 /// Reads the superblock with a probe of the smallest block size, then opens the image with the
@@ -646,6 +737,14 @@ struct MountArgs {
     snapshot: bool,
     /// Mount read-write even an image that `mount_gate` refuses.
     force: bool,
+    /// The `-o` options (those above already merged in).
+    opts: MountOpts,
+    /// `sufs` arguments that run this mount again (in the foreground, as its daemon).
+    reexec: Vec<String>,
+    /// Make a missing image (`sufs mount`; not the mount helper, unless `mkfs_size`).
+    make_missing: bool,
+    /// Nothing on stdout or stderr on success; notes go to the image's log.
+    quiet: bool,
 }
 
 /// What the superblock says of a read-write mount (soft updates §6, instant restart): a clean
@@ -685,18 +784,51 @@ fn mount_gate(image: &Path, sb: &Superblock, force: bool) -> Result<Recovery, Fa
 }
 
 fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
+    if args.opts.remount {
+        // The mount point: DIR, or IMAGE's place when that is one (`sufs mount -o remount,ro MNT`).
+        return cmd_remount(if image.is_dir() { image } else { dir }, &args.opts);
+    }
     let MountArgs { ordering, foreground, stats, cache, size, sync, async_full_blocks, softdep_limit, .. } = args;
     let (ro, snapshot) = (args.ro || args.snapshot, args.snapshot);
-    if !image.exists() {
-        cmd_mkfs(image, Some(size), 4096, None, None)?;
+    let root = unsafe { libc::geteuid() } == 0;
+    let fuse_options = args.opts.fuse_options(root).map_err(|e| Fail(e, 32))?;
+    // What happens once, before the daemon starts (which runs this command again).
+    if std::env::var_os(READY_ENV).is_none() {
+        if image.exists() {
+            let wait = args.opts.wait.unwrap_or(helper::DEFAULT_WAIT_SECS);
+            helper::wait_for_image(image, wait, &mut |m| say(image, args.quiet, m)).map_err(|e| Fail(e, 32))?;
+        }
+        if let Some(want) = args.opts.mkfs_size {
+            mkfs_sized(image, want, args.quiet)?;
+        } else if !image.exists() {
+            if !args.make_missing {
+                return Err(Fail(
+                    format!(
+                        "{} does not exist (make it with `sufs mkfs`, or ask for it with -o mkfs_size=SIZE)",
+                        image.display()
+                    ),
+                    32,
+                ));
+            }
+            let sb = cmd_mkfs(image, Some(size), 4096, None, None)?;
+            if !args.quiet {
+                print_mkfs(image, &sb);
+            }
+        }
     }
     if !dir.exists() {
         std::fs::create_dir_all(dir).map_err(|e| Fail(format!("cannot create {}: {e}", dir.display()), 1))?;
     }
     if !foreground {
-        return spawn_daemon(image, dir);
+        return spawn_daemon(image, dir, args.reexec, args.quiet);
     }
-    let (dev, sb) = open_image(image, !ro)?;
+    // A read-only mount opens the image for writing where it can, so that a remount may make it
+    // read-write.
+    let (dev, sb, writable) = match open_image(image, !ro || !snapshot) {
+        Ok((dev, sb)) => (dev, sb, true),
+        Err(_) if ro => open_image(image, false).map(|(dev, sb)| (dev, sb, false))?,
+        Err(e) => return Err(e),
+    };
     let lock_file = std::fs::File::open(image)?;
     if lock_file.try_lock().is_err() {
         return Err(Fail(format!("{} is already mounted (another sufs holds it)", image.display()), 32));
@@ -724,15 +856,22 @@ fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
             None => (base, None),
         }
     };
+    // A volume snapshot's copy-on-write starts only at a read-write mount.
+    let can_write =
+        writable && !snapshot && vol.is_none() && (!ro || matches!(VolumeDevice::open(dev.clone(), pool), Ok(None)));
     let mut fs = Fs::mount(dev, opts, clock).map_err(|e| Fail(format!("cannot mount {}: {e}", image.display()), 32))?;
     fs.set_async_full_blocks(async_full_blocks);
     fs.set_softdep_limit(softdep_limit);
+    fs.set_atime_policy(args.opts.atime_policy());
+    fs.set_sync_mode(args.opts.sync_mode());
+    fs.allow_remount_rw(can_write);
     let shared = Arc::new(Mutex::new(fs));
     let mut ctl = CtlServer::start(&ctl::socket_path(image), shared.clone())?;
     let mut refiller = vol.filter(|v| v.kind() == StoreKind::Br).map(|v| Refiller::start(v, shared.clone()));
 
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
-    let config = fusemount::config(format!("sufs:{}", abs.display()), ro, args.threads);
+    let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, args.threads);
+    config.mount_options.extend(fuse_options);
     let mut session = fuser::Session::new(SufsFuse::new(shared.clone()), dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
     ctl.on_stale(fusemount::stale_sink(session.notifier()));
@@ -788,16 +927,11 @@ const READY_ENV: &str = "SUFS_READY_FD";
 /// Runs this same command in the foreground as a detached child and returns once it has
 /// mounted (or failed). The child's output (its unmount statistics, any error) goes to a log
 /// file beside the image, so that nothing it prints later can block a pipe of the caller's.
-fn spawn_daemon(image: &Path, dir: &Path) -> Result<(), Fail> {
+fn spawn_daemon(image: &Path, dir: &Path, mut args: Vec<String>, quiet: bool) -> Result<(), Fail> {
     use std::io::{Read, Seek};
     use std::os::fd::FromRawFd;
     use std::os::unix::process::CommandExt;
-    let log_path = if image.is_file() {
-        PathBuf::from(format!("{}.log", image.display()))
-    } else {
-        let name = image.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        PathBuf::from(format!("/var/tmp/sufs-{name}.log"))
-    };
+    let log_path = log_path(image);
     let mut log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -812,7 +946,6 @@ fn spawn_daemon(image: &Path, dir: &Path) -> Result<(), Fail> {
     // SAFETY: pipe(2) just returned this descriptor and nothing else owns it.
     let mut reader = unsafe { std::fs::File::from_raw_fd(fds[0]) };
     let exe = std::env::current_exe()?;
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
     args.push("--foreground".into());
     let spawned = std::process::Command::new(exe)
         .args(&args)
@@ -827,7 +960,9 @@ fn spawn_daemon(image: &Path, dir: &Path) -> Result<(), Fail> {
     let mut buf = String::new();
     let _ = reader.read_to_string(&mut buf);
     if buf.starts_with("ready") {
-        println!("sufs: {} mounted on {} (log: {})", image.display(), dir.display(), log_path.display());
+        if !quiet {
+            println!("sufs: {} mounted on {} (log: {})", image.display(), dir.display(), log_path.display());
+        }
         return Ok(());
     }
     let status = child.wait()?;
@@ -836,6 +971,96 @@ fn spawn_daemon(image: &Path, dir: &Path) -> Result<(), Fail> {
     let _ = log.read_to_string(&mut out);
     let msg = out.lines().filter(|l| !l.trim().is_empty()).map(|l| l.trim_start_matches("sufs: ")).collect::<Vec<_>>();
     Err(Fail(if msg.is_empty() { format!("mount failed ({status})") } else { msg.join("\n") }, 32))
+}
+
+/// Where a mount's daemon writes: beside the image, or in /var/tmp for a device.
+fn log_path(image: &Path) -> PathBuf {
+    if image.is_file() {
+        PathBuf::from(format!("{}.log", image.display()))
+    } else {
+        let name = image.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        PathBuf::from(format!("/var/tmp/sufs-{name}.log"))
+    }
+}
+
+/// A note on the way to a mount: on stderr, or (quiet, as the mount helper is) in the log.
+fn say(image: &Path, quiet: bool, msg: &str) {
+    if !quiet {
+        eprintln!("sufs: {msg}");
+    } else if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log_path(image)) {
+        let _ = writeln!(f, "sufs: {msg}");
+    }
+}
+
+/// `-o mkfs_size=SIZE`: a new file system of SIZE bytes on the image (a regular file, made
+/// anew), unless it already is a sufs image of exactly that size. For test harnesses, whose
+/// "make a file system of this size" for FUSE can only be a mount option.
+fn mkfs_sized(image: &Path, size: u64, quiet: bool) -> Result<(), Fail> {
+    match std::fs::metadata(image) {
+        Ok(m) if !m.is_file() => {
+            return Err(Fail(format!("mkfs_size: {} is not a regular file", image.display()), 32));
+        }
+        Ok(m) if m.len() == size && open_image(image, false).is_ok() => return Ok(()),
+        Ok(_) => std::fs::remove_file(image).map_err(|e| Fail(format!("mkfs_size: {}: {e}", image.display()), 32))?,
+        Err(_) => {}
+    }
+    let sb = cmd_mkfs(image, Some(size), 4096, None, None).map_err(|Fail(m, _)| Fail(format!("mkfs_size: {m}"), 32))?;
+    say(image, quiet, &format!("made a new file system of {size} bytes on {} (mkfs_size)", image.display()));
+    if !quiet {
+        print_mkfs(image, &sb);
+    }
+    Ok(())
+}
+
+/// A remount of the sufs mount on `dir` (root): the kernel's flags by mount(2), and what the
+/// file system applies itself through the mount's control channel. Read-only goes to the
+/// kernel first (it refuses while files are open for writing), then the file system, which
+/// writes everything and marks the image clean; read-write goes to the file system first (it
+/// refuses an image that needs fsck), then the kernel.
+fn cmd_remount(dir: &Path, opts: &MountOpts) -> Result<(), Fail> {
+    use sufs::fs::mountopt::{AtimePolicy, Remount};
+    let (abs, image) = mounted_image(dir)?;
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(Fail(format!("remount of {}: only root can remount", dir.display()), 32));
+    }
+    let fail = |e: String| Fail(format!("remount of {}: {e}", dir.display()), 32);
+    let sock = ctl::socket_path(Path::new(&image));
+    let mut c = CtlClient::connect(&sock).map_err(|e| fail(e.to_string()))?;
+    let mut call = |changes: Remount| -> Result<Remount, Fail> {
+        let v = c.call(&ctl::Request::Remount { changes }).map_err(|e| fail(e.to_string()))?;
+        serde_json::from_value(v).map_err(|e| fail(e.to_string()))
+    };
+    let cur = call(Remount::default())?;
+    let want = opts.remount_changes();
+    if want.ordering.is_some_and(|o| Some(o) != cur.ordering) {
+        return Err(fail("the ordering cannot change on a remount".into()));
+    }
+    let was_ro = cur.readonly == Some(true);
+    let ro = want.readonly.unwrap_or(was_ro);
+    let atime = AtimePolicy {
+        mode: want.atime.or(cur.atime).unwrap_or_default(),
+        nodiratime: want.nodiratime.or(cur.nodiratime).unwrap_or(false),
+    };
+    let vfs = helper::vfs_flags(&abs).map_err(|e| fail(e.to_string()))?;
+    let mut flags = helper::remount_flags(vfs, ro, opts.suid, opts.dev, opts.exec, atime);
+    if want.sync.or(cur.sync) == Some(true) {
+        flags |= libc::MS_SYNCHRONOUS;
+    }
+    if want.dirsync.or(cur.dirsync) == Some(true) {
+        flags |= libc::MS_DIRSYNC;
+    }
+    let kernel = || helper::kernel_remount(&abs, flags).map_err(|e| fail(e.to_string()));
+    if !ro && was_ro {
+        call(want)?;
+        if let Err(e) = kernel() {
+            call(Remount { readonly: Some(true), ..Default::default() })?;
+            return Err(e);
+        }
+    } else {
+        kernel()?;
+        call(want)?;
+    }
+    Ok(())
 }
 
 fn notify_ready() {
@@ -967,7 +1192,7 @@ fn cmd_volume(op: SnapCmd) -> Result<(), Fail> {
         }
         SnapCmd::Mount { image, dir, foreground } => {
             if !foreground {
-                return spawn_daemon(&image, &dir);
+                return spawn_daemon(&image, &dir, own_args(), false);
             }
             let m = MountArgs {
                 ordering: Ordering::Softdep,
@@ -982,6 +1207,10 @@ fn cmd_volume(op: SnapCmd) -> Result<(), Fail> {
                 threads: DEFAULT_THREADS,
                 snapshot: true,
                 force: false,
+                opts: MountOpts { ro: Some(true), ..Default::default() },
+                reexec: own_args(),
+                make_missing: false,
+                quiet: false,
             };
             if !image.exists() {
                 return Err(Fail(format!("{} does not exist", image.display()), 32));
@@ -1075,20 +1304,6 @@ fn cmd_shutdown(on: &Path, mode: Shutdown) -> Result<(), Fail> {
     Ok(())
 }
 
-/// The mount point of a mounted image (from /proc/self/mountinfo).
-fn mount_point_of(image: &Path) -> Option<PathBuf> {
-    let abs = std::fs::canonicalize(image).ok()?;
-    let want = format!("sufs:{}", abs.display());
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mounts.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        let mut r = right.split(' ');
-        let (_fstype, source) = (r.next()?, r.next()?);
-        let mp = left.split(' ').nth(4)?;
-        (source == want).then(|| PathBuf::from(mp))
-    })
-}
-
 /// The frozen file system of snapshot `name` of `on` as a read-only device: the snapshot file
 /// read through the mount (a mounted image), or the image opened here. The lock file (if any)
 /// must be kept while the device is used.
@@ -1155,7 +1370,7 @@ fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
         }
         FsSnapCmd::Mount { name, dir, foreground } => {
             if !foreground {
-                return spawn_daemon(on, &dir);
+                return spawn_daemon(on, &dir, own_args(), false);
             }
             let (dev, lock_file) = frozen_device(on, &name)?;
             let opts = MountOptions { readonly: true, cache_blocks: 4096, ..Default::default() };

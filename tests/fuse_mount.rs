@@ -393,14 +393,6 @@ fn sufs_sync_makes_delayed_writes_durable_before_a_kill() {
     fsck_clean(&img);
 }
 
-/// Kills the daemon of mount `m` (SIGKILL: a crash of the process) and clears its mount point.
-fn crash(mut m: Mounted) {
-    m.child.kill().unwrap();
-    m.child.wait().unwrap();
-    let _ = Command::new("umount").arg("-l").arg(&m.dir).status();
-    m.done = true;
-}
-
 /// Instant restart (soft updates §6): an image a softdep mount left unclean mounts at once and
 /// is checked in the background; one a sync or async mount left unclean, or one marked for
 /// fsck, is refused until fsck (or --force).

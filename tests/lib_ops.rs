@@ -1033,3 +1033,26 @@ fn rename_whiteout_leaves_a_char_device_where_the_source_was() {
         assert_clean(&dev);
     }
 }
+
+/// A directory removed while it holds a rename's old name (hidden, on disk) keeps its own name
+/// hidden until then; a new directory of that name makes the old one leave the disk first, and
+/// that may free the removed directory on the way (the model test found the ESTALE it gave).
+#[test]
+fn a_name_reused_after_rmdir_of_a_directory_holding_an_old_name() {
+    for ordering in ORDERINGS {
+        let dev = new_image(4096);
+        let mut fs = mount(&dev, ordering, 64);
+        fs.create(ROOT_INO, b"d1", 0o644, 0, 0).unwrap();
+        let (d0, _) = fs.mkdir(ROOT_INO, b"d0", 0o755, 0, 0).unwrap();
+        let (d2, _) = fs.mkdir(d0, b"d2", 0o755, 0, 0).unwrap();
+        let (f, _) = fs.create(d2, b"d6", 0o644, 0, 0).unwrap();
+        fs.rename(d2, b"d6", ROOT_INO, b"d1", RenameFlags::default()).unwrap();
+        fs.rmdir(d0, b"d2").unwrap();
+        let (n, _) = fs.mkdir(d0, b"d2", 0o755, 0, 0).unwrap();
+        assert_eq!(resolve(&mut fs, "d0/d2").unwrap(), n, "{ordering:?}");
+        assert_eq!(resolve(&mut fs, "d1").unwrap(), f, "{ordering:?}");
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_clean(&dev);
+    }
+}

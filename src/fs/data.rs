@@ -9,6 +9,7 @@ impl Fs {
             return Err(FsError::IsDir);
         }
         if off >= d.size {
+            self.accessed(ino, &mut d)?;
             return Ok(Vec::new());
         }
         if d.flags & DI_UNMOVABLE != 0 {
@@ -51,6 +52,7 @@ impl Fs {
             }
             pos += n as u64;
         }
+        self.accessed(ino, &mut d)?;
         Ok(out)
     }
 

@@ -329,11 +329,13 @@ impl Fs {
                     continue;
                 }
                 if out.len() >= max {
+                    self.accessed(dir, &mut d)?;
                     return Ok(out);
                 }
                 out.push(DirListEntry { ino: e.ino, dtype: e.dtype, name: e.name.to_vec(), next: pos + 1 });
             }
         }
+        self.accessed(dir, &mut d)?;
         Ok(out)
     }
 }

@@ -35,7 +35,7 @@ use crate::softdep::{FreeBlks, FreeFile, NameWait, PtrSlot, Softdep, Task};
 const MAX_READ_RUN: u64 = 256;
 
 /// How dependent metadata writes are ordered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 pub enum Ordering {
     /// Soft updates: delayed writes, with per-pointer roll-back of unsatisfied dependencies.
     Softdep,
@@ -146,6 +146,9 @@ pub mod br;
 // Snapshots (§6) live in their own file inside `fs`: their copy-on-write and claiming hook
 // into its writes and frees.
 pub mod snapshot;
+
+// Mount options the file system applies (access times, sync, remounts) live in their own file.
+pub mod mountopt;
 
 // Renames' old names kept on disk until the new names are (rule 3), hidden from users.
 pub mod hidden;
@@ -413,6 +416,8 @@ pub struct Fs {
     stats_claimed: u64,
     /// Shut down (`shutdown`): nothing more is written, every operation fails.
     shut_down: bool,
+    /// The mount options it applies itself (access times, sync, remount).
+    live: mountopt::Live,
 }
 
 impl Fs {
@@ -474,6 +479,7 @@ impl Fs {
             stats_cow: 0,
             stats_claimed: 0,
             shut_down: false,
+            live: mountopt::Live::new(opts.readonly),
         };
         for what in std::mem::take(&mut fs.alloc.damage) {
             fs.damaged(what);
@@ -484,15 +490,7 @@ impl Fs {
         fs.snap_activate()?;
         fs.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
-            fs.sb.flags &= !(SB_CLEAN | SB_SOFTDEP | SB_ASYNC);
-            fs.sb.flags |= match fs.ordering {
-                Ordering::Softdep => SB_SOFTDEP,
-                Ordering::Async => SB_ASYNC,
-                Ordering::Sync => 0,
-            };
-            fs.sb.mount_count += 1;
-            fs.sb.mount_time = fs.clock.wall().0;
-            fs.write_superblock()?;
+            fs.mark_in_use()?;
         }
         Ok(fs)
     }

@@ -129,6 +129,14 @@ pub fn wait_background_fsck(log: &Path) {
     }
 }
 
+/// Kills the daemon of mount `m` (SIGKILL: a crash of the process) and clears its mount point.
+pub fn crash(mut m: Mounted) {
+    m.child.kill().unwrap();
+    m.child.wait().unwrap();
+    let _ = Command::new("umount").arg("-l").arg(&m.dir).status();
+    m.done = true;
+}
+
 /// `sufs fsck IMAGE` must find nothing (exit 0).
 pub fn fsck_clean(image: &Path) {
     let out = sufs(&["fsck", image.to_str().unwrap()]);

@@ -1,0 +1,552 @@
+//! Mount options (mount(8)'s `-o`, given to `sufs mount -o` or through the mount helper
+//! `mount.fuse.sufs`) and what the file system does for the ones that are its business: access
+//! times, synchronous mounts and remounting between read-only and read-write. The kernel's own
+//! flags (`nodev`, `nosuid`, `noexec`) are only parsed here and handed to the kernel.
+//!
+//! Access times follow Linux's `atime_needs_update`: `relatime` (the mount's default) changes
+//! atime on a read or a listing when atime is not after mtime or ctime, or is a day old;
+//! `strictatime` on every access; `noatime` never; `nodiratime` never for directories. An atime
+//! change is an inode change like any other, but nothing waits for it: the inode block is
+//! dirtied and goes out with the delayed writes, under every ordering (soft updates need no
+//! dependency: no pointer, link count or bitmap changes). A read-only mount changes nothing.
+//! `Fs::mount` starts with `noatime`, so that in-process users (the crash tester, the
+//! benchmarks) read without writing; `sufs mount` selects `relatime` unless told otherwise.
+//!
+//! `sync` and `dirsync`: a change returns once it is durable, through `Fs::fsync` of what it
+//! changed (with soft updates, the inode, its data and the names leading to it, in the paper's
+//! order; under `sync` and `async` ordering, everything). `dirsync` does it for the changes of
+//! names (create, mkdir, mknod, symlink, link, unlink, rmdir, rename), `sync` also for writes
+//! and attribute changes.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Fs, FsError, FsResult, Ordering};
+use crate::format::*;
+use crate::syncer::UpdatePolicy;
+
+/// When reads change atime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AtimeMode {
+    Noatime,
+    #[default]
+    Relatime,
+    Strictatime,
+}
+
+/// The access-time rule of a mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AtimePolicy {
+    pub mode: AtimeMode,
+    /// Directories' atime never changes.
+    pub nodiratime: bool,
+}
+
+/// relatime's "once a day" (Linux's rule).
+const RELATIME_AGE: i64 = 24 * 60 * 60;
+
+impl AtimePolicy {
+    pub const NOATIME: AtimePolicy = AtimePolicy { mode: AtimeMode::Noatime, nodiratime: false };
+
+    /// Whether an access at `now` changes `d`'s atime.
+    pub fn needs_update(&self, d: &Dinode, now: (i64, u32)) -> bool {
+        let atime = (d.atime, d.atime_ns);
+        if atime == now || (self.nodiratime && d.is_dir()) {
+            return false;
+        }
+        match self.mode {
+            AtimeMode::Noatime => false,
+            AtimeMode::Strictatime => true,
+            AtimeMode::Relatime => {
+                atime <= (d.mtime, d.mtime_ns)
+                    || atime <= (d.ctime, d.ctime_ns)
+                    || now.0.saturating_sub(d.atime) >= RELATIME_AGE
+            }
+        }
+    }
+}
+
+/// Which changes are made durable before they return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SyncMode {
+    /// Every change (`sync`).
+    pub sync: bool,
+    /// Changes of names (`dirsync`).
+    pub dirsync: bool,
+}
+
+/// What a change touched, for `Fs::settle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A file's data (write).
+    Data,
+    /// An inode's attributes (setattr, truncate).
+    Attr,
+    /// A directory's names.
+    Names,
+}
+
+/// A remount's changes (`None`: as it was), and its answer: the state after it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remount {
+    pub readonly: Option<bool>,
+    pub atime: Option<AtimeMode>,
+    pub nodiratime: Option<bool>,
+    pub sync: Option<bool>,
+    pub dirsync: Option<bool>,
+    /// The ordering cannot change on a remount; naming the current one is allowed (mount(8)
+    /// repeats an fstab line's options on a remount).
+    pub ordering: Option<Ordering>,
+}
+
+/// The options of one mount: `-o` lists parsed. `None` means "not said".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MountOpts {
+    pub ro: Option<bool>,
+    pub dev: Option<bool>,
+    pub suid: Option<bool>,
+    pub exec: Option<bool>,
+    pub sync: Option<bool>,
+    pub dirsync: Option<bool>,
+    pub atime: Option<AtimeMode>,
+    pub nodiratime: Option<bool>,
+    pub remount: bool,
+    /// sufs's own: soft updates or a baseline.
+    pub ordering: Option<Ordering>,
+    /// sufs's own: the buffer cache in bytes.
+    pub cache: Option<u64>,
+    /// sufs's own: the update policy.
+    pub update: Option<UpdatePolicy>,
+    /// sufs's own: FUSE request threads.
+    pub threads: Option<u16>,
+    /// sufs's own, for test harnesses: make a new file system of this many bytes first, unless
+    /// the image already is a sufs image of exactly this size (destroys what it held).
+    pub mkfs_size: Option<u64>,
+    /// sufs's own: seconds to wait for an image still held by a daemon finishing an unmount.
+    pub wait: Option<u64>,
+    /// Options for mount(8) itself or ones whose effect is always on (`defaults`, `noauto`,
+    /// `nofail`, `_netdev`, `user`, `x-*`, `comment=`, `default_permissions`, ...): accepted.
+    pub ignored: Vec<String>,
+    /// With sloppy parsing (`mount -s`), options not known: left out, with a warning.
+    pub unknown: Vec<String>,
+}
+
+/// A size with an optional K, M, G or T suffix (powers of 1024; `B` and `iB` may follow).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let mul: u64 = match s[i..].to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                other => return Err(format!("unknown size unit {other:?} (use K, M, G or T)")),
+            };
+            (&s[..i], mul)
+        }
+        None => (s, 1),
+    };
+    let n: u64 = num.trim().parse().map_err(|_| format!("{s:?} is not a size"))?;
+    n.checked_mul(mul).ok_or_else(|| format!("{s} is too large"))
+}
+
+impl MountOpts {
+    /// Parses one comma-separated list (as `-o` takes it).
+    pub fn parse(list: &str, sloppy: bool) -> Result<MountOpts, String> {
+        let mut o = MountOpts::default();
+        o.add(list, sloppy)?;
+        Ok(o)
+    }
+
+    /// Adds another list; a later option overrides an earlier one, as mount(8)'s do.
+    pub fn add(&mut self, list: &str, sloppy: bool) -> Result<(), String> {
+        for opt in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if let Err(e) = self.add_one(opt) {
+                if sloppy && e.starts_with("unknown") {
+                    self.unknown.push(opt.to_string());
+                } else {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn add_one(&mut self, opt: &str) -> Result<(), String> {
+        let (key, value) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        };
+        fn need<'a>(key: &str, v: Option<&'a str>) -> Result<&'a str, String> {
+            v.filter(|v| !v.is_empty()).ok_or_else(|| format!("option {key} needs a value"))
+        }
+        match (key, value) {
+            ("ro", None) => self.ro = Some(true),
+            ("rw", None) => self.ro = Some(false),
+            ("dev", None) => self.dev = Some(true),
+            ("nodev", None) => self.dev = Some(false),
+            ("suid", None) => self.suid = Some(true),
+            ("nosuid", None) => self.suid = Some(false),
+            ("exec", None) => self.exec = Some(true),
+            ("noexec", None) => self.exec = Some(false),
+            ("sync", None) => self.sync = Some(true),
+            ("async", None) => self.sync = Some(false),
+            ("dirsync", None) => self.dirsync = Some(true),
+            ("noatime", None) => self.atime = Some(AtimeMode::Noatime),
+            // "atime" and "norelatime" take away noatime and relatime: the kernel's default,
+            // which is relatime (unless strictatime is asked for).
+            ("relatime" | "atime" | "norelatime" | "nostrictatime", None) => self.atime = Some(AtimeMode::Relatime),
+            ("strictatime", None) => self.atime = Some(AtimeMode::Strictatime),
+            ("nodiratime", None) => self.nodiratime = Some(true),
+            ("diratime", None) => self.nodiratime = Some(false),
+            ("remount", None) => self.remount = true,
+            // rw, suid, dev, exec, auto, nouser, async: dev and suid are left to the default
+            // (root's mounts have them, a user's do not).
+            ("defaults", None) => {
+                self.ro = Some(false);
+                self.exec = Some(true);
+                self.sync = Some(false);
+                self.ignored.push(opt.to_string());
+            }
+            ("ordering", v) => {
+                let v = need(key, v)?;
+                self.ordering = Some(
+                    <Ordering as clap::ValueEnum>::from_str(v, false)
+                        .map_err(|_| format!("ordering={v}: use softdep, sync or async"))?,
+                );
+            }
+            ("update", v) => {
+                let v = need(key, v)?;
+                self.update = Some(
+                    <UpdatePolicy as clap::ValueEnum>::from_str(v, false)
+                        .map_err(|_| format!("update={v}: use wt, pu or aipu"))?,
+                );
+            }
+            ("cache", v) => self.cache = Some(parse_size(need(key, v)?).map_err(|e| format!("cache: {e}"))?),
+            ("mkfs_size", v) => {
+                self.mkfs_size = Some(parse_size(need(key, v)?).map_err(|e| format!("mkfs_size: {e}"))?)
+            }
+            ("threads", v) => {
+                let v = need(key, v)?;
+                match v.parse::<u16>() {
+                    Ok(n @ 1..=64) => self.threads = Some(n),
+                    _ => return Err(format!("threads={v}: from 1 to 64")),
+                }
+            }
+            ("wait", v) => {
+                let v = need(key, v)?;
+                self.wait = Some(v.parse().map_err(|_| format!("wait={v}: seconds"))?);
+            }
+            ("auto" | "noauto" | "nofail" | "_netdev" | "user" | "nouser" | "users" | "owner" | "group", None)
+            | ("loud" | "silent", None)
+            | ("comment", Some(_)) => self.ignored.push(opt.to_string()),
+            // FUSE's own, which sufs sets itself; mount(8) repeats them (from the mount table)
+            // on a remount.
+            ("default_permissions" | "allow_other", None)
+            | ("user_id" | "group_id" | "rootmode" | "max_read" | "blksize" | "fsname" | "subtype", Some(_)) => {
+                self.ignored.push(opt.to_string())
+            }
+            (k, _) if k.starts_with("x-") => self.ignored.push(opt.to_string()),
+            _ => return Err(format!("unknown mount option {opt:?}")),
+        }
+        Ok(())
+    }
+
+    /// The access-time rule these options ask for (relatime unless said).
+    pub fn atime_policy(&self) -> AtimePolicy {
+        AtimePolicy { mode: self.atime.unwrap_or_default(), nodiratime: self.nodiratime.unwrap_or(false) }
+    }
+
+    pub fn sync_mode(&self) -> SyncMode {
+        SyncMode { sync: self.sync.unwrap_or(false), dirsync: self.dirsync.unwrap_or(false) }
+    }
+
+    /// What a remount with these options changes in the file system.
+    pub fn remount_changes(&self) -> Remount {
+        Remount {
+            readonly: self.ro,
+            atime: self.atime,
+            nodiratime: self.nodiratime,
+            sync: self.sync,
+            dirsync: self.dirsync,
+            ordering: self.ordering,
+        }
+    }
+
+    /// The options of a new FUSE mount that are the kernel's: `dev` and `suid` are root's
+    /// (a mount by root has them unless `nodev`/`nosuid`; a user's never does, and asking for
+    /// them is refused); `noexec`, `sync`, `dirsync` and `noatime` become the mount's flags.
+    pub fn fuse_options(&self, root: bool) -> Result<Vec<fuser::MountOption>, String> {
+        use fuser::MountOption as M;
+        let mut v = Vec::new();
+        for (want, on, name) in [(self.dev, M::Dev, "dev"), (self.suid, M::Suid, "suid")] {
+            match (want, root) {
+                (Some(true), false) => return Err(format!("{name}: only root may mount with {name}")),
+                (None | Some(true), true) => v.push(on),
+                _ => {}
+            }
+        }
+        if self.exec == Some(false) {
+            v.push(M::NoExec);
+        }
+        if self.sync == Some(true) {
+            v.push(M::Sync);
+        }
+        if self.dirsync == Some(true) {
+            v.push(M::DirSync);
+        }
+        if self.atime == Some(AtimeMode::Noatime) {
+            v.push(M::NoAtime);
+        }
+        Ok(v)
+    }
+}
+
+/// A mount's options that the file system itself applies, changed by a remount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Live {
+    pub atime: AtimePolicy,
+    pub sync: SyncMode,
+    /// A read-only mount may become read-write (its device was opened for writing).
+    pub can_write: bool,
+}
+
+impl Live {
+    pub fn new(readonly: bool) -> Live {
+        Live { atime: AtimePolicy::NOATIME, sync: SyncMode::default(), can_write: !readonly }
+    }
+}
+
+impl Fs {
+    pub fn set_atime_policy(&mut self, p: AtimePolicy) {
+        self.live.atime = p;
+    }
+
+    pub fn atime_policy(&self) -> AtimePolicy {
+        self.live.atime
+    }
+
+    pub fn set_sync_mode(&mut self, m: SyncMode) {
+        self.live.sync = m;
+    }
+
+    pub fn sync_mode(&self) -> SyncMode {
+        self.live.sync
+    }
+
+    pub fn is_readonly(&self) -> bool {
+        self.readonly
+    }
+
+    /// Lets a read-only mount become read-write on a remount: its device takes writes.
+    pub fn allow_remount_rw(&mut self, yes: bool) {
+        self.live.can_write = yes || !self.readonly;
+    }
+
+    /// An access to `ino` (a read, a listing, a readlink): its atime changes if the rule says
+    /// so. `d` is the inode as the caller has it, unchanged since it was read.
+    pub(crate) fn accessed(&mut self, ino: u32, d: &mut Dinode) -> FsResult<()> {
+        // Reservations and snapshots are not changed by reads (their inodes are the Block
+        // Register's and the snapshot's business).
+        if self.readonly || d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            return Ok(());
+        }
+        let now = self.now();
+        if self.live.atime.needs_update(d, now) {
+            (d.atime, d.atime_ns) = now;
+            self.iput(ino, d)?;
+        }
+        Ok(())
+    }
+
+    /// On a `sync` or `dirsync` mount, makes a change durable before it returns: `fsync` of
+    /// each inode in `inos` (an inode gone meanwhile is skipped). Otherwise nothing.
+    pub fn settle(&mut self, change: Change, inos: &[u32]) -> FsResult<()> {
+        let s = self.live.sync;
+        if !(s.sync || (s.dirsync && change == Change::Names)) {
+            return Ok(());
+        }
+        for &ino in inos {
+            match self.fsync(ino) {
+                Ok(()) | Err(FsError::Stale(_)) | Err(FsError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a remount and answers the state after it. Read-write to read-only writes
+    /// everything and marks the image clean (unless files unlinked while open are still held:
+    /// their inodes stay for the next mount to free); read-only to read-write needs a clean
+    /// image and a device opened for writing, and marks the image in use.
+    pub fn remount(&mut self, r: &Remount) -> FsResult<Remount> {
+        if r.ordering.is_some_and(|o| o != self.ordering) {
+            return Err(FsError::Invalid("the ordering cannot change on a remount"));
+        }
+        match r.readonly {
+            Some(true) if !self.readonly => {
+                self.sync_all()?;
+                if self.orphans.is_empty() {
+                    self.sb.flags |= SB_CLEAN;
+                }
+                self.write_superblock()?;
+                self.readonly = true;
+                self.live.can_write = true;
+            }
+            Some(false) if self.readonly => {
+                if !self.live.can_write {
+                    return Err(FsError::Invalid(
+                        "mounted from a device opened read-only: unmount and mount it read-write",
+                    ));
+                }
+                if self.sb.flags & SB_NEEDS_FSCK != 0 || self.sb.flags & SB_CLEAN == 0 {
+                    return Err(FsError::Invalid(
+                        "the image was not unmounted cleanly or needs fsck: unmount, check it and mount it read-write",
+                    ));
+                }
+                self.readonly = false;
+                if let Err(e) = self.mark_in_use() {
+                    self.readonly = true;
+                    return Err(e);
+                }
+            }
+            _ => {}
+        }
+        let a = &mut self.live.atime;
+        a.mode = r.atime.unwrap_or(a.mode);
+        a.nodiratime = r.nodiratime.unwrap_or(a.nodiratime);
+        let s = &mut self.live.sync;
+        s.sync = r.sync.unwrap_or(s.sync);
+        s.dirsync = r.dirsync.unwrap_or(s.dirsync);
+        Ok(self.mount_state())
+    }
+
+    /// The mount's current state, in a remount's terms.
+    pub fn mount_state(&self) -> Remount {
+        Remount {
+            readonly: Some(self.readonly),
+            atime: Some(self.live.atime.mode),
+            nodiratime: Some(self.live.atime.nodiratime),
+            sync: Some(self.live.sync.sync),
+            dirsync: Some(self.live.sync.dirsync),
+            ordering: Some(self.ordering),
+        }
+    }
+
+    /// Marks the superblock of a read-write mount: in use (not clean), with its ordering, so
+    /// that a crash is recovered by what this ordering promises.
+    pub(crate) fn mark_in_use(&mut self) -> FsResult<()> {
+        self.sb.flags &= !(SB_CLEAN | SB_SOFTDEP | SB_ASYNC);
+        self.sb.flags |= match self.ordering {
+            Ordering::Softdep => SB_SOFTDEP,
+            Ordering::Async => SB_ASYNC,
+            Ordering::Sync => 0,
+        };
+        self.sb.mount_count += 1;
+        self.sb.mount_time = self.clock.wall().0;
+        self.write_superblock()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inode(atime: i64, mtime: i64, ctime: i64, dir: bool) -> Dinode {
+        let mode = if dir { S_IFDIR | 0o755 } else { S_IFREG | 0o644 };
+        let mut d = Dinode::new(mode, 1, 0, 0, (0, 0), 1);
+        (d.atime, d.mtime, d.ctime) = (atime, mtime, ctime);
+        d
+    }
+
+    #[test]
+    fn relatime_updates_after_a_change_or_once_a_day() {
+        let p = AtimePolicy::default();
+        assert_eq!(p.mode, AtimeMode::Relatime);
+        // atime not after mtime or ctime: the first read after a change updates it.
+        assert!(p.needs_update(&inode(100, 100, 50, false), (200, 0)));
+        assert!(p.needs_update(&inode(100, 50, 150, false), (200, 0)));
+        // read since the last change, less than a day ago: no update.
+        assert!(!p.needs_update(&inode(150, 100, 100, false), (150 + RELATIME_AGE - 1, 0)));
+        assert!(p.needs_update(&inode(150, 100, 100, false), (150 + RELATIME_AGE, 0)));
+        // nanoseconds count.
+        let mut d = inode(100, 100, 100, false);
+        d.mtime_ns = 1;
+        assert!(p.needs_update(&d, (101, 0)));
+        d.atime_ns = 2;
+        assert!(!p.needs_update(&d, (101, 0)));
+        // an atime equal to now is left alone.
+        assert!(!p.needs_update(&inode(100, 100, 100, false), (100, 0)));
+    }
+
+    #[test]
+    fn strict_no_and_nodiratime() {
+        let strict = AtimePolicy { mode: AtimeMode::Strictatime, nodiratime: false };
+        assert!(strict.needs_update(&inode(150, 100, 100, false), (151, 0)));
+        assert!(strict.needs_update(&inode(150, 100, 100, true), (151, 0)));
+        let nodir = AtimePolicy { nodiratime: true, ..strict };
+        assert!(!nodir.needs_update(&inode(150, 100, 100, true), (151, 0)));
+        assert!(nodir.needs_update(&inode(150, 100, 100, false), (151, 0)));
+        assert!(!AtimePolicy::NOATIME.needs_update(&inode(0, 100, 100, false), (1000, 0)));
+        let rel_nodir = AtimePolicy { mode: AtimeMode::Relatime, nodiratime: true };
+        assert!(!rel_nodir.needs_update(&inode(0, 100, 100, true), (1000, 0)));
+    }
+
+    #[test]
+    fn options_parse_and_later_ones_win() {
+        let o = MountOpts::parse("rw,noatime,nodev,ordering=sync,cache=64M,strictatime", false).unwrap();
+        assert_eq!(o.ro, Some(false));
+        assert_eq!(o.dev, Some(false));
+        assert_eq!(o.atime, Some(AtimeMode::Strictatime));
+        assert_eq!(o.ordering, Some(Ordering::Sync));
+        assert_eq!(o.cache, Some(64 << 20));
+        let mut o = MountOpts::parse("ro,sync", false).unwrap();
+        o.add("remount,rw,async,dirsync,nodiratime,x-systemd.automount,defaults,_netdev,user_id=0", false).unwrap();
+        assert!(o.remount);
+        assert_eq!(o.sync_mode(), SyncMode { sync: false, dirsync: true });
+        assert_eq!(o.atime_policy(), AtimePolicy { mode: AtimeMode::Relatime, nodiratime: true });
+        assert_eq!(o.ignored, ["x-systemd.automount", "defaults", "_netdev", "user_id=0"]);
+        let r = o.remount_changes();
+        assert_eq!((r.readonly, r.sync, r.dirsync, r.nodiratime), (Some(false), Some(false), Some(true), Some(true)));
+        assert_eq!(
+            MountOpts::parse("mkfs_size=100M,wait=5,threads=3,update=wt", false).unwrap().mkfs_size,
+            Some(100 << 20)
+        );
+    }
+
+    #[test]
+    fn bad_options_are_refused_with_their_name() {
+        for (opt, says) in [
+            ("bogus", "unknown mount option \"bogus\""),
+            ("ro=1", "unknown mount option \"ro=1\""),
+            ("ordering=fast", "ordering=fast"),
+            ("cache=12Q", "cache"),
+            ("threads=0", "threads=0"),
+            ("threads=65", "threads=65"),
+            ("cache", "needs a value"),
+            ("wait=soon", "wait=soon"),
+        ] {
+            let e = MountOpts::parse(opt, false).unwrap_err();
+            assert!(e.contains(says), "{opt}: {e}");
+        }
+        // Sloppy: unknown ones are set aside; bad values of known ones still fail.
+        let o = MountOpts::parse("bogus,ro", true).unwrap();
+        assert_eq!((o.unknown.as_slice(), o.ro), (["bogus".to_string()].as_slice(), Some(true)));
+        assert!(MountOpts::parse("threads=0", true).is_err());
+    }
+
+    #[test]
+    fn dev_and_suid_are_roots() {
+        use fuser::MountOption as M;
+        let none = MountOpts::default();
+        assert_eq!(none.fuse_options(true).unwrap(), [M::Dev, M::Suid]);
+        assert!(none.fuse_options(false).unwrap().is_empty(), "a user's mount keeps fuser's nodev,nosuid");
+        let safe = MountOpts::parse("nodev,nosuid,noexec,sync,dirsync,noatime", false).unwrap();
+        assert_eq!(safe.fuse_options(true).unwrap(), [M::NoExec, M::Sync, M::DirSync, M::NoAtime]);
+        let e = MountOpts::parse("suid", false).unwrap().fuse_options(false).unwrap_err();
+        assert!(e.contains("only root"), "{e}");
+        assert!(MountOpts::parse("defaults", false).unwrap().fuse_options(false).is_ok());
+    }
+}

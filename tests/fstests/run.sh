@@ -1,0 +1,186 @@
+#!/bin/bash
+# Runs fstests against sufs (set up by setup.sh) and writes a summary: each test passed, failed
+# (with the reason, from its .out.bad or check's verdict), not run (with fstests' reason) or
+# killed at the time limit; then unmounts, waits for the daemons and runs `sufs fsck` on both
+# images (fstests runs no fsck for FUSE).
+#
+# usage: run.sh [-g GROUP] [-l LIST] [-t SECONDS] [-c CHUNK] [-o OUTDIR] [TEST...]
+#   -g GROUP    a group as ./check takes it, e.g. generic/quick (the default without -l or TESTs)
+#   -l LIST     a file of tests, one a line (# comments); "TEST xfail: REASON" marks a test the
+#               build is known to fail: its failure is reported, not counted (and its passing
+#               is reported too)
+#   -t SECONDS  per-test limit (default 300): the test is killed, and if it does not die the
+#               FUSE connections of its mounts are aborted
+#   -c CHUNK    tests per ./check call (default 20; ./check unmounts and remounts between calls)
+#   -o OUTDIR   where the logs and summary go (default: $WORK/results/DATE-ORDERING)
+# Environment: XFSTESTS and WORK as for setup.sh; MAX_RSS_MB (default 4096): a sufs daemon of
+# the two images past this size is killed (and named in the summary), so that a runaway one
+# cannot take the machine's memory.
+# Exit: 0 when nothing failed unexpectedly and fsck found both images clean; 1 otherwise;
+# 2 for a usage or setup error.
+set -uo pipefail
+
+WORK=${WORK:-/var/tmp/sufs-fstests}
+XFSTESTS=${XFSTESTS:-$WORK/xfstests}
+GROUP="" LIST="" PER_TEST=300 CHUNK=20 OUTDIR=""
+usage() { sed -n '8,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while getopts "g:l:t:c:o:h" o; do
+  case $o in
+    g) GROUP=$OPTARG;; l) LIST=$OPTARG;; t) PER_TEST=$OPTARG;; c) CHUNK=$OPTARG;; o) OUTDIR=$OPTARG;;
+    *) usage;;
+  esac
+done
+shift $((OPTIND - 1))
+[ -f "$XFSTESTS/local.config" ] || { echo "run.sh: no $XFSTESTS/local.config: run setup.sh first" >&2; exit 2; }
+[ -n "$LIST" ] && { LIST=$(realpath "$LIST") || exit 2; }
+# shellcheck source=/dev/null
+. "$XFSTESTS/local.config"
+ORDERING=$(echo "$MOUNT_OPTIONS" | grep -o 'ordering=[a-z]*' | cut -d= -f2)
+OUTDIR=${OUTDIR:-$WORK/results/$(date +%Y%m%d-%H%M%S)-${ORDERING:-softdep}}
+mkdir -p "$OUTDIR" || exit 2
+OUTDIR=$(realpath "$OUTDIR")
+export RESULT_BASE=$OUTDIR/results
+cd "$XFSTESTS" || exit 2
+
+# The tests, and those expected to fail (test -> reason).
+declare -A XFAIL=()
+: > "$OUTDIR/list"
+if [ -n "$LIST" ]; then
+  while read -r t rest; do
+    t=${t%%#*}
+    [ -z "$t" ] && continue
+    echo "$t" >> "$OUTDIR/list"
+    case $rest in xfail:*) XFAIL[$t]=$(echo "${rest#xfail:}" | sed 's/^ *//');; esac
+  done < "$LIST"
+elif [ $# -gt 0 ]; then
+  printf '%s\n' "$@" > "$OUTDIR/list"
+else
+  ./check -n -g "${GROUP:-generic/quick}" 2>/dev/null | grep -Eo '^[a-z0-9]+/[0-9]+' > "$OUTDIR/list"
+fi
+total=$(wc -l < "$OUTDIR/list")
+[ "$total" -gt 0 ] || { echo "run.sh: no tests to run" >&2; exit 2; }
+start=$(date +%s)
+declare -A LOGAT=()  # where each image's log stood before the run
+for dev in "$TEST_DEV" "$SCRATCH_DEV"; do LOGAT[$dev]=$(stat -c %s "${dev#sufs:}.log" 2>/dev/null || echo 0); done
+log() { echo "$(date +%T) $*" | tee -a "$OUTDIR/run.log"; }
+log "$total tests, ordering ${ORDERING:-softdep}, limit ${PER_TEST}s a test; output in $OUTDIR"
+
+# Watchdog: a test script running past the limit is killed with what it started; if it is still
+# there 30 s later (stuck in a FUSE request), its mounts' FUSE connections are aborted.
+descendants() { local p; for p in $(ps -o pid= --ppid "$1"); do echo "$p"; descendants "$p"; done; }
+MAX_RSS_MB=${MAX_RSS_MB:-4096}
+watchdog() {
+  while sleep 5; do
+    ps -eo pid=,rss=,args= | awk -v max=$((MAX_RSS_MB * 1024)) -v t="${TEST_DEV#sufs:}" -v s="${SCRATCH_DEV#sufs:}" \
+      '$3 ~ /sufs$/ && $4 == "mount" && ($5 == t || $5 == s) && $2 > max {print $1, $2, $5}' |
+    while read -r pid rss img; do
+      echo "$(date +%T) RUNAWAY sufs daemon of $img: ${rss} KiB: killed" >> "$OUTDIR/run.log"
+      echo "$(basename "$img") daemon killed at $((rss / 1024)) MiB during $(cat "$OUTDIR/current" 2>/dev/null)" >> "$OUTDIR/runaway"
+      kill -KILL "$pid"
+    done
+    ps -eo pid=,etimes=,args= | awk '$3 ~ /(^|\/)bash$/ && $4 ~ /tests\/[a-z]+\/[0-9]+$/ {print $1, $2, $4}' |
+    while read -r pid et t; do
+      echo "$t" > "$OUTDIR/current"
+      [ "$et" -gt "$PER_TEST" ] || continue
+      t=${t#./}; t=${t#tests/}
+      echo "$t" >> "$OUTDIR/timeouts"
+      echo "$(date +%T) TIMEOUT $t after ${et}s: killing it" >> "$OUTDIR/run.log"
+      kill -TERM $(descendants "$pid") "$pid" 2>/dev/null
+      sleep 30
+      kill -0 "$pid" 2>/dev/null || continue
+      echo "$(date +%T) $t still alive: aborting the FUSE connections" >> "$OUTDIR/run.log"
+      for m in "$SCRATCH_MNT" "$TEST_DIR"; do
+        dev=$(mountpoint -d "$m" 2>/dev/null | cut -d: -f2)
+        [ -n "$dev" ] && [ -e "/sys/fs/fuse/connections/$dev/abort" ] && echo 1 > "/sys/fs/fuse/connections/$dev/abort"
+      done
+      kill -KILL $(descendants "$pid") "$pid" 2>/dev/null
+    done
+  done
+}
+watchdog & WD=$!
+trap 'kill $WD 2>/dev/null' EXIT
+
+split -l "$CHUNK" -d -a 3 "$OUTDIR/list" "$OUTDIR/chunk."
+for c in "$OUTDIR"/chunk.*; do
+  log "$(head -1 "$c") .. $(tail -1 "$c")"
+  # shellcheck disable=SC2046
+  ./check $(cat "$c") >> "$OUTDIR/check.out" 2>&1
+  # A daemon that died leaves its mount behind ("Transport endpoint is not connected").
+  for m in "$TEST_DIR" "$SCRATCH_MNT"; do
+    if ! stat "$m" >/dev/null 2>&1; then
+      log "$m is dead after this chunk: unmounting it"
+      umount -l "$m"
+    fi
+  done
+  rm -f "$c"
+done
+kill $WD 2>/dev/null
+
+# Verdicts: check's last line for each test ("TEST 3s ...", "[not run] why", "- output mismatch").
+declare -A VERDICT=() WHY=()
+while IFS= read -r line; do
+  t=$(echo "$line" | grep -Eo '^[a-z0-9]+/[0-9]+') || continue
+  rest=${line#"$t"}
+  if [[ $rest == *"[not run]"* ]]; then
+    VERDICT[$t]=notrun; WHY[$t]=$(echo "${rest#*\[not run\] }" | sed 's/^ *//')
+  elif [[ $rest == *"[expunged]"* ]]; then
+    VERDICT[$t]=notrun; WHY[$t]="expunged"
+  elif [[ $rest == *"output mismatch"* || $rest == *"[failed"* || $rest == *"_check_"* ]]; then
+    VERDICT[$t]=fail; WHY[$t]=$(echo "$rest" | sed -e 's/^ *//' -e "s|(see $RESULT_BASE/[^)]*)||")
+  elif [[ $rest =~ [0-9]+s ]]; then
+    VERDICT[$t]=pass
+  fi
+done < "$OUTDIR/check.out"
+reason() {  # the first lines that differ from the golden output
+  local t=$1 bad="$RESULT_BASE/$1.out.bad"
+  if [ -f "$bad" ]; then
+    diff "tests/$t.out" "$bad" 2>/dev/null | grep -E '^[<>]' | head -4 | cut -c1-160 | tr '\n' ' ' | sed 's/ *$//'
+  fi
+}
+
+{
+  declare -A N=([pass]=0 [fail]=0 [notrun]=0 [xfail]=0 [xpass]=0 [timeout]=0)
+  unexpected=0
+  lines=()
+  while read -r t; do
+    v=${VERDICT[$t]:-fail}
+    why=${WHY[$t]:-"no verdict from check (killed or interrupted)"}
+    if grep -qx "$t" "$OUTDIR/timeouts" 2>/dev/null; then v=timeout; why="killed after ${PER_TEST}s"; fi
+    if [ "$v" = fail ]; then r=$(reason "$t"); [ -n "$r" ] && why="$why: $r"; fi
+    if [ -n "${XFAIL[$t]:-}" ]; then
+      case $v in fail|timeout) v=xfail; why="expected (${XFAIL[$t]}): $why";; pass) v=xpass; why="passes although marked xfail (${XFAIL[$t]})";; esac
+    fi
+    N[$v]=$((N[$v] + 1))
+    case $v in fail|timeout) unexpected=$((unexpected + 1));; esac
+    [ "$v" = pass ] || lines+=("$(printf '%-8s %-12s %s' "$v" "$t" "$why")")
+  done < "$OUTDIR/list"
+  echo "fstests on sufs (${ORDERING:-softdep}), $(date -d @"$start" '+%F %T'), $(( ($(date +%s) - start) / 60 )) min"
+  echo "$total tests: ${N[pass]} passed, ${N[fail]} failed, ${N[timeout]} timed out, ${N[notrun]} not run, ${N[xfail]} failed as expected, ${N[xpass]} passed although expected to fail"
+  printf '%s\n' "${lines[@]}"
+  echo "$unexpected" > "$OUTDIR/unexpected"
+} > "$OUTDIR/summary.txt"
+
+# fsck of both images once their daemons are done.
+fsck_bad=0
+for m in "$TEST_DIR" "$SCRATCH_MNT"; do
+  findmnt -rn "$m" >/dev/null && { "$SUFS" umount "$m" >/dev/null 2>&1 || umount -l "$m"; }
+done
+for dev in "$TEST_DEV" "$SCRATCH_DEV"; do
+  img=${dev#sufs:}
+  for _ in $(seq 600); do
+    out=$("$SUFS" fsck "$img" 2>&1) && break
+    case $out in *"is mounted"*) sleep 1;; *) break;; esac
+  done
+  echo "fsck $(basename "$img"): $(echo "$out" | tail -1)" >> "$OUTDIR/summary.txt"
+  case $out in *"is mounted"*) out="still held by its daemon 10 minutes after the run ended";; esac
+  if ! echo "$out" | grep -q " 0 findings"; then
+    fsck_bad=1
+    echo "$out" | head -20 >> "$OUTDIR/summary.txt"
+  fi
+  errs=$(tail -c +$((LOGAT[$dev] + 1)) "$img.log" 2>/dev/null | grep -iE 'panick|error' | tail -5)
+  [ -n "$errs" ] && { echo "errors in $(basename "$img").log during the run (last 5):"; echo "$errs"; } >> "$OUTDIR/summary.txt"
+done
+
+[ -s "$OUTDIR/runaway" ] && { echo "runaway daemons killed:"; cat "$OUTDIR/runaway"; } >> "$OUTDIR/summary.txt"
+cat "$OUTDIR/summary.txt"
+[ "$(cat "$OUTDIR/unexpected")" = 0 ] && [ $fsck_bad = 0 ] && [ ! -s "$OUTDIR/runaway" ]
