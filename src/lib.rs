@@ -1,24 +1,22 @@
 //! sufs: a user-space FFS with soft updates (McKusick & Ganger 1999), the update policies of
-//! Mogul 1994, and the Block Register (Depoutovitch & Warkentin). See DESIGN.md for the map.
+//! Mogul 1994, and the Block Register (Depoutovitch & Warkentin). See docs/design.md for the map.
 
 pub mod alloc;
-pub mod bench;
-pub mod bench_br;
-pub mod bench_peers;
 pub use fs::br;
 pub use fs::mountopt;
 pub use fs::snapshot;
 pub mod cache;
 pub mod clock;
-pub mod crashtest;
-pub mod ctl;
 pub mod dev;
 pub mod dirhash;
 pub mod format;
 pub mod fs;
 pub mod fsck;
-pub mod fuse;
-pub mod helper;
+pub mod mount;
+// The mount's parts keep their short paths (`sufs::fuse`, `sufs::ctl`, ...).
+pub use mount::{ctl, fuse, helper, syncer};
+pub mod sim;
+// The crash tester and the benchmarks keep their short paths too.
+pub use sim::{bench, bench_br, bench_peers, crashtest};
 pub mod softdep;
-pub mod syncer;
 pub mod volume;
