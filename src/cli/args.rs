@@ -1,0 +1,432 @@
+//! The command line: every command and its arguments (clap).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use sufs::crashtest::{self, End};
+use sufs::fs::mountopt::parse_size;
+use sufs::fs::shutdown::Shutdown;
+use sufs::fs::Ordering;
+use sufs::fuse::DEFAULT_THREADS;
+use sufs::helper;
+use sufs::syncer::UpdatePolicy;
+use sufs::volume::StoreKind;
+
+#[derive(Parser)]
+#[command(name = "sufs", version, about = "A user-space FFS with soft updates, update policies and the Block Register")]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) cmd: Cmd,
+}
+
+// Parsed once per run: `bench`'s flattened peer options make it the largest variant, at no cost.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+pub(crate) enum Cmd {
+    /// Make a file system on an image file (created sparse if missing) or a block device.
+    Mkfs {
+        image: PathBuf,
+        /// Size of a new image, e.g. 1G, 512M (default: the existing file's or device's size).
+        #[arg(long, value_parser = parse_size)]
+        size: Option<u64>,
+        #[arg(long, default_value_t = 4096)]
+        block_size: u32,
+        /// Number of inodes (default: one per 16 KiB).
+        #[arg(long)]
+        inodes: Option<u64>,
+        /// Leave this much at the end of the device outside the file system, for a volume
+        /// snapshot's `reserved` exception store.
+        #[arg(long, value_parser = parse_size)]
+        snapshot_reserve: Option<u64>,
+    },
+    /// Mount an image through FUSE. With no arguments: ./sufs.img (made, 1 GiB sparse, if missing)
+    /// on ./mnt.
+    Mount {
+        #[arg(default_value = "sufs.img")]
+        image: PathBuf,
+        #[arg(default_value = "mnt")]
+        dir: PathBuf,
+        #[arg(long, value_enum, default_value_t = Ordering::Softdep)]
+        ordering: Ordering,
+        /// Stay in the foreground (otherwise sufs returns once the file system is mounted).
+        #[arg(short, long)]
+        foreground: bool,
+        /// Write the device and cache counters as JSON here at unmount.
+        #[arg(long)]
+        stats: Option<PathBuf>,
+        /// Buffer cache size, e.g. 128M.
+        #[arg(long, value_parser = parse_size, default_value = "128M")]
+        cache: u64,
+        /// Size of the image made when it is missing.
+        #[arg(long, value_parser = parse_size, default_value = "1G")]
+        size: u64,
+        /// Mount read-only.
+        #[arg(long)]
+        ro: bool,
+        /// Update policy: when delayed writes go to disk (Mogul 1994).
+        #[arg(long, value_enum, default_value_t = UpdatePolicy::Aipu)]
+        update: UpdatePolicy,
+        /// Seconds a buffer may stay dirty under aipu.
+        #[arg(long, default_value_t = 30)]
+        age: u64,
+        /// Seconds between sweeps (default: 1 for aipu and wt, 30 for pu).
+        #[arg(long)]
+        interval: Option<u64>,
+        /// Queue full data blocks for writing as soon as they fill, instead of delaying them.
+        #[arg(long)]
+        async_full_blocks: bool,
+        /// Soft updates' memory bound: dependency structures kept before everything is flushed.
+        #[arg(long, default_value_t = 200_000)]
+        softdep_limit: usize,
+        /// FUSE request threads (they take turns on the file system's one lock).
+        #[arg(long, default_value_t = DEFAULT_THREADS as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
+        threads: u16,
+        /// Mount read-write even an image that needs fsck first (not unmounted cleanly after a
+        /// sync or async mount, or marked for fsck when damage was found).
+        #[arg(long)]
+        force: bool,
+        /// Mount options, comma-separated, as mount(8) takes them (docs/mount-options.md): ro, rw,
+        /// dev, nodev, suid, nosuid, exec, noexec, sync, dirsync, async, relatime, strictatime,
+        /// noatime, nodiratime, remount (of the mount on DIR, or on IMAGE if that is a mount
+        /// point), and sufs's own: ordering=, cache=, update=, threads=, wait=, mkfs_size=.
+        /// They take precedence over the flags above.
+        #[arg(short = 'o', value_name = "OPTS")]
+        options: Vec<String>,
+        /// Print nothing on success (the mount helper's way): messages go to the image's log.
+        #[arg(short, long)]
+        quiet: bool,
+        /// Fail if the image is missing instead of making it.
+        #[arg(long)]
+        no_create: bool,
+    },
+    /// Make the mount helper, PREFIX/mount.fuse.sufs, a link to this program, so that
+    /// `mount -t fuse.sufs IMAGE DIR` and fstab lines of type fuse.sufs mount sufs images.
+    InstallHelper {
+        #[arg(long, default_value = helper::DEFAULT_PREFIX)]
+        prefix: PathBuf,
+    },
+    /// Unmount and wait until sufs has written everything and marked the image clean.
+    Umount { dir: PathBuf },
+    /// Check an unmounted image; -y repairs. Exit codes as fsck(8): 0 clean, 1 repaired (and
+    /// nothing left), 4 damage left (or found by a check, or refused by -p), 8 operational error.
+    Fsck {
+        image: PathBuf,
+        /// Repair everything found.
+        #[arg(short = 'y', long)]
+        yes: bool,
+        /// Preen: repair only what soft updates may leave after a crash (leaks, link counts too
+        /// high, unreferenced files, which are cleared); anything else changes nothing and takes
+        /// -y. An image marked clean is not scanned.
+        #[arg(short = 'p', long, conflicts_with = "yes")]
+        preen: bool,
+        /// With -p, scan even an image marked clean.
+        #[arg(short = 'f', long)]
+        force: bool,
+        /// Use the superblock copy at block N (mkfs writes one at the first block of every
+        /// cylinder group but the first); -y then rewrites the primary from it.
+        #[arg(short = 'b', value_name = "N")]
+        superblock: Option<u64>,
+        /// Background check (soft updates §6.1) of a mounted file system (IMAGE may be its mount
+        /// point) or an image: check a snapshot, then free the blocks and inodes it shows lost and
+        /// lower the link counts too high, through the mount's control channel.
+        #[arg(long, conflicts_with_all = ["yes", "preen"])]
+        background: bool,
+    },
+    /// Print the superblock and the per-group counts.
+    Dumpfs { image: PathBuf },
+    /// Write every delayed write of a mount (or of every sufs mount) and return once it is on
+    /// disk. sync(1) does not reach a FUSE file system; this does.
+    Sync {
+        /// The mount point or its image (default: every sufs mount this process can see).
+        on: Option<PathBuf>,
+    },
+    /// Shut a mount down as FS_IOC_SHUTDOWN does: it stops writing to the image at once (after
+    /// writing everything, with fullsync or metaflush), every later request fails with EIO, and
+    /// the unmount leaves the image as a crash would.
+    Shutdown {
+        /// The mount point or its image.
+        on: PathBuf,
+        /// The ioctl's flag: what is written first.
+        #[arg(long, value_enum, default_value_t = Shutdown::Nologflush)]
+        mode: Shutdown,
+    },
+    /// The Block Register: reservations of free blocks for other components, on an unmounted
+    /// image or (through its control channel, IMAGE.ctl) a mounted file system.
+    Volume {
+        #[command(subcommand)]
+        op: VolumeCmd,
+    },
+    Br {
+        /// An image file (mounted or not) or the directory it is mounted on.
+        #[arg(long, global = true, default_value = "sufs.img")]
+        on: PathBuf,
+        #[command(subcommand)]
+        op: BrCmd,
+    },
+    /// File-system snapshots (soft updates §6), `/.snap/NAME`: on an unmounted image or, through
+    /// its control channel, a mounted file system.
+    Snapshot {
+        /// An image file (mounted or not) or the directory it is mounted on.
+        #[arg(long, global = true, default_value = "sufs.img")]
+        on: PathBuf,
+        #[command(subcommand)]
+        op: FsSnapCmd,
+    },
+    /// Benchmarks. With no subcommand, `peers`: sufs against fuse2fs and kernel ext4 through
+    /// their mounts. The others reproduce the papers' figures.
+    #[command(args_conflicts_with_subcommands = true)]
+    Bench {
+        #[command(subcommand)]
+        which: Option<BenchCmd>,
+        #[command(flatten)]
+        peers: PeersArgs,
+    },
+    /// Run a workload in-process over a recording device and judge every crash state it could
+    /// leave with fsck and the workload's promises. Exit codes: 0 no violation, 1 violations,
+    /// 2 usage or operational error.
+    Crashtest {
+        #[arg(long, value_enum)]
+        ordering: Ordering,
+        /// A workload, or `all`.
+        #[arg(long, default_value = "all", value_parser = workload_names())]
+        workload: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Random subsets tried of each in-flight batch of more than 8 writes.
+        #[arg(long, default_value_t = 8)]
+        subsets: usize,
+        /// Operations in each workload.
+        #[arg(long, default_value_t = 80)]
+        ops: usize,
+        /// Buffer cache of the recorded mount, in blocks.
+        #[arg(long, default_value_t = 64)]
+        cache_blocks: usize,
+        /// End with unmount, or stop without it (auto: unmount for odd seeds).
+        #[arg(long, value_enum, default_value_t = End::Auto)]
+        end: End,
+        /// Run this update policy's sweeps during the workload (times scaled down).
+        #[arg(long, value_enum)]
+        update: Option<UpdatePolicy>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum VolumeCmd {
+    /// The volume snapshot: a copy-on-write snapshot of the whole volume under the file system.
+    Snapshot {
+        #[command(subcommand)]
+        op: SnapCmd,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum SnapCmd {
+    /// Take a snapshot of an unmounted volume. `--store reserved` keeps the old blocks in the area
+    /// after the file system (mkfs --snapshot-reserve); `--store br` in a Block Register
+    /// reservation of the file system itself.
+    Create {
+        image: PathBuf,
+        #[arg(long, value_enum)]
+        store: StoreKind,
+        /// Blocks the br store reserves at first.
+        #[arg(long, default_value_t = 4096)]
+        initial: u64,
+    },
+    /// The snapshot's store, its size and whether it is valid.
+    Status { image: PathBuf },
+    /// Write the volume as it was at snapshot time to a new image OUT.
+    Export { image: PathBuf, out: PathBuf },
+    /// Mount the snapshot read-only through FUSE.
+    Mount {
+        image: PathBuf,
+        dir: PathBuf,
+        #[arg(short, long)]
+        foreground: bool,
+    },
+    /// Delete the snapshot (and a br store's reservation).
+    Delete { image: PathBuf },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum FsSnapCmd {
+    /// Take a snapshot NAME (writers wait meanwhile).
+    Create { name: String },
+    /// The snapshots, oldest first.
+    List,
+    /// Delete a snapshot; its blocks go to the other snapshots that need them, or are freed.
+    Delete { name: String },
+    /// Write the file system as it was when NAME was taken to a new image OUT.
+    Export { name: String, out: PathBuf },
+    /// Mount the frozen file system of NAME read-only on DIR.
+    Mount {
+        name: String,
+        dir: PathBuf,
+        #[arg(short, long)]
+        foreground: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum BrCmd {
+    /// Reserve NBLOCKS blocks under NAME (the file /.br/NAME).
+    Reserve {
+        name: String,
+        nblocks: u64,
+        /// Place the blocks near this physical block.
+        #[arg(long)]
+        hint: Option<u64>,
+    },
+    /// The physical runs of logical blocks OFFSET..OFFSET+COUNT: "offset start length" lines.
+    Query { name: String, offset: u64, count: u64 },
+    /// Add NBLOCKS blocks at the end of the reservation.
+    Expand {
+        name: String,
+        nblocks: u64,
+        #[arg(long)]
+        hint: Option<u64>,
+    },
+    /// Return physical block PHYSBLOCK to the file system.
+    Truncate { name: String, physblock: u64 },
+    /// Remove the reservation; its blocks return to the file system.
+    Free { name: String },
+    /// Every reservation.
+    List,
+}
+
+/// `sufs bench peers`: sizes default to issue 8's; `--scale` shrinks them all for a quick run.
+#[derive(Args, Clone)]
+pub(crate) struct PeersArgs {
+    /// File systems, comma-separated (default: all of them).
+    #[arg(long, value_delimiter = ',', default_value = "sufs-softdep,sufs-sync,sufs-async,fuse2fs,ext4-kernel")]
+    pub(crate) peers: Vec<String>,
+    /// Workloads, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "files,copy,andrew,postmark,fio")]
+    pub(crate) workloads: Vec<String>,
+    /// Multiply every count and size below (but the image's) by this.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) scale: f64,
+    /// Empty files created, stat'ed and removed (1,000 to a directory).
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) files: usize,
+    /// Trees copied in and removed.
+    #[arg(long, value_delimiter = ',', default_value = "/usr/include,/usr/share/doc")]
+    pub(crate) trees: Vec<PathBuf>,
+    /// At most this many files of the trees.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) tree_files: usize,
+    /// Source tree of the Andrew-like phases, and at most this many of its files.
+    #[arg(long, default_value = "/usr/include")]
+    pub(crate) andrew_tree: PathBuf,
+    #[arg(long, default_value_t = 4000)]
+    pub(crate) andrew_files: usize,
+    /// PostMark: files in the initial pool, and transactions.
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) postmark_files: usize,
+    #[arg(long, default_value_t = 50_000)]
+    pub(crate) postmark_tx: usize,
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// fio's file, and the time limit of each of its four jobs in seconds.
+    #[arg(long, value_parser = parse_size, default_value = "2G")]
+    pub(crate) fio_size: u64,
+    #[arg(long, default_value_t = 30)]
+    pub(crate) fio_runtime: u64,
+    /// Size of every image.
+    #[arg(long, value_parser = parse_size, default_value = "4G")]
+    pub(crate) image_size: u64,
+    /// Where the images and mount points go.
+    #[arg(long, default_value = "/var/tmp")]
+    pub(crate) dir: PathBuf,
+    /// Directory for the SVG plots.
+    #[arg(long, default_value = "bench-out")]
+    pub(crate) out: PathBuf,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum BenchCmd {
+    /// Issue 8: the same workloads (many empty files; real trees copied; Andrew-like; PostMark-
+    /// like; fio) through the mounts of sufs softdep, sync and async, fuse2fs and kernel ext4 on
+    /// a loop device, each on a fresh image; a table, plots and JSON.
+    Peers(PeersArgs),
+    /// The Block Register paper's Figure 2: a volume snapshot with the reserved store and with the
+    /// br store, side by side: 4 KiB direct writes and unpack-then-delete, on the simulated disk
+    /// and on an image file.
+    Br {
+        /// Volume size.
+        #[arg(long, value_parser = parse_size, default_value = "1G")]
+        size: u64,
+        /// The large file written to.
+        #[arg(long, value_parser = parse_size, default_value = "256M")]
+        file: u64,
+        /// Requests per direct-write run on the simulated disk.
+        #[arg(long, default_value_t = 4000)]
+        ios: u64,
+        /// Requests per direct-write run on the image file.
+        #[arg(long, default_value_t = 1000)]
+        file_ios: u64,
+        #[arg(long, default_value = "/usr/include")]
+        tree: PathBuf,
+        #[arg(long, default_value_t = 2000)]
+        tree_files: usize,
+        #[arg(long, default_value_t = 5)]
+        copies: usize,
+        /// Where the image files go.
+        #[arg(long, default_value = "/var/tmp")]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// The soft updates paper's comparison (§5), in-process on durable image files: create and
+    /// remove files, then an Andrew-like set of phases, for sync, async and softdep.
+    Orderings {
+        /// Files created, then removed.
+        #[arg(long, default_value_t = 10_000)]
+        files: usize,
+        /// Source tree copied in the Andrew-like phases.
+        #[arg(long, default_value = "/usr/include")]
+        tree: PathBuf,
+        /// At most this many files of the tree.
+        #[arg(long, default_value_t = 4000)]
+        tree_files: usize,
+        /// Where the image files go.
+        #[arg(long, default_value = "/var/tmp")]
+        dir: PathBuf,
+        /// Size of the large file written and fsync'ed, in MiB.
+        #[arg(long, default_value_t = 256)]
+        big_mb: usize,
+        /// Rounds, the orderings interleaved; each phase reports its median.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// In-process (`lib`), through a FUSE mount (`fuse`), or both.
+        #[arg(long, default_value = "both", value_parser = ["lib", "fuse", "both"])]
+        through: String,
+    },
+    /// Mogul 1994 §4.1: read response time under PU and AIPU, with delayed and async full-block
+    /// writes; and the kernel-build-like workload's blocks written per policy (Table 4-3).
+    UpdatePolicy {
+        #[arg(long, default_value_t = 6)]
+        trials: u32,
+        /// Simulated seconds per trial.
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+        /// Disk model: rz58 (the paper's) or modern.
+        #[arg(long, default_value = "rz58")]
+        disk: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Directory for the SVG plots.
+        #[arg(long, default_value = "bench-out")]
+        out: PathBuf,
+        /// Also write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+pub(crate) fn workload_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(crashtest::WORKLOADS.iter().copied().chain(["all"]))
+}

@@ -1,0 +1,266 @@
+//! The benchmarks and the crash tester from the command line.
+
+use std::path::{Path, PathBuf};
+use sufs::crashtest::{self, CrashOptions};
+use sufs::fs::Ordering;
+
+use super::*;
+
+pub(crate) fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<PathBuf>) -> Result<(), Fail> {
+    let r = sufs::bench_br::run(o)?;
+    println!("| device | test | reserved store | br store | br vs reserved |");
+    println!("| --- | --- | --- | --- | --- |");
+    for row in &r.rows {
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.0}% |",
+            row.device, row.test, row.reserved, row.br, row.br_vs_reserved
+        );
+    }
+    println!();
+    println!("| store | blocks used | space set aside |");
+    println!("| --- | --- | --- |");
+    for (what, used, size) in &r.space {
+        println!("| {what} | {used} ({} MiB) | {size} ({} MiB) |", (used * 4096) >> 20, (size * 4096) >> 20);
+    }
+    println!();
+    println!("Where the time went on the simulated disk:");
+    println!();
+    println!("| run | store | s | in refills (s) | refills | preserved | exceptions | reads | writes | positionings | mean seek (blocks) | write batches |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for p in &r.profiles {
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {:.0} | {} |",
+            p.run,
+            p.store,
+            p.seconds,
+            p.refill_seconds,
+            p.refills,
+            p.preserved,
+            p.exceptions,
+            p.reads,
+            p.writes,
+            p.positionings,
+            p.mean_seek_blocks,
+            p.batches
+        );
+    }
+    if let Some(p) = json {
+        std::fs::write(&p, serde_json::to_string_pretty(&r)?)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
+    use sufs::bench_peers::{run, PeersOptions};
+    let o = PeersOptions {
+        exe: std::env::current_exe()?,
+        dir: a.dir,
+        image_size: a.image_size,
+        peers: a.peers,
+        workloads: a.workloads,
+        files: a.files,
+        trees: a.trees,
+        tree_files: a.tree_files,
+        andrew_tree: a.andrew_tree,
+        andrew_files: a.andrew_files,
+        postmark_files: a.postmark_files,
+        postmark_tx: a.postmark_tx,
+        seed: a.seed,
+        fio_size: a.fio_size,
+        fio_runtime: a.fio_runtime,
+        ..Default::default()
+    }
+    .scaled(a.scale);
+    println!(
+        "sufs bench peers: {} empty files; trees {} (at most {} files); Andrew-like over {} (at most {} files); \
+         PostMark {} files, {} transactions, seed {}; fio on {} MiB, {} s a job; {} MiB images in {}",
+        o.files,
+        o.trees.iter().map(|t| t.display().to_string()).collect::<Vec<_>>().join(" and "),
+        o.tree_files,
+        o.andrew_tree.display(),
+        o.andrew_files,
+        o.postmark_files,
+        o.postmark_tx,
+        o.seed,
+        o.fio_size >> 20,
+        o.fio_runtime,
+        o.image_size >> 20,
+        o.dir.display()
+    );
+    let multi = indicatif::MultiProgress::new();
+    let style = indicatif::ProgressStyle::with_template("{prefix:>9} {bar:30} {pos}/{len} {msg}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let bars: Vec<(String, indicatif::ProgressBar)> = o
+        .workloads
+        .iter()
+        .map(|w| {
+            let b = multi.add(indicatif::ProgressBar::new(o.peers.len() as u64));
+            b.set_style(style.clone());
+            b.set_prefix(w.clone());
+            (w.clone(), b)
+        })
+        .collect();
+    let bar = |w: &str| bars.iter().find(|(n, _)| n == w).map(|(_, b)| b);
+    let r = run(&o, &mut |w, peer, phase| {
+        if let Some(b) = bar(w) {
+            match phase {
+                Some(ph) => b.set_message(format!("{peer}: {ph}")),
+                None => b.inc(1),
+            }
+        }
+    })?;
+    for (_, b) in &bars {
+        b.finish_with_message("done");
+    }
+    for (what, why) in &r.skipped {
+        println!("skipped {what}: {why}");
+    }
+    println!("\n{}", r.table());
+    let ratios = r.ratios();
+    if !ratios.is_empty() {
+        println!("softdep's time over the others' (below 1: softdep is faster):\n\n{ratios}");
+    }
+    let plots = r.plots(&a.out).map_err(|e| Fail(format!("plots: {e}"), 1))?;
+    for p in &plots {
+        println!("plot: {}", p.display());
+    }
+    if let Some(j) = a.json {
+        std::fs::write(&j, serde_json::to_string_pretty(&r)?).map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
+        println!("json: {}", j.display());
+    }
+    Ok(())
+}
+
+pub(crate) fn cmd_bench_orderings(
+    files: usize,
+    tree: &Path,
+    tree_files: usize,
+    dir: &Path,
+    big_mb: usize,
+    rounds: usize,
+    through: &str,
+) -> Result<(), Fail> {
+    println!(
+        "soft updates §5 comparison: {files} files created and removed; Andrew-like phases over {} (at most \
+         {tree_files} files); a {big_mb} MiB file written and fsync'ed; median of {rounds} interleaved rounds",
+        tree.display()
+    );
+    let work = sufs::bench::OrderingWork { files, tree, tree_files, big_mb };
+    if through != "fuse" {
+        let rs = sufs::bench::ordering_compare(dir, &work, rounds)?;
+        print_orderings("in-process, durable image files", &rs);
+    }
+    if through != "lib" {
+        if !Path::new("/dev/fuse").exists() {
+            return Err(Fail("/dev/fuse is missing: the FUSE comparison cannot run (use --through lib)".into(), 1));
+        }
+        let exe = std::env::current_exe()?;
+        let rs = sufs::bench::ordering_compare_fuse(&exe, dir, &work, rounds)?;
+        print_orderings("through the FUSE mount", &rs);
+    }
+    Ok(())
+}
+
+/// One table of `sufs bench orderings`, with the paper's ratios: time over the paper's phases
+/// (create, remove and the Andrew-like ones) and over all of them, creates, removes and writes
+/// against sync.
+pub(crate) fn print_orderings(title: &str, rs: &[sufs::bench::OrderingResult]) {
+    println!("\n{title}:");
+    print!("{:<9}", "ordering");
+    for (name, _) in &rs[0].phases {
+        print!(" {:>10}", name);
+    }
+    println!(" {:>10} {:>12} {:>12}", "total s", "sync writes", "async writes");
+    let total = |r: &sufs::bench::OrderingResult| r.phases.iter().map(|p| p.1).sum::<f64>();
+    // The paper's phases: everything before the large file.
+    let paper = |r: &sufs::bench::OrderingResult| r.phases.iter().take(6).map(|p| p.1).sum::<f64>();
+    for r in rs {
+        print!("{:<9}", r.ordering);
+        for (_, t) in &r.phases {
+            print!(" {:>10.3}", t);
+        }
+        println!(" {:>10.3} {:>12} {:>12}", total(r), r.sync_writes, r.async_writes);
+    }
+    let by = |name: &str| rs.iter().find(|r| r.ordering == name);
+    if let (Some(s), Some(a), Some(d)) = (by("sync"), by("async"), by("softdep")) {
+        let phase = |r: &sufs::bench::OrderingResult, i: usize| r.phases[i].1.max(1e-9);
+        println!(
+            "softdep vs async: {:.2}x the time over the paper's phases (create to compile), {:.2}x over all; \
+             vs sync: creates {:.1}x faster, removes {:.1}x faster, {:.0}% fewer writes",
+            paper(d) / paper(a).max(1e-9),
+            total(d) / total(a).max(1e-9),
+            phase(s, 0) / phase(d, 0),
+            phase(s, 1) / phase(d, 1),
+            100.0 * (1.0 - (d.sync_writes + d.async_writes) as f64 / (s.sync_writes + s.async_writes).max(1) as f64)
+        );
+    }
+}
+
+pub(crate) fn cmd_bench_update(
+    trials: u32,
+    seconds: u64,
+    disk: &str,
+    seed: u64,
+    out: &Path,
+    json: Option<PathBuf>,
+) -> Result<(), Fail> {
+    use sufs::bench;
+    let disk = sufs::dev::DiskModel::by_name(disk)
+        .ok_or_else(|| Fail(format!("unknown disk model {disk:?} (rz58, modern)"), 2))?;
+    let o = bench::UpdateBenchOptions { trials, seconds, disk: disk.clone(), seed, ..Default::default() };
+    let bar = indicatif::ProgressBar::new(4 * trials as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} trials  {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let results = bench::update_policy(&o, |label, t| {
+        bar.set_message(format!("{label} trial {t}"));
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    println!(
+        "Mogul 1994 §4.1 on the {} model: {} trials of {} simulated s each, cache {} blocks of {} bytes, seed {}\n",
+        disk.name, trials, seconds, o.cache_blocks, o.block_size, seed
+    );
+    print!("{}", bench::update_policy_report(&results));
+    let pu = &results[0];
+    let aipu = &results[2];
+    println!(
+        "\nAIPU vs PU (delayed writes): max read response {:.1}x lower, std {:.1}x lower, mean {:.2}x",
+        pu.max_ms / aipu.max_ms.max(1e-9),
+        pu.std_ms / aipu.std_ms.max(1e-9),
+        aipu.mean_ms / pu.mean_ms.max(1e-9)
+    );
+    let build = bench::kernel_build(&disk, 300, seed)?;
+    println!("\nkernel-build-like workload (Table 4-3), 300 units:");
+    println!("{:<6} {:>15} {:>12}", "policy", "blocks written", "redirties");
+    for b in &build {
+        println!("{:<6} {:>15} {:>12}", b.policy.to_string(), b.blocks_written, b.redirties);
+    }
+    bench::update_policy_plots(&results, out).map_err(|e| Fail(format!("plots: {e}"), 1))?;
+    println!("\nplots: {}/update-policy-histogram.svg, {}/update-policy-bursts.svg", out.display(), out.display());
+    if let Some(j) = json {
+        let v = serde_json::json!({ "update_policy": results, "kernel_build": build });
+        std::fs::write(&j, serde_json::to_string_pretty(&v)?).map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn cmd_crashtest(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions) -> Result<u8, Fail> {
+    let names: Vec<&str> = if workload == "all" { crashtest::WORKLOADS.to_vec() } else { vec![workload] };
+    let (mut states, mut violations) = (0, 0);
+    for name in &names {
+        let s = crashtest::run(ordering, name, seed, opts).map_err(|e| Fail(e.to_string(), 2))?;
+        println!("{s}\n");
+        states += s.states;
+        violations += s.violations;
+    }
+    let what = format!("{} workload(s), ordering {ordering}, seed {seed}: {states} crash states", names.len());
+    if violations == 0 {
+        println!("crashtest: {what}, no violations");
+        Ok(0)
+    } else {
+        println!("crashtest: {what}, VIOLATIONS: {violations}");
+        Ok(1)
+    }
+}

@@ -1,0 +1,314 @@
+//! Commands to a running mount through its control channel (sync, shutdown, snapshots, the Block Register) and to volumes.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use sufs::clock::{Clock, RealClock};
+use sufs::ctl::{self, CtlClient};
+use sufs::dev::{BlockDevice, FileDevice};
+use sufs::fs::mountopt::MountOpts;
+use sufs::fs::shutdown::Shutdown;
+use sufs::fs::{Fs, MountOptions, Ordering};
+use sufs::fuse::{self as fusemount, SufsFuse, DEFAULT_THREADS};
+use sufs::helper::mount_point_of;
+use sufs::snapshot;
+use sufs::syncer::{SyncerOptions, UpdatePolicy};
+use sufs::volume::{self, PoolOptions, VolumeDevice};
+
+use super::*;
+
+/// The image a sufs mount on `dir` serves (from /proc/self/mountinfo).
+pub(crate) fn mounted_image(dir: &Path) -> Result<(PathBuf, String), Fail> {
+    match mount_source(dir)? {
+        (abs, Some(source)) if source.starts_with("sufs:") => Ok((abs, source.trim_start_matches("sufs:").to_string())),
+        _ => Err(Fail(format!("{} is not a sufs mount", dir.display()), 1)),
+    }
+}
+
+/// The mount point `dir` made absolute, and the source of the FUSE mount there, if any.
+pub(crate) fn mount_source(dir: &Path) -> Result<(PathBuf, Option<String>), Fail> {
+    let abs = std::fs::canonicalize(dir).map_err(|e| Fail(format!("{}: {e}", dir.display()), 1))?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // mountinfo: ... mountpoint ... - fstype source options
+    let source = mounts.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mp = left.split(' ').nth(4)?;
+        let mut r = right.split(' ');
+        let fstype = r.next()?;
+        let source = r.next()?;
+        (mp == abs.to_str()? && fstype.starts_with("fuse")).then(|| source.to_string())
+    });
+    Ok((abs, source))
+}
+
+/// Runs a control request on `on`: through the control channel of the mount serving it (a mount
+/// point, or an image some sufs holds), or on the unmounted image itself.
+pub(crate) fn control(on: &Path, req: ctl::Request) -> Result<serde_json::Value, Fail> {
+    let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
+    let f = std::fs::File::open(&image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    if f.try_lock().is_err() {
+        let sock = ctl::socket_path(&image);
+        let mut c =
+            CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is mounted, but: {e}", image.display()), 1))?;
+        return c.call(&req).map_err(|e| Fail(e.to_string(), 1));
+    }
+    let (dev, sb) = open_image(&image, true)?;
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let opts = MountOptions { cache_blocks: (64 << 20) / sb.block_size as usize, ..Default::default() };
+    let mut fs = Fs::mount(Arc::new(dev), opts, clock).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let r = ctl::execute(&mut fs, req);
+    fs.unmount().map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    drop(f);
+    r.map_err(|e| Fail(e.to_string(), 1))
+}
+
+/// Opens an unmounted image for the volume commands (whole device: file system and reserved area).
+pub(crate) fn volume_device(image: &Path, writable: bool) -> Result<(Arc<dyn BlockDevice>, std::fs::File), Fail> {
+    let f = std::fs::File::open(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let locked = if writable { f.try_lock().is_ok() } else { f.try_lock_shared().is_ok() };
+    if !locked {
+        return Err(Fail(format!("{} is mounted; unmount it first", image.display()), 1));
+    }
+    let (dev, _) = open_image(image, writable)?;
+    Ok((Arc::new(dev), f))
+}
+
+pub(crate) fn cmd_volume(op: SnapCmd) -> Result<(), Fail> {
+    let pool = PoolOptions::default();
+    match op {
+        SnapCmd::Create { image, store, initial } => {
+            let (dev, _lock) = volume_device(&image, true)?;
+            VolumeDevice::create(dev, store, PoolOptions { initial, ..pool }, RealClock::new().wall().0)?;
+            println!("{}: snapshot taken ({store} store)", image.display());
+        }
+        SnapCmd::Status { image } => {
+            let (dev, _lock) = volume_device(&image, false)?;
+            let Some(vol) = VolumeDevice::open(dev, pool)? else {
+                println!("{}: no volume snapshot", image.display());
+                return Ok(());
+            };
+            let s = vol.volume_stats();
+            let state = vol.invalid_reason().map_or("valid".to_string(), |r| format!("INVALID: {r}"));
+            println!(
+                "{}: {} store, {state}; {} exceptions; store blocks used {} of {} ({} MiB)",
+                image.display(),
+                vol.kind(),
+                s.exceptions,
+                s.store_used,
+                s.store_size,
+                (s.store_size * vol.block_size() as u64) >> 20
+            );
+        }
+        SnapCmd::Export { image, out } => {
+            let (dev, _lock) = volume_device(&image, false)?;
+            let vol = VolumeDevice::open(dev, pool)?
+                .ok_or_else(|| Fail(format!("{}: no volume snapshot", image.display()), 1))?;
+            let n = volume::export(&vol, &out)?;
+            println!("{}: snapshot exported to {} ({n} blocks written)", image.display(), out.display());
+        }
+        SnapCmd::Mount { image, dir, foreground } => {
+            if !foreground {
+                return spawn_daemon(&image, &dir, own_args(), false);
+            }
+            let m = MountArgs {
+                ordering: Ordering::Softdep,
+                foreground,
+                stats: None,
+                cache: 128 << 20,
+                size: 0,
+                ro: true,
+                sync: SyncerOptions::for_policy(UpdatePolicy::Aipu),
+                async_full_blocks: false,
+                softdep_limit: 200_000,
+                threads: DEFAULT_THREADS,
+                snapshot: true,
+                force: false,
+                opts: MountOpts { ro: Some(true), ..Default::default() },
+                reexec: own_args(),
+                make_missing: false,
+                quiet: false,
+            };
+            if !image.exists() {
+                return Err(Fail(format!("{} does not exist", image.display()), 32));
+            }
+            cmd_mount(&image, &dir, m)?;
+        }
+        SnapCmd::Delete { image } => {
+            let (dev, _lock) = volume_device(&image, true)?;
+            let kind = VolumeDevice::delete(dev)?;
+            println!("{}: snapshot deleted ({kind} store)", image.display());
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn cmd_br(on: &Path, op: BrCmd) -> Result<(), Fail> {
+    use ctl::Request;
+    let show = |v: &serde_json::Value| {
+        format!(
+            "{}: {} blocks reserved, length {} (inode {})",
+            v["name"].as_str().unwrap_or("?"),
+            v["blocks"],
+            v["length"],
+            v["ino"]
+        )
+    };
+    match op {
+        BrCmd::Reserve { name, nblocks, hint } => {
+            println!("{}", show(&control(on, Request::BrReserve { name, nblocks, hint })?))
+        }
+        BrCmd::Expand { name, nblocks, hint } => {
+            println!("{}", show(&control(on, Request::BrExpand { name, nblocks, hint })?))
+        }
+        BrCmd::Truncate { name, physblock } => {
+            println!("{}", show(&control(on, Request::BrTruncate { name, block: physblock })?))
+        }
+        BrCmd::Query { name, offset, count } => {
+            let runs = control(on, Request::BrQuery { name, offset, count })?;
+            for r in runs.as_array().into_iter().flatten() {
+                println!("{} {} {}", r["offset"], r["start"], r["len"]);
+            }
+        }
+        BrCmd::Free { name } => {
+            let n = control(on, Request::BrFree { name: name.clone() })?;
+            println!("{name}: freed, {n} blocks returned");
+        }
+        BrCmd::List => {
+            let list = control(on, Request::BrList)?;
+            for v in list.as_array().into_iter().flatten() {
+                println!("{}", show(v));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `sufs sync [ON]`: one mount, or every sufs mount in /proc/self/mountinfo.
+pub(crate) fn cmd_sync(on: Option<&Path>) -> Result<(), Fail> {
+    let targets: Vec<PathBuf> = match on {
+        Some(p) => vec![p.to_path_buf()],
+        None => {
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+            mounts
+                .lines()
+                .filter_map(|l| {
+                    let (left, right) = l.split_once(" - ")?;
+                    let mp = left.split(' ').nth(4)?;
+                    right.split(' ').nth(1)?.starts_with("sufs:").then(|| PathBuf::from(mp))
+                })
+                .collect()
+        }
+    };
+    for t in targets {
+        if t.is_dir() {
+            mounted_image(&t)?;
+        }
+        let v = control(&t, ctl::Request::Sync)?;
+        println!("{}: {} blocks written", t.display(), v["blocks_written"]);
+    }
+    Ok(())
+}
+
+/// Shuts a mount down through its control channel (never an unmounted image: there is nothing
+/// to stop, and a mount made here to stop it would leave the image unclean).
+pub(crate) fn cmd_shutdown(on: &Path, mode: Shutdown) -> Result<(), Fail> {
+    let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
+    let sock = ctl::socket_path(&image);
+    let mut c = CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is not mounted: {e}", on.display()), 1))?;
+    let v = c.call(&ctl::Request::Shutdown { mode }).map_err(|e| Fail(e.to_string(), 1))?;
+    println!("{}: shut down, {} blocks written first", on.display(), v["blocks_written"]);
+    Ok(())
+}
+
+/// The frozen file system of snapshot `name` of `on` as a read-only device: the snapshot file
+/// read through the mount (a mounted image), or the image opened here. The lock file (if any)
+/// must be kept while the device is used.
+pub(crate) fn frozen_device(on: &Path, name: &str) -> Result<(Arc<dyn BlockDevice>, Option<std::fs::File>), Fail> {
+    let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
+    let f = std::fs::File::open(&image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let (_, sb) = open_image(&image, false)?;
+    if f.try_lock_shared().is_err() {
+        let mnt = if on.is_dir() {
+            on.to_path_buf()
+        } else {
+            mount_point_of(&image).ok_or_else(|| {
+                Fail(format!("{} is in use but not mounted where this process can see it", image.display()), 1)
+            })?
+        };
+        let file = mnt.join(".snap").join(name);
+        let dev = FileDevice::open(&file, sb.block_size as usize, false)
+            .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
+        return Ok((Arc::new(dev), None));
+    }
+    let (dev, sb) = open_image(&image, false)?;
+    let opts = MountOptions { readonly: true, cache_blocks: (16 << 20) / sb.block_size as usize, ..Default::default() };
+    let fs = Fs::mount(Arc::new(dev), opts, Arc::new(RealClock::new()))
+        .map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let frozen = snapshot::FrozenDevice::new(snapshot::shared(fs), name.as_bytes())
+        .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
+    Ok((Arc::new(frozen), Some(f)))
+}
+
+pub(crate) fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
+    use ctl::Request;
+    let show = |v: &serde_json::Value| {
+        format!(
+            "{}: inode {}, taken at {}, {} blocks owned, {} blocks shared with the file system",
+            v["name"].as_str().unwrap_or("?"),
+            v["ino"],
+            v["created"],
+            v["blocks"],
+            v["shared"]
+        )
+    };
+    match op {
+        FsSnapCmd::Create { name } => {
+            let t = std::time::Instant::now();
+            let v = control(on, Request::SnapshotCreate { name })?;
+            println!("{} (took {:.3} s)", show(&v), t.elapsed().as_secs_f64());
+        }
+        FsSnapCmd::List => {
+            for v in control(on, Request::SnapshotList)?.as_array().into_iter().flatten() {
+                println!("{}", show(v));
+            }
+        }
+        FsSnapCmd::Delete { name } => {
+            let n = control(on, Request::SnapshotDelete { name: name.clone() })?;
+            println!("{name}: deleted, {n} blocks released");
+        }
+        FsSnapCmd::Export { name, out } => {
+            if out.exists() {
+                return Err(Fail(format!("{} exists; not overwriting it", out.display()), 1));
+            }
+            let (dev, _lock) = frozen_device(on, &name)?;
+            let n = snapshot::export(dev.as_ref(), &out)?;
+            println!("{name}: exported to {} ({n} blocks written)", out.display());
+        }
+        FsSnapCmd::Mount { name, dir, foreground } => {
+            if !foreground {
+                return spawn_daemon(on, &dir, own_args(), false);
+            }
+            let (dev, lock_file) = frozen_device(on, &name)?;
+            let opts = MountOptions { readonly: true, cache_blocks: 4096, ..Default::default() };
+            let fs = Fs::mount(dev, opts, Arc::new(RealClock::new()))
+                .map_err(|e| Fail(format!("cannot mount snapshot {name}: {e}"), 32))?;
+            let shared = Arc::new(Mutex::new(fs));
+            let config = fusemount::config(format!("sufs-snapshot:{name}"), true, DEFAULT_THREADS);
+            let mut session = fuser::Session::new(SufsFuse::new(shared), &dir, &config)
+                .map_err(|e| Fail(format!("cannot mount snapshot {name} on {}: {e}", dir.display()), 32))?;
+            let mut unmounter = session.unmount_callable();
+            let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+            let handle = signals.handle();
+            std::thread::spawn(move || {
+                if signals.forever().next().is_some() {
+                    let _ = unmounter.unmount();
+                }
+            });
+            notify_ready();
+            let run = session.run();
+            handle.close();
+            drop(lock_file);
+            run.map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1))?;
+        }
+    }
+    Ok(())
+}

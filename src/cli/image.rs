@@ -1,0 +1,249 @@
+//! Commands on an image: mkfs, fsck (and the background fsck of a mounted image), dumpfs.
+
+use std::path::Path;
+use std::sync::Arc;
+use sufs::clock::{Clock, RealClock};
+use sufs::ctl::{self};
+use sufs::dev::{BlockDevice, FileDevice};
+use sufs::format::Superblock;
+use sufs::fs::{mkfs, MkfsOptions};
+use sufs::volume::PrefixDevice;
+use sufs::{format, fsck, snapshot};
+
+use super::*;
+
+pub(crate) fn cmd_mkfs(
+    image: &Path,
+    size: Option<u64>,
+    block_size: u32,
+    inodes: Option<u64>,
+    snapshot_reserve: Option<u64>,
+) -> Result<Superblock, Fail> {
+    if !block_size.is_power_of_two() || !(format::MIN_BLOCK_SIZE..=format::MAX_BLOCK_SIZE).contains(&block_size) {
+        return Err(Fail(
+            format!(
+                "block size {block_size} is not a power of two from {} to {}",
+                format::MIN_BLOCK_SIZE,
+                format::MAX_BLOCK_SIZE
+            ),
+            1,
+        ));
+    }
+    let existed = image.exists();
+    if let Some(size) = size {
+        let blocks = size / block_size as u64;
+        if let Err(e) = Superblock::geometry(block_size, blocks, inodes) {
+            return Err(Fail(format!("cannot make a file system of {size} bytes: {e}"), 1));
+        }
+        FileDevice::create(image, size)?;
+    } else if !existed {
+        return Err(Fail(format!("{} does not exist: give --size to create it", image.display()), 1));
+    }
+    let dev = FileDevice::open(image, block_size as usize, true)?;
+    if let Some(size) = size {
+        if dev.num_blocks() * (block_size as u64) < size / block_size as u64 * block_size as u64 {
+            return Err(Fail(format!("{} is smaller than --size", image.display()), 1));
+        }
+    }
+    let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    if let Some(r) = snapshot_reserve {
+        let keep = r.div_ceil(block_size as u64);
+        if keep + 1024 > dev.num_blocks() {
+            return Err(Fail(format!("--snapshot-reserve {r} leaves too little for a file system"), 1));
+        }
+        let blocks = dev.num_blocks() - keep;
+        dev = Arc::new(PrefixDevice { inner: dev, blocks });
+    }
+    let opts = MkfsOptions {
+        block_size,
+        inodes,
+        uid: unsafe { libc::getuid() },
+        gid: unsafe { libc::getgid() },
+        zeroed: !existed,
+    };
+    mkfs(dev, &opts, RealClock::new().wall())
+        .map_err(|e| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1))
+}
+
+pub(crate) fn print_mkfs(image: &Path, sb: &Superblock) {
+    println!(
+        "{}: {} blocks of {} bytes ({} MiB), {} groups, {} inodes",
+        image.display(),
+        sb.num_blocks,
+        sb.block_size,
+        (sb.num_blocks * sb.block_size as u64) >> 20,
+        sb.ngroups,
+        sb.total_inodes()
+    );
+}
+
+/// Reads the superblock with a probe of the smallest block size, then opens the image with the
+/// file system's block size.
+pub(crate) fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Superblock), Fail> {
+    let probe = FileDevice::open(image, format::MIN_BLOCK_SIZE as usize, false)?;
+    if probe.num_blocks() == 0 {
+        return Err(Fail(format!("{}: too small to hold a file system", image.display()), 8));
+    }
+    let mut buf = vec![0u8; format::MIN_BLOCK_SIZE as usize];
+    probe.read_block(0, &mut buf)?;
+    let sb = Superblock::decode(&buf).map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
+    let dev = FileDevice::open(image, sb.block_size as usize, writable)?;
+    Ok((dev, sb))
+}
+
+/// `fsck --background`: a snapshot checked while writers go on, its lost resources handed to the
+/// live file system. Exit 0 nothing found, 1 adjusted, 4 violations found (nothing adjusted).
+pub(crate) fn cmd_fsck_background(on: &Path) -> Result<u8, Fail> {
+    use ctl::Request;
+    let t = std::time::Instant::now();
+    let name = format!("fsck.{}", std::process::id());
+    control(on, Request::SnapshotCreate { name: name.clone() })?;
+    let taken = t.elapsed();
+    let report = {
+        let (dev, _lock) = frozen_device(on, &name)?;
+        fsck::check(dev.as_ref())
+    };
+    let checked = t.elapsed();
+    control(on, Request::SnapshotDelete { name: name.clone() })?;
+    let report = report.map_err(|e| Fail(e.to_string(), 8))?;
+    let mut adjust = snapshot::Adjust::default();
+    let mut other = Vec::new();
+    for f in &report.findings {
+        println!("{:?}: {f}", f.class());
+        match *f {
+            fsck::Finding::LeakedBlock { bno } => adjust.blocks.push(bno),
+            fsck::Finding::UnreferencedInode { ino, .. } => adjust.unreferenced.push(ino),
+            fsck::Finding::LeakedInode { ino } => adjust.leaked_inodes.push(ino),
+            fsck::Finding::LinkCountTooHigh { ino, stored, actual } => adjust.links.push((ino, stored - actual)),
+            _ => other.push(f),
+        }
+    }
+    if report.violations() > 0 {
+        println!("{}: {} violations: run a full fsck on the unmounted image", on.display(), report.violations());
+        return Ok(4);
+    }
+    let done = if adjust == snapshot::Adjust::default() {
+        serde_json::Value::Null
+    } else {
+        control(on, Request::FsckAdjust { adjust })?
+    };
+    println!(
+        "{}: background fsck: snapshot {:.3} s, check {:.3} s, total {:.3} s; {} files, {} directories, {} blocks used; {} findings ({} left for a full fsck); adjusted: {}",
+        on.display(),
+        taken.as_secs_f64(),
+        (checked - taken).as_secs_f64(),
+        t.elapsed().as_secs_f64(),
+        report.files,
+        report.dirs,
+        report.used_blocks,
+        report.findings.len(),
+        other.len(),
+        if done.is_null() { "nothing".to_string() } else { done.to_string() }
+    );
+    Ok(if done.is_null() { 0 } else { 1 })
+}
+
+pub(crate) fn cmd_fsck(image: &Path, opts: &fsck::Options) -> Result<u8, Fail> {
+    let writes = opts.mode != fsck::Mode::Check;
+    let f = std::fs::File::open(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
+    if f.try_lock_shared().is_err() {
+        return Err(Fail(format!("{} is mounted; unmount it first", image.display()), 8));
+    }
+    let dev = fsck::open_image_at(image, writes, opts.superblock).map_err(|e| Fail(e.to_string(), 8))?;
+    let report = fsck::run(&dev, opts).map_err(|e| Fail(e.to_string(), 8))?;
+    if report.skipped_clean {
+        println!("{}: clean, not checked (-f to check)", image.display());
+        return Ok(0);
+    }
+    if let Some(n) = report.alternate {
+        println!("{}: using the superblock copy at block {n} (geometry only)", image.display());
+    }
+    for f in &report.findings {
+        println!("{:?}: {f}", f.class());
+    }
+    println!(
+        "{}: {} files, {} directories, {} blocks used; {} findings ({} allowed, {} violations){}",
+        image.display(),
+        report.files,
+        report.dirs,
+        report.used_blocks,
+        report.findings.len(),
+        report.allowed(),
+        report.violations(),
+        if report.repaired { ", repaired" } else { "" }
+    );
+    if report.reservations > 0 {
+        println!(
+            "{}: {} Block Register reservations in /.br own {} blocks",
+            image.display(),
+            report.reservations,
+            report.reserved_blocks
+        );
+    }
+    if let Some(why) = &report.refused {
+        println!("{}: not preened ({why}), nothing changed: run sufs fsck -y", image.display());
+        return Ok(4);
+    }
+    if writes && !report.remaining.is_empty() {
+        for f in &report.remaining {
+            println!("left: {:?}: {f}", f.class());
+        }
+        println!("{}: {} findings left unrepaired: run sufs fsck -y", image.display(), report.remaining.len());
+    }
+    Ok(if report.findings.is_empty() {
+        0
+    } else if !report.remaining.is_empty() {
+        4
+    } else {
+        1
+    })
+}
+
+pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
+    let (dev, sb) = open_image(image, false)?;
+    println!("magic     {:#x}  version {}", format::MAGIC, format::VERSION);
+    println!("bsize     {}", sb.block_size);
+    println!("blocks    {} ({} MiB)", sb.num_blocks, (sb.num_blocks * sb.block_size as u64) >> 20);
+    println!(
+        "groups    {} of {} blocks, {} inodes each ({} inode table blocks)",
+        sb.ngroups,
+        sb.blocks_per_group,
+        sb.inodes_per_group,
+        sb.inode_table_blocks()
+    );
+    println!("inodes    {}", sb.total_inodes());
+    println!("free      {} blocks, {} inodes; {} directories", sb.free_blocks, sb.free_inodes, sb.ndirs);
+    let mut flags = Vec::new();
+    if sb.flags & format::SB_CLEAN != 0 {
+        flags.push("clean");
+    } else {
+        flags.push("not clean (mounted or crashed)");
+    }
+    if sb.flags & format::SB_SOFTDEP != 0 {
+        flags.push("last mounted with soft updates");
+    } else if sb.flags & format::SB_ASYNC != 0 {
+        flags.push("last mounted async");
+    } else {
+        flags.push("last mounted sync");
+    }
+    if sb.flags & format::SB_NEEDS_FSCK != 0 {
+        flags.push("needs fsck (damage was found while mounted)");
+    }
+    println!("flags     {}", flags.join(", "));
+    println!("mounts    {}", sb.mount_count);
+    let snaps: Vec<String> = sb.snapshots.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();
+    println!("snapshots {}", if snaps.is_empty() { "none".into() } else { snaps.join(" ") });
+    println!();
+    println!("{:>5} {:>12} {:>10} {:>10} {:>8}", "group", "first block", "free blks", "free inos", "dirs");
+    let mut buf = vec![0u8; sb.block_size as usize];
+    for cg in 0..sb.ngroups {
+        dev.read_block(sb.cg_header_block(cg), &mut buf)?;
+        match format::CgHeader::decode(&buf, cg) {
+            Ok(h) => {
+                println!("{:>5} {:>12} {:>10} {:>10} {:>8}", cg, sb.cg_start(cg), h.free_blocks, h.free_inodes, h.ndirs)
+            }
+            Err(e) => println!("{:>5} {:>12} {e}", cg, sb.cg_start(cg)),
+        }
+    }
+    Ok(())
+}

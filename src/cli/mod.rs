@@ -1,0 +1,192 @@
+//! The `sufs` command's implementation: the arguments (`args`), and the commands by kind.
+
+use clap::Parser;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+use sufs::crashtest::CrashOptions;
+use sufs::fs::mountopt::MountOpts;
+use sufs::fsck;
+use sufs::helper;
+use sufs::syncer::SyncerOptions;
+
+mod args;
+mod bench;
+mod control;
+mod image;
+mod mount;
+
+pub(crate) use args::*;
+pub(crate) use bench::*;
+pub(crate) use control::*;
+pub(crate) use image::*;
+pub(crate) use mount::*;
+
+/// An error for the user: a message and an exit code.
+pub(crate) struct Fail(pub(crate) String, pub(crate) u8);
+
+impl<E: std::fmt::Display> From<E> for Fail {
+    fn from(e: E) -> Fail {
+        Fail(e.to_string(), 1)
+    }
+}
+
+pub(crate) fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,fuser=error")).init();
+    let args: Vec<String> = std::env::args().collect();
+    let name = args.first().and_then(|a| Path::new(a).file_name()).map(|n| n.to_string_lossy().into_owned());
+    if name.as_deref() == Some(helper::HELPER_NAME) {
+        return helper_main(&args[1..]);
+    }
+    finish(run(Cli::parse(), &args[1..]))
+}
+
+/// The exit of a command: its code, or its message and code.
+fn finish(r: Result<u8, Fail>) -> ExitCode {
+    match r {
+        Ok(code) => ExitCode::from(code),
+        Err(Fail(msg, code)) => {
+            eprintln!("sufs: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Runs a command; `args` are its arguments (without argv[0]), to run a mount again as its daemon.
+fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
+    match cli.cmd {
+        Cmd::Mkfs { image, size, block_size, inodes, snapshot_reserve } => {
+            let sb = cmd_mkfs(&image, size, block_size, inodes, snapshot_reserve)?;
+            print_mkfs(&image, &sb);
+            Ok(0)
+        }
+        Cmd::Mount {
+            image,
+            dir,
+            ordering,
+            foreground,
+            stats,
+            cache,
+            size,
+            ro,
+            update,
+            age,
+            interval,
+            async_full_blocks,
+            softdep_limit,
+            threads,
+            force,
+            options,
+            quiet,
+            no_create,
+        } => {
+            let mut opts = MountOpts::default();
+            for o in &options {
+                opts.add(o, false).map_err(|e| Fail(e, 1))?;
+            }
+            let update = opts.update.unwrap_or(update);
+            let mut sync = SyncerOptions::for_policy(update);
+            sync.age = Duration::from_secs(age);
+            if let Some(i) = interval {
+                sync.interval = Duration::from_secs(i.max(1));
+            }
+            let m = MountArgs {
+                ordering: opts.ordering.unwrap_or(ordering),
+                foreground,
+                stats,
+                cache: opts.cache.unwrap_or(cache),
+                size,
+                ro: opts.ro.unwrap_or(ro),
+                sync,
+                async_full_blocks,
+                softdep_limit,
+                threads: opts.threads.unwrap_or(threads).into(),
+                snapshot: false,
+                force,
+                opts,
+                reexec: args.to_vec(),
+                make_missing: !no_create,
+                quiet,
+            };
+            cmd_mount(&image, &dir, m).map(|_| 0)
+        }
+        Cmd::InstallHelper { prefix } => {
+            let (link, old) = helper::install(&prefix).map_err(|e| Fail(e, 1))?;
+            let target = std::fs::read_link(&link)?;
+            match old {
+                Some(old) => println!("{} -> {} (was {old})", link.display(), target.display()),
+                None => println!("{} -> {}", link.display(), target.display()),
+            }
+            Ok(0)
+        }
+        Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
+        Cmd::Fsck { image, background: true, .. } => cmd_fsck_background(&image),
+        Cmd::Fsck { image, yes, preen, force, superblock, .. } => {
+            let mode = if yes {
+                fsck::Mode::Repair
+            } else if preen {
+                fsck::Mode::Preen
+            } else {
+                fsck::Mode::Check
+            };
+            cmd_fsck(&image, &fsck::Options { mode, force, superblock })
+        }
+        Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
+        Cmd::Sync { on } => cmd_sync(on.as_deref()).map(|_| 0),
+        Cmd::Shutdown { on, mode } => cmd_shutdown(&on, mode).map(|_| 0),
+        Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),
+        Cmd::Snapshot { on, op } => cmd_snapshot(&on, op).map(|_| 0),
+        Cmd::Volume { op: VolumeCmd::Snapshot { op } } => cmd_volume(op).map(|_| 0),
+        Cmd::Bench { which: None, peers } | Cmd::Bench { which: Some(BenchCmd::Peers(peers)), .. } => {
+            cmd_bench_peers(peers).map(|_| 0)
+        }
+        Cmd::Bench {
+            which: Some(BenchCmd::Orderings { files, tree, tree_files, dir, big_mb, rounds, through }),
+            ..
+        } => cmd_bench_orderings(files, &tree, tree_files, &dir, big_mb, rounds, &through).map(|_| 0),
+        Cmd::Bench {
+            which: Some(BenchCmd::Br { size, file, ios, file_ios, tree, tree_files, copies, dir, seed, json }),
+            ..
+        } => {
+            let o = sufs::bench_br::BrBenchOptions {
+                blocks: size / 4096,
+                file_blocks: file / 4096,
+                ios,
+                file_ios,
+                tree,
+                tree_files,
+                copies,
+                dir,
+                seed,
+            };
+            cmd_bench_br(&o, json).map(|_| 0)
+        }
+        Cmd::Bench { which: Some(BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json }), .. } => {
+            cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
+        }
+        Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update } => {
+            let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ..Default::default() };
+            cmd_crashtest(ordering, &workload, seed, &opts)
+        }
+    }
+}
+
+/// This command's arguments (without argv[0]), to run it again as the mount's daemon.
+fn own_args() -> Vec<String> {
+    std::env::args().skip(1).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use sufs::fs::mountopt::parse_size;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("x").is_err());
+    }
+}

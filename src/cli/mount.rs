@@ -1,0 +1,475 @@
+//! Mounting: `sufs mount` (the gate on unclean images, the daemon, the syncer and control channel), mount(8)'s helper, remount and `sufs umount`.
+
+use clap::Parser;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use sufs::clock::{Clock, RealClock};
+use sufs::ctl::{self, CtlClient, CtlServer};
+use sufs::dev::BlockDevice;
+use sufs::format;
+use sufs::format::Superblock;
+use sufs::fs::mountopt::MountOpts;
+use sufs::fs::{Fs, MountOptions, Ordering};
+use sufs::fuse::{self as fusemount, lock, SufsFuse};
+use sufs::helper::{self, mount_point_of};
+use sufs::syncer::{Syncer, SyncerOptions};
+use sufs::volume::{PoolOptions, Refiller, SnapshotDevice, StoreKind, VolumeDevice};
+
+use super::*;
+
+/// Run as `mount.fuse.sufs SPEC DIR [-sfnv] [-o OPTS]` (by mount(8)): the same as
+/// `sufs mount -q --no-create IMAGE DIR -o OPTS`, or a remount. Exit codes as mount(8)'s
+/// helpers: 0, 1 for a bad call, 32 for a failed mount.
+pub(crate) fn helper_main(args: &[String]) -> ExitCode {
+    let usage = "usage: mount.fuse.sufs [sufs:]IMAGE DIR [-sfnv] [-o OPTIONS]";
+    let call = match helper::parse_args(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}: {e}\n{usage}", helper::HELPER_NAME);
+            return ExitCode::from(1);
+        }
+    };
+    let opts = match MountOpts::parse(&call.options, call.sloppy) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{}: {e}", helper::HELPER_NAME);
+            return ExitCode::from(1);
+        }
+    };
+    for u in &opts.unknown {
+        eprintln!("{}: ignoring unknown option {u:?} (-s)", helper::HELPER_NAME);
+    }
+    let known: Vec<&str> =
+        call.options.split(',').filter(|o| !o.is_empty() && !opts.unknown.iter().any(|u| u == o)).collect();
+    let (image, dir) = (call.image.to_string_lossy().into_owned(), call.dir.to_string_lossy().into_owned());
+    let mut argv = vec!["sufs".to_string(), "mount".into(), image, dir, "--no-create".into()];
+    if !call.verbose {
+        argv.push("--quiet".into());
+    }
+    if !known.is_empty() {
+        argv.extend(["-o".to_string(), known.join(",")]);
+    }
+    if call.verbose {
+        eprintln!("{}: {}", helper::HELPER_NAME, argv.join(" "));
+    }
+    if call.fake {
+        return ExitCode::SUCCESS;
+    }
+    match Cli::try_parse_from(&argv) {
+        Ok(cli) => finish(run(cli, &argv[1..])),
+        Err(e) => {
+            eprintln!("{}: {e}", helper::HELPER_NAME);
+            ExitCode::from(1)
+        }
+    }
+}
+
+pub(crate) struct MountArgs {
+    pub(crate) ordering: Ordering,
+    pub(crate) foreground: bool,
+    pub(crate) stats: Option<PathBuf>,
+    pub(crate) cache: u64,
+    pub(crate) size: u64,
+    pub(crate) ro: bool,
+    pub(crate) sync: SyncerOptions,
+    pub(crate) async_full_blocks: bool,
+    pub(crate) softdep_limit: usize,
+    pub(crate) threads: usize,
+    /// Mount the volume snapshot (read-only) instead of the file system.
+    pub(crate) snapshot: bool,
+    /// Mount read-write even an image that `mount_gate` refuses.
+    pub(crate) force: bool,
+    /// The `-o` options (those above already merged in).
+    pub(crate) opts: MountOpts,
+    /// `sufs` arguments that run this mount again (in the foreground, as its daemon).
+    pub(crate) reexec: Vec<String>,
+    /// Make a missing image (`sufs mount`; not the mount helper, unless `mkfs_size`).
+    pub(crate) make_missing: bool,
+    /// Nothing on stdout or stderr on success; notes go to the image's log.
+    pub(crate) quiet: bool,
+}
+
+/// What the superblock says of a read-write mount (soft updates §6, instant restart): a clean
+/// image mounts; an unclean one last mounted with soft updates holds only leaks and link counts
+/// too high, so it mounts at once and `Recovery::Background` checks it; an unclean one last
+/// mounted `sync` or `async`, or one marked for fsck, must be checked first.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Recovery {
+    None,
+    Background,
+}
+
+pub(crate) fn mount_gate(image: &Path, sb: &Superblock, force: bool) -> Result<Recovery, Fail> {
+    let why = if sb.flags & format::SB_NEEDS_FSCK != 0 {
+        "damage was found while it was mounted"
+    } else if sb.flags & format::SB_CLEAN != 0 {
+        return Ok(Recovery::None);
+    } else if sb.flags & format::SB_SOFTDEP != 0 {
+        return Ok(Recovery::Background);
+    } else if sb.flags & format::SB_ASYNC != 0 {
+        "it was not unmounted cleanly, and its last mount was async (no ordering: anything may be damaged)"
+    } else {
+        "it was not unmounted cleanly, and its last mount was sync (FFS needs fsck after a crash)"
+    };
+    if force {
+        eprintln!("sufs: {}: mounting although {why} (--force)", image.display());
+        return Ok(Recovery::None);
+    }
+    Err(Fail(
+        format!(
+            "{}: needs fsck: {why}; run `sufs fsck -y {}` first (or mount with --force)",
+            image.display(),
+            image.display()
+        ),
+        32,
+    ))
+}
+
+pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
+    if args.opts.remount {
+        // The mount point: DIR, or IMAGE's place when that is one (`sufs mount -o remount,ro MNT`).
+        return cmd_remount(if image.is_dir() { image } else { dir }, &args.opts);
+    }
+    let MountArgs { ordering, foreground, stats, cache, size, sync, async_full_blocks, softdep_limit, .. } = args;
+    let (ro, snapshot) = (args.ro || args.snapshot, args.snapshot);
+    let root = unsafe { libc::geteuid() } == 0;
+    let fuse_options = args.opts.fuse_options(root).map_err(|e| Fail(e, 32))?;
+    // What happens once, before the daemon starts (which runs this command again).
+    if std::env::var_os(READY_ENV).is_none() {
+        if image.exists() {
+            let wait = args.opts.wait.unwrap_or(helper::DEFAULT_WAIT_SECS);
+            helper::wait_for_image(image, wait, &mut |m| say(image, args.quiet, m)).map_err(|e| Fail(e, 32))?;
+        }
+        if let Some(want) = args.opts.mkfs_size {
+            mkfs_sized(image, want, args.quiet)?;
+        } else if !image.exists() {
+            if !args.make_missing {
+                return Err(Fail(
+                    format!(
+                        "{} does not exist (make it with `sufs mkfs`, or ask for it with -o mkfs_size=SIZE)",
+                        image.display()
+                    ),
+                    32,
+                ));
+            }
+            let sb = cmd_mkfs(image, Some(size), 4096, None, None)?;
+            if !args.quiet {
+                print_mkfs(image, &sb);
+            }
+        }
+    }
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(|e| Fail(format!("cannot create {}: {e}", dir.display()), 1))?;
+    }
+    if !foreground {
+        return spawn_daemon(image, dir, args.reexec, args.quiet);
+    }
+    // A read-only mount opens the image for writing where it can, so that a remount may make it
+    // read-write.
+    let (dev, sb, writable) = match open_image(image, !ro || !snapshot) {
+        Ok((dev, sb)) => (dev, sb, true),
+        Err(_) if ro => open_image(image, false).map(|(dev, sb)| (dev, sb, false))?,
+        Err(e) => return Err(e),
+    };
+    let lock_file = std::fs::File::open(image)?;
+    if lock_file.try_lock().is_err() {
+        return Err(Fail(format!("{} is already mounted (another sufs holds it)", image.display()), 32));
+    }
+    let recovery = if ro { Recovery::None } else { mount_gate(image, &sb, args.force)? };
+    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let opts = MountOptions { ordering, cache_blocks: (cache / sb.block_size as u64) as usize, readonly: ro };
+    // A volume snapshot: §4's start-up (the store found read-only, then copy-on-write, then the
+    // read-write mount), or the snapshot itself.
+    let cache_blocks = opts.cache_blocks as u64;
+    let pool = PoolOptions { low_watermark: cache_blocks + 1024, grow: cache_blocks + 1024, ..Default::default() };
+    let base: Arc<dyn BlockDevice> = Arc::new(dev);
+    let (dev, vol): (Arc<dyn BlockDevice>, Option<Arc<VolumeDevice>>) = if snapshot {
+        let vol = VolumeDevice::open(base, pool)?
+            .ok_or_else(|| Fail(format!("{}: no volume snapshot", image.display()), 32))?;
+        if let Some(why) = vol.invalid_reason() {
+            return Err(Fail(format!("{}: {why}", image.display()), 32));
+        }
+        (Arc::new(SnapshotDevice(vol)), None)
+    } else if ro {
+        (base, None)
+    } else {
+        match VolumeDevice::open(base.clone(), pool)? {
+            Some(v) => (v.clone(), Some(v)),
+            None => (base, None),
+        }
+    };
+    // A volume snapshot's copy-on-write starts only at a read-write mount.
+    let can_write =
+        writable && !snapshot && vol.is_none() && (!ro || matches!(VolumeDevice::open(dev.clone(), pool), Ok(None)));
+    let mut fs = Fs::mount(dev, opts, clock).map_err(|e| Fail(format!("cannot mount {}: {e}", image.display()), 32))?;
+    fs.set_async_full_blocks(async_full_blocks);
+    fs.set_softdep_limit(softdep_limit);
+    fs.set_atime_policy(args.opts.atime_policy());
+    fs.set_sync_mode(args.opts.sync_mode());
+    fs.allow_remount_rw(can_write);
+    let shared = Arc::new(Mutex::new(fs));
+    let mut ctl = CtlServer::start(&ctl::socket_path(image), shared.clone())?;
+    let mut refiller = vol.filter(|v| v.kind() == StoreKind::Br).map(|v| Refiller::start(v, shared.clone()));
+
+    let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
+    let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, args.threads);
+    config.mount_options.extend(fuse_options);
+    let mut session = fuser::Session::new(SufsFuse::new(shared.clone()), dir, &config)
+        .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
+    ctl.on_stale(fusemount::stale_sink(session.notifier()));
+    let mut unmounter = session.unmount_callable();
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            if let Err(e) = unmounter.unmount() {
+                eprintln!("sufs: unmount: {e}");
+            }
+        }
+    });
+    let mut syncer = Syncer::start(shared.clone(), sync);
+    if recovery == Recovery::Background && !snapshot {
+        start_background_fsck(image.to_path_buf(), shared.clone());
+    }
+    notify_ready();
+    let run = session.run();
+    handle.close();
+    syncer.stop();
+    ctl.stop();
+    if let Some(r) = refiller.as_mut() {
+        r.stop();
+    }
+    let mut fs = lock(&shared);
+    fs.unmount().map_err(|e| Fail(format!("unmount of {} failed: {e}", image.display()), 1))?;
+    let st = fs.stats();
+    let mut out = std::io::stdout();
+    let _ = writeln!(
+        out,
+        "sufs: unmounted {} ({}): device reads {}, writes {} ({} sync, {} async) in {} requests and {} batches; cache hit rate {:.1}%",
+        image.display(),
+        st.ordering,
+        st.device.reads,
+        st.device.writes(),
+        st.device.sync_writes,
+        st.device.async_writes,
+        st.device.write_requests,
+        st.device.batches,
+        100.0 * st.cache_hit_rate
+    );
+    if let Some(p) = stats {
+        std::fs::write(&p, serde_json::to_string_pretty(&st)?)
+            .map_err(|e| Fail(format!("cannot write {}: {e}", p.display()), 1))?;
+    }
+    drop(lock_file);
+    run.map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1))
+}
+
+pub(crate) const READY_ENV: &str = "SUFS_READY_FD";
+
+/// Runs this same command in the foreground as a detached child and returns once it has
+/// mounted (or failed). The child's output (its unmount statistics, any error) goes to a log
+/// file beside the image, so that nothing it prints later can block a pipe of the caller's.
+pub(crate) fn spawn_daemon(image: &Path, dir: &Path, mut args: Vec<String>, quiet: bool) -> Result<(), Fail> {
+    use std::io::{Read, Seek};
+    use std::os::fd::FromRawFd;
+    use std::os::unix::process::CommandExt;
+    let log_path = log_path(image);
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .open(&log_path)
+        .map_err(|e| Fail(format!("cannot open log {}: {e}", log_path.display()), 1))?;
+    let start = log.seek(std::io::SeekFrom::End(0))?;
+    let mut fds = [0i32; 2];
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(Fail(format!("pipe: {}", std::io::Error::last_os_error()), 1));
+    }
+    // SAFETY: pipe(2) just returned this descriptor and nothing else owns it.
+    let mut reader = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+    let exe = std::env::current_exe()?;
+    args.push("--foreground".into());
+    let spawned = std::process::Command::new(exe)
+        .args(&args)
+        .env(READY_ENV, fds[1].to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log.try_clone()?)
+        .process_group(0)
+        .spawn();
+    unsafe { libc::close(fds[1]) };
+    let mut child = spawned?;
+    let mut buf = String::new();
+    let _ = reader.read_to_string(&mut buf);
+    if buf.starts_with("ready") {
+        if !quiet {
+            println!("sufs: {} mounted on {} (log: {})", image.display(), dir.display(), log_path.display());
+        }
+        return Ok(());
+    }
+    let status = child.wait()?;
+    let mut out = String::new();
+    log.seek(std::io::SeekFrom::Start(start))?;
+    let _ = log.read_to_string(&mut out);
+    let msg = out.lines().filter(|l| !l.trim().is_empty()).map(|l| l.trim_start_matches("sufs: ")).collect::<Vec<_>>();
+    Err(Fail(if msg.is_empty() { format!("mount failed ({status})") } else { msg.join("\n") }, 32))
+}
+
+/// Where a mount's daemon writes: beside the image, or in /var/tmp for a device.
+pub(crate) fn log_path(image: &Path) -> PathBuf {
+    if image.is_file() {
+        PathBuf::from(format!("{}.log", image.display()))
+    } else {
+        let name = image.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        PathBuf::from(format!("/var/tmp/sufs-{name}.log"))
+    }
+}
+
+/// A note on the way to a mount: on stderr, or (quiet, as the mount helper is) in the log.
+pub(crate) fn say(image: &Path, quiet: bool, msg: &str) {
+    if !quiet {
+        eprintln!("sufs: {msg}");
+    } else if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log_path(image)) {
+        let _ = writeln!(f, "sufs: {msg}");
+    }
+}
+
+/// `-o mkfs_size=SIZE`: a new file system of SIZE bytes on the image (a regular file, made
+/// anew), unless it already is a sufs image of exactly that size. For test harnesses, whose
+/// "make a file system of this size" for FUSE can only be a mount option.
+pub(crate) fn mkfs_sized(image: &Path, size: u64, quiet: bool) -> Result<(), Fail> {
+    match std::fs::metadata(image) {
+        Ok(m) if !m.is_file() => {
+            return Err(Fail(format!("mkfs_size: {} is not a regular file", image.display()), 32));
+        }
+        Ok(m) if m.len() == size && open_image(image, false).is_ok() => return Ok(()),
+        Ok(_) => std::fs::remove_file(image).map_err(|e| Fail(format!("mkfs_size: {}: {e}", image.display()), 32))?,
+        Err(_) => {}
+    }
+    let sb = cmd_mkfs(image, Some(size), 4096, None, None).map_err(|Fail(m, _)| Fail(format!("mkfs_size: {m}"), 32))?;
+    say(image, quiet, &format!("made a new file system of {size} bytes on {} (mkfs_size)", image.display()));
+    if !quiet {
+        print_mkfs(image, &sb);
+    }
+    Ok(())
+}
+
+/// A remount of the sufs mount on `dir` (root): the kernel's flags by mount(2), and what the
+/// file system applies itself through the mount's control channel. Read-only goes to the
+/// kernel first (it refuses while files are open for writing), then the file system, which
+/// writes everything and marks the image clean; read-write goes to the file system first (it
+/// refuses an image that needs fsck), then the kernel.
+pub(crate) fn cmd_remount(dir: &Path, opts: &MountOpts) -> Result<(), Fail> {
+    use sufs::fs::mountopt::{AtimePolicy, Remount};
+    let (abs, image) = mounted_image(dir)?;
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(Fail(format!("remount of {}: only root can remount", dir.display()), 32));
+    }
+    let fail = |e: String| Fail(format!("remount of {}: {e}", dir.display()), 32);
+    let sock = ctl::socket_path(Path::new(&image));
+    let mut c = CtlClient::connect(&sock).map_err(|e| fail(e.to_string()))?;
+    let mut call = |changes: Remount| -> Result<Remount, Fail> {
+        let v = c.call(&ctl::Request::Remount { changes }).map_err(|e| fail(e.to_string()))?;
+        serde_json::from_value(v).map_err(|e| fail(e.to_string()))
+    };
+    let cur = call(Remount::default())?;
+    let want = opts.remount_changes();
+    if want.ordering.is_some_and(|o| Some(o) != cur.ordering) {
+        return Err(fail("the ordering cannot change on a remount".into()));
+    }
+    let was_ro = cur.readonly == Some(true);
+    let ro = want.readonly.unwrap_or(was_ro);
+    let atime = AtimePolicy {
+        mode: want.atime.or(cur.atime).unwrap_or_default(),
+        nodiratime: want.nodiratime.or(cur.nodiratime).unwrap_or(false),
+    };
+    let vfs = helper::vfs_flags(&abs).map_err(|e| fail(e.to_string()))?;
+    let mut flags = helper::remount_flags(vfs, ro, opts.suid, opts.dev, opts.exec, atime);
+    if want.sync.or(cur.sync) == Some(true) {
+        flags |= libc::MS_SYNCHRONOUS;
+    }
+    if want.dirsync.or(cur.dirsync) == Some(true) {
+        flags |= libc::MS_DIRSYNC;
+    }
+    let kernel = || helper::kernel_remount(&abs, flags).map_err(|e| fail(e.to_string()));
+    if !ro && was_ro {
+        call(want)?;
+        if let Err(e) = kernel() {
+            call(Remount { readonly: Some(true), ..Default::default() })?;
+            return Err(e);
+        }
+    } else {
+        kernel()?;
+        call(want)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn notify_ready() {
+    use std::os::fd::FromRawFd;
+    if let Some(fd) = std::env::var(READY_ENV).ok().and_then(|s| s.parse::<i32>().ok()) {
+        let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+        let _ = f.write_all(b"ready\n");
+    }
+}
+
+pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
+    // A snapshot mount is read-only: nothing to wait for once it is gone.
+    let (abs, image) = match mount_source(dir)? {
+        (abs, Some(s)) if s.starts_with("sufs-snapshot:") => (abs, None),
+        _ => {
+            let (abs, image) = mounted_image(dir)?;
+            (abs, Some(image))
+        }
+    };
+    let ok = if unsafe { libc::geteuid() } == 0 {
+        let c = std::ffi::CString::new(abs.as_os_str().as_encoded_bytes())?;
+        unsafe { libc::umount2(c.as_ptr(), 0) == 0 }
+    } else {
+        std::process::Command::new("fusermount3").arg("-u").arg(&abs).status().is_ok_and(|s| s.success())
+    };
+    if !ok {
+        return Err(Fail(format!("cannot unmount {}: {}", dir.display(), std::io::Error::last_os_error()), 1));
+    }
+    let Some(image) = image else { return Ok(()) };
+    // The mount process holds a lock on the image until it has written everything.
+    let f = std::fs::File::open(&image)?;
+    for _ in 0..6000 {
+        if f.try_lock().is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(Fail(format!("{image} is still busy after 5 minutes"), 1))
+}
+
+/// Instant restart: an image that soft updates left unclean is checked in the background once the
+/// mount serves requests, exactly as `sufs fsck --background` does (through the control channel
+/// and the mount), and what it reclaims goes to the mount's log.
+pub(crate) fn start_background_fsck(image: PathBuf, fs: sufs::fs::SharedFs) {
+    let spawned = std::thread::Builder::new().name("sufs-bgfsck".into()).spawn(move || {
+        let start = std::time::Instant::now();
+        while mount_point_of(&image).is_none() {
+            if start.elapsed() > Duration::from_secs(30) {
+                log::error!("background fsck: the mount did not appear");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!("sufs: {} was not unmounted cleanly: checking it in the background", image.display());
+        match cmd_fsck_background(&image) {
+            Ok(4) => {
+                lock(&fs).damaged("background fsck found violations".into());
+                println!("sufs: background fsck of {}: violations, the image is marked for fsck", image.display())
+            }
+            Ok(code) => println!("sufs: background fsck of {} done (exit {code})", image.display()),
+            Err(e) => println!("sufs: background fsck of {} failed: {}", image.display(), e.0),
+        }
+    });
+    if let Err(e) = spawned {
+        log::error!("background fsck: {e}");
+    }
+}
