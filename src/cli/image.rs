@@ -93,15 +93,24 @@ pub(crate) fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Su
 
 /// `fsck --background`: a snapshot checked while writers go on, its lost resources handed to the
 /// live file system. Exit 0 nothing found, 1 adjusted, 4 violations found (nothing adjusted).
-pub(crate) fn cmd_fsck_background(on: &Path) -> Result<u8, Fail> {
+/// `mounted`: the mount's own file system, when the mount process checks itself (it reads the
+/// snapshot in memory: through its own mount it would hold the mount busy, and wait on itself).
+pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>) -> Result<u8, Fail> {
     use ctl::Request;
     let t = std::time::Instant::now();
     let name = format!("fsck.{}", std::process::id());
     control(on, Request::SnapshotCreate { name: name.clone() })?;
     let taken = t.elapsed();
-    let report = {
-        let (dev, _lock) = frozen_device(on, &name)?;
-        fsck::check(dev.as_ref())
+    let report = match mounted {
+        Some(fs) => {
+            let frozen = snapshot::FrozenDevice::new(fs, name.as_bytes())
+                .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
+            fsck::check(&frozen)
+        }
+        None => {
+            let (dev, _lock) = frozen_device(on, &name)?;
+            fsck::check(dev.as_ref())
+        }
     };
     let checked = t.elapsed();
     control(on, Request::SnapshotDelete { name: name.clone() })?;

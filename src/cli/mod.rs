@@ -120,7 +120,7 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             Ok(0)
         }
         Cmd::Umount { dir } => cmd_umount(&dir).map(|_| 0),
-        Cmd::Fsck { image, background: true, .. } => cmd_fsck_background(&image),
+        Cmd::Fsck { image, background: true, .. } => cmd_fsck_background(&image, None),
         Cmd::Fsck { image, yes, preen, force, superblock, .. } => {
             let mode = if yes {
                 fsck::Mode::Repair

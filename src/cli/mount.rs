@@ -460,7 +460,7 @@ pub(crate) fn start_background_fsck(image: PathBuf, fs: sufs::fs::SharedFs) {
             std::thread::sleep(Duration::from_millis(20));
         }
         println!("sufs: {} was not unmounted cleanly: checking it in the background", image.display());
-        match cmd_fsck_background(&image) {
+        match cmd_fsck_background(&image, Some(fs.clone())) {
             Ok(4) => {
                 lock(&fs).damaged("background fsck found violations".into());
                 println!("sufs: background fsck of {}: violations, the image is marked for fsck", image.display())
