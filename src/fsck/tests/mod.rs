@@ -9,7 +9,7 @@ mod modes;
 
 use super::*;
 use crate::clock::SimClock;
-use crate::dev::{FileDevice, MemDevice};
+use crate::dev::{FileDevice, MemDevice, WriteKind, WriteReq};
 use crate::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering, RenameFlags};
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
