@@ -22,7 +22,7 @@
 //! disagree with it; then the first superblock copy mkfs wrote (at the start of a group), whose
 //! geometry only is used, or the geometry the headers agree on. Repair rewrites the primary.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use thiserror::Error;
 
@@ -31,10 +31,12 @@ use crate::format::*;
 
 mod findings;
 mod repair;
+mod scan;
 mod setup;
 
 pub use findings::{Class, Finding};
 use repair::{DirFix, Fixes};
+use scan::{name_str, Head, Ino, Loc, Namer, Rec, Scan};
 use setup::{check_fits, read_primary, SbChoice};
 pub use setup::{open_image, open_image_at};
 
@@ -202,190 +204,7 @@ pub fn run(dev: &dyn BlockDevice, opts: &Options) -> Result<Report> {
     Ok(report)
 }
 
-// ------------------------------------------------------------------------------------- state
-
-/// A bitset over block or inode numbers.
-struct Bits(Vec<u64>);
-
-impl Bits {
-    fn new(n: u64) -> Bits {
-        Bits(vec![0; n.div_ceil(64) as usize])
-    }
-    fn get(&self, i: u64) -> bool {
-        self.0[(i / 64) as usize] & (1 << (i % 64)) != 0
-    }
-    fn set(&mut self, i: u64) {
-        self.0[(i / 64) as usize] |= 1 << (i % 64);
-    }
-    fn count(&self) -> u64 {
-        self.0.iter().map(|w| w.count_ones() as u64).sum()
-    }
-}
-
-/// Where a block pointer lives: an inode slot (0..12 direct, 12..15 indirect) or an entry of an
-/// indirect block.
-#[derive(Debug, Clone, Copy)]
-enum Loc {
-    Inode { ino: u32, slot: usize },
-    Ind { bno: u64, idx: usize },
-}
-
-/// What fsck knows of an inode in use.
-#[derive(Debug, Default)]
-struct Ino {
-    mode: u16,
-    flags: u32,
-    nlink: u32,
-    size: u64,
-    /// Pointers in range (data and indirect), duplicates included.
-    reach: u64,
-    /// Pointers that own their block.
-    kept: u64,
-    max_lbn: Option<u64>,
-    /// Directories: (logical block, physical block, pointer location) of each owned data block.
-    dir_map: Vec<(u64, u64, Loc)>,
-    /// Directories: logical blocks of the directory that are parsed (before any hole).
-    dir_limit: u64,
-    /// An inode to be cleared (bad mode or an unusable directory).
-    bad: bool,
-    /// A directory of size 0 with no blocks that look like a directory (cleared).
-    zero_dir: bool,
-    /// Directories: live entries besides "." and "..".
-    entries: u32,
-    /// Entries naming it (for directories: its names, its "." and the ".." of subdirectories).
-    links: u32,
-    /// A directory reached by the walk (from the root or as the top of an orphan tree).
-    visited: bool,
-    /// A directory no path from the root reaches, the top of its tree: reconnected.
-    orphan: bool,
-    /// A directory no path from the root reaches (an orphan or inside an orphan's tree).
-    unrooted: bool,
-    /// Directories: the ".." entry (block, offset, the inode it names).
-    dotdot: Option<(u64, usize, u32)>,
-    /// Directories: the entries naming it (besides "." and "..").
-    namers: Vec<Namer>,
-    /// Directories: what the first chunk holds.
-    head: Head,
-}
-
-#[derive(Debug)]
-struct Namer {
-    dir: u32,
-    bno: u64,
-    at: usize,
-    name: Vec<u8>,
-}
-
-/// The first chunk of a directory, as found.
-#[derive(Debug, Default)]
-struct Head {
-    /// The directory's first block (None: it has none).
-    bno: Option<u64>,
-    corrupt: bool,
-    dot: bool,
-    dotdot: bool,
-    first_ino: u32,
-}
-
-impl Ino {
-    fn is_dir(&self) -> bool {
-        self.mode & S_IFMT == S_IFDIR
-    }
-}
-
-struct Scan<'a> {
-    dev: &'a dyn BlockDevice,
-    /// Preen (fsck -p, soft-updates aware): unreferenced inodes are cleared, not reconnected.
-    preen: bool,
-    sb: Superblock,
-    bs: usize,
-    /// Block 0 as read.
-    sb_block: Vec<u8>,
-    /// The primary superblock was not used as it is: repair writes it anew.
-    replace_primary: bool,
-    cgs: Vec<Option<CgHeader>>,
-    cg_bufs: Vec<Vec<u8>>,
-    inodes: BTreeMap<u32, Ino>,
-    /// Metadata blocks and every block some inode owns.
-    owned: Bits,
-    findings: Vec<Finding>,
-    fixes: Fixes,
-    /// Where unreferenced inodes are reconnected (lost+found, or the root without one).
-    target: Option<u32>,
-    /// `/.br`, the directory of Block Register reservations, once the root's scan finds it.
-    br_dir: Option<u32>,
-    /// Reservations named in `/.br` and the blocks they own.
-    reservations: u64,
-    reserved_blocks: u64,
-}
-
-/// A directory entry as read from a chunk.
-struct Rec {
-    at: usize,
-    ino: u32,
-    dtype: u8,
-    name: Vec<u8>,
-}
-
-fn name_str(n: &[u8]) -> String {
-    String::from_utf8_lossy(n).into_owned()
-}
-
-impl<'a> Scan<'a> {
-    fn run_with(dev: &'a dyn BlockDevice, preen: bool, choice: &SbChoice) -> Result<Scan<'a>> {
-        let bs = dev.block_size();
-        let sb = choice.sb.clone();
-        check_fits(&sb, dev)?;
-        let mut s = Scan {
-            preen,
-            dev,
-            bs,
-            sb_block: choice.raw0.clone(),
-            replace_primary: choice.why.is_some(),
-            cgs: Vec::new(),
-            cg_bufs: Vec::new(),
-            inodes: BTreeMap::new(),
-            owned: Bits::new(sb.num_blocks),
-            findings: Vec::new(),
-            fixes: Fixes::default(),
-            target: None,
-            br_dir: None,
-            reservations: 0,
-            reserved_blocks: 0,
-            sb,
-        };
-        if let Some(why) = &choice.why {
-            s.findings.push(Finding::BadSuperblock { what: why.clone() });
-        }
-        s.pass1_groups()?;
-        s.pass2_inodes()?;
-        s.pass3_dirs()?;
-        s.pass4_links();
-        s.pass5_maps();
-        Ok(s)
-    }
-
-    fn read(&self, bno: u64) -> Result<Vec<u8>> {
-        let mut b = vec![0u8; self.bs];
-        self.dev.read_block(bno, &mut b)?;
-        Ok(b)
-    }
-
-    fn report(&self) -> Report {
-        let dirs = self.inodes.values().filter(|i| i.is_dir()).count() as u64;
-        Report {
-            findings: self.findings.clone(),
-            repaired: false,
-            files: self.inodes.len() as u64 - dirs,
-            dirs,
-            used_blocks: self.owned.count(),
-            used_inodes: self.inodes.len() as u64,
-            reservations: self.reservations,
-            reserved_blocks: self.reserved_blocks,
-            ..Default::default()
-        }
-    }
-
+impl Scan<'_> {
     // ------------------------------------------------------------------ pass 1: groups
 
     fn pass1_groups(&mut self) -> Result<()> {
