@@ -166,8 +166,7 @@ impl<'a> Scan<'a> {
         if let Some(why) = &choice.why {
             s.findings.push(Finding::BadSuperblock { what: why.clone() });
         }
-        s.pass1_groups()?;
-        s.pass2_inodes()?;
+        s.pass1()?;
         s.pass3_dirs()?;
         s.pass4_links();
         s.pass5_maps();
