@@ -167,7 +167,9 @@ impl<'a> Scan<'a> {
             s.findings.push(Finding::BadSuperblock { what: why.clone() });
         }
         s.pass1()?;
-        s.pass3_dirs()?;
+        s.pass2()?;
+        s.pass3()?;
+        s.pass2_names();
         s.pass4_links();
         s.pass5_maps();
         Ok(s)
