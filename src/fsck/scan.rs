@@ -170,8 +170,8 @@ impl<'a> Scan<'a> {
         s.pass2()?;
         s.pass3()?;
         s.pass2_names();
-        s.pass4_links();
-        s.pass5_maps();
+        s.pass4();
+        s.pass5();
         Ok(s)
     }
 
