@@ -31,6 +31,17 @@ fn async_crash_image() {
 /// Every state a power loss can leave during a workload (each prefix of the
 /// completed batches, plus each single write of the next batch): returns the violations seen,
 /// by operation label.
+///
+/// A second enumerator of crash states beside the crash tester's
+/// (`crashtest::Recording::for_each_state`), kept because they differ in what they can take:
+/// this one records a closure of `Fs` calls with labels of its own, where the crash tester
+/// builds a `Recording` only from its named workloads (`crashtest::record`), and none of those
+/// makes a symbolic link or a RENAME_EXCHANGE as `sync_crash_states_have_no_violations` does.
+/// Their states differ too: this one tries every single write of the batch in flight (and
+/// repeats a state for an empty batch); the crash tester drops empty batches and tries the
+/// single writes and all but one for batches of up to 8 writes, random subsets beyond. A
+/// `crashtest` constructor of a `Recording` from a closure would let these tests use its
+/// enumerator and retire this one.
 fn crash_states(
     ordering: Ordering,
     work: impl FnOnce(&mut Fs, &mut dyn FnMut(&'static str, usize)),
