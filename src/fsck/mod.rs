@@ -7,20 +7,26 @@
 //! FFS cannot make atomic (a directory with exactly two names; a ".." still naming a directory,
 //! the old parent). Violations are the ones an ordered file system must never leave.
 //!
-//! Passes: 1) superblock and group headers; 2) every inode of every inode table, walking block
-//! maps into an ownership bitset; 3) directories from the root (breadth first, each visited once),
-//! then directories no path reaches; 4) link counts and unreferenced inodes; 5) the computed maps
-//! and counts against the bitmaps, group headers and superblock.
+//! The passes, one file each as fsck_ffs has them, run in this order by `Scan::run_with`
+//! (`scan`, which also holds the state they share):
+//! - `setup` (fsck_ffs's `setup.c`), before the scan: the superblock it works from, the primary
+//!   or the geometry of a copy or of the group headers when the primary is damaged or disagrees.
+//! - `pass1`: the group headers, then every inode of every inode table, its block map walked
+//!   into the ownership bitset; `pass1b`: a block claimed twice (decided as pass 1 claims).
+//! - `pass2`: directories from the root, breadth first, each once: entries, ".", "..", types.
+//! - `pass3`: lost+found, and the trees no path from the root reaches (walked as pass 2 walks).
+//! - pass 2's second half (`pass2_names`): each directory's one name, its "." and "..".
+//! - `pass4`: link counts and unreferenced inodes.
+//! - `pass5`: the computed maps and counts against the bitmaps, group headers and superblock.
+//!
+//! The passes only read: each problem becomes a `Finding` (`findings`), and the fix it calls
+//! for goes in `repair::Fixes`, which `repair` applies apart.
 //!
 //! `repair` (fsck -y) applies the fixes of one scan through a write set, scans again, and repeats
 //! until a scan is clean (a fix may expose a consequence, e.g. a cleared pointer leaves a leaked
 //! block, which the next round frees). Every round is bounded, and so is the number of rounds;
 //! what the last scan still finds is reported as `remaining`. `preen` (fsck -p) does the same
 //! only when every finding is `Allowed`: otherwise it writes nothing.
-//!
-//! Pass 0 picks the superblock: the primary, unless it does not decode or the group headers
-//! disagree with it; then the first superblock copy mkfs wrote (at the start of a group), whose
-//! geometry only is used, or the geometry the headers agree on. Repair rewrites the primary.
 
 use thiserror::Error;
 

@@ -169,6 +169,8 @@ impl<'a> Scan<'a> {
         s.pass1()?;
         s.pass2()?;
         s.pass3()?;
+        // Pass 2's second half waits for pass 3: the orphaned trees it walks name directories
+        // too, and each directory's name is chosen among all of them.
         s.pass2_names();
         s.pass4();
         s.pass5();
