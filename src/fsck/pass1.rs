@@ -1,0 +1,248 @@
+//! Pass 1, fsck_ffs's `pass1.c`: inodes and their blocks. First every group header, which must
+//! decode and agree with the superblock (a header that does not is reported, and rebuilt by
+//! repair from the computed maps); each group's superblock copy, header and inode table are
+//! owned from the start. Then every inode of every inode table: an inode in use must have a
+//! known type, a reservation's flags only as an immutable regular file, times whose nanoseconds
+//! are under a second, and a size its type allows; its block map is walked, every pointer
+//! claiming its block (`claim`, pass 1b: a pointer outside the data area or to a block already
+//! owned is cleared), which gives its true block count and, for a directory, the map of its
+//! blocks that pass 2 reads.
+
+use super::{Finding, Ino, Loc, Result, Scan};
+use crate::format::*;
+
+impl Scan<'_> {
+    /// Pass 1: the group headers, then the inodes.
+    pub(super) fn pass1(&mut self) -> Result<()> {
+        self.check_groups()?;
+        self.check_inodes()
+    }
+
+    /// Each group header decodes and agrees with the superblock (fsck_ffs's `check_cgmagic`);
+    /// the group's superblock copy, header and inode table are owned.
+    fn check_groups(&mut self) -> Result<()> {
+        let sb = self.sb.clone();
+        for cg in 0..sb.ngroups {
+            let buf = self.read(sb.cg_header_block(cg))?;
+            let h = match CgHeader::decode(&buf, cg) {
+                Ok(h) if h.nblocks == sb.cg_blocks(cg) && h.ninodes == sb.inodes_per_group => Some(h),
+                Ok(h) => {
+                    self.findings.push(Finding::BadCgHeader {
+                        cg,
+                        what: format!(
+                            "{} blocks and {} inodes, the superblock says {} and {}",
+                            h.nblocks,
+                            h.ninodes,
+                            sb.cg_blocks(cg),
+                            sb.inodes_per_group
+                        ),
+                    });
+                    None
+                }
+                Err(e) => {
+                    self.findings.push(Finding::BadCgHeader { cg, what: e.to_string() });
+                    None
+                }
+            };
+            self.cgs.push(h);
+            self.cg_bufs.push(buf);
+            for b in sb.cg_start(cg)..sb.cg_data_start(cg) {
+                self.owned.set(b);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every inode of every inode table; those in use are checked.
+    fn check_inodes(&mut self) -> Result<()> {
+        let sb = self.sb.clone();
+        let ipb = sb.inodes_per_block();
+        for cg in 0..sb.ngroups {
+            for tb in 0..sb.inode_table_blocks() {
+                let buf = self.read(sb.cg_itable_block(cg) + tb as u64)?;
+                for k in 0..ipb {
+                    let ino = cg * sb.inodes_per_group + tb * ipb + k;
+                    if ino < FIRST_INO {
+                        continue;
+                    }
+                    let off = k as usize * DINODE_SIZE;
+                    let d = Dinode::decode(&buf[off..off + DINODE_SIZE]);
+                    if !d.is_free() {
+                        self.check_inode(ino, &d)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An inode in use (fsck_ffs's `checkinode`): a known type, a reservation's flags, its
+    /// blocks (claimed), its times, its size, its block count.
+    fn check_inode(&mut self, ino: u32, d: &Dinode) -> Result<()> {
+        let mut info = Ino { mode: d.mode, flags: d.flags, nlink: d.nlink, size: d.size, ..Default::default() };
+        if d.flags & DI_UNMOVABLE != 0 && (d.flags & DI_IMMUTABLE == 0 || d.file_type() != S_IFREG) {
+            let what = format!(
+                "flagged unmovable (flags {:#x}, mode {:#o}) but not an immutable regular file",
+                d.flags, d.mode
+            );
+            self.findings.push(Finding::BadReservation { ino, what });
+            self.fixes.clear_br_flags.insert(ino);
+        }
+        if !matches!(d.file_type(), S_IFREG | S_IFDIR | S_IFLNK | S_IFIFO | S_IFCHR | S_IFBLK | S_IFSOCK) {
+            self.findings.push(Finding::BadInode { ino, what: format!("unknown file type in mode {:#o}", d.mode) });
+            info.bad = true;
+            self.fixes.clear_inodes.insert(ino);
+            self.inodes.insert(ino, info);
+            return Ok(());
+        }
+        if d.has_blocks() {
+            self.walk_inode(ino, d, &mut info)?;
+        }
+        if let Some(&ns) = [d.atime_ns, d.mtime_ns, d.ctime_ns, d.btime_ns].iter().find(|&&n| n >= NSEC_PER_SEC) {
+            // Any seconds value is a time; nanoseconds past a second are not.
+            self.findings.push(Finding::BadInode { ino, what: format!("a time with {ns} nanoseconds") });
+            self.fixes.fix_nsec.insert(ino);
+        }
+        self.check_size(ino, d, &mut info)?;
+        if info.reach != d.blocks {
+            self.findings.push(Finding::BlockCountWrong { ino, stored: d.blocks, actual: info.reach });
+        }
+        if info.kept != d.blocks {
+            self.fixes.set_blocks.insert(ino, info.kept);
+        }
+        self.inodes.insert(ino, info);
+        Ok(())
+    }
+
+    /// The size against what the type allows: a directory of size 0 gets back the extent its
+    /// blocks show (or is cleared), a symbolic link past the longest target is cut at its
+    /// first NUL, a size past the largest file is cut to the blocks, a directory's is rounded
+    /// up to whole blocks.
+    fn check_size(&mut self, ino: u32, d: &Dinode, info: &mut Ino) -> Result<()> {
+        let bs = self.bs as u64;
+        if d.is_dir() && d.size == 0 {
+            // sufs never leaves a directory of size 0 with blocks (rmdir clears the size with
+            // the pointers, mkdir writes both before the name): if its blocks hold a directory,
+            // the size is what was lost, and is given back, so the tree below keeps its names.
+            let n = self.dir_extent(ino, info)?;
+            if n > 0 {
+                info.size = n * bs;
+                self.findings.push(Finding::BadInode {
+                    ino,
+                    what: format!("directory of size 0 whose first {n} blocks hold its entries"),
+                });
+                self.fixes.set_size.insert(ino, n * bs);
+            } else {
+                // Cleared; whether that is a violation depends on its names (pass 4).
+                info.bad = true;
+                info.zero_dir = true;
+                self.fixes.clear_inodes.insert(ino);
+            }
+        } else if d.is_symlink() && d.size > MAX_SYMLINK as u64 {
+            self.findings.push(Finding::BadInode {
+                ino,
+                what: format!("symbolic link of size {} (the longest is {MAX_SYMLINK})", d.size),
+            });
+            // The target as stored: up to its first NUL.
+            let mut len = 0;
+            if self.sb.is_data_block(d.db[0]) {
+                let buf = self.read(d.db[0])?;
+                let max = MAX_SYMLINK.min(self.bs);
+                len = buf[..max].iter().position(|&c| c == 0).unwrap_or(max) as u64;
+            }
+            if len == 0 {
+                info.bad = true;
+                self.fixes.clear_inodes.insert(ino);
+            } else {
+                self.fixes.set_size.insert(ino, len);
+            }
+        } else if d.size > self.sb.max_file_size() {
+            self.findings.push(Finding::BadInode {
+                ino,
+                what: format!("size {} beyond the largest file ({})", d.size, self.sb.max_file_size()),
+            });
+            let extent = info.max_lbn.map_or(0, |l| (l + 1) * bs);
+            self.fixes.set_size.insert(ino, extent);
+        } else if d.is_dir() && !d.size.is_multiple_of(bs) {
+            self.findings.push(Finding::BadInode {
+                ino,
+                what: format!("directory size {} not a multiple of the block size", d.size),
+            });
+            self.fixes.set_size.insert(ino, d.size.div_ceil(bs) * bs);
+        }
+        Ok(())
+    }
+
+    /// How many blocks from the first of directory `ino` hold directory chunks that parse (the
+    /// first one starting with "." naming `ino`).
+    fn dir_extent(&self, ino: u32, info: &Ino) -> Result<u64> {
+        let mut n = 0;
+        for &(lbn, bno, _) in &info.dir_map {
+            if lbn != n {
+                break;
+            }
+            let buf = self.read(bno)?;
+            let parses = buf.chunks(DIRBLKSIZ).all(|c| dir_iter(c).all(|r| r.is_ok()));
+            let dot =
+                lbn > 0 || matches!(dir_iter(&buf[..DIRBLKSIZ]).next(), Some(Ok(e)) if e.ino == ino && e.name == b".");
+            if !parses || !dot {
+                break;
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Claims a data block at logical block `lbn`; a directory's go in its block map.
+    fn claim_data(&mut self, info: &mut Ino, ino: u32, bno: u64, loc: Loc, lbn: u64) {
+        if bno == BLK_NOCOPY && info.flags & DI_SNAPSHOT != 0 {
+            return; // a snapshot's "not in use at snapshot time": no block
+        }
+        if self.claim(info, ino, bno, loc) {
+            info.max_lbn = Some(info.max_lbn.map_or(lbn, |m| m.max(lbn)));
+            if info.is_dir() {
+                info.dir_map.push((lbn, bno, loc));
+            }
+        }
+    }
+
+    /// Walks the block map of inode `ino`: direct blocks, then each indirect tree.
+    fn walk_inode(&mut self, ino: u32, d: &Dinode, info: &mut Ino) -> Result<()> {
+        for (i, &b) in d.db.iter().enumerate() {
+            self.claim_data(info, ino, b, Loc::Inode { ino, slot: i }, i as u64);
+        }
+        let p = self.sb.ptrs_per_block();
+        let mut base = NDADDR as u64;
+        let mut span = p;
+        for (level, &b) in d.ib.iter().enumerate() {
+            let loc = Loc::Inode { ino, slot: NDADDR + level };
+            if self.claim(info, ino, b, loc) {
+                self.walk_ind(info, ino, b, level, base, span / p)?;
+            }
+            base += span;
+            span = span.saturating_mul(p);
+        }
+        Ok(())
+    }
+
+    /// Walks indirect block `bno` of `level` (0 = single) whose first pointer maps logical
+    /// block `base`, each pointer covering `per` data blocks.
+    fn walk_ind(&mut self, info: &mut Ino, ino: u32, bno: u64, level: usize, base: u64, per: u64) -> Result<()> {
+        let buf = self.read(bno)?;
+        let p = self.sb.ptrs_per_block();
+        for idx in 0..p as usize {
+            let c = ind_get(&buf, idx);
+            if c == 0 {
+                continue;
+            }
+            let lbn = base + idx as u64 * per;
+            let loc = Loc::Ind { bno, idx };
+            if level == 0 {
+                self.claim_data(info, ino, c, loc, lbn);
+            } else if self.claim(info, ino, c, loc) {
+                self.walk_ind(info, ino, c, level - 1, lbn, per / p)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,136 @@
+//! Pass 5, fsck_ffs's `pass5.c`: maps and summary counts. The ownership map computed by pass 1
+//! and the inodes in use against each group's block and inode bitmaps (a bit set for nothing is
+//! a leak, allowed; a bit clear for something in use is a violation) and against the header's
+//! counts; the superblock's snapshot list against the snapshot inodes; the superblock's summary
+//! counts against the sums. Repair rewrites every header and the superblock from the computed
+//! maps (`Scan::apply`).
+
+use super::{Finding, Scan};
+use crate::format::*;
+
+impl Scan<'_> {
+    /// Pass 5: every group, the snapshot list, the summary counts.
+    pub(super) fn pass5(&mut self) {
+        let sb = self.sb.clone();
+        let mut found = Vec::new();
+        let mut free_blocks = 0u64;
+        let mut free_inodes = 0u64;
+        for cg in 0..sb.ngroups {
+            let (fb, fi) = self.check_group(cg, &mut found);
+            free_blocks += fb;
+            free_inodes += fi;
+        }
+        self.check_snapshot_list(&mut found);
+        let ndirs = self.inodes.values().filter(|i| i.is_dir()).count() as u64;
+        for (what, stored, actual) in [
+            ("free blocks", sb.free_blocks, free_blocks),
+            ("free inodes", sb.free_inodes, free_inodes),
+            ("directories", sb.ndirs, ndirs),
+        ] {
+            if stored != actual {
+                found.push(Finding::SummaryWrong { what, stored, actual });
+            }
+        }
+        self.findings.extend(found);
+    }
+
+    /// Group `cg`'s bitmaps and counts (if its header decoded) against the computed ones.
+    /// Returns the group's free blocks and inodes as computed.
+    fn check_group(&self, cg: u32, found: &mut Vec<Finding>) -> (u64, u64) {
+        let sb = &self.sb;
+        let ipg = sb.inodes_per_group;
+        let start = sb.cg_start(cg);
+        let nblocks = sb.cg_blocks(cg);
+        let used_b = (0..nblocks as u64).filter(|&i| self.owned.get(start + i)).count() as u64;
+        let first = cg * ipg;
+        let used_i =
+            (0..ipg).filter(|&i| first + i < FIRST_INO || self.inodes.contains_key(&(first + i))).count() as u64;
+        let computed = (nblocks as u64 - used_b, (ipg as u64) - used_i);
+        let Some(h) = &self.cgs[cg as usize] else {
+            return computed;
+        };
+        let buf = &self.cg_bufs[cg as usize];
+        let (free_i, leaked_i, dirs) = self.check_inode_map(cg, &buf[CgHeader::inode_map_offset()..], found);
+        let free_b = self.check_block_map(cg, &buf[CgHeader::block_map_offset(ipg)..], found);
+        if h.free_blocks as u64 != free_b {
+            found.push(Finding::CgCountWrong { cg, what: "free blocks", stored: h.free_blocks as u64, actual: free_b });
+        }
+        if h.free_inodes as u64 != free_i {
+            found.push(Finding::CgCountWrong { cg, what: "free inodes", stored: h.free_inodes as u64, actual: free_i });
+        }
+        // A leaked inode may have been a directory whose count is still in the header (a
+        // crash between the inode and the bitmap writes): that discrepancy is the leak's.
+        let nd = h.ndirs as u64;
+        if nd < dirs || nd > dirs + leaked_i {
+            found.push(Finding::CgCountWrong { cg, what: "directories", stored: nd, actual: dirs });
+        }
+        computed
+    }
+
+    /// Group `cg`'s inode bitmap `imap` against the inodes in use. Returns the bits clear, the
+    /// leaked inodes (bit set, inode free), and the directories in use.
+    fn check_inode_map(&self, cg: u32, imap: &[u8], found: &mut Vec<Finding>) -> (u64, u64, u64) {
+        let first = cg * self.sb.inodes_per_group;
+        let (mut free_i, mut leaked_i, mut dirs) = (0u64, 0u64, 0u64);
+        for idx in 0..self.sb.inodes_per_group {
+            let ino = first + idx;
+            let bit = bit_get(imap, idx as usize);
+            let info = self.inodes.get(&ino);
+            let used = ino < FIRST_INO || info.is_some();
+            if !bit {
+                free_i += 1;
+            }
+            if info.is_some_and(|i| i.is_dir()) {
+                dirs += 1;
+            }
+            match (bit, used) {
+                (true, false) => {
+                    leaked_i += 1;
+                    found.push(Finding::LeakedInode { ino });
+                }
+                (false, true) => found.push(Finding::InodeUsedButFree { ino }),
+                _ => {}
+            }
+        }
+        (free_i, leaked_i, dirs)
+    }
+
+    /// Group `cg`'s block bitmap `bmap` against the computed ownership. Returns the bits clear.
+    fn check_block_map(&self, cg: u32, bmap: &[u8], found: &mut Vec<Finding>) -> u64 {
+        let start = self.sb.cg_start(cg);
+        let mut free_b = 0u64;
+        for idx in 0..self.sb.cg_blocks(cg) as u64 {
+            let bno = start + idx;
+            let bit = bit_get(bmap, idx as usize);
+            if !bit {
+                free_b += 1;
+            }
+            match (bit, self.owned.get(bno)) {
+                (true, false) => found.push(Finding::LeakedBlock { bno }),
+                (false, true) => found.push(Finding::BlockUsedButFree { bno }),
+                _ => {}
+            }
+        }
+        free_b
+    }
+
+    /// The superblock's snapshot list names each snapshot once, an inode in use flagged as a
+    /// snapshot of the file system's size; an entry that does not is dropped by repair.
+    fn check_snapshot_list(&mut self, found: &mut Vec<Finding>) {
+        let sb = &self.sb;
+        let size = sb.num_blocks * sb.block_size as u64;
+        for (slot, &ino) in sb.snapshots.iter().enumerate().filter(|(_, &i)| i != 0) {
+            let what = match self.inodes.get(&ino) {
+                _ if sb.snapshots[..slot].contains(&ino) => Some("listed twice"),
+                None => Some("not an inode in use"),
+                Some(i) if i.flags & DI_SNAPSHOT == 0 => Some("not flagged as a snapshot"),
+                Some(i) if i.size != size => Some("not the size of the file system"),
+                Some(_) => None,
+            };
+            if let Some(what) = what {
+                found.push(Finding::BadSnapshotList { slot, ino, what });
+                self.fixes.drop_snapshots.insert(slot);
+            }
+        }
+    }
+}
