@@ -427,7 +427,20 @@ pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
     };
     let ok = if unsafe { libc::geteuid() } == 0 {
         let c = std::ffi::CString::new(abs.as_os_str().as_encoded_bytes())?;
-        unsafe { libc::umount2(c.as_ptr(), 0) == 0 }
+        // A file just closed may still hold the mount for an instant: where files are opened
+        // through OPEN (a strictatime mount, say), the kernel sends RELEASE in the background
+        // and keeps its reference until sufs answers. Busy is tried again for a while.
+        let mut tries = 0;
+        loop {
+            if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+                break true;
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EBUSY) || tries == 100 {
+                break false;
+            }
+            tries += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
     } else {
         std::process::Command::new("fusermount3").arg("-u").arg(&abs).status().is_ok_and(|s| s.success())
     };
