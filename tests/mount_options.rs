@@ -123,6 +123,46 @@ fn the_helper_mounts_as_mount8_calls_it() {
     assert!(text(&out).contains("unknown mount option \"bogus\""), "{}", text(&out));
 }
 
+/// The helper in /sbin is one for the whole machine: `SUFS_MOUNT_HELPER` names the build that
+/// should serve the call, and a helper of another build hands it on.
+#[test]
+fn the_helper_hands_the_call_to_the_build_named() {
+    let Some((t, img, mnt)) = setup(true) else { return };
+    let helper = install_helper(&t.path().join("sbin"));
+    let other = t.path().join("other-sufs");
+    fs::copy(SUFS, &other).unwrap();
+    let spec = format!("sufs:{}", img.display());
+    let out = Command::new(&helper)
+        .env("SUFS_MOUNT_HELPER", &other)
+        .args([spec.as_str(), mnt.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // The daemon serving the mount is the other build.
+    let daemon = fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c).into_owned();
+                c.contains(img.to_str().unwrap()) && c.contains("--foreground")
+            })
+        })
+        .map(|e| fs::read_link(e.path().join("exe")).unwrap())
+        .next();
+    assert_eq!(daemon, Some(fs::canonicalize(&other).unwrap()));
+    sufs_umount(&mnt);
+    let out = Command::new(&helper)
+        .env("SUFS_MOUNT_HELPER", t.path().join("missing"))
+        .args([spec.as_str(), mnt.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("SUFS_MOUNT_HELPER"), "{}", text(&out));
+    assert!(!is_mounted(&mnt));
+    fsck_clean(&img);
+}
+
 /// `-o mkfs_size=SIZE`, how a test harness makes a file system of a given size through the
 /// helper: made when missing or of another size, kept when it already is that size.
 #[test]

@@ -24,6 +24,10 @@ use super::*;
 /// `sufs mount -q --no-create IMAGE DIR -o OPTS`, or a remount. Exit codes as mount(8)'s
 /// helpers: 0, 1 for a bad call, 32 for a failed mount.
 pub(crate) fn helper_main(args: &[String]) -> ExitCode {
+    if let Err(e) = helper::hand_off(args) {
+        eprintln!("{}: {e}", helper::HELPER_NAME);
+        return ExitCode::from(1);
+    }
     let usage = "usage: mount.fuse.sufs [sufs:]IMAGE DIR [-sfnv] [-o OPTIONS]";
     let call = match helper::parse_args(args) {
         Ok(c) => c,

@@ -7,7 +7,8 @@
 //! Also here, what the helper needs around a mount: waiting for an image a daemon still holds
 //! after `umount` returned (`wait_for_image`; `umount` of a FUSE mount returns before the
 //! server has written everything), the kernel's side of a remount (`remount_flags`,
-//! `kernel_remount`), and the link itself (`install`).
+//! `kernel_remount`), the link itself (`install`), and handing a call on to another build
+//! (`hand_off`).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,9 @@ pub const HELPER_NAME: &str = "mount.fuse.sufs";
 
 /// Where mount(8) looks for it.
 pub const DEFAULT_PREFIX: &str = "/sbin";
+
+/// The variable naming the sufs binary that should serve helper calls (`hand_off`).
+pub const HAND_OFF_VAR: &str = "SUFS_MOUNT_HELPER";
 
 /// How long a mount waits for an image a daemon still holds, unless `-o wait=SECONDS`.
 pub const DEFAULT_WAIT_SECS: u64 = 600;
@@ -37,6 +41,24 @@ pub struct HelperCall {
     pub fake: bool,
     /// `-v`: say what is done.
     pub verbose: bool,
+}
+
+/// mount(8) finds one helper for the whole machine, `/sbin/mount.fuse.sufs`, whichever build it
+/// links to. A harness that tests another build (fstests' `local.config` does) names it in
+/// `SUFS_MOUNT_HELPER`, and a helper that is not that build runs it in its place, under the
+/// helper's name, with the same arguments. Returns only if that fails (or there is nothing to
+/// hand on: the variable unset, or naming this very program).
+pub fn hand_off(args: &[String]) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let Some(other) = std::env::var_os(HAND_OFF_VAR).filter(|v| !v.is_empty()) else { return Ok(()) };
+    let other =
+        std::fs::canonicalize(&other).map_err(|e| format!("{HAND_OFF_VAR}={}: {e}", Path::new(&other).display()))?;
+    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+    if me.as_deref() == Some(other.as_path()) {
+        return Ok(());
+    }
+    let e = std::process::Command::new(&other).arg0(HELPER_NAME).args(args).exec();
+    Err(format!("{HAND_OFF_VAR}={}: {e}", other.display()))
 }
 
 /// The image a mount source names: `sufs:IMAGE` or IMAGE.

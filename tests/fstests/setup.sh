@@ -98,5 +98,7 @@ export SCRATCH_MNT=$WORK/scratch
 export TEST_FS_MOUNT_OPTS="-o ordering=$ORDERING"
 export MOUNT_OPTIONS="-o mkfs_size=$IMG_SIZE,ordering=$ORDERING"
 export SUFS=$SUFS
+# /sbin/mount.fuse.sufs is one for the machine; it hands the mounts of these tests to this build.
+export SUFS_MOUNT_HELPER=$SUFS
 EOC
 say "ready: $XFSTESTS/local.config (ordering $ORDERING, images $IMG_SIZE in $WORK)"
