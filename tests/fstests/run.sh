@@ -19,14 +19,15 @@
 # two images past this size is killed, so that a runaway one cannot take the machine's memory
 # (and that counts against the test running then).
 # Exit: 0 when nothing failed unexpectedly (a test, or a daemon that did not finish after a call
-# of tests not all marked xfail) and fsck finds both images clean at the end; 1 otherwise;
+# of tests not all marked xfail), fsck finds both images clean at the end and every mount was
+# served by $SUFS (local.config's build); 1 otherwise;
 # 2 for a usage or setup error.
 set -uo pipefail
 
 WORK=${WORK:-/var/tmp/sufs-fstests}
 XFSTESTS=${XFSTESTS:-$WORK/xfstests}
 GROUP="" LIST="" PER_TEST=300 CHUNK=20 OUTDIR=""
-usage() { sed -n '7,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '7,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while getopts "g:l:t:c:o:h" o; do
   case $o in
     g) GROUP=$OPTARG;; l) LIST=$OPTARG;; t) PER_TEST=$OPTARG;; c) CHUNK=$OPTARG;; o) OUTDIR=$OPTARG;;
@@ -43,7 +44,7 @@ OUTDIR=${OUTDIR:-$WORK/results/$(date +%Y%m%d-%H%M%S)-${ORDERING:-softdep}}
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(realpath "$OUTDIR")
 # A directory used before starts over.
-rm -rf "$OUTDIR/results" "$OUTDIR"/{check.out,list,daemons,timeouts,current,unexpected,summary.txt,run.log} "$OUTDIR"/chunk.*
+rm -rf "$OUTDIR/results" "$OUTDIR"/{check.out,list,daemons,timeouts,current,unexpected,summary.txt,run.log,foreign} "$OUTDIR"/chunk.*
 export RESULT_BASE=$OUTDIR/results
 cd "$XFSTESTS" || exit 2
 
@@ -76,6 +77,12 @@ descendants() { local p; for p in $(ps -o pid= --ppid "$1"); do echo "$p"; desce
 MAX_RSS_MB=${MAX_RSS_MB:-2048}
 watchdog() {
   while sleep 5; do
+    # The daemons must be this build (mount(8)'s helper is one for the machine; local.config's
+    # SUFS_MOUNT_HELPER hands the calls to $SUFS, but a helper too old to know it does not).
+    for pid in $(ps -eo pid=,args= | awk -v t="${TEST_DEV#sufs:}" -v s="${SCRATCH_DEV#sufs:}" '$2 ~ /sufs$/ && $3 == "mount" && ($4 == t || $4 == s) {print $1}'); do
+      exe=$(readlink -f "/proc/$pid/exe" 2>/dev/null) || continue
+      [ "$exe" = "$(realpath "$SUFS")" ] || grep -qxF "$exe" "$OUTDIR/foreign" 2>/dev/null || echo "$exe" >> "$OUTDIR/foreign"
+    done
     ps -eo pid=,rss=,args= | awk -v max=$((MAX_RSS_MB * 1024)) -v t="${TEST_DEV#sufs:}" -v s="${SCRATCH_DEV#sufs:}" \
       '$3 ~ /sufs$/ && $4 == "mount" && ($5 == t || $5 == s) && $2 > max {print $1, $2, $5}' |
     while read -r pid rss img; do
@@ -217,5 +224,9 @@ for dev in "$TEST_DEV" "$SCRATCH_DEV"; do
   errs=$(tail -c +$((LOGAT[$dev] + 1)) "$img.log" 2>/dev/null | grep -iE 'panick|error' | tail -5)
   [ -n "$errs" ] && { echo "errors in $(basename "$img").log during the run (last 5):"; echo "$errs"; } >> "$OUTDIR/summary.txt"
 done
+if [ -s "$OUTDIR/foreign" ]; then
+  echo "NOT THIS BUILD: mounts were served by $(tr '\n' ' ' < "$OUTDIR/foreign")(not $SUFS): /sbin/mount.fuse.sufs was changed during the run" >> "$OUTDIR/summary.txt"
+  fsck_bad=1
+fi
 cat "$OUTDIR/summary.txt"
 [ "$(cat "$OUTDIR/unexpected")" = 0 ] && [ $fsck_bad = 0 ]

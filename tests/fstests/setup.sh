@@ -80,7 +80,9 @@ SUFS=$(realpath "$SUFS")
 # 5. Images (unmounted first if a previous run left them mounted), mount points, local.config.
 mkdir -p "$WORK/test" "$WORK/scratch"
 for m in "$WORK/test" "$WORK/scratch"; do
-  if findmnt -rn "$m" >/dev/null; then "$SUFS" umount "$m" || umount -l "$m"; fi
+  if findmnt -rn "$m" >/dev/null; then
+    "$SUFS" umount "$m" || { findmnt -rn "$m" >/dev/null && umount -l "$m"; } || true
+  fi
 done
 for img in test scratch; do
   [ -e "$WORK/$img.img" ] || "$SUFS" mkfs "$WORK/$img.img" --size "$IMG_SIZE" >/dev/null
