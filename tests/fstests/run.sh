@@ -80,7 +80,8 @@ watchdog() {
     # The daemons must be this build (mount(8)'s helper is one for the machine; local.config's
     # SUFS_MOUNT_HELPER hands the calls to $SUFS, but a helper too old to know it does not).
     for pid in $(ps -eo pid=,args= | awk -v t="${TEST_DEV#sufs:}" -v s="${SCRATCH_DEV#sufs:}" '$2 ~ /sufs$/ && $3 == "mount" && ($4 == t || $4 == s) {print $1}'); do
-      exe=$(readlink -f "/proc/$pid/exe" 2>/dev/null) || continue
+      exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue  # (gone meanwhile)
+      exe=$(realpath -m "${exe% (deleted)}")
       [ "$exe" = "$(realpath "$SUFS")" ] || grep -qxF "$exe" "$OUTDIR/foreign" 2>/dev/null || echo "$exe" >> "$OUTDIR/foreign"
     done
     ps -eo pid=,rss=,args= | awk -v max=$((MAX_RSS_MB * 1024)) -v t="${TEST_DEV#sufs:}" -v s="${SCRATCH_DEV#sufs:}" \
