@@ -45,7 +45,7 @@ OUTDIR=${OUTDIR:-$WORK/results/$(date +%Y%m%d-%H%M%S)-${ORDERING:-softdep}}
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(realpath "$OUTDIR")
 # A directory used before starts over.
-rm -rf "$OUTDIR/results" "$OUTDIR"/{check.out,list,daemons,timeouts,current,unexpected,summary.txt,run.log,foreign} "$OUTDIR"/chunk.*
+rm -rf "$OUTDIR/results" "$OUTDIR"/{check.out,check.last,list,daemons,timeouts,current,unexpected,summary.txt,run.log,foreign} "$OUTDIR"/chunk.*
 export RESULT_BASE=$OUTDIR/results
 cd "$XFSTESTS" || exit 2
 
@@ -137,8 +137,27 @@ settle() {  # settle TESTS...: unmount, wait, judge
       log "the daemon of $(basename "$img") had not finished ${UNMOUNT_WAIT}s after unmount: killed; fsck -y: $out"
       echo "$* : daemon of $(basename "$img") did not finish its unmount in ${UNMOUNT_WAIT}s (killed; fsck -y: $out)" >> "$OUTDIR/daemons"
     fi
+    preen "$img" "$@"
   done
 }
+# An image its tests left unclean (a shutdown test's crash; under sync and async a mount then
+# refuses it until fsck has run) is preened, as a boot-time `fsck -p` would: leaks and link
+# counts too high are what a crash may leave. Anything more is held against the tests.
+preen() {  # preen IMAGE TESTS...
+  local img=$1 out rc
+  shift
+  out=$("$SUFS" fsck -p "$img" 2>&1); rc=$?
+  case $rc in
+    0) ;;
+    1) log "$(basename "$img") was left unclean; fsck -p: $(echo "$out" | tail -1)";;
+    *) out=$("$SUFS" fsck -y "$img" 2>&1 | tail -1)
+       log "$(basename "$img") needed more than preening (fsck -p exit $rc); fsck -y: $out"
+       echo "$* : $(basename "$img") needed more than preening after them (fsck -p exit $rc; fsck -y: $out)" >> "$OUTDIR/daemons";;
+  esac
+}
+# A ./check call that gave no verdict at all stopped before its first test (a mount it could
+# not make, a missing program): what it printed goes to the output, not only to check.out.
+verdicts() { grep -cE '^[a-z0-9]+/[0-9]+ ' "$1"; }
 
 # Chunks of CHUNK tests; a test marked xfail runs alone, so that what it leaves is its own.
 n=0 k=0
@@ -150,11 +169,19 @@ while read -r t; do
   echo "$t" >> "$OUTDIR/chunk.$(printf %04d $k)"
   n=$((n + 1))
 done < "$OUTDIR/list"
+# Images an earlier run left unclean are preened before the first test.
+for dev in "$TEST_DEV" "$SCRATCH_DEV"; do preen "${dev#sufs:}" "(before the run)"; done
 for c in "$OUTDIR"/chunk.*; do
   [ -e "$c" ] || continue
   log "$(head -1 "$c") .. $(tail -1 "$c")"
   # shellcheck disable=SC2046
-  ./check $(cat "$c") >> "$OUTDIR/check.out" 2>&1
+  ./check $(cat "$c") > "$OUTDIR/check.last" 2>&1
+  cat "$OUTDIR/check.last" >> "$OUTDIR/check.out"
+  if [ "$(verdicts "$OUTDIR/check.last")" = 0 ]; then
+    log "./check stopped before its first test; it printed:"
+    tail -15 "$OUTDIR/check.last" | sed 's/^/    /' | tee -a "$OUTDIR/run.log"
+    tail -5 "$RESULT_BASE/check.full" 2>/dev/null | sed 's/^/    check.full: /' | tee -a "$OUTDIR/run.log"
+  fi
   settle $(cat "$c")
   rm -f "$c"
 done
@@ -201,7 +228,8 @@ reason() {  # the first lines that differ from the golden output
   echo "fstests on sufs (${ORDERING:-softdep}), $(date -d @"$start" '+%F %T'), $(( ($(date +%s) - start) / 60 )) min"
   echo "$total tests: ${N[pass]} passed, ${N[fail]} failed, ${N[timeout]} timed out, ${N[notrun]} not run, ${N[xfail]} failed as expected, ${N[xpass]} passed although expected to fail"
   printf '%s\n' "${lines[@]}"
-  # Daemons killed (not finished after their unmount, or past MAX_RSS_MB while the tests ran):
+  # Daemons killed (not finished after their unmount, or past MAX_RSS_MB while the tests ran) and
+  # images left needing more than preening:
   # expected only when every test named is marked xfail.
   if [ -s "$OUTDIR/daemons" ]; then
     while IFS= read -r line; do

@@ -2,7 +2,9 @@
 # Sets up fstests (xfstests) against sufs: the Debian packages it needs, fstests built from its
 # source tarball (with a local patch, fuse.patch), the users some tests need, the
 # mount helper (`sufs install-helper`), a test and a scratch image, and local.config.
-# Re-runnable: what is there already is kept. Stops at the first failure, saying where.
+# Re-runnable: the packages and the fstests build are kept; the two images are made anew (an
+# image left by an earlier run may hold its files, or need fsck after a crash, and a run must
+# start from empty file systems). Stops at the first failure, saying where.
 # Root only (packages, users, /sbin/mount.fuse.sufs). docs/suites/fstests.md tells the story.
 #
 # Variables (all optional):
@@ -15,6 +17,7 @@
 #   SUFS          the sufs binary the helper runs (default: this checkout's target/release/sufs,
 #                 built with cargo)
 #   SKIP_APT=1    install no packages
+#   KEEP_IMAGES=1 keep images that are there (to look again at what a run left)
 set -euo pipefail
 trap 'echo "setup.sh: FAILED (line $LINENO): $BASH_COMMAND" >&2' ERR
 
@@ -85,7 +88,9 @@ for m in "$WORK/test" "$WORK/scratch"; do
   fi
 done
 for img in test scratch; do
-  [ -e "$WORK/$img.img" ] || "$SUFS" mkfs "$WORK/$img.img" --size "$IMG_SIZE" >/dev/null
+  [ -n "${KEEP_IMAGES:-}" ] && [ -e "$WORK/$img.img" ] && continue
+  rm -f "$WORK/$img.img" "$WORK/$img.img.log"
+  "$SUFS" mkfs "$WORK/$img.img" --size "$IMG_SIZE" >/dev/null
 done
 # The scratch mount carries mkfs_size=IMG_SIZE: a test that made a smaller scratch file system
 # (_scratch_mkfs_sized, patched to ask for mkfs_size=N) leaves the next one a full-size one.
