@@ -393,6 +393,41 @@ fn sufs_sync_makes_delayed_writes_durable_before_a_kill() {
     fsck_clean(&img);
 }
 
+/// The background fsck of an unclean softdep image talks to the file system in its own process:
+/// a mount unmounted at once (as fstests' tests do) neither loses it (the control channel was
+/// once looked for before it existed, or after it was gone) nor leaves its snapshot behind.
+#[test]
+fn background_fsck_of_a_mount_unmounted_at_once() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "2G");
+    let log = t.path().join("img.log");
+    for round in 0..3 {
+        let m = mount_fg(&img, &mnt, &[]);
+        for i in 0..20 {
+            fs::write(mnt.join(format!("f-{round}-{i}")), b"data").unwrap();
+        }
+        crash(m);
+        let out = sufs(&["mount", img.to_str().unwrap(), mnt.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(sufs(&["umount", mnt.to_str().unwrap()]).status.success());
+        let text = fs::read_to_string(&log).unwrap();
+        assert!(!text.contains("failed"), "round {round}: {text}");
+        assert_eq!(text.matches("checking it in the background").count(), round + 1, "{text}");
+        assert_eq!(text.matches("background fsck of").count(), round + 1, "{text}");
+        let snaps = sufs(&["snapshot", "list", img.to_str().unwrap()]);
+        assert!(
+            !String::from_utf8_lossy(&snaps.stdout).contains("fsck."),
+            "{}",
+            String::from_utf8_lossy(&snaps.stdout)
+        );
+        fsck_clean(&img);
+    }
+}
+
 /// Instant restart (soft updates §6): an image a softdep mount left unclean mounts at once and
 /// is checked in the background; one a sync or async mount left unclean, or one marked for
 /// fsck, is refused until fsck (or --force).

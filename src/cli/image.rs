@@ -99,11 +99,17 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>
     use ctl::Request;
     let t = std::time::Instant::now();
     let name = format!("fsck.{}", std::process::id());
-    control(on, Request::SnapshotCreate { name: name.clone() })?;
+    // In the mount's own process the requests go to the file system itself: its control channel
+    // may not be there yet, or no longer (a mount that is being unmounted).
+    let call = |req: Request| match &mounted {
+        Some(fs) => ctl::execute(&mut sufs::fs::lock(fs), req).map_err(|e| Fail(e.to_string(), 1)),
+        None => control(on, req),
+    };
+    call(Request::SnapshotCreate { name: name.clone() })?;
     let taken = t.elapsed();
-    let report = match mounted {
+    let report = match &mounted {
         Some(fs) => {
-            let frozen = snapshot::FrozenDevice::new(fs, name.as_bytes())
+            let frozen = snapshot::FrozenDevice::new(fs.clone(), name.as_bytes())
                 .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
             fsck::check(&frozen)
         }
@@ -113,7 +119,7 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>
         }
     };
     let checked = t.elapsed();
-    control(on, Request::SnapshotDelete { name: name.clone() })?;
+    call(Request::SnapshotDelete { name: name.clone() })?;
     let report = report.map_err(|e| Fail(e.to_string(), 8))?;
     let mut adjust = snapshot::Adjust::default();
     let mut other = Vec::new();
@@ -134,7 +140,7 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>
     let done = if adjust == snapshot::Adjust::default() {
         serde_json::Value::Null
     } else {
-        control(on, Request::FsckAdjust { adjust })?
+        call(Request::FsckAdjust { adjust })?
     };
     println!(
         "{}: background fsck: snapshot {:.3} s, check {:.3} s, total {:.3} s; {} files, {} directories, {} blocks used; {} findings ({} left for a full fsck); adjusted: {}",

@@ -14,7 +14,7 @@ use sufs::format::Superblock;
 use sufs::fs::mountopt::MountOpts;
 use sufs::fs::{Fs, MountOptions, Ordering};
 use sufs::fuse::{self as fusemount, lock, SufsFuse};
-use sufs::helper::{self, mount_point_of};
+use sufs::helper;
 use sufs::syncer::{Syncer, SyncerOptions};
 use sufs::volume::{PoolOptions, Refiller, SnapshotDevice, StoreKind, VolumeDevice};
 
@@ -235,14 +235,18 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
         }
     });
     let mut syncer = Syncer::start(shared.clone(), sync);
-    if recovery == Recovery::Background && !snapshot {
-        start_background_fsck(image.to_path_buf(), shared.clone());
-    }
+    let bgfsck = (recovery == Recovery::Background && !snapshot)
+        .then(|| start_background_fsck(image.to_path_buf(), shared.clone()))
+        .flatten();
     notify_ready();
     let run = session.run();
     handle.close();
     syncer.stop();
     ctl.stop();
+    // A background fsck still running finishes first: it deletes its snapshot when done.
+    if let Some(t) = bgfsck {
+        let _ = t.join();
+    }
     if let Some(r) = refiller.as_mut() {
         r.stop();
     }
@@ -464,18 +468,10 @@ pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
 }
 
 /// Instant restart: an image that soft updates left unclean is checked in the background once the
-/// mount serves requests, exactly as `sufs fsck --background` does (through the control channel
-/// and the mount), and what it reclaims goes to the mount's log.
-pub(crate) fn start_background_fsck(image: PathBuf, fs: sufs::fs::SharedFs) {
+/// mount has started, as `sufs fsck --background` does but with the requests going to the file
+/// system directly (not its control channel), and what it reclaims goes to the mount's log.
+pub(crate) fn start_background_fsck(image: PathBuf, fs: sufs::fs::SharedFs) -> Option<std::thread::JoinHandle<()>> {
     let spawned = std::thread::Builder::new().name("sufs-bgfsck".into()).spawn(move || {
-        let start = std::time::Instant::now();
-        while mount_point_of(&image).is_none() {
-            if start.elapsed() > Duration::from_secs(30) {
-                log::error!("background fsck: the mount did not appear");
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
         println!("sufs: {} was not unmounted cleanly: checking it in the background", image.display());
         match cmd_fsck_background(&image, Some(fs.clone())) {
             Ok(4) => {
@@ -486,7 +482,5 @@ pub(crate) fn start_background_fsck(image: PathBuf, fs: sufs::fs::SharedFs) {
             Err(e) => println!("sufs: background fsck of {} failed: {}", image.display(), e.0),
         }
     });
-    if let Err(e) = spawned {
-        log::error!("background fsck: {e}");
-    }
+    spawned.map_err(|e| log::error!("background fsck: {e}")).ok()
 }
