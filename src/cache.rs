@@ -16,7 +16,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use foldhash::{HashMap, HashMapExt};
+use crate::fixed_hash::{HashMap, HashMapExt, HashSet};
 
 use lru::LruCache;
 use serde::Serialize;
@@ -269,7 +269,7 @@ impl Cache {
             return Err(DevError::ShutDown);
         }
         let mut copies: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(bnos.len());
-        let mut seen = foldhash::HashSet::with_capacity_and_hasher(bnos.len(), Default::default());
+        let mut seen = HashSet::with_capacity_and_hasher(bnos.len(), Default::default());
         for &bno in bnos {
             let Some(b) = self.bufs.get(&bno) else {
                 continue;

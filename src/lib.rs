@@ -9,6 +9,7 @@ pub mod cache;
 pub mod clock;
 pub mod dev;
 pub mod dirhash;
+pub mod fixed_hash;
 pub mod format;
 pub mod fs;
 pub mod fsck;

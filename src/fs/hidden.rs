@@ -9,7 +9,7 @@
 //! directory holding hidden names cannot go yet). A scan of all hidden names per operation made
 //! a rename of many files quadratic.
 
-use foldhash::{HashMap, HashMapExt};
+use crate::fixed_hash::{HashMap, HashMapExt};
 
 /// Where a hidden entry is: the directory block and the byte offset in it.
 pub type Place = (u64, usize);

@@ -19,7 +19,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use foldhash::{HashMap, HashMapExt};
+use crate::fixed_hash::{HashMap, HashMapExt};
 
 use thiserror::Error;
 

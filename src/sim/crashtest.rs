@@ -1902,6 +1902,20 @@ impl Recording {
     pub fn batches(&self) -> usize {
         self.batches.len()
     }
+    /// A digest of what was written, in order: every batch's block numbers and contents. Two
+    /// recordings of one workload and seed have the same digest (the order of writes within a
+    /// batch counts: the crash states take subsets of a batch by position).
+    pub fn digest(&self) -> u32 {
+        let mut crc = 0;
+        for batch in &self.batches {
+            for (bno, data) in batch {
+                crc = crc32c::crc32c_append(crc, &bno.to_le_bytes());
+                crc = crc32c::crc32c_append(crc, data);
+            }
+            crc = crc32c::crc32c_append(crc, b"barrier");
+        }
+        crc
+    }
 
     /// Calls `f` on every crash state, in log order, with a fresh image of it.
     pub fn for_each_state(

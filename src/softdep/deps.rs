@@ -1,7 +1,7 @@
 //! The dependency structures of soft updates (the paper's Table 1, FreeBSD's softdep.h): each
 //! starts with a `WorkList` header, its kind and its `DepState`.
 
-use foldhash::HashMap;
+use crate::fixed_hash::HashMap;
 
 pub type Epoch = u64;
 

@@ -2,7 +2,7 @@
 //! entry whose prerequisites are not on disk (FreeBSD's initiate_write); `after_write` retires
 //! what the write made durable and puts the work it allows on the work list (handle_written_*).
 
-use foldhash::HashSet;
+use crate::fixed_hash::HashSet;
 
 use super::*;
 

@@ -43,7 +43,7 @@ mod hooks;
 
 pub use deps::*;
 
-use foldhash::{HashMap, HashMapExt, HashSet};
+use crate::fixed_hash::{HashMap, HashMapExt, HashSet};
 
 use crate::format::*;
 
