@@ -1,0 +1,130 @@
+//! The on-disk format (FFS layout, DESIGN.md "On-disk format"): superblock, cylinder group
+//! header with its bitmaps, 256-byte dinode and the directory chunk. Every structure is encoded
+//! here and nowhere else, little-endian at explicit offsets; the superblock and the cylinder group
+//! headers carry a CRC32C so that a torn or foreign block is refused rather than trusted.
+//!
+//! Layout of cylinder group `g` (first block `g * blocks_per_group`): a superblock copy (the
+//! primary in group 0), the group header (counts, inode bitmap, block bitmap), the inode table,
+//! then data blocks.
+//!
+//! One file per structure: `superblock`, `cg` (the group header and its bitmaps), `inode`, `dir`
+//! (directory entries), `volume` (the volume snapshot's exception store). This file holds the
+//! constants they share, the error type and the little-endian field access.
+
+use thiserror::Error;
+
+mod cg;
+mod dir;
+mod inode;
+mod superblock;
+mod volume;
+
+pub use cg::*;
+pub use dir::*;
+pub use inode::*;
+pub use superblock::*;
+pub use volume::*;
+
+pub const MAGIC: u64 = 0x5355_4653_4646_5331; // "SUFSFFS1"
+pub const VERSION: u32 = 1;
+pub const CG_MAGIC: u32 = 0x4347_5346; // "FSGC"
+pub const DINODE_SIZE: usize = 256;
+pub const NDADDR: usize = 12;
+pub const NIADDR: usize = 3;
+pub const MAX_SNAPSHOTS: usize = 20;
+pub const DIRBLKSIZ: usize = 512;
+pub const MAXNAMLEN: usize = 255;
+pub const ROOT_INO: u32 = 2;
+pub const LOST_FOUND_INO: u32 = 3;
+/// First inode number handed out to users; 0 and 1 are never used, as in FFS.
+pub const FIRST_INO: u32 = 2;
+pub const MIN_BLOCK_SIZE: u32 = 4096;
+pub const MAX_BLOCK_SIZE: u32 = 65536;
+/// The fewest blocks a file system can have.
+pub const MIN_FS_BLOCKS: u64 = 64;
+/// Bytes of a cylinder group header before its inode bitmap.
+pub const CG_HDR_SIZE: usize = 64;
+/// The longest symbolic link target sufs makes: the kernel's PATH_MAX (4096) less its NUL.
+pub const MAX_SYMLINK: usize = 4095;
+/// A time's nanoseconds field is below this.
+pub const NSEC_PER_SEC: u32 = 1_000_000_000;
+/// Largest link count; a link past it is EMLINK.
+pub const LINK_MAX: u32 = 32000;
+
+/// Superblock flags. `SB_CLEAN`: unmounted cleanly, the summary counts are exact.
+pub const SB_CLEAN: u32 = 1;
+/// The last read-write mount ran soft updates: an unclean image holds only what soft updates
+/// may leave after a crash (leaks and link counts too high), so it may be mounted at once.
+pub const SB_SOFTDEP: u32 = 2;
+/// The last read-write mount ran `async` (with neither this nor `SB_SOFTDEP`, it ran `sync`).
+pub const SB_ASYNC: u32 = 4;
+/// Something was found damaged while mounted (a value read from disk out of range, a bitmap
+/// that disagreed with the inodes): only a full `fsck -y` clears it.
+pub const SB_NEEDS_FSCK: u32 = 8;
+
+/// Dinode flags (chflags-like); the Block Register and snapshots rely on them.
+pub const DI_IMMUTABLE: u32 = 1;
+pub const DI_SNAPSHOT: u32 = 2;
+pub const DI_UNMOVABLE: u32 = 4;
+
+/// In a snapshot file's block map (logical block = physical block of the file system): the block
+/// was not in use when the snapshot was taken, or belongs to a snapshot, and is never copied
+/// (FreeBSD's BLK_NOCOPY). 0 means not copied yet: the snapshot reads the block in place.
+pub const BLK_NOCOPY: u64 = 1;
+
+pub const S_IFMT: u16 = 0o170000;
+pub const S_IFREG: u16 = 0o100000;
+pub const S_IFDIR: u16 = 0o040000;
+pub const S_IFLNK: u16 = 0o120000;
+pub const S_IFIFO: u16 = 0o010000;
+pub const S_IFCHR: u16 = 0o020000;
+pub const S_IFBLK: u16 = 0o060000;
+pub const S_IFSOCK: u16 = 0o140000;
+
+pub const DT_UNKNOWN: u8 = 0;
+pub const DT_FIFO: u8 = 1;
+pub const DT_CHR: u8 = 2;
+pub const DT_DIR: u8 = 4;
+pub const DT_BLK: u8 = 6;
+pub const DT_REG: u8 = 8;
+pub const DT_LNK: u8 = 10;
+pub const DT_SOCK: u8 = 12;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum FormatError {
+    #[error("bad magic number {0:#x}: not a sufs image")]
+    BadMagic(u64),
+    #[error("unsupported format version {0} (this sufs reads version {VERSION})")]
+    BadVersion(u32),
+    #[error("superblock checksum mismatch (stored {stored:#x}, computed {computed:#x})")]
+    BadChecksum { stored: u32, computed: u32 },
+    #[error("inconsistent geometry: {0}")]
+    BadGeometry(String),
+    #[error("cylinder group {cg}: {what}")]
+    BadCg { cg: u32, what: String },
+}
+
+fn get_u16(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+fn get_u32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+fn get_u64(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+fn get_i64(b: &[u8], o: usize) -> i64 {
+    get_u64(b, o) as i64
+}
+fn put_u16(b: &mut [u8], o: usize, v: u16) {
+    b[o..o + 2].copy_from_slice(&v.to_le_bytes())
+}
+fn put_u32(b: &mut [u8], o: usize, v: u32) {
+    b[o..o + 4].copy_from_slice(&v.to_le_bytes())
+}
+fn put_u64(b: &mut [u8], o: usize, v: u64) {
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes())
+}
+fn put_i64(b: &mut [u8], o: usize, v: i64) {
+    put_u64(b, o, v as u64)
+}
