@@ -1,0 +1,171 @@
+//! The exception store: where its blocks are on the device (`StoreMap`: the reserved area, or a
+//! br reservation's runs), the state behind the device's lock (the exception table, the current
+//! area), the origin's blocks in use at snapshot time, and finding a store on a device.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::br::BrRun;
+use crate::clock::SimClock;
+use crate::dev::{BlockDevice, DevError, DevResult};
+use crate::format::*;
+use crate::fs::{Fs, FsError, MountOptions};
+
+use super::{StoreKind, VolResult, VolumeDevice, VolumeError, BR_STORE};
+
+/// Where the store's blocks are on the device.
+pub(super) enum StoreMap {
+    Reserved {
+        start: u64,
+        len: u64,
+    },
+    /// brquery's runs, sorted by logical offset and contiguous from 0; `mru` is the run last hit.
+    Br {
+        runs: Vec<BrRun>,
+        len: u64,
+        mru: usize,
+    },
+}
+
+impl StoreMap {
+    pub(super) fn len(&self) -> u64 {
+        match self {
+            StoreMap::Reserved { len, .. } | StoreMap::Br { len, .. } => *len,
+        }
+    }
+
+    /// The physical block of store index `i`.
+    pub(super) fn phys(&mut self, i: u64) -> Option<u64> {
+        match self {
+            StoreMap::Reserved { start, len } => (i < *len).then_some(*start + i),
+            StoreMap::Br { runs, mru, .. } => {
+                let hit = |r: &BrRun| r.offset <= i && i < r.offset + r.len;
+                if let Some(r) = runs.get(*mru).filter(|r| hit(r)) {
+                    return Some(r.start + (i - r.offset));
+                }
+                let k = runs.partition_point(|r| r.offset + r.len <= i);
+                let r = runs.get(k).filter(|r| hit(r))?;
+                *mru = k;
+                Some(r.start + (i - r.offset))
+            }
+        }
+    }
+
+    /// True if physical block `b` is one of the store's.
+    pub(super) fn holds(&self, b: u64) -> bool {
+        match self {
+            StoreMap::Reserved { start, len } => *start <= b && b < *start + *len,
+            StoreMap::Br { runs, .. } => runs.iter().any(|r| r.start <= b && b < r.start + r.len),
+        }
+    }
+
+    /// Appends physical block `b` as the next store index (br only).
+    pub(super) fn push(&mut self, b: u64) {
+        if let StoreMap::Br { runs, len, .. } = self {
+            match runs.last_mut() {
+                Some(r) if r.start + r.len == b => r.len += 1,
+                _ => runs.push(BrRun { offset: *len, start: b, len: 1 }),
+            }
+            *len += 1;
+        }
+    }
+}
+
+pub(super) struct State {
+    pub(super) map: StoreMap,
+    pub(super) header: VolumeHeader,
+    /// Origin block -> store index of its old contents.
+    pub(super) exceptions: HashMap<u64, u64>,
+    /// Store index of the current area's metadata block, its contents and entries used.
+    pub(super) area: u64,
+    pub(super) area_buf: Vec<u8>,
+    pub(super) area_used: usize,
+    /// Which origin blocks were in use at snapshot time (from the snapshot's own cylinder-group
+    /// bitmaps, read once at open): the br store copies a block it gains only if it was, and no
+    /// store copies a chunk on write that was free (unless told to, as dm-snap does).
+    pub(super) snap_used: Option<SnapBitmap>,
+    /// The origin block copied last: where the br store's next blocks are asked for.
+    pub(super) last_cow: u64,
+}
+
+/// The origin's blocks in use at snapshot time, one bit each; metadata blocks (superblocks,
+/// group headers, inode tables) always count as in use.
+pub(super) struct SnapBitmap {
+    bits: Vec<u8>,
+    blocks: u64,
+}
+
+impl SnapBitmap {
+    /// Reads the snapshot's cylinder-group headers through the snapshot view (they are metadata,
+    /// so copied before any change): one read per group.
+    pub(super) fn load(vol: &VolumeDevice, st: &mut State) -> DevResult<SnapBitmap> {
+        let bs = vol.inner.block_size();
+        let mut b = vec![0u8; bs];
+        vol.read_snapshot_locked(st, 0, &mut b)?;
+        let sb = Superblock::decode(&b).map_err(|e| DevError::Open(format!("snapshot superblock: {e}")))?;
+        let blocks = sb.num_blocks.min(st.header.origin_blocks);
+        let mut bits = vec![0xffu8; blocks.div_ceil(8) as usize];
+        for cg in 0..sb.ngroups {
+            vol.read_snapshot_locked(st, sb.cg_header_block(cg), &mut b)?;
+            let map = &b[CgHeader::block_map_offset(sb.inodes_per_group)..];
+            let start = sb.cg_start(cg);
+            for bno in sb.cg_data_start(cg)..(start + sb.cg_blocks(cg) as u64).min(blocks) {
+                bit_set(&mut bits, bno as usize, bit_get(map, (bno - start) as usize));
+            }
+        }
+        Ok(SnapBitmap { bits, blocks })
+    }
+
+    pub(super) fn in_use(&self, b: u64) -> bool {
+        b >= self.blocks || bit_get(&self.bits, b as usize)
+    }
+}
+
+/// The superblock of the file system on `dev`.
+pub(super) fn read_sb(dev: &dyn BlockDevice) -> VolResult<Superblock> {
+    let mut b = vec![0u8; dev.block_size()];
+    dev.read_block(0, &mut b)?;
+    Ok(Superblock::decode(&b)?)
+}
+
+pub(super) fn gen_of(h: &VolumeHeader) -> u64 {
+    (h.created as u64 & 0xffff) << 48
+}
+
+/// The store of the snapshot on `inner`, if any: header and map. Opens the file system read-only
+/// to query a br store (the first step of §4's start-up).
+pub(super) fn find_store(inner: &Arc<dyn BlockDevice>) -> VolResult<Option<(StoreKind, VolumeHeader, StoreMap)>> {
+    let sb = read_sb(inner.as_ref())?;
+    let bs = inner.block_size();
+    let mut b = vec![0u8; bs];
+    if inner.num_blocks() > sb.num_blocks {
+        inner.read_block(sb.num_blocks, &mut b)?;
+        if let Some(h) = VolumeHeader::decode(&b).filter(|h| h.kind == VOL_STORE_RESERVED) {
+            let map = StoreMap::Reserved { start: sb.num_blocks, len: inner.num_blocks() - sb.num_blocks };
+            return Ok(Some((StoreKind::Reserved, h, map)));
+        }
+    }
+    let opts = MountOptions { readonly: true, cache_blocks: 1024, ..Default::default() };
+    let mut fs = Fs::mount(inner.clone(), opts, Arc::new(SimClock::new()))?;
+    let runs = match fs.brquery(BR_STORE.as_bytes(), 0, u64::MAX) {
+        Ok(r) => r,
+        Err(FsError::NotFound) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let len = runs.iter().map(|r| r.len).sum();
+    if runs.first().is_none_or(|r| r.offset != 0) || runs.last().is_some_and(|r| r.offset + r.len != len) {
+        return Err(VolumeError::Invalid("the br store's reservation has holes".into()));
+    }
+    inner.read_block(runs[0].start, &mut b)?;
+    match VolumeHeader::decode(&b).filter(|h| h.kind == VOL_STORE_BR) {
+        Some(h) => Ok(Some((StoreKind::Br, h, StoreMap::Br { runs, len, mru: 0 }))),
+        None => Ok(None),
+    }
+}
+
+impl State {
+    /// True if origin block `b` was in use at snapshot time (or if that is not known).
+    pub(super) fn in_use_at_snapshot(&self, b: u64) -> bool {
+        self.snap_used.as_ref().is_none_or(|m| m.in_use(b))
+    }
+}
