@@ -59,7 +59,7 @@ impl Active {
 }
 
 /// A snapshot as `snapshot list` reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SnapInfo {
     pub name: String,
     pub ino: u32,
