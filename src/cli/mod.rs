@@ -53,6 +53,7 @@ fn finish(r: Result<u8, Fail>) -> ExitCode {
 }
 
 /// Runs a command; `args` are its arguments (without argv[0]), to run a mount again as its daemon.
+// Long: one arm per command, each turning its arguments into a call; split, the arms would only move.
 fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
     match cli.cmd {
         Cmd::Mkfs { image, size, block_size, inodes, snapshot_reserve } => {

@@ -12,7 +12,7 @@ use sufs::dev::BlockDevice;
 use sufs::format;
 use sufs::format::Superblock;
 use sufs::fs::mountopt::MountOpts;
-use sufs::fs::{Fs, MountOptions, Ordering};
+use sufs::fs::{Fs, FsStats, MountOptions, Ordering};
 use sufs::fuse::{self as fusemount, lock, SufsFuse};
 use sufs::helper;
 use sufs::syncer::{Syncer, SyncerOptions};
@@ -143,27 +143,7 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let fuse_options = args.opts.fuse_options(root).map_err(|e| Fail(e, 32))?;
     // What happens once, before the daemon starts (which runs this command again).
     if std::env::var_os(READY_ENV).is_none() {
-        if image.exists() {
-            let wait = args.opts.wait.unwrap_or(helper::DEFAULT_WAIT_SECS);
-            helper::wait_for_image(image, wait, &mut |m| say(image, args.quiet, m)).map_err(|e| Fail(e, 32))?;
-        }
-        if let Some(want) = args.opts.mkfs_size {
-            mkfs_sized(image, want, args.quiet)?;
-        } else if !image.exists() {
-            if !args.make_missing {
-                return Err(Fail(
-                    format!(
-                        "{} does not exist (make it with `sufs mkfs`, or ask for it with -o mkfs_size=SIZE)",
-                        image.display()
-                    ),
-                    32,
-                ));
-            }
-            let sb = cmd_mkfs(image, Some(size), 4096, None, None)?;
-            if !args.quiet {
-                print_mkfs(image, &sb);
-            }
-        }
+        prepare_image(image, size, &args.opts, args.quiet, args.make_missing)?;
     }
     if !dir.exists() {
         std::fs::create_dir_all(dir).map_err(|e| Fail(format!("cannot create {}: {e}", dir.display()), 1))?;
@@ -185,29 +165,8 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let recovery = if ro { Recovery::None } else { mount_gate(image, &sb, args.force)? };
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let opts = MountOptions { ordering, cache_blocks: (cache / sb.block_size as u64) as usize, readonly: ro };
-    // A volume snapshot: §4's start-up (the store found read-only, then copy-on-write, then the
-    // read-write mount), or the snapshot itself.
-    let cache_blocks = opts.cache_blocks as u64;
-    let pool = PoolOptions { low_watermark: cache_blocks + 1024, grow: cache_blocks + 1024, ..Default::default() };
-    let base: Arc<dyn BlockDevice> = Arc::new(dev);
-    let (dev, vol): (Arc<dyn BlockDevice>, Option<Arc<VolumeDevice>>) = if snapshot {
-        let vol = VolumeDevice::open(base, pool)?
-            .ok_or_else(|| Fail(format!("{}: no volume snapshot", image.display()), 32))?;
-        if let Some(why) = vol.invalid_reason() {
-            return Err(Fail(format!("{}: {why}", image.display()), 32));
-        }
-        (Arc::new(SnapshotDevice(vol)), None)
-    } else if ro {
-        (base, None)
-    } else {
-        match VolumeDevice::open(base.clone(), pool)? {
-            Some(v) => (v.clone(), Some(v)),
-            None => (base, None),
-        }
-    };
-    // A volume snapshot's copy-on-write starts only at a read-write mount.
-    let can_write =
-        writable && !snapshot && vol.is_none() && (!ro || matches!(VolumeDevice::open(dev.clone(), pool), Ok(None)));
+    let Stack { dev, vol, can_write } =
+        volume_stack(image, Arc::new(dev), opts.cache_blocks as u64, ro, snapshot, writable)?;
     let mut fs = Fs::mount(dev, opts, clock).map_err(|e| Fail(format!("cannot mount {}: {e}", image.display()), 32))?;
     fs.set_async_full_blocks(async_full_blocks);
     fs.set_softdep_limit(softdep_limit);
@@ -224,16 +183,7 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let mut session = fuser::Session::new(SufsFuse::new(shared.clone()), dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
     ctl.on_stale(fusemount::stale_sink(session.notifier()));
-    let mut unmounter = session.unmount_callable();
-    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
-    let handle = signals.handle();
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            if let Err(e) = unmounter.unmount() {
-                eprintln!("sufs: unmount: {e}");
-            }
-        }
-    });
+    let handle = unmount_on_signals(session.unmount_callable())?;
     let mut syncer = Syncer::start(shared.clone(), sync);
     let bgfsck = (recovery == Recovery::Background && !snapshot)
         .then(|| start_background_fsck(image.to_path_buf(), shared.clone()))
@@ -252,7 +202,96 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     }
     let mut fs = lock(&shared);
     fs.unmount().map_err(|e| Fail(format!("unmount of {} failed: {e}", image.display()), 1))?;
-    let st = fs.stats();
+    report_unmount(image, &fs.stats(), stats)?;
+    drop(lock_file);
+    run.map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1))
+}
+
+/// SIGINT, SIGTERM and SIGHUP unmount (the session then ends); the handle stops the watch.
+fn unmount_on_signals(mut unmounter: fuser::SessionUnmounter) -> Result<signal_hook::iterator::Handle, Fail> {
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            if let Err(e) = unmounter.unmount() {
+                eprintln!("sufs: unmount: {e}");
+            }
+        }
+    });
+    Ok(handle)
+}
+
+/// Before a mount's daemon starts: waits for an image another daemon still holds, and makes the
+/// image if asked to (`-o mkfs_size`) or if it is missing (unless `--no-create`).
+fn prepare_image(image: &Path, size: u64, opts: &MountOpts, quiet: bool, make_missing: bool) -> Result<(), Fail> {
+    if image.exists() {
+        let wait = opts.wait.unwrap_or(helper::DEFAULT_WAIT_SECS);
+        helper::wait_for_image(image, wait, &mut |m| say(image, quiet, m)).map_err(|e| Fail(e, 32))?;
+    }
+    if let Some(want) = opts.mkfs_size {
+        mkfs_sized(image, want, quiet)?;
+    } else if !image.exists() {
+        if !make_missing {
+            return Err(Fail(
+                format!(
+                    "{} does not exist (make it with `sufs mkfs`, or ask for it with -o mkfs_size=SIZE)",
+                    image.display()
+                ),
+                32,
+            ));
+        }
+        let sb = cmd_mkfs(image, Some(size), 4096, None, None)?;
+        if !quiet {
+            print_mkfs(image, &sb);
+        }
+    }
+    Ok(())
+}
+
+/// The device a mount works on, the volume under it if it has a snapshot, and whether a remount
+/// may make the mount read-write.
+struct Stack {
+    dev: Arc<dyn BlockDevice>,
+    vol: Option<Arc<VolumeDevice>>,
+    can_write: bool,
+}
+
+/// The device a mount works on. A volume snapshot: §4's start-up (the store found read-only, then
+/// copy-on-write, then the read-write mount), or with `snapshot` the snapshot itself (read-only).
+/// Also whether a remount may make the mount read-write.
+fn volume_stack(
+    image: &Path,
+    base: Arc<dyn BlockDevice>,
+    cache_blocks: u64,
+    ro: bool,
+    snapshot: bool,
+    writable: bool,
+) -> Result<Stack, Fail> {
+    let pool = PoolOptions { low_watermark: cache_blocks + 1024, grow: cache_blocks + 1024, ..Default::default() };
+    let (dev, vol): (Arc<dyn BlockDevice>, Option<Arc<VolumeDevice>>) = if snapshot {
+        let vol = VolumeDevice::open(base, pool)?
+            .ok_or_else(|| Fail(format!("{}: no volume snapshot", image.display()), 32))?;
+        if let Some(why) = vol.invalid_reason() {
+            return Err(Fail(format!("{}: {why}", image.display()), 32));
+        }
+        (Arc::new(SnapshotDevice(vol)), None)
+    } else if ro {
+        (base, None)
+    } else {
+        match VolumeDevice::open(base.clone(), pool)? {
+            Some(v) => (v.clone(), Some(v)),
+            None => (base, None),
+        }
+    };
+    // A volume snapshot's copy-on-write starts only at a read-write mount.
+    let can_write =
+        writable && !snapshot && vol.is_none() && (!ro || matches!(VolumeDevice::open(dev.clone(), pool), Ok(None)));
+    Ok(Stack { dev, vol, can_write })
+}
+
+/// What a mount did, said at its unmount: a line of device and cache counts, and with `--stats`
+/// all of them as JSON in a file.
+fn report_unmount(image: &Path, st: &FsStats, stats: Option<PathBuf>) -> Result<(), Fail> {
     let mut out = std::io::stdout();
     let _ = writeln!(
         out,
@@ -268,11 +307,10 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
         100.0 * st.cache_hit_rate
     );
     if let Some(p) = stats {
-        std::fs::write(&p, serde_json::to_string_pretty(&st)?)
+        std::fs::write(&p, serde_json::to_string_pretty(st)?)
             .map_err(|e| Fail(format!("cannot write {}: {e}", p.display()), 1))?;
     }
-    drop(lock_file);
-    run.map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1))
+    Ok(())
 }
 
 pub(crate) const READY_ENV: &str = "SUFS_READY_FD";

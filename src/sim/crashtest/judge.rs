@@ -2,6 +2,7 @@
 //! interval covers the state; a rename's promise holds only if its old name was on disk when
 //! the rename began.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::clock::SimClock;
@@ -9,7 +10,7 @@ use crate::format::ROOT_INO;
 use crate::fs::{Fs, FsError, FsResult, MountOptions, Ordering};
 use crate::fsck::{self, Class, Finding};
 
-use super::promise::{reachable_inodes, resolve, PromiseKind};
+use super::promise::{reachable_inodes, resolve, Promise, PromiseKind};
 use super::recorder::{CrashImage, CrashState, Recording};
 use super::summary::Summary;
 use super::workloads::tree_digest;
@@ -60,16 +61,7 @@ impl Recording {
 
     /// The verdicts on one state: fsck's findings, then the promises.
     pub fn judge(&self, s: &CrashState, img: &Arc<CrashImage>, armed: &[bool]) -> Vec<Verdict> {
-        let mut out = Vec::new();
-        match fsck::check(&**img) {
-            Ok(r) => out.extend(r.findings.iter().map(|f| Verdict {
-                class: f.class(),
-                kind: finding_kind(f),
-                text: f.to_string(),
-            })),
-            Err(e) => out.push(Verdict { class: Class::Violation, kind: "FsckFailed".into(), text: e.to_string() }),
-        }
-        let violation = |kind: &str, text: String| Verdict { class: Class::Violation, kind: kind.into(), text };
+        let mut out = fsck_verdicts(img);
         let mut fs = match Fs::mount(img.clone(), readonly(), Arc::new(SimClock::new())) {
             Ok(fs) => fs,
             Err(e) => {
@@ -87,92 +79,7 @@ impl Recording {
             if s.batches < iv.from || high > iv.until || (p.kind == PromiseKind::Rename && !armed[i]) {
                 continue;
             }
-            if p.kind == PromiseKind::Kept {
-                let reachable = reachable.get_or_insert_with(|| reachable_inodes(&mut fs));
-                if !reachable.contains(&p.ino) {
-                    out.push(violation(
-                        "InodeLost",
-                        format!(
-                            "inode {} (before the workload {}), never removed, is reachable by no name",
-                            p.ino, p.paths[0]
-                        ),
-                    ));
-                }
-                continue;
-            }
-            let found: Vec<FsResult<u32>> = p.paths.iter().map(|q| resolve(&mut fs, q)).collect();
-            if !found.iter().any(|r| matches!(r, Ok(i) if *i == p.ino)) {
-                let (kind, what) = match p.kind {
-                    PromiseKind::Stable => ("StableNameLost", "a name made before the workload and not yet removed"),
-                    PromiseKind::Kept => unreachable!("judged above"),
-                    PromiseKind::Rename => ("RenameLostBoth", "a renamed inode, durable before the rename"),
-                    PromiseKind::Fsync => ("FsyncNameLost", "an fsync'ed file"),
-                    PromiseKind::Reservation => ("ReservationLost", "a reservation"),
-                    PromiseKind::Snapshot => ("SnapshotLost", "a snapshot"),
-                };
-                let got: Vec<String> = p
-                    .paths
-                    .iter()
-                    .zip(&found)
-                    .map(|(q, r)| match r {
-                        Ok(i) => format!("{q} names inode {i}"),
-                        Err(e) => format!("{q}: {e}"),
-                    })
-                    .collect();
-                let kind = if found.iter().any(|r| matches!(r, Err(e) if !matches!(e, FsError::NotFound))) {
-                    "NameUnreadable"
-                } else {
-                    kind
-                };
-                out.push(violation(kind, format!("{what}, inode {}, is not named: {}", p.ino, got.join("; "))));
-                continue;
-            }
-            if let Some(want) = &p.runs {
-                let name = p.paths[0].trim_start_matches("/.br/");
-                match fs.brquery(name.as_bytes(), 0, u64::MAX) {
-                    Ok(got) if got == *want => {}
-                    got => out.push(violation(
-                        "ReservationWrong",
-                        format!("reservation {name} (inode {}): brquery answers {got:?}, expected {want:?}", p.ino),
-                    )),
-                }
-            }
-            if p.kind == PromiseKind::Snapshot {
-                let want = p.contents.as_deref().unwrap_or_default();
-                let name = p.paths[0].trim_start_matches("/.snap/");
-                match frozen_digest(img, name) {
-                    Ok(got) if got == want => {}
-                    Ok(_) => out.push(violation(
-                        "SnapshotWrong",
-                        format!("snapshot {name} (inode {}) no longer shows the file system of its moment", p.ino),
-                    )),
-                    Err(e) => out.push(violation("SnapshotWrong", format!("snapshot {name} unreadable: {e}"))),
-                }
-                continue;
-            }
-            if let Some(want) = &p.contents {
-                let got = fs.getattr(p.ino).and_then(|d| fs.read(p.ino, 0, d.size as usize));
-                match got {
-                    Ok(g) if g == *want => {}
-                    Ok(g) => {
-                        let first = g.iter().zip(want).position(|(a, b)| a != b).unwrap_or(g.len().min(want.len()));
-                        out.push(violation(
-                            "FsyncDataWrong",
-                            format!(
-                                "fsync'ed file {} (inode {}): {} bytes, expected {}; first difference at byte {first}",
-                                p.paths[0],
-                                p.ino,
-                                g.len(),
-                                want.len()
-                            ),
-                        ))
-                    }
-                    Err(e) => out.push(violation(
-                        "FsyncDataWrong",
-                        format!("fsync'ed file {} (inode {}) unreadable: {e}", p.paths[0], p.ino),
-                    )),
-                }
-            }
+            judge_promise(p, img, &mut fs, &mut reachable, &mut out);
         }
         out
     }
@@ -210,5 +117,128 @@ impl Recording {
             Ok(())
         })?;
         Ok(sum)
+    }
+}
+
+/// fsck's findings on a crash image, each with its class.
+fn fsck_verdicts(img: &Arc<CrashImage>) -> Vec<Verdict> {
+    match fsck::check(&**img) {
+        Ok(r) => r
+            .findings
+            .iter()
+            .map(|f| Verdict { class: f.class(), kind: finding_kind(f), text: f.to_string() })
+            .collect(),
+        Err(e) => vec![Verdict { class: Class::Violation, kind: "FsckFailed".into(), text: e.to_string() }],
+    }
+}
+
+fn violation(kind: &str, text: String) -> Verdict {
+    Verdict { class: Class::Violation, kind: kind.into(), text }
+}
+
+/// The verdicts on one promise in force on the state mounted as `fs`: the inode reachable (kept
+/// inodes; `reachable` is computed once per state), else one of its names naming it, and then
+/// what it keeps: a reservation's blocks, a snapshot's tree, an fsync'ed file's contents.
+fn judge_promise(
+    p: &Promise,
+    img: &Arc<CrashImage>,
+    fs: &mut Fs,
+    reachable: &mut Option<HashSet<u32>>,
+    out: &mut Vec<Verdict>,
+) {
+    if p.kind == PromiseKind::Kept {
+        let reachable = reachable.get_or_insert_with(|| reachable_inodes(fs));
+        if !reachable.contains(&p.ino) {
+            out.push(violation(
+                "InodeLost",
+                format!("inode {} (before the workload {}), never removed, is reachable by no name", p.ino, p.paths[0]),
+            ));
+        }
+        return;
+    }
+    if let Some(v) = name_lost(p, fs) {
+        out.push(v);
+        return;
+    }
+    if let Some(want) = &p.runs {
+        let name = p.paths[0].trim_start_matches("/.br/");
+        match fs.brquery(name.as_bytes(), 0, u64::MAX) {
+            Ok(got) if got == *want => {}
+            got => out.push(violation(
+                "ReservationWrong",
+                format!("reservation {name} (inode {}): brquery answers {got:?}, expected {want:?}", p.ino),
+            )),
+        }
+    }
+    if p.kind == PromiseKind::Snapshot {
+        let want = p.contents.as_deref().unwrap_or_default();
+        let name = p.paths[0].trim_start_matches("/.snap/");
+        match frozen_digest(img, name) {
+            Ok(got) if got == want => {}
+            Ok(_) => out.push(violation(
+                "SnapshotWrong",
+                format!("snapshot {name} (inode {}) no longer shows the file system of its moment", p.ino),
+            )),
+            Err(e) => out.push(violation("SnapshotWrong", format!("snapshot {name} unreadable: {e}"))),
+        }
+        return;
+    }
+    if let Some(want) = &p.contents {
+        out.extend(contents_wrong(p, want, fs));
+    }
+}
+
+/// A violation if none of the promise's paths names its inode.
+fn name_lost(p: &Promise, fs: &mut Fs) -> Option<Verdict> {
+    let found: Vec<FsResult<u32>> = p.paths.iter().map(|q| resolve(fs, q)).collect();
+    if found.iter().any(|r| matches!(r, Ok(i) if *i == p.ino)) {
+        return None;
+    }
+    let (kind, what) = match p.kind {
+        PromiseKind::Stable => ("StableNameLost", "a name made before the workload and not yet removed"),
+        PromiseKind::Kept => unreachable!("judged by reachability"),
+        PromiseKind::Rename => ("RenameLostBoth", "a renamed inode, durable before the rename"),
+        PromiseKind::Fsync => ("FsyncNameLost", "an fsync'ed file"),
+        PromiseKind::Reservation => ("ReservationLost", "a reservation"),
+        PromiseKind::Snapshot => ("SnapshotLost", "a snapshot"),
+    };
+    let got: Vec<String> = p
+        .paths
+        .iter()
+        .zip(&found)
+        .map(|(q, r)| match r {
+            Ok(i) => format!("{q} names inode {i}"),
+            Err(e) => format!("{q}: {e}"),
+        })
+        .collect();
+    let kind = if found.iter().any(|r| matches!(r, Err(e) if !matches!(e, FsError::NotFound))) {
+        "NameUnreadable"
+    } else {
+        kind
+    };
+    Some(violation(kind, format!("{what}, inode {}, is not named: {}", p.ino, got.join("; "))))
+}
+
+/// A violation if an fsync'ed file no longer holds `want`.
+fn contents_wrong(p: &Promise, want: &[u8], fs: &mut Fs) -> Option<Verdict> {
+    let got = fs.getattr(p.ino).and_then(|d| fs.read(p.ino, 0, d.size as usize));
+    match got {
+        Ok(g) if g == want => None,
+        Ok(g) => {
+            let first = g.iter().zip(want).position(|(a, b)| a != b).unwrap_or(g.len().min(want.len()));
+            Some(violation(
+                "FsyncDataWrong",
+                format!(
+                    "fsync'ed file {} (inode {}): {} bytes, expected {}; first difference at byte {first}",
+                    p.paths[0],
+                    p.ino,
+                    g.len(),
+                    want.len()
+                ),
+            ))
+        }
+        Err(e) => {
+            Some(violation("FsyncDataWrong", format!("fsync'ed file {} (inode {}) unreadable: {e}", p.paths[0], p.ino)))
+        }
     }
 }

@@ -128,41 +128,13 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
     // Setup, then the names it left: each stays until an operation removes or renames it.
     let mut fs = mount(dev.clone(), 4096).map_err(fail("mount for setup"))?;
     let stable = {
-        let mut w = Work {
-            fs: &mut fs,
-            rng: &mut rng,
-            clock: &clock,
-            rec: None,
-            ops: Vec::new(),
-            promises: vec![],
-            count: 0,
-            sweeper: None,
-        };
+        let mut w = Work::new(&mut fs, &mut rng, &clock, None, Vec::new(), None);
         wl.setup(&mut w).map_err(fail(&format!("setup: {}", w.ops.last().map_or("", |o| &o.1))))?;
         w.walk("/").map_err(fail("walk after setup"))?
     };
     fs.unmount().map_err(fail("unmount after setup"))?;
     drop(fs);
-    let promise = |kind, path: &str, ino| Promise {
-        kind,
-        paths: vec![path.to_string()],
-        ino,
-        contents: None,
-        runs: None,
-        from: 0,
-        until: None,
-    };
-    let mut promises: Vec<Promise> =
-        stable.iter().map(|(path, _, ino)| promise(PromiseKind::Stable, path, *ino)).collect();
-    // Each inode once (the first of its names); the file system's own directories (/.br, /.snap)
-    // and what they hold are freed by calls of their own.
-    let mut kept = HashSet::new();
-    for (path, _, ino) in &stable {
-        let special = path.starts_with("/.br") || path.starts_with("/.snap");
-        if !special && kept.insert(*ino) {
-            promises.push(promise(PromiseKind::Kept, path, *ino));
-        }
-    }
+    let promises = setup_promises(&stable);
 
     let image = dev.blocks();
     let rec = Arc::new(RecordingDevice::new(MemDevice::from_blocks(BS, image.clone())));
@@ -172,23 +144,8 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
         End::Unmount => true,
         End::Crash => false,
     };
-    let sweeper = opts.update.map(|policy| {
-        let mut o = SyncerOptions::for_policy(policy);
-        o.age = std::time::Duration::from_secs(1);
-        o.interval = std::time::Duration::from_millis(if policy == UpdatePolicy::Pu { 1000 } else { 100 });
-        o.metadata_interval = std::time::Duration::from_secs(1);
-        Sweeper::new(o, &mut fs)
-    });
-    let mut w = Work {
-        fs: &mut fs,
-        rng: &mut rng,
-        clock: &clock,
-        rec: Some(&rec),
-        ops: Vec::new(),
-        promises,
-        count: 0,
-        sweeper,
-    };
+    let sweeper = opts.update.map(|policy| scaled_sweeper(policy, &mut fs));
+    let mut w = Work::new(&mut fs, &mut rng, &clock, Some(&rec), promises, sweeper);
     for _ in 0..opts.ops {
         match wl.step(&mut w) {
             Ok(true) => {}
@@ -203,27 +160,7 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
         fs.unmount().map_err(fail("unmount"))?;
     }
     drop(fs);
-    let log = rec.log();
-
-    // Batches, dropping empty ones; `ends[k]` is the log position just after batch k.
-    let mut batches = Vec::new();
-    let mut starts = Vec::new();
-    let mut ends = Vec::new();
-    let mut cur = Vec::new();
-    let mut start = 0;
-    for (i, r) in log.iter().enumerate() {
-        match r {
-            Record::Write { bno, data } => cur.push((*bno, data.clone())),
-            Record::Barrier => {
-                if !cur.is_empty() {
-                    batches.push(std::mem::take(&mut cur));
-                    starts.push(start);
-                    ends.push(i + 1);
-                }
-                start = i + 1;
-            }
-        }
-    }
+    let Batches { batches, starts, ends } = Batches::cut(&rec.log());
     let batches_before = |pos: usize| ends.partition_point(|&e| e <= pos);
     let batch_op = starts.iter().map(|&s| ops.partition_point(|o: &(usize, String)| o.0 <= s).checked_sub(1)).collect();
     let promises = promises
@@ -241,6 +178,74 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
         ops: ops.into_iter().map(|o| o.1).collect(),
         promises,
     })
+}
+
+/// The promises of the tree the setup left (`stable`: path, is a directory, inode): each name
+/// stays until an operation removes or renames it, and each inode (once, by the first of its
+/// names) stays reachable until an operation removes it.
+fn setup_promises(stable: &[(String, bool, u32)]) -> Vec<Promise> {
+    let promise = |kind, path: &str, ino| Promise {
+        kind,
+        paths: vec![path.to_string()],
+        ino,
+        contents: None,
+        runs: None,
+        from: 0,
+        until: None,
+    };
+    let mut promises: Vec<Promise> =
+        stable.iter().map(|(path, _, ino)| promise(PromiseKind::Stable, path, *ino)).collect();
+    // Each inode once (the first of its names); the file system's own directories (/.br, /.snap)
+    // and what they hold are freed by calls of their own.
+    let mut kept = HashSet::new();
+    for (path, _, ino) in stable {
+        let special = path.starts_with("/.br") || path.starts_with("/.snap");
+        if !special && kept.insert(*ino) {
+            promises.push(promise(PromiseKind::Kept, path, *ino));
+        }
+    }
+    promises
+}
+
+/// An update policy's sweeps, their times scaled to a workload's 50 ms operations: PU every
+/// second, AIPU every 100 ms for buffers a second old, metadata every second.
+fn scaled_sweeper(policy: UpdatePolicy, fs: &mut Fs) -> Sweeper {
+    let mut o = SyncerOptions::for_policy(policy);
+    o.age = std::time::Duration::from_secs(1);
+    o.interval = std::time::Duration::from_millis(if policy == UpdatePolicy::Pu { 1000 } else { 100 });
+    o.metadata_interval = std::time::Duration::from_secs(1);
+    Sweeper::new(o, fs)
+}
+
+/// A recording device's log cut at its barriers into the non-empty batches.
+struct Batches {
+    batches: Vec<Vec<(u64, Arc<[u8]>)>>,
+    /// The log position where each batch begins (just after the barrier before it).
+    starts: Vec<usize>,
+    /// The log position just after each batch's barrier.
+    ends: Vec<usize>,
+}
+
+impl Batches {
+    fn cut(log: &[Record]) -> Batches {
+        let mut out = Batches { batches: Vec::new(), starts: Vec::new(), ends: Vec::new() };
+        let mut cur = Vec::new();
+        let mut start = 0;
+        for (i, r) in log.iter().enumerate() {
+            match r {
+                Record::Write { bno, data } => cur.push((*bno, data.clone())),
+                Record::Barrier => {
+                    if !cur.is_empty() {
+                        out.batches.push(std::mem::take(&mut cur));
+                        out.starts.push(start);
+                        out.ends.push(i + 1);
+                    }
+                    start = i + 1;
+                }
+            }
+        }
+        out
+    }
 }
 
 /// The subsets of a batch of `n` writes tried as the batch in flight.

@@ -26,7 +26,20 @@ pub struct Work<'a> {
     pub(super) sweeper: Option<Sweeper>,
 }
 
-impl Work<'_> {
+impl<'a> Work<'a> {
+    /// A view for a workload: `rec` None for the setup (nothing recorded, no promises made),
+    /// `sweeper` None for the plain sweep every 20 operations.
+    pub(super) fn new(
+        fs: &'a mut Fs,
+        rng: &'a mut SmallRng,
+        clock: &'a SimClock,
+        rec: Option<&'a RecordingDevice<MemDevice>>,
+        promises: Vec<Promise>,
+        sweeper: Option<Sweeper>,
+    ) -> Work<'a> {
+        Work { fs, rng, clock, rec, ops: Vec::new(), promises, count: 0, sweeper }
+    }
+
     pub(super) fn pos(&self) -> usize {
         self.rec.map_or(0, |r| r.log_len())
     }

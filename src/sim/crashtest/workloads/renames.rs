@@ -42,91 +42,119 @@ impl Workload for RenameStorm {
         let mut dirs: Vec<String> = all.iter().filter(|e| e.1).map(|e| e.0.clone()).collect();
         dirs.push("/rs".into());
         let r = w.rng.gen_range(0..20);
-        if r == 2 {
-            // A directory emptied by renaming its files out, then removed at once: its name must
-            // stay on disk until the files' new names are reachable.
-            let leaves: Vec<&String> = dirs
-                .iter()
-                .filter(|d| d.as_str() != "/rs" && d.as_str() != "/rs/full")
-                .filter(|d| !all.iter().any(|e| e.1 && split(&e.0).0 == d.as_str()))
-                .collect();
-            if let Some(d) = pick(w.rng, &leaves).cloned() {
-                let files: Vec<String> = all.iter().filter(|e| split(&e.0).0 == d).map(|e| e.0.clone()).collect();
-                // Out to /rs, or into a directory made now (not reachable on disk yet).
-                let to_dir = if w.rng.gen_bool(0.5) {
-                    let p = format!("/rs/new{}", self.n);
-                    w.mkdir(&p)?;
-                    p
-                } else {
-                    "/rs".to_string()
-                };
-                for (i, f) in files.iter().enumerate() {
-                    let to = join(&to_dir, &w.name(&format!("out{i}-"), self.n));
-                    w.rename(f, &to)?;
-                }
-                w.rmdir(&d)?;
-                return Ok(true);
-            }
+        if r == 2 && self.empty_by_renames(w, &all, &dirs)? {
+            return Ok(true);
         }
-        if r == 3 {
-            // A name reused at once: its entry moves into a new directory (so its old name stays
-            // on disk, hidden), and a new file takes the name and is fsync'ed. The new entry
-            // must not land behind the hidden one, where a lookup after a crash finds the old.
-            // The name is taken by a new file, fsync'ed; or by another file renamed there; or by
-            // a new directory, a file then moved into it.
-            let movable: Vec<String> =
-                all.iter().filter(|e| split(&e.0).0 != "/rs/full").map(|e| e.0.clone()).collect();
-            if let Some(src) = pick(w.rng, &movable) {
-                let (parent, _) = split(&src);
-                let p = join(parent, &format!("new{}", self.n));
-                w.mkdir(&p)?;
-                let to = join(&p, &w.name("m", self.n));
-                w.rename(&src, &to)?;
-                let files: Vec<String> =
-                    all.iter().filter(|e| !e.1 && !under(&e.0, &src)).map(|e| e.0.clone()).collect();
-                match w.rng.gen_range(0..3) {
-                    0 => {
-                        w.create(&src, 700)?;
-                        w.fsync(&src)?;
-                    }
-                    1 if !files.is_empty() => {
-                        let f = pick(w.rng, &files).expect("not empty");
-                        w.rename(&f, &src)?;
-                    }
-                    _ => {
-                        w.mkdir(&src)?;
-                        if let Some(f) = pick(w.rng, &files) {
-                            let to = join(&src, &w.name("m", self.n));
-                            w.rename(&f, &to)?;
-                        }
-                    }
-                }
-                return Ok(true);
-            }
+        if r == 3 && self.reuse_name(w, &all)? {
+            return Ok(true);
         }
         if r < 2 || all.len() < 4 {
-            let parent = pick(w.rng, &dirs).unwrap_or_else(|| "/rs".into());
-            let p = join(&parent, &format!("new{}", self.n));
-            if r == 0 {
-                // A new directory, and at once a file renamed into it: the new name is on disk
-                // before the directory is reachable, so the old name must stay until it is.
+            self.new_entry(w, &all, &dirs, r == 0)?;
+            return Ok(true);
+        }
+        self.rename_one(w, &all, &dirs)?;
+        Ok(true)
+    }
+}
+
+/// `Work::walk`'s entries: path, is a directory, inode.
+type Entries = [(String, bool, u32)];
+
+impl RenameStorm {
+    /// A leaf directory emptied and removed; false if there is none.
+    fn empty_by_renames(&mut self, w: &mut Work, all: &Entries, dirs: &[String]) -> FsResult<bool> {
+        // A directory emptied by renaming its files out, then removed at once: its name must
+        // stay on disk until the files' new names are reachable.
+        let leaves: Vec<&String> = dirs
+            .iter()
+            .filter(|d| d.as_str() != "/rs" && d.as_str() != "/rs/full")
+            .filter(|d| !all.iter().any(|e| e.1 && split(&e.0).0 == d.as_str()))
+            .collect();
+        if let Some(d) = pick(w.rng, &leaves).cloned() {
+            let files: Vec<String> = all.iter().filter(|e| split(&e.0).0 == d).map(|e| e.0.clone()).collect();
+            // Out to /rs, or into a directory made now (not reachable on disk yet).
+            let to_dir = if w.rng.gen_bool(0.5) {
+                let p = format!("/rs/new{}", self.n);
                 w.mkdir(&p)?;
-                let files: Vec<&(String, bool, u32)> = all.iter().filter(|e| !e.1).collect();
-                if let Some((f, _, _)) = pick(w.rng, &files) {
-                    let to = join(&p, &w.name("m", self.n));
-                    w.rename(f, &to)?;
-                }
+                p
             } else {
-                w.create(&p, 1500)?;
+                "/rs".to_string()
+            };
+            for (i, f) in files.iter().enumerate() {
+                let to = join(&to_dir, &w.name(&format!("out{i}-"), self.n));
+                w.rename(f, &to)?;
+            }
+            w.rmdir(&d)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// A name moved away and taken again; false if nothing can move.
+    fn reuse_name(&mut self, w: &mut Work, all: &Entries) -> FsResult<bool> {
+        // A name reused at once: its entry moves into a new directory (so its old name stays
+        // on disk, hidden), and a new file takes the name and is fsync'ed. The new entry
+        // must not land behind the hidden one, where a lookup after a crash finds the old.
+        // The name is taken by a new file, fsync'ed; or by another file renamed there; or by
+        // a new directory, a file then moved into it.
+        let movable: Vec<String> = all.iter().filter(|e| split(&e.0).0 != "/rs/full").map(|e| e.0.clone()).collect();
+        if let Some(src) = pick(w.rng, &movable) {
+            let (parent, _) = split(&src);
+            let p = join(parent, &format!("new{}", self.n));
+            w.mkdir(&p)?;
+            let to = join(&p, &w.name("m", self.n));
+            w.rename(&src, &to)?;
+            let files: Vec<String> = all.iter().filter(|e| !e.1 && !under(&e.0, &src)).map(|e| e.0.clone()).collect();
+            match w.rng.gen_range(0..3) {
+                0 => {
+                    w.create(&src, 700)?;
+                    w.fsync(&src)?;
+                }
+                1 if !files.is_empty() => {
+                    let f = pick(w.rng, &files).expect("not empty");
+                    w.rename(&f, &src)?;
+                }
+                _ => {
+                    w.mkdir(&src)?;
+                    if let Some(f) = pick(w.rng, &files) {
+                        let to = join(&src, &w.name("m", self.n));
+                        w.rename(&f, &to)?;
+                    }
+                }
             }
             return Ok(true);
         }
+        Ok(false)
+    }
+
+    /// A new file, or (`with_rename`) a new directory with a file renamed into it at once.
+    fn new_entry(&mut self, w: &mut Work, all: &Entries, dirs: &[String], with_rename: bool) -> FsResult<()> {
+        let parent = pick(w.rng, dirs).unwrap_or_else(|| "/rs".into());
+        let p = join(&parent, &format!("new{}", self.n));
+        if with_rename {
+            // A new directory, and at once a file renamed into it: the new name is on disk
+            // before the directory is reachable, so the old name must stay until it is.
+            w.mkdir(&p)?;
+            let files: Vec<&(String, bool, u32)> = all.iter().filter(|e| !e.1).collect();
+            if let Some((f, _, _)) = pick(w.rng, &files) {
+                let to = join(&p, &w.name("m", self.n));
+                w.rename(f, &to)?;
+            }
+        } else {
+            w.create(&p, 1500)?;
+        }
+        Ok(())
+    }
+
+    /// A file or directory renamed within or across directories, to a new name or over one of
+    /// its kind; a directory sometimes moved again at once.
+    fn rename_one(&mut self, w: &mut Work, all: &Entries, dirs: &[String]) -> FsResult<()> {
         // Mostly not the many names of /rs/full.
         let movable: Vec<&(String, bool, u32)> =
             all.iter().filter(|e| split(&e.0).0 != "/rs/full" || w.rng.gen_bool(0.1)).collect();
         let (src, src_dir, _) = match pick(w.rng, &movable) {
             Some(e) => e.clone(),
-            None => return Ok(true),
+            None => return Ok(()),
         };
         let (src_parent, _) = split(&src);
         let targets: Vec<String> = dirs.iter().filter(|d| !src_dir || !under(d, &src)).cloned().collect();
@@ -156,7 +184,7 @@ impl Workload for RenameStorm {
                 w.rename(&dst, &to)?;
             }
         }
-        Ok(true)
+        Ok(())
     }
 }
 

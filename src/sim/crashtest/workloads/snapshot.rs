@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rand::Rng;
 
 use crate::clock::SimClock;
-use crate::dev::{BlockDevice, MemDevice};
+use crate::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
 use crate::fs::{Fs, FsResult};
 
 use super::super::judge::readonly;
@@ -36,43 +36,7 @@ impl Workload for SnapWork {
         match w.rng.gen_range(0..14) {
             0..=1 if self.snaps.len() < 3 => {
                 let name = format!("s{n}");
-                let pos = w.begin(format!("snapshot create {name}"))?;
-                let path = format!("/.snap/{name}");
-                w.touch_name(pos, &path);
-                w.fs.snapshot_create(name.as_bytes())?;
-                let ino = w.resolve(&path)?;
-                let mut ffs = {
-                    let d = w.fs.snapshot_ino(name.as_bytes())?;
-                    debug_assert_eq!(d, ino);
-                    let bs = w.fs.sb.block_size as usize;
-                    let mut img = Vec::with_capacity(w.fs.sb.num_blocks as usize * bs);
-                    let mut buf = vec![0u8; bs];
-                    for x in 0..w.fs.sb.num_blocks {
-                        w.fs.snapshot_block(ino, x, &mut buf)?;
-                        img.extend_from_slice(&buf);
-                    }
-                    let mem = Arc::new(MemDevice::new(bs, w.fs.sb.num_blocks));
-                    let reqs: Vec<crate::dev::WriteReq> = img
-                        .chunks(bs)
-                        .enumerate()
-                        .map(|(i, c)| crate::dev::WriteReq { bno: i as u64, data: c })
-                        .collect();
-                    mem.write_batch(&reqs, crate::dev::WriteKind::Sync)?;
-                    Fs::mount(mem, readonly(), Arc::new(SimClock::new()))?
-                };
-                let digest = tree_digest(&mut ffs)?;
-                if w.rec.is_some() {
-                    let from = w.pos();
-                    w.promises.push(Promise {
-                        kind: PromiseKind::Snapshot,
-                        paths: vec![path],
-                        ino,
-                        contents: Some(digest),
-                        runs: None,
-                        from,
-                        until: None,
-                    });
-                }
+                create_snapshot(w, &name)?;
                 self.snaps.push(name);
             }
             2 => {
@@ -118,4 +82,46 @@ impl Workload for SnapWork {
         }
         Ok(true)
     }
+}
+
+/// Snapshot `name` made; once made, it promises the tree of its moment (the digest of the tree
+/// its blocks hold, read back through `snapshot_block`).
+fn create_snapshot(w: &mut Work, name: &str) -> FsResult<()> {
+    let pos = w.begin(format!("snapshot create {name}"))?;
+    let path = format!("/.snap/{name}");
+    w.touch_name(pos, &path);
+    w.fs.snapshot_create(name.as_bytes())?;
+    let ino = w.resolve(&path)?;
+    let d = w.fs.snapshot_ino(name.as_bytes())?;
+    debug_assert_eq!(d, ino);
+    let mut ffs = snapshot_copy(w, ino)?;
+    let digest = tree_digest(&mut ffs)?;
+    if w.rec.is_some() {
+        let from = w.pos();
+        w.promises.push(Promise {
+            kind: PromiseKind::Snapshot,
+            paths: vec![path],
+            ino,
+            contents: Some(digest),
+            runs: None,
+            from,
+            until: None,
+        });
+    }
+    Ok(())
+}
+
+/// The file system snapshot `ino` holds, copied block by block into memory and mounted read-only.
+fn snapshot_copy(w: &mut Work, ino: u32) -> FsResult<Fs> {
+    let bs = w.fs.sb.block_size as usize;
+    let mut img = Vec::with_capacity(w.fs.sb.num_blocks as usize * bs);
+    let mut buf = vec![0u8; bs];
+    for x in 0..w.fs.sb.num_blocks {
+        w.fs.snapshot_block(ino, x, &mut buf)?;
+        img.extend_from_slice(&buf);
+    }
+    let mem = Arc::new(MemDevice::new(bs, w.fs.sb.num_blocks));
+    let reqs: Vec<WriteReq> = img.chunks(bs).enumerate().map(|(i, c)| WriteReq { bno: i as u64, data: c }).collect();
+    mem.write_batch(&reqs, WriteKind::Sync)?;
+    Fs::mount(mem, readonly(), Arc::new(SimClock::new()))
 }
