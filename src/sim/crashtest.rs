@@ -23,6 +23,7 @@ use crate::br::BrRun;
 use crate::clock::SimClock;
 use crate::dev::{BlockDevice, Counters, DevResult, DevStats, MemDevice, Record, RecordingDevice, WriteKind, WriteReq};
 use crate::format::{DT_DIR, NDADDR, ROOT_INO};
+use crate::fs::flight::Flight;
 use crate::fs::{mkfs, Fs, FsError, FsResult, MkfsOptions, MountOptions, Ordering, RenameFlags, SetAttr};
 use crate::fsck::{self, Class, Finding};
 use crate::syncer::{Sweeper, SyncerOptions, UpdatePolicy};
@@ -193,6 +194,9 @@ pub struct Work<'a> {
     promises: Vec<Promise>,
     count: u64,
     sweeper: Option<Sweeper>,
+    /// The plain sweep's last batch, left in flight across the next operation (as the mount's
+    /// syncer writes outside the lock while requests go on), landed at the next `begin`.
+    flight: Option<Arc<Flight>>,
 }
 
 impl Work<'_> {
@@ -210,14 +214,43 @@ impl Work<'_> {
                 self.ops.push((self.rec.map_or(0, |r| r.log_len()), "syncer sweep".into()));
                 sw.tick(self.fs)?;
             }
-        } else if self.count.is_multiple_of(20) {
-            self.ops.push((self.pos(), "syncer sweep".into()));
-            self.fs.flush_older_than(1_000_000_000)?;
+        } else {
+            if let Some(flight) = self.flight.take() {
+                self.ops.push((self.pos(), "syncer batch lands".into()));
+                flight.issue();
+                self.fs.land_flight()?;
+                self.fs.run_tasks()?;
+            }
+            if self.count.is_multiple_of(20) {
+                self.ops.push((self.pos(), "syncer sweep".into()));
+                self.sweep()?;
+            }
         }
         self.fs.drop_idle_records();
         let pos = self.pos();
         self.ops.push((pos, what));
         Ok(pos)
+    }
+
+    /// The mount syncer's sweep of buffers dirty for a second: under sync ordering in order,
+    /// under the lock; else as flights, the last left in flight across the next operation.
+    fn sweep(&mut self) -> FsResult<()> {
+        if self.fs.ordering() == Ordering::Sync {
+            self.fs.flush_older_than(1_000_000_000)?;
+            return Ok(());
+        }
+        let plan = self.fs.plan_delayed(self.fs.dirty_blocks(Some(1_000_000_000)), 1024);
+        let last = plan.len().saturating_sub(1);
+        for (i, chunk) in plan.iter().enumerate() {
+            let Some(flight) = self.fs.start_flight(chunk, WriteKind::Async)? else { continue };
+            if i == last {
+                self.flight = Some(flight);
+            } else {
+                flight.issue();
+                self.fs.land_flight()?;
+            }
+        }
+        self.fs.run_tasks()
     }
 
     fn close(&mut self, pos: usize, pred: impl Fn(&Promise) -> bool) {
@@ -1753,6 +1786,7 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
             promises: vec![],
             count: 0,
             sweeper: None,
+            flight: None,
         };
         wl.setup(&mut w).map_err(fail(&format!("setup: {}", w.ops.last().map_or("", |o| &o.1))))?;
         w.walk("/").map_err(fail("walk after setup"))?
@@ -1804,6 +1838,7 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
         promises,
         count: 0,
         sweeper,
+        flight: None,
     };
     for _ in 0..opts.ops {
         match wl.step(&mut w) {
