@@ -143,6 +143,21 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let fuse_options = args.opts.fuse_options(root).map_err(|e| Fail(e, 32))?;
     // What happens once, before the daemon starts (which runs this command again).
     if std::env::var_os(READY_ENV).is_none() {
+        // Mounted already (and root): the same file system at `dir` too, as Linux does for a
+        // block device mounted twice.
+        if image.exists() && root && helper::mount_point_of(image).is_some() {
+            let canon = |p: &Path| std::fs::canonicalize(p).ok();
+            if canon(dir).is_some() && canon(dir) == helper::mount_point_of(image).and_then(|m| canon(&m)) {
+                return Err(Fail(format!("{} is already mounted on {}", image.display(), dir.display()), 32));
+            }
+            let mp = helper::mount_again(image, dir, ro).map_err(|e| Fail(e, 32))?;
+            say(
+                image,
+                args.quiet,
+                &format!("{} is mounted on {}: {} shows it too", image.display(), mp.display(), dir.display()),
+            );
+            return Ok(());
+        }
         if image.exists() {
             let wait = args.opts.wait.unwrap_or(helper::DEFAULT_WAIT_SECS);
             helper::wait_for_image(image, wait, &mut |m| say(image, args.quiet, m)).map_err(|e| Fail(e, 32))?;
@@ -455,6 +470,10 @@ pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
         return Err(Fail(format!("cannot unmount {}: {}", dir.display(), std::io::Error::last_os_error()), 1));
     }
     let Some(image) = image else { return Ok(()) };
+    // Still shown elsewhere (a second mount of the image): its daemon goes on serving.
+    if sufs::helper::mount_point_of(Path::new(&image)).is_some() {
+        return Ok(());
+    }
     // The mount process holds a lock on the image until it has written everything.
     let f = std::fs::File::open(&image)?;
     for _ in 0..6000 {
