@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use sufs::br::Reservation;
 use sufs::clock::{Clock, RealClock};
 use sufs::ctl::{self, CtlClient};
 use sufs::dev::{BlockDevice, FileDevice};
@@ -10,7 +11,7 @@ use sufs::fs::shutdown::Shutdown;
 use sufs::fs::{Fs, MountOptions, Ordering};
 use sufs::fuse::{self as fusemount, SufsFuse, DEFAULT_THREADS};
 use sufs::helper::mount_point_of;
-use sufs::snapshot;
+use sufs::snapshot::{self, SnapInfo};
 use sufs::syncer::{SyncerOptions, UpdatePolicy};
 use sufs::volume::{self, PoolOptions, VolumeDevice};
 
@@ -40,9 +41,14 @@ pub(crate) fn mount_source(dir: &Path) -> Result<(PathBuf, Option<String>), Fail
     Ok((abs, source))
 }
 
+/// A control-channel failure or an answer of the wrong kind, as a command's failure.
+pub(crate) fn answer(e: ctl::CtlError) -> Fail {
+    Fail(e.to_string(), 1)
+}
+
 /// Runs a control request on `on`: through the control channel of the mount serving it (a mount
 /// point, or an image some sufs holds), or on the unmounted image itself.
-pub(crate) fn control(on: &Path, req: ctl::Request) -> Result<serde_json::Value, Fail> {
+pub(crate) fn control(on: &Path, req: ctl::Request) -> Result<ctl::Reply, Fail> {
     let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
     let f = std::fs::File::open(&image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
     if f.try_lock().is_err() {
@@ -143,39 +149,31 @@ pub(crate) fn cmd_volume(op: SnapCmd) -> Result<(), Fail> {
 
 pub(crate) fn cmd_br(on: &Path, op: BrCmd) -> Result<(), Fail> {
     use ctl::Request;
-    let show = |v: &serde_json::Value| {
-        format!(
-            "{}: {} blocks reserved, length {} (inode {})",
-            v["name"].as_str().unwrap_or("?"),
-            v["blocks"],
-            v["length"],
-            v["ino"]
-        )
-    };
+    let show =
+        |r: &Reservation| format!("{}: {} blocks reserved, length {} (inode {})", r.name, r.blocks, r.length, r.ino);
+    let reservation = |req| control(on, req)?.into_reservation().map_err(answer);
     match op {
         BrCmd::Reserve { name, nblocks, hint } => {
-            println!("{}", show(&control(on, Request::BrReserve { name, nblocks, hint })?))
+            println!("{}", show(&reservation(Request::BrReserve { name, nblocks, hint })?))
         }
         BrCmd::Expand { name, nblocks, hint } => {
-            println!("{}", show(&control(on, Request::BrExpand { name, nblocks, hint })?))
+            println!("{}", show(&reservation(Request::BrExpand { name, nblocks, hint })?))
         }
         BrCmd::Truncate { name, physblock } => {
-            println!("{}", show(&control(on, Request::BrTruncate { name, block: physblock })?))
+            println!("{}", show(&reservation(Request::BrTruncate { name, block: physblock })?))
         }
         BrCmd::Query { name, offset, count } => {
-            let runs = control(on, Request::BrQuery { name, offset, count })?;
-            for r in runs.as_array().into_iter().flatten() {
-                println!("{} {} {}", r["offset"], r["start"], r["len"]);
+            for r in control(on, Request::BrQuery { name, offset, count })?.into_runs().map_err(answer)? {
+                println!("{} {} {}", r.offset, r.start, r.len);
             }
         }
         BrCmd::Free { name } => {
-            let n = control(on, Request::BrFree { name: name.clone() })?;
+            let n = control(on, Request::BrFree { name: name.clone() })?.into_released().map_err(answer)?;
             println!("{name}: freed, {n} blocks returned");
         }
         BrCmd::List => {
-            let list = control(on, Request::BrList)?;
-            for v in list.as_array().into_iter().flatten() {
-                println!("{}", show(v));
+            for r in control(on, Request::BrList)?.into_reservations().map_err(answer)? {
+                println!("{}", show(&r));
             }
         }
     }
@@ -202,8 +200,8 @@ pub(crate) fn cmd_sync(on: Option<&Path>) -> Result<(), Fail> {
         if t.is_dir() {
             mounted_image(&t)?;
         }
-        let v = control(&t, ctl::Request::Sync)?;
-        println!("{}: {} blocks written", t.display(), v["blocks_written"]);
+        let n = control(&t, ctl::Request::Sync)?.into_written().map_err(answer)?;
+        println!("{}: {n} blocks written", t.display());
     }
     Ok(())
 }
@@ -214,8 +212,8 @@ pub(crate) fn cmd_shutdown(on: &Path, mode: Shutdown) -> Result<(), Fail> {
     let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
     let sock = ctl::socket_path(&image);
     let mut c = CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is not mounted: {e}", on.display()), 1))?;
-    let v = c.call(&ctl::Request::Shutdown { mode }).map_err(|e| Fail(e.to_string(), 1))?;
-    println!("{}: shut down, {} blocks written first", on.display(), v["blocks_written"]);
+    let n = c.call(&ctl::Request::Shutdown { mode }).and_then(ctl::Reply::into_written).map_err(answer)?;
+    println!("{}: shut down, {n} blocks written first", on.display());
     Ok(())
 }
 
@@ -250,29 +248,25 @@ pub(crate) fn frozen_device(on: &Path, name: &str) -> Result<(Arc<dyn BlockDevic
 
 pub(crate) fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
     use ctl::Request;
-    let show = |v: &serde_json::Value| {
+    let show = |s: &SnapInfo| {
         format!(
             "{}: inode {}, taken at {}, {} blocks owned, {} blocks shared with the file system",
-            v["name"].as_str().unwrap_or("?"),
-            v["ino"],
-            v["created"],
-            v["blocks"],
-            v["shared"]
+            s.name, s.ino, s.created, s.blocks, s.shared
         )
     };
     match op {
         FsSnapCmd::Create { name } => {
             let t = std::time::Instant::now();
-            let v = control(on, Request::SnapshotCreate { name })?;
-            println!("{} (took {:.3} s)", show(&v), t.elapsed().as_secs_f64());
+            let s = control(on, Request::SnapshotCreate { name })?.into_snapshot().map_err(answer)?;
+            println!("{} (took {:.3} s)", show(&s), t.elapsed().as_secs_f64());
         }
         FsSnapCmd::List => {
-            for v in control(on, Request::SnapshotList)?.as_array().into_iter().flatten() {
-                println!("{}", show(v));
+            for s in control(on, Request::SnapshotList)?.into_snapshots().map_err(answer)? {
+                println!("{}", show(&s));
             }
         }
         FsSnapCmd::Delete { name } => {
-            let n = control(on, Request::SnapshotDelete { name: name.clone() })?;
+            let n = control(on, Request::SnapshotDelete { name: name.clone() })?.into_released().map_err(answer)?;
             println!("{name}: deleted, {n} blocks released");
         }
         FsSnapCmd::Export { name, out } => {

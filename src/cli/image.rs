@@ -138,9 +138,9 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>
         return Ok(4);
     }
     let done = if adjust == snapshot::Adjust::default() {
-        serde_json::Value::Null
+        None
     } else {
-        call(Request::FsckAdjust { adjust })?
+        Some(call(Request::FsckAdjust { adjust })?.into_adjusted().map_err(super::control::answer)?)
     };
     println!(
         "{}: background fsck: snapshot {:.3} s, check {:.3} s, total {:.3} s; {} files, {} directories, {} blocks used; {} findings ({} left for a full fsck); adjusted: {}",
@@ -153,9 +153,15 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>
         report.used_blocks,
         report.findings.len(),
         other.len(),
-        if done.is_null() { "nothing".to_string() } else { done.to_string() }
+        match &done {
+            None => "nothing".to_string(),
+            Some(d) => format!(
+                "{} blocks freed, {} inodes freed, {} link counts lowered, {} left alone",
+                d.blocks_freed, d.inodes_freed, d.links_lowered, d.skipped
+            ),
+        }
     );
-    Ok(if done.is_null() { 0 } else { 1 })
+    Ok(if done.is_none() { 0 } else { 1 })
 }
 
 pub(crate) fn cmd_fsck(image: &Path, opts: &fsck::Options) -> Result<u8, Fail> {

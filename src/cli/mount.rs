@@ -380,8 +380,7 @@ pub(crate) fn cmd_remount(dir: &Path, opts: &MountOpts) -> Result<(), Fail> {
     let sock = ctl::socket_path(Path::new(&image));
     let mut c = CtlClient::connect(&sock).map_err(|e| fail(e.to_string()))?;
     let mut call = |changes: Remount| -> Result<Remount, Fail> {
-        let v = c.call(&ctl::Request::Remount { changes }).map_err(|e| fail(e.to_string()))?;
-        serde_json::from_value(v).map_err(|e| fail(e.to_string()))
+        c.call(&ctl::Request::Remount { changes }).and_then(ctl::Reply::into_mount).map_err(|e| fail(e.to_string()))
     };
     let cur = call(Remount::default())?;
     let want = opts.remount_changes();

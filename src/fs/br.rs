@@ -28,7 +28,7 @@ pub const BR_FLAGS: u32 = DI_IMMUTABLE | DI_UNMOVABLE;
 
 /// One physically contiguous run of a reservation: logical blocks `offset..offset + len` are the
 /// device's blocks `start..start + len`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct BrRun {
     pub offset: u64,
     pub start: u64,
@@ -36,7 +36,7 @@ pub struct BrRun {
 }
 
 /// A reservation as `brlist` reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Reservation {
     pub name: String,
     pub ino: u32,

@@ -39,7 +39,7 @@ impl Fs {
             if bno == 0 {
                 h.add_block(lbn, None)?;
             } else {
-                let hidden = &self.hidden;
+                let hidden = &self.renames.hidden;
                 h.add_block_except(lbn, Some(self.cache.read(bno)?), |off| hidden.contains(&(bno, off)))?;
             }
         }
@@ -81,7 +81,7 @@ impl Fs {
             let buf = self.cache.read(bno)?;
             for e in dir_iter(buf) {
                 let e = e?;
-                if e.ino != 0 && !self.hidden.contains(&(bno, e.offset)) && pred(&e) {
+                if e.ino != 0 && !self.renames.hidden.contains(&(bno, e.offset)) && pred(&e) {
                     return Ok(Some(Slot { bno, lbn, off: e.offset, ino: e.ino }));
                 }
             }
@@ -325,7 +325,7 @@ impl Fs {
             for e in dir_iter(buf) {
                 let e = e?;
                 let pos = lbn * bs + e.offset as u64;
-                if e.ino == 0 || pos < offset || self.hidden.contains(&(bno, e.offset)) {
+                if e.ino == 0 || pos < offset || self.renames.hidden.contains(&(bno, e.offset)) {
                     continue;
                 }
                 if out.len() >= max {

@@ -3,6 +3,41 @@
 
 use super::*;
 
+/// The in-core inode state beside the cache's dinodes (FreeBSD keeps it in `struct inode`):
+/// who holds an inode open, which inodes lost their last name while open, where generations
+/// come from, and the link drops that removed directories still wait for.
+pub(super) struct InCore {
+    /// Open handles per inode: an unlinked inode is freed at its last close.
+    pub(super) open: HashMap<u32, u32>,
+    /// Inodes whose last link went while they were held (`open`): freed at the last `unhold`
+    /// or at unmount, as FFS frees an unlinked open file at its last close.
+    pub(super) orphans: foldhash::HashSet<u32>,
+    /// Where the first generation of an inode never used comes from (`next_generation`).
+    pub(super) next_gen: u32,
+    /// Removed directories still counted by subdirectories' pending ".." drops: the parent
+    /// whose link goes when each is finally freed.
+    pub(super) parent_drop: HashMap<u32, u32>,
+    /// Directories whose last name is gone but which other pending link drops still hold.
+    pub(super) removed_dirs: foldhash::HashSet<u32>,
+    /// With soft updates, a directory holding a name of each file looked up or named in this
+    /// mount (the latest): fsync walks its path to the root, so that a renamed ancestor's new
+    /// name is made durable too. At most one entry per inode.
+    pub(super) name_dir: HashMap<u32, u32>,
+}
+
+impl InCore {
+    pub(super) fn new() -> InCore {
+        InCore {
+            open: HashMap::new(),
+            orphans: foldhash::HashSet::default(),
+            next_gen: 1,
+            parent_drop: HashMap::new(),
+            removed_dirs: foldhash::HashSet::default(),
+            name_dir: HashMap::new(),
+        }
+    }
+}
+
 impl Fs {
     pub(super) fn check_ino(&self, ino: u32) -> FsResult<()> {
         if self.sb.is_valid_inode(ino) {
@@ -90,8 +125,8 @@ impl Fs {
         match old.wrapping_add(1) {
             0 | 1 => {
                 // An odd step goes through every 32-bit value before it repeats.
-                self.next_gen = self.next_gen.wrapping_add(0x9E37_79B9);
-                self.next_gen.max(1)
+                self.incore.next_gen = self.incore.next_gen.wrapping_add(0x9E37_79B9);
+                self.incore.next_gen.max(1)
             }
             g => g,
         }
@@ -115,7 +150,9 @@ impl Fs {
             let old = self.iget_raw(ino)?;
             if !old.is_free() {
                 self.damaged(format!("inode bitmap shows inode {ino} free while it is in use"));
-            } else if self.open.contains_key(&ino) || self.hooks.softdep.as_ref().is_some_and(|s| s.inode_busy(ino)) {
+            } else if self.incore.open.contains_key(&ino)
+                || self.hooks.softdep.as_ref().is_some_and(|s| s.inode_busy(ino))
+            {
                 self.damaged(format!("inode bitmap shows inode {ino} free before its freeing completed"));
             } else {
                 return Ok((ino, old));
@@ -134,8 +171,8 @@ impl Fs {
         let mut then = then;
         if is_dir {
             self.dirhash.remove(&ino);
-            then.extend(self.parent_drop.remove(&ino).map(Task::DropLink));
-            self.removed_dirs.remove(&ino);
+            then.extend(self.incore.parent_drop.remove(&ino).map(Task::DropLink));
+            self.incore.removed_dirs.remove(&ino);
         }
         if d.has_blocks() {
             // Size goes with the pointers, so no crash shows a directory with a hole.
@@ -162,15 +199,15 @@ impl Fs {
     pub(super) fn drop_link(&mut self, ino: u32) -> FsResult<()> {
         let mut d = self.iget(ino)?;
         d.nlink = d.nlink.saturating_sub(1);
-        if d.is_dir() && d.nlink == 1 && self.removed_dirs.remove(&ino) {
+        if d.is_dir() && d.nlink == 1 && self.incore.removed_dirs.remove(&ino) {
             d.nlink = 0; // a removed directory's "." goes with its last link
         }
         self.touch_c(&mut d);
         if d.nlink == 0 {
-            if !self.open.contains_key(&ino) {
+            if !self.incore.open.contains_key(&ino) {
                 return self.release_inode(ino, d, vec![]);
             }
-            self.orphans.insert(ino);
+            self.incore.orphans.insert(ino);
         }
         self.iput(ino, &d)?;
         Ok(())
@@ -209,7 +246,7 @@ impl Fs {
     /// Takes `n` references on an inode that an unlink must not free while they last: an open
     /// handle, or the kernel's knowledge of the inode through a mount (a FUSE lookup count).
     pub fn hold(&mut self, ino: u32, n: u32) {
-        *self.open.entry(ino).or_insert(0) += n;
+        *self.incore.open.entry(ino).or_insert(0) += n;
     }
 
     /// Closes a handle; the last close of an unlinked inode frees it.
@@ -222,15 +259,15 @@ impl Fs {
         if self.shut_down {
             return Ok(()); // nothing is freed any more
         }
-        let Some(held) = self.open.get_mut(&ino) else {
+        let Some(held) = self.incore.open.get_mut(&ino) else {
             return Ok(());
         };
         *held = held.saturating_sub(n);
         if *held == 0 {
-            self.open.remove(&ino);
+            self.incore.open.remove(&ino);
             // Only an inode whose last link this mount removed is freed: one found with no
             // links on disk is damage, left for fsck (lookup refuses it).
-            if !self.orphans.remove(&ino) {
+            if !self.incore.orphans.remove(&ino) {
                 return Ok(());
             }
             if let Ok(d) = self.iget(ino) {

@@ -358,13 +358,8 @@ pub struct Fs {
     ordering: Ordering,
     clock: Arc<dyn Clock>,
     readonly: bool,
-    /// Open handles per inode: an unlinked inode is freed at its last close.
-    open: HashMap<u32, u32>,
-    /// Inodes whose last link went while they were held (`open`): freed at the last `unhold`
-    /// or at unmount, as FFS frees an unlinked open file at its last close.
-    orphans: foldhash::HashSet<u32>,
-    /// Where the first generation of an inode never used comes from (`next_generation`).
-    next_gen: u32,
+    /// In-core inode state: open counts, orphans, generations, pending directory link drops.
+    incore: inode::InCore,
     /// Spread new directories over the groups (off while mkfs places root and lost+found).
     spread_dirs: bool,
     /// Name indexes of large directories (FFS's dirhash).
@@ -376,44 +371,16 @@ pub struct Fs {
     /// Soft updates' memory bound: past this many dependency structures, everything is
     /// flushed before new ones are made.
     softdep_limit: usize,
-    /// Removed directories still counted by subdirectories' pending ".." drops: the parent
-    /// whose link goes when each is finally freed.
-    parent_drop: HashMap<u32, u32>,
-    /// Directories whose last name is gone but which other pending link drops still hold.
-    removed_dirs: foldhash::HashSet<u32>,
     /// Operations done (the memory bound is checked every 64).
     ops: u64,
     /// When soft updates' structures are counted next (the memory bound), in operations.
     next_count_at: u64,
-    /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
-    /// but gone for users: (block, offset) -> (directory, logical block, name).
-    hidden: HiddenNames,
-    /// Renames' old-name removals whose new name is on disk but in a directory not yet
-    /// reachable on disk (rule 3 for the whole path): retried after later writes complete.
-    deferred_old_names: Vec<Task>,
-    /// The soft updates write count and hidden names removed when the deferred removals were
-    /// last tried (only a write or another removal can let one go).
-    deferred_tried_at: (u64, u64),
-    /// Hidden names removed so far.
-    hidden_removed: u64,
-    /// New entries (not of directories) named like a hidden name of their directory, waiting
-    /// on disk for its removal (NAMESAKE): hidden (block, offset) -> (block, offset, inode) of each.
-    namesakes: HashMap<(u64, usize), Vec<NamesakeWaiter>>,
-    /// For each waiting new entry (block, offset), how many hidden namesakes it waits for: the
-    /// inverse of `namesakes`, so that a namesake's removal checks its waiters at once (a scan
-    /// of every waiter per removal made unmount quadratic).
-    namesake_waits: HashMap<(u64, usize), u32>,
-    /// With soft updates, a directory holding a name of each file looked up or named in this
-    /// mount (the latest): fsync walks its path to the root, so that a renamed ancestor's new
-    /// name is made durable too. At most one entry per inode.
-    name_dir: HashMap<u32, u32>,
+    /// Renames between their call and the disk: hidden old names, deferred removals, namesakes.
+    renames: rename::Renames,
     /// Where the next new data block should go (a Block Register placement hint), once.
     br_hint: Option<u64>,
-    /// Active snapshots, oldest first (the superblock's list).
-    snaps: Vec<snapshot::Active>,
-    /// Blocks copied before an overwrite, and freed blocks claimed, by snapshots.
-    stats_cow: u64,
-    stats_claimed: u64,
+    /// Active snapshots and their counters.
+    snapshots: snapshot::Snapshots,
     /// Shut down (`shutdown`): nothing more is written, every operation fails.
     shut_down: bool,
     /// The mount options it applies itself (access times, sync, remount).
@@ -455,29 +422,17 @@ impl Fs {
             ordering: opts.ordering,
             clock,
             readonly: opts.readonly,
-            open: HashMap::new(),
-            orphans: foldhash::HashSet::default(),
-            next_gen: 1,
+            incore: inode::InCore::new(),
+            renames: rename::Renames::new(),
             spread_dirs: true,
             dirhash: HashMap::new(),
             write_through: false,
             async_full_blocks: false,
             softdep_limit: 200_000,
-            parent_drop: HashMap::new(),
             ops: 0,
             next_count_at: 0,
-            removed_dirs: foldhash::HashSet::default(),
-            hidden: HiddenNames::new(),
-            deferred_old_names: Vec::new(),
-            deferred_tried_at: (0, 0),
-            hidden_removed: 0,
-            namesakes: HashMap::new(),
-            namesake_waits: HashMap::new(),
-            name_dir: HashMap::new(),
             br_hint: None,
-            snaps: Vec::new(),
-            stats_cow: 0,
-            stats_claimed: 0,
+            snapshots: snapshot::Snapshots::default(),
             shut_down: false,
             live: mountopt::Live::new(opts.readonly),
         };
@@ -488,7 +443,7 @@ impl Fs {
         // first directories are known to be in use before anything is allocated.
         fs.iget_raw(ROOT_INO)?;
         fs.snap_activate()?;
-        fs.next_gen = fs.clock.wall().1 | 1;
+        fs.incore.next_gen = fs.clock.wall().1 | 1;
         if !fs.readonly {
             fs.mark_in_use()?;
         }
@@ -532,8 +487,8 @@ impl Fs {
             return Ok(());
         }
         // Inodes unlinked while open are freed now that nobody holds them.
-        let orphans: Vec<u32> = self.orphans.drain().collect();
-        self.open.clear();
+        let orphans: Vec<u32> = self.incore.orphans.drain().collect();
+        self.incore.open.clear();
         for ino in orphans {
             let d = self.iget(ino)?;
             if d.nlink == 0 {
@@ -652,7 +607,8 @@ impl Fs {
             self.run_tasks()?;
             let wrote = self.flush_all()?;
             self.run_tasks()?;
-            let idle = self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle()) && self.deferred_old_names.is_empty();
+            let idle =
+                self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle()) && self.renames.deferred_old_names.is_empty();
             if idle && self.cache.dirty_count() == 0 {
                 return Ok(());
             }
@@ -664,6 +620,7 @@ impl Fs {
         // on disk, and those entries' states.
         let mut held = Vec::new();
         let waits: BTreeSet<u32> = self
+            .renames
             .deferred_old_names
             .iter()
             .filter_map(|t| match t {
@@ -692,7 +649,7 @@ impl Fs {
         }
         Err(FsError::Corrupt(format!(
             "dependencies did not drain: nothing left to write (held: {held:?}; deferred names: {:?}; hidden: {:?})",
-            self.deferred_old_names, self.hidden
+            self.renames.deferred_old_names, self.renames.hidden
         )))
     }
 
@@ -737,7 +694,7 @@ impl Fs {
 
     /// Whether soft updates hold work whose completion may free blocks or inodes.
     fn frees_pending(&self) -> bool {
-        self.hooks.softdep.as_ref().is_some_and(|s| !s.is_idle()) || !self.deferred_old_names.is_empty()
+        self.hooks.softdep.as_ref().is_some_and(|s| !s.is_idle()) || !self.renames.deferred_old_names.is_empty()
     }
 
     /// A value read from disk is out of range, or a bitmap disagrees with what the mount knows:

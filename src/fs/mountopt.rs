@@ -388,7 +388,7 @@ impl Fs {
         match r.readonly {
             Some(true) if !self.readonly => {
                 self.sync_all()?;
-                if self.orphans.is_empty() {
+                if self.incore.orphans.is_empty() {
                     self.sb.flags |= SB_CLEAN;
                 }
                 self.write_superblock()?;

@@ -111,7 +111,7 @@ impl Fs {
     /// A file `ino` has a name in `dir` (see `name_dir`); a directory's own ".." says where it is.
     pub(super) fn note_name_dir(&mut self, dir: u32, ino: u32, d: &Dinode) {
         if self.hooks.softdep.is_some() && !d.is_dir() {
-            self.name_dir.insert(ino, dir);
+            self.incore.name_dir.insert(ino, dir);
         }
     }
 
@@ -301,7 +301,7 @@ impl Fs {
         self.iput(dir, &dd)?;
         // The name goes first; then the child (its ".." with it), then the parent's count.
         let task = Task::RmdirChild { child: slot.ino, parent: Some(dir) };
-        if self.hidden.in_dir(slot.ino) {
+        if self.renames.hidden.in_dir(slot.ino) {
             // It still holds renames' old names on disk, whose new names are not yet reachable:
             // its own name stays on disk, hidden, until those may go (or the files would be
             // reachable by no name on disk).

@@ -3,10 +3,49 @@
 
 use super::*;
 
+/// Renames between their call and the disk (rule 3): the old names still in their blocks, the
+/// removals waiting for the new name's path to be reachable on disk, and the new entries that
+/// wait for a namesake's removal.
+pub(super) struct Renames {
+    /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
+    /// but gone for users: (block, offset) -> (directory, logical block, name).
+    pub(super) hidden: HiddenNames,
+    /// Renames' old-name removals whose new name is on disk but in a directory not yet
+    /// reachable on disk (rule 3 for the whole path): retried after later writes complete.
+    pub(super) deferred_old_names: Vec<Task>,
+    /// The soft updates write count and hidden names removed when the deferred removals were
+    /// last tried (only a write or another removal can let one go).
+    pub(super) deferred_tried_at: (u64, u64),
+    /// Hidden names removed so far.
+    pub(super) hidden_removed: u64,
+    /// New entries (not of directories) named like a hidden name of their directory, waiting
+    /// on disk for its removal (NAMESAKE): hidden (block, offset) -> (block, offset, inode) of each.
+    pub(super) namesakes: HashMap<(u64, usize), Vec<NamesakeWaiter>>,
+    /// For each waiting new entry (block, offset), how many hidden namesakes it waits for: the
+    /// inverse of `namesakes`, so that a namesake's removal checks its waiters at once (a scan
+    /// of every waiter per removal made unmount quadratic).
+    pub(super) namesake_waits: HashMap<(u64, usize), u32>,
+}
+
+impl Renames {
+    pub(super) fn new() -> Renames {
+        Renames {
+            hidden: HiddenNames::new(),
+            deferred_old_names: Vec::new(),
+            deferred_tried_at: (0, 0),
+            hidden_removed: 0,
+            namesakes: HashMap::new(),
+            namesake_waits: HashMap::new(),
+        }
+    }
+}
+
 impl Fs {
     /// Hides the entry `slot` of `dir` from users while it stays in its block (so on disk).
     pub(super) fn hide_name(&mut self, dir: u32, slot: &Slot, name: &[u8]) {
-        self.hidden.insert((slot.bno, slot.off), HiddenName { dir, lbn: slot.lbn, name: name.to_vec(), ino: slot.ino });
+        self.renames
+            .hidden
+            .insert((slot.bno, slot.off), HiddenName { dir, lbn: slot.lbn, name: name.to_vec(), ino: slot.ino });
         if let Some(h) = self.dirhash.get_mut(&dir) {
             h.hide(name, slot.lbn, slot.off);
         }
@@ -56,7 +95,7 @@ impl Fs {
     /// names it holds), everything is written. Call it before reading the inodes the operation
     /// changes.
     pub(super) fn retire_hidden_name(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
-        let find = |fs: &Fs| fs.hidden.named(dir, name).next().map(|(k, _)| k);
+        let find = |fs: &Fs| fs.renames.hidden.named(dir, name).next().map(|(k, _)| k);
         while let Some(key) = find(self) {
             log::debug!(
                 "new name {:?} in directory {dir}: its hidden namesake goes first",
@@ -71,19 +110,19 @@ impl Fs {
     /// names are written as fsync writes them (which lets its removal run), then the removal's
     /// block; everything, if that is not enough.
     pub(super) fn retire_hidden(&mut self, key: (u64, usize)) -> FsResult<()> {
-        let Some(ino) = self.hidden.get(&key).map(|h| h.ino) else {
+        let Some(ino) = self.renames.hidden.get(&key).map(|h| h.ino) else {
             return Ok(());
         };
         match self.fsync(ino) {
             // The removals fsync let run freed the inode (a removed directory whose hidden
             // name waited for the names it held): its name is gone, as wanted.
-            Err(FsError::Stale(_)) if !self.hidden.contains(&key) => {}
+            Err(FsError::Stale(_)) if !self.renames.hidden.contains(&key) => {}
             r => r?,
         }
         self.run_tasks()?;
-        if self.hidden.contains(&key) {
+        if self.renames.hidden.contains(&key) {
             self.sync_all()?;
-            if self.hidden.contains(&key) {
+            if self.renames.hidden.contains(&key) {
                 return Err(FsError::Corrupt(format!("a hidden name at {key:?} outlived a full sync")));
             }
             return Ok(());
@@ -96,9 +135,9 @@ impl Fs {
     /// `retire_hidden_name`).
     pub(super) fn wait_for_namesake(&mut self, dir: u32, name: &[u8], bno: u64, off: usize, ino: u32) {
         if self.hooks.softdep.is_some() {
-            self.name_dir.insert(ino, dir);
+            self.incore.name_dir.insert(ino, dir);
         }
-        let hidden: Vec<(u64, usize)> = self.hidden.named(dir, name).map(|(k, _)| k).collect();
+        let hidden: Vec<(u64, usize)> = self.renames.hidden.named(dir, name).map(|(k, _)| k).collect();
         if hidden.is_empty() {
             return;
         }
@@ -106,8 +145,8 @@ impl Fs {
             sd.wait_for_namesake(bno, off);
         }
         for k in hidden {
-            self.namesakes.entry(k).or_default().push((bno, off, ino));
-            *self.namesake_waits.entry((bno, off)).or_default() += 1;
+            self.renames.namesakes.entry(k).or_default().push((bno, off, ino));
+            *self.renames.namesake_waits.entry((bno, off)).or_default() += 1;
         }
     }
 
@@ -139,7 +178,7 @@ impl Fs {
                 return self.rename_back(dir, name, src, si, newdir, key, old);
             }
         }
-        let namesake = |fs: &Fs, d: u32, n: &[u8]| fs.hidden.named(d, n).next().is_some();
+        let namesake = |fs: &Fs, d: u32, n: &[u8]| fs.renames.hidden.named(d, n).next().is_some();
         if (si.is_dir() || flags.exchange) && namesake(self, newdir, newname) {
             // A directory taking a hidden name: that name leaves the disk first. So in an
             // exchange, where either entry may come to name a directory in place.
@@ -177,7 +216,7 @@ impl Fs {
             if ti.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
                 return Err(FsError::Perm);
             }
-            if moving_dir && ti.is_dir() && self.hidden.in_dir(t.ino) {
+            if moving_dir && ti.is_dir() && self.renames.hidden.in_dir(t.ino) {
                 // The directory replaced still holds renames' old names on disk: its name cannot
                 // be overwritten in place before those go. It is removed as by rmdir (its name
                 // stays on disk, hidden, until then) and the source takes a new entry once that
@@ -258,8 +297,8 @@ impl Fs {
                 self.entry_added(newdir, t.bno, t.off, src.ino, old, None, false, tasks)?;
                 self.note_name_dir(newdir, src.ino, &si);
                 // A wait of the replaced entry for a hidden namesake is now the source's.
-                if self.namesake_waits.contains_key(&(t.bno, t.off)) {
-                    for w in self.namesakes.values_mut().flatten().filter(|w| (w.0, w.1) == (t.bno, t.off)) {
+                if self.renames.namesake_waits.contains_key(&(t.bno, t.off)) {
+                    for w in self.renames.namesakes.values_mut().flatten().filter(|w| (w.0, w.1) == (t.bno, t.off)) {
                         w.2 = src.ino;
                     }
                 }
@@ -324,9 +363,9 @@ impl Fs {
         if self.hooks.softdep.is_none() {
             return Ok(None);
         }
-        let found = self.hidden.named(newdir, newname).find(|(_, h)| h.ino == src.ino);
+        let found = self.renames.hidden.named(newdir, newname).find(|(_, h)| h.ino == src.ino);
         let Some((key, _)) = found else { return Ok(None) };
-        if self.namesakes.contains_key(&key) {
+        if self.renames.namesakes.contains_key(&key) {
             return Ok(None);
         }
         let mut nd = self.dir_inode(newdir)?;
@@ -355,9 +394,13 @@ impl Fs {
         let Task::RemoveOldName { tasks, .. } = old else {
             unreachable!("undone_rename picks a RemoveOldName");
         };
-        let h = self.hidden.remove(&key).ok_or_else(|| FsError::Corrupt(format!("hidden name at {key:?} vanished")))?;
+        let h = self
+            .renames
+            .hidden
+            .remove(&key)
+            .ok_or_else(|| FsError::Corrupt(format!("hidden name at {key:?} vanished")))?;
         assert_eq!((h.dir, h.ino), (newdir, src.ino), "an undone rename revives its own old name");
-        self.hidden_removed += 1;
+        self.renames.hidden_removed += 1;
         if let Some(dh) = self.dirhash.get_mut(&newdir) {
             dh.unhide(&h.name, h.lbn, key.1);
         }

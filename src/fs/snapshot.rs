@@ -58,8 +58,19 @@ impl Active {
     }
 }
 
+/// The file system's snapshots: the active ones, oldest first (the superblock's list), and what
+/// they cost so far.
+#[derive(Default)]
+pub struct Snapshots {
+    pub(super) active: Vec<Active>,
+    /// Blocks copied before an overwrite.
+    pub(super) cow: u64,
+    /// Freed blocks claimed.
+    pub(super) claimed: u64,
+}
+
 /// A snapshot as `snapshot list` reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SnapInfo {
     pub name: String,
     pub ino: u32,
@@ -77,7 +88,7 @@ type Leaf = (u64, u64);
 impl Fs {
     /// Reactivates the snapshots listed in the superblock (at mount).
     pub(super) fn snap_activate(&mut self) -> FsResult<()> {
-        self.snaps.clear();
+        self.snapshots.active.clear();
         let list: Vec<u32> = self.sb.snapshots.iter().copied().filter(|&i| i != 0).collect();
         for ino in list {
             let d = self.iget(ino)?;
@@ -97,7 +108,7 @@ impl Fs {
                     }
                 }
             }
-            self.snaps.push(a);
+            self.snapshots.active.push(a);
         }
         Ok(())
     }
@@ -239,7 +250,7 @@ impl Fs {
         // snapshots (expunged in the copy) and the direct slots (which never change later).
         let mut eager: BTreeSet<u64> = [0].into();
         eager.extend((0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)));
-        let snap_inos: Vec<u32> = self.snaps.iter().map(|s| s.ino).chain([ino]).collect();
+        let snap_inos: Vec<u32> = self.snapshots.active.iter().map(|s| s.ino).chain([ino]).collect();
         eager.extend(snap_inos.iter().map(|&i| self.sb.inode_location(i).0));
         eager.extend(0..(NDADDR as u64).min(n));
         let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
@@ -257,8 +268,8 @@ impl Fs {
         }
         // Blocks of snapshots: never copied, and free in the frozen file system.
         let mut owned: HashSet<u64> = mine.iter().copied().collect();
-        for k in 0..self.snaps.len() {
-            let od = self.iget(self.snaps[k].ino)?;
+        for k in 0..self.snapshots.active.len() {
+            let od = self.iget(self.snapshots.active[k].ino)?;
             self.snap_owned(&od, &mut owned)?;
         }
         // The group headers as they are now, and the frozen copies.
@@ -366,14 +377,14 @@ impl Fs {
         self.write_bufs(&[ib], WriteKind::Sync)?;
         self.sync_all()?;
         self.sb.snapshots[slot] = ino;
-        self.snaps.push(active);
+        self.snapshots.active.push(active);
         self.write_superblock()?;
         self.snap_info(name, ino)
     }
 
     fn snap_info(&mut self, name: &[u8], ino: u32) -> FsResult<SnapInfo> {
         let d = self.iget(ino)?;
-        let shared = self.snaps.iter().find(|s| s.ino == ino).map_or(0, |s| s.not_copied());
+        let shared = self.snapshots.active.iter().find(|s| s.ino == ino).map_or(0, |s| s.not_copied());
         Ok(SnapInfo {
             name: String::from_utf8_lossy(name).into_owned(),
             ino,
@@ -413,7 +424,7 @@ impl Fs {
     pub fn snapshot_delete(&mut self, name: &[u8]) -> FsResult<u64> {
         self.check_writable()?;
         let (dir, ino, mut d) = self.snap_get_named(name)?;
-        self.snaps.retain(|s| s.ino != ino);
+        self.snapshots.active.retain(|s| s.ino != ino);
         let list: Vec<u32> = self.sb.snapshots.iter().copied().filter(|&i| i != 0 && i != ino).collect();
         self.sb.snapshots = [0; MAX_SNAPSHOTS];
         self.sb.snapshots[..list.len()].copy_from_slice(&list);
@@ -461,11 +472,14 @@ impl Fs {
     /// snapshot; the copies with their bitmaps, then the map blocks pointing at them, are made
     /// durable before the caller writes the new contents.
     pub(super) fn snap_cow(&mut self, bnos: &[u64]) -> FsResult<()> {
-        if self.snaps.is_empty() {
+        if self.snapshots.active.is_empty() {
             return Ok(());
         }
-        let mut todo: Vec<u64> =
-            bnos.iter().copied().filter(|&b| self.snaps.iter().any(|s| s.needs(b)) && self.cache.is_dirty(b)).collect();
+        let mut todo: Vec<u64> = bnos
+            .iter()
+            .copied()
+            .filter(|&b| self.snapshots.active.iter().any(|s| s.needs(b)) && self.cache.is_dirty(b))
+            .collect();
         if todo.is_empty() {
             return Ok(());
         }
@@ -477,19 +491,19 @@ impl Fs {
         let mut leaves = BTreeSet::new();
         for b in todo {
             self.cache.device().read_block(b, &mut old)?;
-            for k in 0..self.snaps.len() {
-                if !self.snaps[k].needs(b) {
+            for k in 0..self.snapshots.active.len() {
+                if !self.snapshots.active[k].needs(b) {
                     continue;
                 }
-                let ino = self.snaps[k].ino;
+                let ino = self.snapshots.active[k].ino;
                 let c = self.alloc.alloc_block(&mut self.cache, &self.sb, b)?;
                 self.cache.create(c).copy_from_slice(&old);
                 let mut d = self.iget(ino)?;
                 leaves.insert(self.snap_set(&d, b, c)?);
                 d.blocks += 1;
                 self.iput(ino, &d)?;
-                self.snaps[k].set_need(b, false);
-                self.stats_cow += 1;
+                self.snapshots.active[k].set_need(b, false);
+                self.snapshots.cow += 1;
                 first.insert(c);
                 first.insert(self.sb.cg_header_block(self.sb.cg_of_block(c)));
             }
@@ -504,14 +518,14 @@ impl Fs {
     /// Frees a block, unless a snapshot has not copied it: then the first such snapshot (oldest
     /// first) claims it as its copy.
     pub(super) fn free_block(&mut self, b: u64) -> FsResult<()> {
-        if let Some(k) = self.snaps.iter().position(|s| s.needs(b)) {
-            let ino = self.snaps[k].ino;
+        if let Some(k) = self.snapshots.active.iter().position(|s| s.needs(b)) {
+            let ino = self.snapshots.active[k].ino;
             let mut d = self.iget(ino)?;
             self.snap_set(&d, b, b)?;
             d.blocks += 1;
             self.iput(ino, &d)?;
-            self.snaps[k].set_need(b, false);
-            self.stats_claimed += 1;
+            self.snapshots.active[k].set_need(b, false);
+            self.snapshots.claimed += 1;
             return Ok(());
         }
         Ok(self.alloc.free_block(&mut self.cache, &self.sb, b)?)
@@ -553,7 +567,7 @@ impl Fs {
 
     /// Copy-on-write counters: blocks copied before an overwrite, blocks claimed when freed.
     pub fn snapshot_counters(&self) -> (u64, u64) {
-        (self.stats_cow, self.stats_claimed)
+        (self.snapshots.cow, self.snapshots.claimed)
     }
 }
 
@@ -614,12 +628,12 @@ impl Fs {
             d.nlink = d.nlink.saturating_sub(delta);
             self.touch_c(&mut d);
             done.links_lowered += 1;
-            if d.nlink == 0 && !self.open.contains_key(&ino) {
+            if d.nlink == 0 && !self.incore.open.contains_key(&ino) {
                 self.release_inode(ino, d, vec![])?;
                 done.inodes_freed += 1;
             } else {
                 if d.nlink == 0 {
-                    self.orphans.insert(ino);
+                    self.incore.orphans.insert(ino);
                 }
                 self.iput(ino, &d)?;
             }
@@ -628,7 +642,7 @@ impl Fs {
             self.check_ino(ino)?;
             let d = self.iget_raw(ino)?;
             // Directories are left for a full fsck, which reconnects them.
-            if d.is_free() || d.is_dir() || self.open.contains_key(&ino) || d.flags & DI_SNAPSHOT != 0 {
+            if d.is_free() || d.is_dir() || self.incore.open.contains_key(&ino) || d.flags & DI_SNAPSHOT != 0 {
                 done.skipped += 1;
                 continue;
             }

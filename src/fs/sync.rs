@@ -15,7 +15,7 @@ impl Fs {
             .unwrap_or_default();
         for (ino, n) in going {
             if let Ok(d) = self.iget(ino) {
-                if d.nlink <= n && !self.open.contains_key(&ino) {
+                if d.nlink <= n && !self.incore.open.contains_key(&ino) {
                     pb += d.blocks;
                     pi += 1;
                 }
@@ -60,7 +60,7 @@ impl Fs {
                 // The path to the root from the directory holding it (from a directory itself):
                 // an ancestor named by an entry not yet on disk joins, so that its new name (a
                 // rename's, say) is written with the rest.
-                let from = if self.iget(x)?.is_dir() { Some(x) } else { self.name_dir.get(&x).copied() };
+                let from = if self.iget(x)?.is_dir() { Some(x) } else { self.incore.name_dir.get(&x).copied() };
                 for a in self.ancestors(from)? {
                     if walked.contains(&a) {
                         break;
@@ -78,8 +78,8 @@ impl Fs {
                         inos.push(d);
                     }
                 }
-                for (k, waiters) in &self.namesakes {
-                    if let Some(h) = self.hidden.get(k).filter(|_| waiters.iter().any(|w| w.2 == x)) {
+                for (k, waiters) in &self.renames.namesakes {
+                    if let Some(h) = self.renames.hidden.get(k).filter(|_| waiters.iter().any(|w| w.2 == x)) {
                         if !inos.contains(&h.ino) {
                             inos.push(h.ino);
                         }

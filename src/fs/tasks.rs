@@ -14,12 +14,12 @@ impl Fs {
             }
             // Deferred old names: only writes can make their paths durable, so they are tried
             // again only after some have completed.
-            let stamp = (self.hooks.softdep.as_ref().map_or(0, |s| s.writes_completed()), self.hidden_removed);
-            if self.deferred_old_names.is_empty() || stamp == self.deferred_tried_at {
+            let stamp = (self.hooks.softdep.as_ref().map_or(0, |s| s.writes_completed()), self.renames.hidden_removed);
+            if self.renames.deferred_old_names.is_empty() || stamp == self.renames.deferred_tried_at {
                 return Ok(());
             }
-            self.deferred_tried_at = stamp;
-            for t in std::mem::take(&mut self.deferred_old_names) {
+            self.renames.deferred_tried_at = stamp;
+            for t in std::mem::take(&mut self.renames.deferred_old_names) {
                 self.run_task(t)?;
             }
         }
@@ -88,13 +88,13 @@ impl Fs {
                 let then: Vec<Task> = parent.into_iter().map(Task::DropLink).collect();
                 if d.nlink > 0 {
                     self.iput(child, &d)?;
-                    self.removed_dirs.insert(child);
+                    self.incore.removed_dirs.insert(child);
                     if let Some(p) = parent {
-                        self.parent_drop.insert(child, p);
+                        self.incore.parent_drop.insert(child, p);
                     }
                     Ok(())
-                } else if self.open.contains_key(&child) {
-                    self.orphans.insert(child);
+                } else if self.incore.open.contains_key(&child) {
+                    self.incore.orphans.insert(child);
                     self.iput(child, &d)?;
                     for t in then {
                         self.run_task(t)?;
@@ -119,7 +119,7 @@ impl Fs {
             }
             Task::NamesakeGone { dirblk, off } => {
                 // Unless another hidden namesake of it is still on disk.
-                let still = self.namesake_waits.contains_key(&(dirblk, off));
+                let still = self.renames.namesake_waits.contains_key(&(dirblk, off));
                 if !still && self.sd().is_some_and(|sd| sd.namesake_gone(dirblk, off)) {
                     // Its block may be clean (the entry rolled back): it must be written again.
                     self.cache.modify(dirblk)?;
@@ -129,22 +129,22 @@ impl Fs {
             Task::RemoveOldName { dir, wait, bno, lbn, off, mut tasks } => {
                 let waits = match wait {
                     NameWait::NewPath(newdir) => self.new_path_pending(newdir)?,
-                    NameWait::Emptied(d) => self.hidden.in_dir(d),
+                    NameWait::Emptied(d) => self.renames.hidden.in_dir(d),
                 };
                 if waits {
-                    self.deferred_old_names.push(Task::RemoveOldName { dir, wait, bno, lbn, off, tasks });
+                    self.renames.deferred_old_names.push(Task::RemoveOldName { dir, wait, bno, lbn, off, tasks });
                     return Ok(());
                 }
-                if self.hidden.remove(&(bno, off)).is_none() {
+                if self.renames.hidden.remove(&(bno, off)).is_none() {
                     return Err(FsError::Corrupt(format!("a hidden name in directory {dir} vanished")));
                 }
-                self.hidden_removed += 1;
-                let waiting = self.namesakes.remove(&(bno, off)).unwrap_or_default();
+                self.renames.hidden_removed += 1;
+                let waiting = self.renames.namesakes.remove(&(bno, off)).unwrap_or_default();
                 for w in &waiting {
-                    let n = self.namesake_waits.get_mut(&(w.0, w.1)).expect("a namesake waiter is counted");
+                    let n = self.renames.namesake_waits.get_mut(&(w.0, w.1)).expect("a namesake waiter is counted");
                     *n -= 1;
                     if *n == 0 {
-                        self.namesake_waits.remove(&(w.0, w.1));
+                        self.renames.namesake_waits.remove(&(w.0, w.1));
                     }
                 }
                 tasks.extend(waiting.into_iter().map(|(dirblk, off, _)| Task::NamesakeGone { dirblk, off }));

@@ -5,8 +5,10 @@
 //! (`SharedFs`), exactly as a FUSE request does, so it is one more file-system operation.
 //!
 //! Protocol: one JSON object per line each way. A request is `{"op": "...", ...arguments}`; the
-//! answer is `{"ok": value}` or `{"error": "message", "errno": n}`. A connection may carry many
-//! requests. To add a request, add a variant to `Request` and its arm to `execute`.
+//! answer is `{"ok": {"reply": "...", ...fields}}` (a `Reply`) or `{"error": "message", "errno": n}`.
+//! A connection may carry many requests. Both sides are typed: the client gets a `Reply` back and
+//! turns it into what the request answers with `Reply::into_*`. To add a request, add a variant
+//! to `Request`, its answer to `Reply` (if it is a new kind) and its arm to `execute`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -22,9 +24,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::br::{BrRun, Reservation};
 use crate::format::ROOT_INO;
+use crate::fs::mountopt::Remount;
 use crate::fs::{lock, SharedFs};
 use crate::fs::{Fs, FsError};
+use crate::snapshot::{AdjustDone, SnapInfo};
 
 /// A request to the mounted file system.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +86,65 @@ pub enum Request {
     Remount {
         changes: crate::fs::mountopt::Remount,
     },
+}
+
+/// The answer to a request, one variant per kind of answer (several requests share one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    /// `Ping`: the file system's block size and size in blocks.
+    Geometry { block_size: u32, blocks: u64 },
+    /// `BrReserve`, `BrExpand`, `BrTruncate`: the reservation after the call.
+    Reservation(Reservation),
+    /// `BrQuery`: the physical runs of the range asked for.
+    Runs { runs: Vec<BrRun> },
+    /// `BrList`.
+    Reservations { list: Vec<Reservation> },
+    /// `BrFree`, `SnapshotDelete`: blocks given back to the file system.
+    Released { blocks: u64 },
+    /// `SnapshotCreate`.
+    Snapshot(SnapInfo),
+    /// `SnapshotList`.
+    Snapshots { list: Vec<SnapInfo> },
+    /// `FsckAdjust`: what the adjust did.
+    Adjusted(AdjustDone),
+    /// `Sync`, `Shutdown`: blocks written to answer it.
+    Written { blocks: u64 },
+    /// `Remount`: the mount's state after it.
+    Mount(Remount),
+}
+
+/// `Reply::into_NAME`: the answer as the one kind `NAME` expects, or a protocol error.
+macro_rules! reply_into {
+    ($($name:ident: $variant:ident $pat:tt => $out:expr, $ty:ty;)*) => {
+        impl Reply {
+            $(
+                #[doc = concat!("The answer of a request answered by `Reply::", stringify!($variant), "`.")]
+                pub fn $name(self) -> Result<$ty, CtlError> {
+                    match self {
+                        Reply::$variant $pat => Ok($out),
+                        other => Err(CtlError::Protocol(format!(
+                            "expected a {} answer, got {other:?}",
+                            stringify!($variant)
+                        ))),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+reply_into! {
+    into_geometry: Geometry { block_size, blocks } => (block_size, blocks), (u32, u64);
+    into_reservation: Reservation(r) => r, Reservation;
+    into_runs: Runs { runs } => runs, Vec<BrRun>;
+    into_reservations: Reservations { list } => list, Vec<Reservation>;
+    into_released: Released { blocks } => blocks, u64;
+    into_snapshot: Snapshot(s) => s, SnapInfo;
+    into_snapshots: Snapshots { list } => list, Vec<SnapInfo>;
+    into_adjusted: Adjusted(a) => a, AdjustDone;
+    into_written: Written { blocks } => blocks, u64;
+    into_mount: Mount(m) => m, Remount;
 }
 
 #[derive(Debug, Error)]
@@ -228,7 +292,7 @@ fn serve(conn: UnixStream, fs: &SharedFs, sink: &OnceLock<StaleSink>) {
                     sink(&what);
                 }
                 match r {
-                    Ok(v) => serde_json::json!({ "ok": v }),
+                    Ok(reply) => serde_json::json!({ "ok": reply }),
                     Err(e) => serde_json::json!({ "error": e.to_string(), "errno": e.errno() }),
                 }
             }
@@ -278,38 +342,33 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
 
 /// Runs one request on a file system (the mount's, under its lock, or an image opened by the
 /// command line).
-pub fn execute(fs: &mut Fs, req: Request) -> Result<Value, FsError> {
-    let json = |v: Result<Value, serde_json::Error>| v.map_err(|e| FsError::Corrupt(e.to_string()));
-    match req {
-        Request::Ping => Ok(serde_json::json!({ "block_size": fs.sb.block_size, "blocks": fs.sb.num_blocks })),
+pub fn execute(fs: &mut Fs, req: Request) -> Result<Reply, FsError> {
+    Ok(match req {
+        Request::Ping => Reply::Geometry { block_size: fs.sb.block_size, blocks: fs.sb.num_blocks },
         Request::BrReserve { name, nblocks, hint } => {
-            json(serde_json::to_value(fs.brreserve(name.as_bytes(), nblocks, hint)?))
+            Reply::Reservation(fs.brreserve(name.as_bytes(), nblocks, hint)?)
         }
-        Request::BrQuery { name, offset, count } => {
-            json(serde_json::to_value(fs.brquery(name.as_bytes(), offset, count)?))
-        }
-        Request::BrExpand { name, nblocks, hint } => {
-            json(serde_json::to_value(fs.brexpand(name.as_bytes(), nblocks, hint)?))
-        }
-        Request::BrTruncate { name, block } => json(serde_json::to_value(fs.brtruncate(name.as_bytes(), block)?)),
-        Request::BrFree { name } => Ok(Value::from(fs.brfree(name.as_bytes())?)),
-        Request::BrList => json(serde_json::to_value(fs.brlist()?)),
-        Request::SnapshotCreate { name } => json(serde_json::to_value(fs.snapshot_create(name.as_bytes())?)),
-        Request::SnapshotList => json(serde_json::to_value(fs.snapshot_list()?)),
-        Request::SnapshotDelete { name } => Ok(Value::from(fs.snapshot_delete(name.as_bytes())?)),
-        Request::FsckAdjust { adjust } => json(serde_json::to_value(fs.fsck_adjust(&adjust)?)),
+        Request::BrQuery { name, offset, count } => Reply::Runs { runs: fs.brquery(name.as_bytes(), offset, count)? },
+        Request::BrExpand { name, nblocks, hint } => Reply::Reservation(fs.brexpand(name.as_bytes(), nblocks, hint)?),
+        Request::BrTruncate { name, block } => Reply::Reservation(fs.brtruncate(name.as_bytes(), block)?),
+        Request::BrFree { name } => Reply::Released { blocks: fs.brfree(name.as_bytes())? },
+        Request::BrList => Reply::Reservations { list: fs.brlist()? },
+        Request::SnapshotCreate { name } => Reply::Snapshot(fs.snapshot_create(name.as_bytes())?),
+        Request::SnapshotList => Reply::Snapshots { list: fs.snapshot_list()? },
+        Request::SnapshotDelete { name } => Reply::Released { blocks: fs.snapshot_delete(name.as_bytes())? },
+        Request::FsckAdjust { adjust } => Reply::Adjusted(fs.fsck_adjust(&adjust)?),
         Request::Sync => {
             let before = fs.stats().device.writes();
             fs.sync_all()?;
-            Ok(serde_json::json!({ "blocks_written": fs.stats().device.writes() - before }))
+            Reply::Written { blocks: fs.stats().device.writes() - before }
         }
         Request::Shutdown { mode } => {
             let before = fs.stats().device.writes();
             fs.shutdown(mode);
-            Ok(serde_json::json!({ "blocks_written": fs.stats().device.writes() - before }))
+            Reply::Written { blocks: fs.stats().device.writes() - before }
         }
-        Request::Remount { changes } => json(serde_json::to_value(fs.remount(&changes)?)),
-    }
+        Request::Remount { changes } => Reply::Mount(fs.remount(&changes)?),
+    })
 }
 
 /// A connection to a mount's control channel.
@@ -330,7 +389,7 @@ impl CtlClient {
     }
 
     /// Sends one request and waits for its answer.
-    pub fn call(&mut self, req: &Request) -> Result<Value, CtlError> {
+    pub fn call(&mut self, req: &Request) -> Result<Reply, CtlError> {
         let io = |source| CtlError::Io { path: self.path.clone(), source };
         let mut text = serde_json::to_string(req).map_err(|e| CtlError::Protocol(e.to_string()))?;
         text.push('\n');
@@ -341,7 +400,7 @@ impl CtlClient {
         }
         let mut v: Value = serde_json::from_str(line.trim()).map_err(|e| CtlError::Protocol(e.to_string()))?;
         if let Some(ok) = v.get_mut("ok") {
-            return Ok(ok.take());
+            return serde_json::from_value(ok.take()).map_err(|e| CtlError::Protocol(format!("answer: {e}")));
         }
         let message = v.get("error").and_then(Value::as_str).unwrap_or("malformed answer").to_string();
         let errno = v.get("errno").and_then(Value::as_i64).unwrap_or(libc::EIO as i64) as i32;
@@ -368,11 +427,14 @@ mod tests {
         let mut server = CtlServer::start(&path, shared.clone()).unwrap();
         assert!(CtlServer::start(&path, shared.clone()).is_err(), "a second server is refused");
         let mut c = CtlClient::connect(&path).unwrap();
-        assert_eq!(c.call(&Request::Ping).unwrap()["blocks"], 4096);
+        assert_eq!(c.call(&Request::Ping).unwrap().into_geometry().unwrap(), (4096, 4096));
         let r = c.call(&Request::BrReserve { name: "s".into(), nblocks: 10, hint: None }).unwrap();
-        assert_eq!(r["blocks"], 10);
+        assert_eq!(r.into_reservation().unwrap().blocks, 10);
         let runs = c.call(&Request::BrQuery { name: "s".into(), offset: 0, count: 10 }).unwrap();
-        assert_eq!(runs.as_array().unwrap().iter().map(|r| r["len"].as_u64().unwrap()).sum::<u64>(), 10);
+        assert_eq!(runs.into_runs().unwrap().iter().map(|r| r.len).sum::<u64>(), 10);
+        // An answer of another kind than the caller expects is a protocol error, not a panic.
+        let e = c.call(&Request::BrList).unwrap().into_snapshots().unwrap_err();
+        assert!(matches!(e, CtlError::Protocol(_)), "{e}");
         let e = c.call(&Request::BrFree { name: "nope".into() }).unwrap_err();
         assert_eq!(e.errno(), libc::ENOENT);
         // A malformed line gets an error, and the connection keeps working.
@@ -380,7 +442,7 @@ mod tests {
         let mut line = String::new();
         c.lines.read_line(&mut line).unwrap();
         assert!(line.contains("bad request"), "{line}");
-        assert_eq!(c.call(&Request::BrList).unwrap().as_array().unwrap().len(), 1);
+        assert_eq!(c.call(&Request::BrList).unwrap().into_reservations().unwrap().len(), 1);
         server.stop();
         assert!(!path.exists());
         assert!(CtlClient::connect(&path).is_err());
