@@ -31,8 +31,6 @@ impl Fs {
         }
     }
 
-    /// Makes the file durable: its data, its inode, and every name on the way to it (here by
-    /// writing all dirty buffers in order, which covers them).
     /// Makes the file durable: its data, its inode, and every name on the way to it. Without
     /// soft updates, by writing all dirty buffers; with them, as §4 of the paper does: the
     /// bitmaps and data first, then the indirect blocks level by level, then the inodes, then
