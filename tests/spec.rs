@@ -11,6 +11,8 @@ mod common;
 
 use common::ok;
 
+/// A directory entry as read: (offset, inode, record length, type, name).
+type Dirent = (usize, u32, u16, u8, Vec<u8>);
 fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes(b[o..o + 2].try_into().unwrap())
 }
@@ -347,7 +349,7 @@ fn files_read_as_spec_md_says() {
     assert_eq!(&sb.block(&img, link.db[0])[..4], b"big\0");
 
     // /.br/r: immutable and unmovable, its size whole blocks; /.snap/s: flagged, listed.
-    let special = |name: &[u8]| -> (u64, Vec<(usize, u32, u16, u8, Vec<u8>)>) {
+    let special = |name: &[u8]| -> (u64, Vec<Dirent>) {
         let ino = entry(name).0 as u64;
         let d = inode(&sb, &img, ino);
         assert_eq!((d.mode, d.flags), (0o040700, 1), "{name:?} is root's, immutable");

@@ -140,9 +140,7 @@ impl Sweeper {
             g.plan_delayed(bnos, 1024)
         };
         for chunk in plan {
-            let Some(flight) = lock(fs).start_flight(&chunk, WriteKind::Async)? else { continue };
-            flight.issue();
-            lock(fs).land_flight()?;
+            Fs::write_in_flight(fs, &chunk, WriteKind::Async)?;
         }
         lock(fs).run_tasks()
     }
@@ -164,9 +162,7 @@ impl Sweeper {
                 g.plan_delayed(all, 1024)
             };
             for chunk in plan {
-                let Some(flight) = lock(fs).start_flight(&chunk, WriteKind::Async)? else { continue };
-                flight.issue();
-                lock(fs).land_flight()?;
+                Fs::write_in_flight(fs, &chunk, WriteKind::Async)?;
             }
             lock(fs).run_tasks()?;
         }
