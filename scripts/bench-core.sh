@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The core benchmark of issue 3, through the FUSE mount: create 10,000 empty files, write and
+# The core benchmark, through the FUSE mount: create 10,000 empty files, write and
 # read back a 1 GiB file, remove the tree; for sufs sync and async and for kernel ext4 on a loop
 # device of the same size. Prints elapsed seconds and device writes for each.
 # Usage: scripts/bench-core.sh [SIZE_MB_OF_BIG_FILE]   (run as root, from the repository)

@@ -16,7 +16,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::fixed_hash::{HashMap, HashMapExt, HashSet};
+use crate::fixed_hash::{HashMap, HashMapExt};
 
 use lru::LruCache;
 use serde::Serialize;
@@ -60,6 +60,8 @@ pub struct CacheStats {
     /// Modifications of a buffer that was already dirty (writes saved by delaying).
     pub redirties: u64,
     pub evictions: u64,
+    /// Buffers changed (or dropped) while a write of theirs was in flight: they stayed dirty.
+    pub changed_in_flight: u64,
 }
 
 impl CacheStats {
@@ -84,6 +86,32 @@ pub struct Cache {
     stats: CacheStats,
     /// The file system was shut down: `write` refuses everything, before any hook runs.
     down: bool,
+    /// Blocks prepared for a write that has not finished (`prepare_write` .. `finish_write`),
+    /// each with whether it was modified, made anew or dropped meanwhile: such a buffer holds
+    /// what the write did not carry, and stays dirty.
+    inflight: HashMap<u64, bool>,
+}
+
+/// A batch of buffers prepared for writing (their hooks' roll-backs applied to the copies):
+/// what `Cache::write` writes at once, or a writer writes outside the file system's lock.
+pub struct Prepared {
+    pub copies: Vec<(u64, Box<[u8]>)>,
+}
+
+impl Prepared {
+    /// The device requests of the batch.
+    pub fn requests(&self) -> Vec<WriteReq<'_>> {
+        self.copies.iter().map(|(bno, d)| WriteReq { bno: *bno, data: d }).collect()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.copies.is_empty()
+    }
+    pub fn len(&self) -> usize {
+        self.copies.len()
+    }
+    pub fn contains(&self, bno: u64) -> bool {
+        self.copies.iter().any(|(b, _)| *b == bno)
+    }
 }
 
 impl Cache {
@@ -101,6 +129,7 @@ impl Cache {
             dirty: BTreeSet::new(),
             stats: CacheStats::default(),
             down: false,
+            inflight: HashMap::new(),
         }
     }
 
@@ -194,6 +223,9 @@ impl Cache {
     }
 
     fn mark_dirty(&mut self, bno: u64) {
+        if let Some(changed) = self.inflight.get_mut(&bno) {
+            *changed = true;
+        }
         let b = self.bufs.get_mut(&bno).expect("mark_dirty on a cached buffer");
         match b.dirty_since {
             Some(_) => self.stats.redirties += 1,
@@ -224,8 +256,16 @@ impl Cache {
         self.dirty.iter().map(|&(_, b)| b).filter(|b| self.bufs.get(b).is_some_and(|x| !x.is_data)).collect()
     }
 
+    /// True if a write of `bno` was prepared and has not finished.
+    pub fn in_flight(&self, bno: u64) -> bool {
+        self.inflight.contains_key(&bno)
+    }
+
     /// Drops a buffer without writing it (its block was freed).
     pub fn forget(&mut self, bno: u64) {
+        if let Some(changed) = self.inflight.get_mut(&bno) {
+            *changed = true;
+        }
         if let Some(b) = self.bufs.remove(&bno) {
             match b.dirty_since {
                 Some(t) => {
@@ -265,54 +305,92 @@ impl Cache {
     /// Writes the dirty buffers among `bnos` as one batch and waits until it is durable. Clean or
     /// uncached blocks in `bnos` are skipped.
     pub fn write(&mut self, bnos: &[u64], kind: WriteKind, hooks: &mut dyn WriteHooks) -> Result<usize, DevError> {
+        let batch = self.prepare_write(bnos, hooks)?;
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let result = self.dev.write_batch(&batch.requests(), kind);
+        self.finish_write(&batch, result, hooks)
+    }
+
+    /// The first half of a write: copies of the dirty buffers among `bnos` (clean or uncached
+    /// ones skipped), each rolled back by `hooks.before_write`, and the blocks marked in flight
+    /// until `finish_write`. The buffers may change meanwhile; a block in flight is not
+    /// prepared again (its writes would race on the device).
+    pub fn prepare_write(&mut self, bnos: &[u64], hooks: &mut dyn WriteHooks) -> Result<Prepared, DevError> {
         if self.down {
             return Err(DevError::ShutDown);
         }
         let mut copies: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(bnos.len());
-        let mut seen = HashSet::with_capacity_and_hasher(bnos.len(), Default::default());
         for &bno in bnos {
             let Some(b) = self.bufs.get(&bno) else {
                 continue;
             };
-            if b.dirty_since.is_none() || !seen.insert(bno) {
+            if b.dirty_since.is_none() || self.inflight.contains_key(&bno) {
+                assert!(
+                    b.dirty_since.is_none() || copies.iter().any(|(c, _)| *c == bno),
+                    "block {bno} prepared for a write while its last write is in flight"
+                );
                 continue;
             }
             let mut copy = b.data.clone();
             hooks.before_write(bno, &mut copy);
+            self.inflight.insert(bno, false);
             copies.push((bno, copy));
         }
-        if copies.is_empty() {
-            return Ok(0);
-        }
-        let reqs: Vec<WriteReq> = copies.iter().map(|(bno, d)| WriteReq { bno: *bno, data: d }).collect();
-        if let Err(e) = self.dev.write_batch(&reqs, kind) {
-            for (bno, _) in &copies {
+        Ok(Prepared { copies })
+    }
+
+    /// The second half: the device's answer for a prepared batch. On success each buffer the
+    /// write carried in full becomes clean; one rolled back (`hooks.after_write` says so) or
+    /// changed while in flight stays dirty, as of now. On failure nothing is taken as written.
+    pub fn finish_write(
+        &mut self,
+        batch: &Prepared,
+        result: Result<(), DevError>,
+        hooks: &mut dyn WriteHooks,
+    ) -> Result<usize, DevError> {
+        let changed: Vec<bool> = batch
+            .copies
+            .iter()
+            .map(|(bno, _)| {
+                self.inflight.remove(bno).unwrap_or_else(|| panic!("block {bno} finished but not in flight"))
+            })
+            .collect();
+        if let Err(e) = result {
+            for (bno, _) in &batch.copies {
                 hooks.write_failed(*bno);
             }
             return Err(e);
         }
         let now = self.clock.now_ns();
-        for (bno, _) in &copies {
-            if hooks.after_write(*bno) {
+        for ((bno, _), changed) in batch.copies.iter().zip(changed) {
+            self.stats.changed_in_flight += changed as u64;
+            let rolled_back = hooks.after_write(*bno);
+            let Some(b) = self.bufs.get_mut(bno) else {
+                assert!(changed, "written buffer {bno} dropped but not noted");
+                continue;
+            };
+            if rolled_back || changed {
                 // Rolled back: the current contents still have to go, once what they wait for
                 // has. They count as dirtied now (as FreeBSD redirties such a buffer), or the
                 // buffer, still the oldest, would go again, rolled back again, in every batch
-                // of the oldest that does not hold what it waits for.
-                let b = self.bufs.get_mut(bno).expect("written buffer is cached");
+                // of the oldest that does not hold what it waits for. Changed in flight: the
+                // changes are not on disk.
                 if let Some(t) = b.dirty_since.replace(now) {
                     self.dirty.remove(&(t, *bno));
-                    self.dirty.insert((now, *bno));
                 }
+                self.dirty.insert((now, *bno));
+                self.clean.pop(bno);
                 continue;
             }
-            let b = self.bufs.get_mut(bno).expect("written buffer is cached");
             if let Some(t) = b.dirty_since.take() {
                 self.dirty.remove(&(t, *bno));
                 self.clean.put(*bno, ());
             }
         }
         self.evict_clean(0);
-        Ok(copies.len())
+        Ok(batch.copies.len())
     }
 }
 

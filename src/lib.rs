@@ -1,5 +1,5 @@
 //! sufs: a user-space FFS with soft updates (McKusick & Ganger 1999), the update policies of
-//! Mogul 1994, and the Block Register (Depoutovitch & Warkentin). See docs/design.md for the map.
+//! Mogul 1994, and the Block Register (Depoutovitch & Warkentin). See docs/DESIGN.md for the map.
 
 pub mod alloc;
 pub use fs::br;

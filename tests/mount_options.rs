@@ -189,6 +189,51 @@ fn mkfs_size_makes_an_image_only_of_another_size() {
     fsck_clean(&img);
 }
 
+/// An image mounted twice (as fstests' generic/732 does, and as Linux allows for a block
+/// device): the second mount shows the same file system (a bind mount of the first), renames
+/// through one are seen through the other, a read-only second mount refuses writes, and the
+/// first mount's unmount still writes everything.
+#[test]
+fn an_image_mounted_twice_is_one_file_system() {
+    let Some((t, img, mnt)) = setup(true) else { return };
+    let helper = install_helper(&t.path().join("sbin"));
+    let (mnt2, mnt3) = (t.path().join("mnt2"), t.path().join("mnt3"));
+    fs::create_dir_all(&mnt2).unwrap();
+    fs::create_dir_all(&mnt3).unwrap();
+    let i = img.to_str().unwrap();
+    for (dir, extra) in [(&mnt, None), (&mnt2, None), (&mnt3, Some("ro"))] {
+        let mut args = vec![i, dir.to_str().unwrap()];
+        if let Some(o) = extra {
+            args.extend(["-o", o]);
+        }
+        let out = run(&helper, &args);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let out = run(&helper, &[i, mnt.to_str().unwrap()]);
+    assert!(!out.status.success() && text(&out).contains("already mounted"), "{}", text(&out));
+    fs::create_dir_all(mnt.join("A")).unwrap();
+    fs::create_dir_all(mnt.join("B")).unwrap();
+    fs::write(mnt.join("A/f"), b"one file system").unwrap();
+    fs::rename(mnt.join("A/f"), mnt.join("B/f")).unwrap();
+    assert_eq!(fs::read(mnt2.join("B/f")).unwrap(), b"one file system");
+    fs::rename(mnt2.join("B/f"), mnt2.join("A/f")).unwrap();
+    assert_eq!(fs::read(mnt.join("A/f")).unwrap(), b"one file system");
+    assert_eq!(fs::read(mnt3.join("A/f")).unwrap(), b"one file system");
+    let e = fs::write(mnt3.join("A/g"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    assert!(mount_entry(&mnt3).unwrap().0.contains(&"ro".to_string()));
+    // The second and third go first: the daemon serves on; then the first writes everything.
+    kernel_umount(&mnt3);
+    sufs_umount(&mnt2);
+    assert_eq!(fs::read(mnt.join("A/f")).unwrap(), b"one file system");
+    sufs_umount(&mnt);
+    fsck_clean(&img);
+    let out = sufs(&["mount", i, mnt.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(fs::read(mnt.join("A/f")).unwrap(), b"one file system");
+    sufs_umount(&mnt);
+}
+
 fn nix_statvfs(dir: &Path) -> u64 {
     let c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };

@@ -1,4 +1,4 @@
-//! External test suites against a real FUSE mount (issue 8, docs/suites/): pjdfstest (POSIX
+//! External test suites against a real FUSE mount (docs/suites/): pjdfstest (POSIX
 //! conformance, the Rust port), fsx (random reads, writes, mmaps, truncations and fsyncs checked
 //! against an in-memory copy of the file) and an fsstress-style concurrent load, each followed by
 //! unmount and `sufs fsck`, which must find nothing. Each test skips with a message when

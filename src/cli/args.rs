@@ -292,7 +292,7 @@ pub(crate) enum BrCmd {
     List,
 }
 
-/// `sufs bench peers`: sizes default to issue 8's; `--scale` shrinks them all for a quick run.
+/// `sufs bench peers`: sizes default to the full comparison's; `--scale` shrinks them all for a quick run.
 #[derive(Args, Clone)]
 pub(crate) struct PeersArgs {
     /// File systems, comma-separated (default: all of them).
@@ -346,7 +346,7 @@ pub(crate) struct PeersArgs {
 
 #[derive(Subcommand)]
 pub(crate) enum BenchCmd {
-    /// Issue 8: the same workloads (many empty files; real trees copied; Andrew-like; PostMark-
+    /// The same workloads (many empty files; real trees copied; Andrew-like; PostMark-
     /// like; fio) through the mounts of sufs softdep, sync and async, fuse2fs and kernel ext4 on
     /// a loop device, each on a fresh image; a table, plots and JSON.
     Peers(PeersArgs),

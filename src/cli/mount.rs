@@ -143,6 +143,9 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let fuse_options = args.opts.fuse_options(root).map_err(|e| Fail(e, 32))?;
     // What happens once, before the daemon starts (which runs this command again).
     if std::env::var_os(READY_ENV).is_none() {
+        if mount_again(image, dir, root, ro, args.quiet)? {
+            return Ok(());
+        }
         prepare_image(image, size, &args.opts, args.quiet, args.make_missing)?;
     }
     if !dir.exists() {
@@ -219,6 +222,21 @@ fn unmount_on_signals(mut unmounter: fuser::SessionUnmounter) -> Result<signal_h
         }
     });
     Ok(handle)
+}
+
+/// Mounted already (and root): the same file system at `dir` too, as Linux does for a block
+/// device mounted twice. True if so.
+fn mount_again(image: &Path, dir: &Path, root: bool, ro: bool, quiet: bool) -> Result<bool, Fail> {
+    if !(image.exists() && root && helper::mount_point_of(image).is_some()) {
+        return Ok(false);
+    }
+    let canon = |p: &Path| std::fs::canonicalize(p).ok();
+    if canon(dir).is_some() && canon(dir) == helper::mount_point_of(image).and_then(|m| canon(&m)) {
+        return Err(Fail(format!("{} is already mounted on {}", image.display(), dir.display()), 32));
+    }
+    let mp = helper::mount_again(image, dir, ro).map_err(|e| Fail(e, 32))?;
+    say(image, quiet, &format!("{} is mounted on {}: {} shows it too", image.display(), mp.display(), dir.display()));
+    Ok(true)
 }
 
 /// Before a mount's daemon starts: waits for an image another daemon still holds, and makes the
@@ -493,6 +511,10 @@ pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
         return Err(Fail(format!("cannot unmount {}: {}", dir.display(), std::io::Error::last_os_error()), 1));
     }
     let Some(image) = image else { return Ok(()) };
+    // Still shown elsewhere (a second mount of the image): its daemon goes on serving.
+    if sufs::helper::mount_point_of(Path::new(&image)).is_some() {
+        return Ok(());
+    }
     // The mount process holds a lock on the image until it has written everything.
     let f = std::fs::File::open(&image)?;
     for _ in 0..6000 {

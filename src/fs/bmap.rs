@@ -192,6 +192,11 @@ impl Fs {
         }
         d.blocks = d.blocks.saturating_sub(freed.len() as u64);
         let mut then = then;
+        if !freed.is_empty() {
+            // Whether a pointer is on disk decides when its block may be reused, and a freed
+            // block's old write must reach the device first: a write in flight lands.
+            self.land_flight()?;
+        }
         if let Some(sd) = self.hooks.softdep.as_mut() {
             then.extend(sd.cancel_blocks(ino, &freed));
             if dirtied.is_empty() {
@@ -215,7 +220,7 @@ impl Fs {
             self.order_write(&dirtied)?;
         }
         for b in freed {
-            self.cache.forget(b);
+            self.forget_block(b)?;
             self.free_block(b)?;
         }
         for t in then {

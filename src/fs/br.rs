@@ -257,7 +257,7 @@ impl Fs {
                 Ok((b, fresh)) => {
                     if fresh {
                         // An unwritten block: no buffer, and no contents to wait for.
-                        self.cache.forget(b);
+                        self.forget_block(b)?;
                         if let Some(sd) = self.sd() {
                             sd.unwritten_block(b);
                         }
@@ -299,13 +299,16 @@ impl Fs {
         let mut dirtied: Vec<u64> = holder.into_iter().collect();
         dirtied.push(ib);
         let mut then = Vec::new();
+        // Whether a pointer is on disk decides when its block may be reused: a write in flight
+        // may be putting it there.
+        self.land_flight()?;
         if let Some(sd) = self.hooks.softdep.as_mut() {
             then = sd.cancel_blocks(ino, &[bno]);
             self.write_bufs(&dirtied, WriteKind::Sync)?;
         } else {
             self.order_write(&dirtied)?;
         }
-        self.cache.forget(bno);
+        self.forget_block(bno)?;
         self.free_block(bno)?;
         for t in then {
             self.run_task(t)?;

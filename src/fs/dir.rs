@@ -136,6 +136,13 @@ impl Fs {
         tasks: Vec<Task>,
     ) -> FsResult<()> {
         if self.hooks.softdep.is_some() {
+            // A changed entry, or one whose earlier version is not on disk yet, keeps what the
+            // disk holds for its roll-back: a write in flight may be putting it there.
+            if self.cache.in_flight(bno)
+                && (old.is_some() || self.hooks.softdep.as_ref().is_some_and(|s| s.diradd_at(bno, off)))
+            {
+                self.land_flight()?;
+            }
             self.note_pending(&tasks);
             self.sd().expect("softdep").dir_add(dir, bno, off, ino, old, parent, mkdir, tasks);
             // The inodes the entry waits for must be written again for it to complete.
@@ -156,6 +163,11 @@ impl Fs {
     /// disk (soft updates' dirrem) or, ordered by a synchronous write, at once.
     pub(super) fn unlink_name(&mut self, dir: u32, slot: &Slot, name: &[u8], tasks: Vec<Task>) -> FsResult<()> {
         log::trace!("unlink {:?} from directory {dir} at {slot:?}: then {tasks:?}", String::from_utf8_lossy(name));
+        // Whether the name is on disk decides what its removal waits for: a write in flight
+        // may be putting it there.
+        if self.cache.in_flight(slot.bno) {
+            self.land_flight()?;
+        }
         self.remove_entry(dir, slot, name)?;
         if self.hooks.softdep.is_some() {
             // Users see the link counts the queued drops will leave (each drop takes its note).

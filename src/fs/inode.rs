@@ -167,6 +167,8 @@ impl Fs {
     /// cleared inode is ordered to disk) its bitmap bit.
     /// `then` runs once the blocks are free.
     pub(super) fn release_inode(&mut self, ino: u32, mut d: Dinode, then: Vec<Task>) -> FsResult<()> {
+        // Whether the inode is on disk decides what its freeing waits for.
+        self.land_flight()?;
         let is_dir = d.is_dir();
         let mut then = then;
         if is_dir {

@@ -161,6 +161,7 @@ pub mod shutdown;
 mod bmap;
 mod data;
 mod dir;
+pub mod flight;
 mod inode;
 mod namespace;
 mod rename;
@@ -385,6 +386,10 @@ pub struct Fs {
     shut_down: bool,
     /// The mount options it applies itself (access times, sync, remount).
     live: mountopt::Live,
+    /// A batch being written outside the lock (`flight.rs`), until it lands.
+    flight: Option<Arc<flight::Flight>>,
+    /// The background flusher that serves this file system, if any (`attach_flusher`).
+    flusher: Option<Arc<flight::FlushRequest>>,
 }
 
 impl Fs {
@@ -433,6 +438,8 @@ impl Fs {
             next_count_at: 0,
             br_hint: None,
             snapshots: snapshot::Snapshots::default(),
+            flight: None,
+            flusher: None,
             shut_down: false,
             live: mountopt::Live::new(opts.readonly),
         };
@@ -509,6 +516,7 @@ impl Fs {
     /// Writes `bnos` as one batch. In `Sync` mode any dirty group header is written in a batch
     /// of its own first, so that no pointer reaches the disk before the bitmap bit that owns it.
     fn write_bufs(&mut self, bnos: &[u64], kind: WriteKind) -> FsResult<()> {
+        self.land_flight()?;
         self.snap_cow(bnos)?;
         if self.ordering == Ordering::Sync && bnos.iter().any(|&b| !self.is_cg_block(b)) {
             let cgs: Vec<u64> = (0..self.sb.ngroups)
@@ -532,13 +540,18 @@ impl Fs {
     /// were rolled back whenever their data was in the same batch, and the block, still dirty
     /// and still the oldest, went again in the next batch: PostMark wrote each inode block 28
     /// times.
-    fn write_delayed(&mut self, mut bnos: Vec<u64>, batch: usize) -> FsResult<()> {
+    fn write_delayed(&mut self, bnos: Vec<u64>, batch: usize) -> FsResult<()> {
+        for chunk in self.plan_delayed(bnos, batch) {
+            self.write_bufs(&chunk, WriteKind::Async)?;
+        }
+        Ok(())
+    }
+
+    /// The batches `write_delayed` writes `bnos` in (see there), in order.
+    pub fn plan_delayed(&self, mut bnos: Vec<u64>, batch: usize) -> Vec<Vec<u64>> {
         let Some(sd) = self.hooks.softdep.as_ref() else {
             bnos.sort_unstable();
-            for chunk in bnos.chunks(batch) {
-                self.write_bufs(chunk, WriteKind::Async)?;
-            }
-            return Ok(());
+            return bnos.chunks(batch).map(<[u64]>::to_vec).collect();
         };
         let class = |b: u64| -> u8 {
             if self.cache.is_data(b) || self.is_cg_block(b) {
@@ -553,13 +566,12 @@ impl Fs {
         };
         let mut keyed: Vec<(u8, u64)> = bnos.into_iter().map(|b| (class(b), b)).collect();
         keyed.sort_unstable();
+        let mut plan = Vec::new();
         for group in keyed.chunk_by(|a, b| a.0 == b.0) {
             let bnos: Vec<u64> = group.iter().map(|&(_, b)| b).collect();
-            for chunk in bnos.chunks(batch) {
-                self.write_bufs(chunk, WriteKind::Async)?;
-            }
+            plan.extend(bnos.chunks(batch).map(<[u64]>::to_vec));
         }
-        Ok(())
+        plan
     }
 
     /// A write that orders dependent metadata: synchronous in `Sync` mode, nothing in `Async`
@@ -599,6 +611,7 @@ impl Fs {
     /// next one carry more.
     pub fn sync_all(&mut self) -> FsResult<()> {
         self.check_live()?;
+        self.land_flight()?;
         // A round can retire one level of a chain of dependencies (a removed tree drains one
         // directory per level), so the rounds go on while they have something to write; the
         // chain is never longer than the number of inodes.
@@ -716,6 +729,24 @@ impl Fs {
     /// Whether an earlier damage marked this file system for fsck.
     pub fn needs_fsck(&self) -> bool {
         self.sb.flags & SB_NEEDS_FSCK != 0
+    }
+
+    /// The dirty buffers, oldest first; with `age_ns`, only those dirty for at least that long
+    /// (what the update policies' sweeps write).
+    pub fn dirty_blocks(&self, age_ns: Option<u64>) -> Vec<u64> {
+        let now = self.clock.now_ns();
+        self.cache
+            .dirty_oldest_first()
+            .take_while(|(t, _)| age_ns.is_none_or(|age| now.saturating_sub(*t) >= age))
+            .map(|(_, b)| b)
+            .collect()
+    }
+
+    /// The dirty metadata buffers (not file data), in block order.
+    pub fn dirty_metadata_blocks(&self) -> Vec<u64> {
+        let mut meta = self.cache.dirty_metadata();
+        meta.sort_unstable();
+        meta
     }
 
     /// Writes every dirty buffer (the periodic-update sweep); returns how many.

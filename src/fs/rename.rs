@@ -151,6 +151,9 @@ impl Fs {
     }
 
     pub fn rename(&mut self, dir: u32, name: &[u8], newdir: u32, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+        // A rename decides by what is on disk (hidden names, a rename undone before it got
+        // there): a write in flight lands first.
+        self.land_flight()?;
         self.retry_nospace(|fs| fs.rename_once(dir, name, newdir, newname, flags))
     }
 
@@ -506,6 +509,7 @@ impl Fs {
         owner: (u32, u32),
     ) -> FsResult<(u32, Dinode)> {
         self.check_writable()?;
+        self.land_flight()?;
         let room = |fs: &Fs| fs.alloc.free_inodes() >= 1 && fs.alloc.free_blocks() >= 2;
         if !room(self) && self.frees_pending() {
             self.sync_all()?;

@@ -49,6 +49,10 @@ impl Fs {
         if self.shut_down {
             return;
         }
+        // A batch in flight was handed to the device before the shutdown: it goes as it is.
+        if let Err(e) = self.land_flight() {
+            log::error!("shutdown: the batch in flight: {e}");
+        }
         if mode.flushes() {
             // Everything, and the superblock's summary counts with it (still marked in use).
             if let Err(e) = self.sync_all().and_then(|()| self.write_superblock()) {

@@ -509,6 +509,7 @@ impl Fs {
             }
         }
         let first: Vec<u64> = first.into_iter().collect();
+        self.land_flight()?;
         self.cache.write(&first, WriteKind::Sync, &mut self.hooks)?;
         let leaves: Vec<u64> = leaves.into_iter().collect();
         self.cache.write(&leaves, WriteKind::Sync, &mut self.hooks)?;
@@ -611,7 +612,7 @@ impl Fs {
             let used =
                 bit_get(&self.cache.read(self.sb.cg_header_block(cg))?[bmoff..], (b - self.sb.cg_start(cg)) as usize);
             if used {
-                self.cache.forget(b);
+                self.forget_block(b)?;
                 self.free_block(b)?;
                 done.blocks_freed += 1;
             } else {

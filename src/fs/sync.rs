@@ -1,6 +1,10 @@
 //! fsync (soft updates' §4: the file, its names and their path to the root) and statfs.
 
 use super::*;
+use crate::softdep::Epoch;
+
+/// Rounds of writes an fsync makes before it writes everything.
+const FSYNC_ROUNDS: usize = 16;
 
 impl Fs {
     pub fn statfs(&mut self) -> StatFs {
@@ -31,101 +35,135 @@ impl Fs {
         }
     }
 
-    /// Makes the file durable: its data, its inode, and every name on the way to it (here by
-    /// writing all dirty buffers in order, which covers them).
     /// Makes the file durable: its data, its inode, and every name on the way to it. Without
     /// soft updates, by writing all dirty buffers; with them, as §4 of the paper does: the
     /// bitmaps and data first, then the indirect blocks level by level, then the inodes, then
     /// the directory blocks whose entries name it (and, up to the root, those naming its
     /// directories), in batches, until none of it is pending.
     pub fn fsync(&mut self, ino: u32) -> FsResult<()> {
-        self.iget(ino)?;
-        if self.hooks.softdep.is_none() {
-            return self.sync_all();
-        }
-        let start = self.sd().expect("softdep").track(&[ino]);
-        for _ in 0..16 {
-            self.run_tasks()?;
-            // The inode and the directories whose pending entries lead to it; and the inodes
-            // named by hidden namesakes that those entries wait for: such a name leaves once its
-            // inode's new name is on disk (the removal itself is in a block of a directory
-            // already here). One work list, not a recursion: a chain of names swapped through
-            // temporary names is as long as users make it, and is drained here a link a round.
-            let mut inos = vec![ino];
-            let mut name_blocks = Vec::new();
-            let mut walked = Vec::new();
-            let mut i = 0;
-            while i < inos.len() {
-                let x = inos[i];
-                // The path to the root from the directory holding it (from a directory itself):
-                // an ancestor named by an entry not yet on disk joins, so that its new name (a
-                // rename's, say) is written with the rest.
-                let from = if self.iget(x)?.is_dir() { Some(x) } else { self.incore.name_dir.get(&x).copied() };
-                for a in self.ancestors(from)? {
-                    if walked.contains(&a) {
-                        break;
-                    }
-                    walked.push(a);
-                    let named = self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(a));
-                    if named && !inos.contains(&a) {
-                        inos.push(a);
-                    }
-                }
-                let pending = self.hooks.softdep.as_ref().map(|s| s.pending_name_blocks(x)).unwrap_or_default();
-                for (b, d) in pending {
-                    name_blocks.push(b);
-                    if !inos.contains(&d) {
-                        inos.push(d);
-                    }
-                }
-                for (k, waiters) in &self.renames.namesakes {
-                    if let Some(h) = self.renames.hidden.get(k).filter(|_| waiters.iter().any(|w| w.2 == x)) {
-                        if !inos.contains(&h.ino) {
-                            inos.push(h.ino);
-                        }
-                    }
-                }
-                i += 1;
+        let Some(start) = self.fsync_start(ino)? else { return self.sync_all() };
+        for _ in 0..FSYNC_ROUNDS {
+            let Some(batches) = self.fsync_round(ino, start)? else { return Ok(()) };
+            for batch in batches {
+                self.write_bufs(&batch, WriteKind::Sync)?;
             }
-            let mut data = Vec::new();
-            let mut levels: [Vec<u64>; NIADDR] = Default::default();
-            for &x in &inos {
-                let d = self.iget(x)?;
-                if d.has_blocks() {
-                    self.file_blocks(&d, &mut data, &mut levels)?;
-                }
-            }
-            let inode_blocks: Vec<u64> = inos.iter().map(|&x| self.sb.inode_location(x).0).collect();
-            self.sd().expect("softdep").track(&inos);
-            let settled = {
-                let sd = self.hooks.softdep.as_ref().expect("softdep");
-                // Each inode on disk as it is now: written since fsync began, or in a clean block
-                // (its block may stay dirty for a neighbour's sake).
-                let on_disk = |x: u32| sd.written_since(x, start) || !self.cache.is_dirty(self.sb.inode_location(x).0);
-                inos.iter().all(|&x| sd.inode_settled(x) && on_disk(x))
-                    && name_blocks.is_empty()
-                    && levels.iter().flatten().all(|&b| !sd.indir_pending(b))
-            };
-            let cache = &self.cache;
-            let dirty = |v: &[u64]| v.iter().any(|&b| cache.is_dirty(b));
-            if settled && !dirty(&data) && levels.iter().all(|l| !dirty(l)) {
-                return Ok(());
-            }
-            let mut first: Vec<u64> = (0..self.sb.ngroups)
-                .map(|cg| self.sb.cg_header_block(cg))
-                .filter(|&b| self.cache.is_dirty(b))
-                .collect();
-            first.extend(data);
-            self.write_bufs(&first, WriteKind::Sync)?;
-            for level in levels {
-                self.write_bufs(&level, WriteKind::Sync)?;
-            }
-            self.write_bufs(&inode_blocks, WriteKind::Sync)?;
-            self.write_bufs(&name_blocks, WriteKind::Sync)?;
         }
         // Something keeps it busy (another inode in its block, say): write everything.
-        log::debug!("fsync of inode {ino}: not settled after 16 rounds, writing everything");
+        log::debug!("fsync of inode {ino}: not settled after {FSYNC_ROUNDS} rounds, writing everything");
         self.sync_all()
+    }
+
+    /// `fsync` on a shared file system, its writes outside the lock (flights): other requests
+    /// go on while its batches and their device flushes are written.
+    pub fn fsync_shared(fs: &SharedFs, ino: u32) -> FsResult<()> {
+        let start = {
+            let mut g = lock(fs);
+            match g.fsync_start(ino)? {
+                Some(start) if g.ordering != Ordering::Sync => start,
+                _ => return g.fsync(ino),
+            }
+        };
+        for _ in 0..FSYNC_ROUNDS {
+            let Some(batches) = lock(fs).fsync_round(ino, start)? else { return Ok(()) };
+            for batch in batches {
+                Fs::write_in_flight(fs, &batch, WriteKind::Sync)?;
+            }
+        }
+        log::debug!("fsync of inode {ino}: not settled after {FSYNC_ROUNDS} rounds, writing everything");
+        lock(fs).sync_all()
+    }
+
+    /// Where an fsync of `ino` starts: the epoch its inodes are tracked from (None without soft
+    /// updates: everything is written then).
+    fn fsync_start(&mut self, ino: u32) -> FsResult<Option<Epoch>> {
+        self.iget(ino)?;
+        Ok(self.hooks.softdep.as_mut().map(|sd| sd.track(&[ino])))
+    }
+
+    /// One round of an fsync: the batches to write, in order (the group headers and data, the
+    /// indirect blocks level by level, the inode blocks, the directory blocks of the names not
+    /// on disk), or None once the file, its inode and its names are all on disk.
+    fn fsync_round(&mut self, ino: u32, start: Epoch) -> FsResult<Option<Vec<Vec<u64>>>> {
+        self.run_tasks()?;
+        let (inos, name_blocks) = self.fsync_closure(ino)?;
+        let mut data = Vec::new();
+        let mut levels: [Vec<u64>; NIADDR] = Default::default();
+        for &x in &inos {
+            let d = self.iget(x)?;
+            if d.has_blocks() {
+                self.file_blocks(&d, &mut data, &mut levels)?;
+            }
+        }
+        let inode_blocks: Vec<u64> = inos.iter().map(|&x| self.sb.inode_location(x).0).collect();
+        self.sd().expect("softdep").track(&inos);
+        let settled = {
+            let sd = self.hooks.softdep.as_ref().expect("softdep");
+            // Each inode on disk as it is now: written since fsync began, or in a clean block
+            // (its block may stay dirty for a neighbour's sake).
+            let on_disk = |x: u32| sd.written_since(x, start) || !self.cache.is_dirty(self.sb.inode_location(x).0);
+            inos.iter().all(|&x| sd.inode_settled(x) && on_disk(x))
+                && name_blocks.is_empty()
+                && levels.iter().flatten().all(|&b| !sd.indir_pending(b))
+        };
+        let cache = &self.cache;
+        let dirty = |v: &[u64]| v.iter().any(|&b| cache.is_dirty(b));
+        if settled && !dirty(&data) && levels.iter().all(|l| !dirty(l)) {
+            return Ok(None);
+        }
+        let mut first: Vec<u64> =
+            (0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)).filter(|&b| self.cache.is_dirty(b)).collect();
+        first.extend(data);
+        let mut batches = vec![first];
+        batches.extend(levels);
+        batches.push(inode_blocks);
+        batches.push(name_blocks);
+        Ok(Some(batches))
+    }
+
+    /// The inodes an fsync of `ino` must make durable, and the directory blocks of their names
+    /// not on disk: the inode and the directories whose pending entries lead to it; and the
+    /// inodes named by hidden namesakes that those entries wait for: such a name leaves once its
+    /// inode's new name is on disk (the removal itself is in a block of a directory already
+    /// here). One work list, not a recursion: a chain of names swapped through temporary names
+    /// is as long as users make it, and is drained here a link a round.
+    fn fsync_closure(&mut self, ino: u32) -> FsResult<(Vec<u32>, Vec<u64>)> {
+        let mut inos = vec![ino];
+        let mut name_blocks = Vec::new();
+        let mut walked = Vec::new();
+        let mut i = 0;
+        while i < inos.len() {
+            let x = inos[i];
+            // The path to the root from the directory holding it (from a directory itself): an
+            // ancestor named by an entry not yet on disk joins, so that its new name (a
+            // rename's, say) is written with the rest.
+            let from = if self.iget(x)?.is_dir() { Some(x) } else { self.incore.name_dir.get(&x).copied() };
+            for a in self.ancestors(from)? {
+                if walked.contains(&a) {
+                    break;
+                }
+                walked.push(a);
+                let named = self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(a));
+                if named && !inos.contains(&a) {
+                    inos.push(a);
+                }
+            }
+            let pending = self.hooks.softdep.as_ref().map(|s| s.pending_name_blocks(x)).unwrap_or_default();
+            for (b, d) in pending {
+                name_blocks.push(b);
+                if !inos.contains(&d) {
+                    inos.push(d);
+                }
+            }
+            for (k, waiters) in &self.renames.namesakes {
+                if let Some(h) = self.renames.hidden.get(k).filter(|_| waiters.iter().any(|w| w.2 == x)) {
+                    if !inos.contains(&h.ino) {
+                        inos.push(h.ino);
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok((inos, name_blocks))
     }
 
     /// `dir` and its ancestors up to the root (not included), by "..": as far as the path can be

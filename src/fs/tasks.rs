@@ -40,6 +40,7 @@ impl Fs {
             }
             let mut all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
             all.sort_unstable();
+            self.land_flight()?;
             self.snap_cow(&all)?;
             self.cache.write(&all, WriteKind::Async, &mut self.hooks)?;
             let free = self.sd().map(|s| s.take_free_tasks()).unwrap_or_default();
@@ -148,6 +149,9 @@ impl Fs {
                     }
                 }
                 tasks.extend(waiting.into_iter().map(|(dirblk, off, _)| Task::NamesakeGone { dirblk, off }));
+                if self.cache.in_flight(bno) {
+                    self.land_flight()?;
+                }
                 let buf = self.cache.modify(bno)?;
                 dir_remove(buf, off)?;
                 let slack = block_slack(buf)?;
@@ -176,9 +180,16 @@ impl Fs {
                 // Counting is a scan of every structure, so it is done only as often as the
                 // room left needs: no operation adds more than a few structures.
                 self.next_count_at = self.ops + (limit.saturating_sub(n) as u64 / 8).clamp(16, 1024);
-                if n > limit {
+                match &self.flusher {
+                    // Past the bound the flusher is asked to write (outside the lock); the
+                    // operations go on, and are checked again soon.
+                    Some(f) if n > limit && n <= 2 * limit => {
+                        f.request();
+                        self.next_count_at = self.ops + 64;
+                    }
                     // The memory bound: new dependencies wait until old ones retire.
-                    self.sync_all()?;
+                    _ if n > limit => self.sync_all()?,
+                    _ => {}
                 }
             }
         }
@@ -195,6 +206,11 @@ impl Fs {
     /// list (which may change that inode).
     pub(super) fn make_room(&mut self) -> FsResult<()> {
         if !self.cache.over_capacity() && self.cache.dirty_count() < self.cache.capacity() * 3 / 4 {
+            return Ok(());
+        }
+        if let Some(f) = self.flusher.as_ref().filter(|_| !self.cache.over_capacity()) {
+            // Three quarters dirty: the flusher writes, outside the lock; full: this does.
+            f.request();
             return Ok(());
         }
         let n = (self.cache.capacity() / 8).max(16);

@@ -581,8 +581,8 @@ impl Filesystem for SufsFuse {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.fsync(i).map_err(errno)) {
+        // The writes go outside the lock: other requests are served meanwhile.
+        match from_fuse(ino).and_then(|i| Fs::fsync_shared(&self.fs, i).map_err(errno)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -646,8 +646,8 @@ impl Filesystem for SufsFuse {
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.fsync(i).map_err(errno)) {
+        // The writes go outside the lock: other requests are served meanwhile.
+        match from_fuse(ino).and_then(|i| Fs::fsync_shared(&self.fs, i).map_err(errno)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }

@@ -121,6 +121,30 @@ pub fn mount_point_of(image: &Path) -> Option<PathBuf> {
     })
 }
 
+/// A second mount of an image mounted now (root only), as Linux gives a block device mounted
+/// twice: the same file system, shown at `dir` too (a bind mount of the first mount point),
+/// read-only there if asked. Returns the first mount point.
+pub fn mount_again(image: &Path, dir: &Path, readonly: bool) -> Result<PathBuf, String> {
+    let mp = mount_point_of(image).ok_or_else(|| format!("{} is not mounted", image.display()))?;
+    let cstr = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string());
+    let (from, to) = (cstr(&mp)?, cstr(dir)?);
+    let fail =
+        |what: &str| format!("{what} {} on {}: {}", mp.display(), dir.display(), std::io::Error::last_os_error());
+    // SAFETY: both paths are NUL-terminated strings that outlive the calls.
+    if unsafe { libc::mount(from.as_ptr(), to.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null()) } != 0 {
+        return Err(fail("cannot bind"));
+    }
+    if readonly {
+        let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
+        if unsafe { libc::mount(std::ptr::null(), to.as_ptr(), std::ptr::null(), flags, std::ptr::null()) } != 0 {
+            let e = fail("cannot make read-only the bind of");
+            unsafe { libc::umount2(to.as_ptr(), 0) };
+            return Err(e);
+        }
+    }
+    Ok(mp)
+}
+
 /// Waits until no process holds `image` (a sufs daemon holds a lock on it until it has written
 /// everything), for `secs` seconds at most; an image mounted now is refused at once, as a
 /// second mount of one image is. `note` hears once that it waits.

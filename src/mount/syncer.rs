@@ -8,15 +8,18 @@
 //!
 //! Under every policy the metadata is forced out every 30 s, as the paper's update program does.
 //! `Sweeper` is the policy's state and runs on any clock: the mount drives it from a thread in
-//! real time, the experiments call `tick` in simulated time.
+//! real time (`tick_shared`: the sweep's writes go outside the file system's lock, so requests
+//! are not stalled behind a burst, the stall Mogul's paper measures), the experiments call
+//! `tick` in simulated time.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::dev::WriteKind;
 use crate::fs::{lock, SharedFs};
-use crate::fs::{Fs, FsResult};
+use crate::fs::{Fs, FsResult, Ordering as Ordered};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum UpdatePolicy {
@@ -122,6 +125,80 @@ impl Sweeper {
     }
 }
 
+impl Sweeper {
+    /// `tick` on a shared file system, with the sweep's device writes outside its lock: the
+    /// blocks due are picked under the lock and written batch by batch (each prepared under the
+    /// lock, written without it, landed under it again), as `tick` would write them. Sync
+    /// ordering writes in order under the lock (`tick`).
+    pub fn tick_shared(&mut self, fs: &SharedFs) -> FsResult<()> {
+        let plan = {
+            let mut g = lock(fs);
+            if g.ordering() == Ordered::Sync || g.is_shut_down() {
+                return self.tick(&mut g);
+            }
+            let Some(bnos) = self.pick(&g) else { return Ok(()) };
+            g.plan_delayed(bnos, 1024)
+        };
+        for chunk in plan {
+            Fs::write_in_flight(fs, &chunk, WriteKind::Async)?;
+        }
+        lock(fs).run_tasks()
+    }
+
+    /// The background flush (`FlushRequest`): every dirty buffer, in flights outside the lock,
+    /// round after round (each write lets soft updates retire what it satisfied, and the next
+    /// carry more) while the file system still wants one, at most `rounds`.
+    pub fn flush_shared(fs: &SharedFs, rounds: usize) -> FsResult<()> {
+        for _ in 0..rounds {
+            let plan = {
+                let mut g = lock(fs);
+                if g.is_shut_down() || !g.flush_wanted() {
+                    return Ok(());
+                }
+                if g.ordering() == Ordered::Sync {
+                    return g.flush_all().map(|_| ());
+                }
+                let all = g.dirty_blocks(None);
+                g.plan_delayed(all, 1024)
+            };
+            for chunk in plan {
+                Fs::write_in_flight(fs, &chunk, WriteKind::Async)?;
+            }
+            lock(fs).run_tasks()?;
+        }
+        Ok(())
+    }
+
+    /// The blocks the sweeps due now write (None when none is due); notes the burst.
+    fn pick(&mut self, fs: &Fs) -> Option<Vec<u64>> {
+        let now = fs.now_ns();
+        let (sweep, meta) = (self.next_sweep <= now, self.next_meta <= now);
+        if !sweep && !meta {
+            return None;
+        }
+        let mut bnos = match self.opts.policy {
+            _ if !sweep => Vec::new(),
+            UpdatePolicy::Pu => fs.dirty_blocks(None),
+            UpdatePolicy::Aipu => fs.dirty_blocks(Some(self.opts.age.as_nanos() as u64)),
+            UpdatePolicy::Wt => Vec::new(),
+        };
+        if meta {
+            let picked: std::collections::HashSet<u64> = bnos.iter().copied().collect();
+            bnos.extend(fs.dirty_metadata_blocks().into_iter().filter(|b| !picked.contains(b)));
+        }
+        for (due, next, step) in [
+            (sweep, &mut self.next_sweep, self.opts.interval),
+            (meta, &mut self.next_meta, self.opts.metadata_interval),
+        ] {
+            while due && *next <= now {
+                *next += step.as_nanos() as u64;
+            }
+        }
+        self.bursts.push(bnos.len());
+        Some(bnos)
+    }
+}
+
 /// A running syncer thread for a mount; dropping it (or `stop`) ends the thread.
 pub struct Syncer {
     stop: Arc<AtomicBool>,
@@ -133,14 +210,22 @@ impl Syncer {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let mut sweeper = Sweeper::new(opts, &mut lock(&fs));
+        let wanted = lock(&fs).attach_flusher();
         let thread = std::thread::Builder::new()
             .name("sufs-syncer".into())
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(50));
-                    let mut g = lock(&fs);
-                    if g.now_ns() >= sweeper.next_due() && !g.is_shut_down() {
-                        if let Err(e) = sweeper.tick(&mut g) {
+                    if wanted.wait(Duration::from_millis(50)) {
+                        if let Err(e) = Sweeper::flush_shared(&fs, 8) {
+                            log::error!("syncer: background flush: {e}");
+                        }
+                    }
+                    let due = {
+                        let g = lock(&fs);
+                        g.now_ns() >= sweeper.next_due() && !g.is_shut_down()
+                    };
+                    if due {
+                        if let Err(e) = sweeper.tick_shared(&fs) {
                             log::error!("syncer: {e}");
                         }
                     }

@@ -1,4 +1,4 @@
-//! `sufs bench peers` (issue 8): the same workloads through the FUSE mount of sufs (softdep,
+//! `sufs bench peers`: the same workloads through the FUSE mount of sufs (softdep,
 //! sync, async), through fuse2fs on an ext4 image of the same size, and through kernel ext4 on a
 //! loop device, each run on a fresh image: many empty files created, stat'ed and removed; real
 //! trees copied in and removed; the Andrew-like phases of `bench`; a PostMark-like mail-server

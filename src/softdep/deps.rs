@@ -345,7 +345,14 @@ pub(crate) struct Inflight {
     pub(crate) inodes_written: Vec<u32>,
     pub(crate) direct_done: Vec<(u32, u64)>,
     pub(crate) indir_done: Vec<u64>,
-    pub(crate) diradds_done: Vec<usize>,
+    /// Entries the copy carries: (offset, the diradd's epoch). An entry removed and made again
+    /// at the same offset while the write is in flight has a later epoch: not carried.
+    pub(crate) diradds_done: Vec<(usize, Epoch)>,
+    /// A group header: the inodes and blocks its bitmaps carried (allocations made while the
+    /// write is in flight are not in the copy, and stay waiting).
+    pub(crate) bmsafe: Option<(Vec<u32>, Vec<u64>)>,
+    /// The block was new (a `NewBlk`) when its copy was made: this write carries its first contents.
+    pub(crate) first_contents: bool,
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]

@@ -15,6 +15,11 @@ impl Softdep {
         let epoch = self.tick();
         let mut inf = Inflight { epoch, ..Default::default() };
         let bs = self.sb.block_size as u64;
+        if bno % self.sb.blocks_per_group as u64 == 1 {
+            let cg = self.sb.cg_of_block(bno);
+            inf.bmsafe = self.bmsafemap.get(&cg).map(|m| (m.inodedeps.clone(), m.newblks.clone()));
+        }
+        inf.first_contents = self.newblks.contains_key(&bno);
         if self.is_inode_block(bno) {
             let cg = self.sb.cg_of_block(bno);
             let ipb = self.sb.inodes_per_block();
@@ -73,7 +78,7 @@ impl Softdep {
             let reachable = !self.newblks.contains_key(&bno);
             for da in &pd.diradds {
                 if reachable && da.ready() {
-                    inf.diradds_done.push(da.off);
+                    inf.diradds_done.push((da.off, da.epoch));
                 } else {
                     dirent_set_ino(copy, da.off, da.old_ino);
                     if da.wk.state.contains(DepState::DIRCHG) {
@@ -104,24 +109,34 @@ impl Softdep {
     pub fn after_write(&mut self, bno: u64) -> bool {
         // Each write completes once, after its before_write (a write that failed never comes here).
         let inf = self.inflight.remove(&bno).unwrap_or_else(|| panic!("block {bno} written without its before_write"));
-        // A group header: its new inodes and blocks are now allocated on disk.
-        if bno % self.sb.blocks_per_group as u64 == 1 {
-            if let Some(BmSafeMap { inodedeps, newblks, .. }) = self.bmsafemap.remove(&self.sb.cg_of_block(bno)) {
-                for i in inodedeps {
-                    if let Some(d) = self.inodedeps.get_mut(&i) {
-                        d.wk.state |= DepState::DEPCOMPLETE;
-                    }
+        // A group header: the new inodes and blocks its copy carried are now allocated on disk.
+        if let Some((inos, blks)) = inf.bmsafe {
+            let cg = self.sb.cg_of_block(bno);
+            for &i in &inos {
+                if let Some(d) = self.inodedeps.get_mut(&i) {
+                    d.wk.state |= DepState::DEPCOMPLETE;
                 }
-                for b in newblks {
-                    if let Some(n) = self.newblks.get_mut(&b) {
-                        n.wk.state |= DepState::DEPCOMPLETE;
-                    }
+            }
+            for &b in &blks {
+                if let Some(n) = self.newblks.get_mut(&b) {
+                    n.wk.state |= DepState::DEPCOMPLETE;
+                }
+            }
+            if let Some(m) = self.bmsafemap.get_mut(&cg) {
+                let (inos, blks): (HashSet<u32>, HashSet<u64>) =
+                    (inos.into_iter().collect(), blks.into_iter().collect());
+                m.inodedeps.retain(|i| !inos.contains(i));
+                m.newblks.retain(|b| !blks.contains(b));
+                if m.inodedeps.is_empty() && m.newblks.is_empty() {
+                    self.bmsafemap.remove(&cg);
                 }
             }
         }
         // A new block's first contents.
-        if let Some(n) = self.newblks.get_mut(&bno) {
-            n.wk.state |= DepState::COMPLETE;
+        if inf.first_contents {
+            if let Some(n) = self.newblks.get_mut(&bno) {
+                n.wk.state |= DepState::COMPLETE;
+            }
         }
         for (ino, b) in inf.direct_done {
             if let Some(d) = self.inodedeps.get_mut(&ino) {
@@ -148,7 +163,8 @@ impl Softdep {
         if let Some(mut pd) = self.pagedeps.remove(&bno) {
             let mut written = inf.diradds_done;
             written.sort_unstable();
-            let done: Vec<DirAdd> = pd.diradds.extract_if(.., |d| written.binary_search(&d.off).is_ok()).collect();
+            let done: Vec<DirAdd> =
+                pd.diradds.extract_if(.., |d| written.binary_search(&(d.off, d.epoch)).is_ok()).collect();
             for mut da in done {
                 da.wk.state |= DepState::COMPLETE;
                 assert!(da.ready() && da.wk.state.contains(DepState::ALLCOMPLETE), "diradd written too early: {da:?}");

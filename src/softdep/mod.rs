@@ -270,6 +270,11 @@ impl Softdep {
     }
 
     /// Removes the pending entry at `off` of `dirblk`, if any, with the pending ops that name it.
+    /// True if the entry at `off` of `dirblk` is a new or changed one not yet on disk.
+    pub fn diradd_at(&self, dirblk: u64, off: usize) -> bool {
+        self.pagedeps.get(&dirblk).is_some_and(|pd| pd.diradds.iter().any(|d| d.off == off))
+    }
+
     fn take_diradd(&mut self, dirblk: u64, off: usize) -> Option<DirAdd> {
         let pd = self.pagedeps.get_mut(&dirblk)?;
         // At most one DirAdd per offset (`dir_add` takes the old one), so order is free.

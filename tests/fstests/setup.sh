@@ -48,17 +48,24 @@ if [ -z "${SKIP_APT:-}" ]; then
 fi
 
 # 2. fstests from its tarball, patched, built.
+TAR=${XFSTESTS_TAR:-$(find -L "$REPO/.." -maxdepth 3 -name 'xfstests-*.tar.gz' -type f 2>/dev/null | sort | head -1)}
 if [ ! -x "$XFSTESTS/check" ]; then
-  TAR=${XFSTESTS_TAR:-$(find -L "$REPO/.." -maxdepth 3 -name 'xfstests-*.tar.gz' -type f 2>/dev/null | sort | head -1)}
   [ -n "$TAR" ] && [ -f "$TAR" ] || { echo "setup.sh: no fstests tarball: set XFSTESTS_TAR (looked for xfstests-*.tar.gz below $REPO/..)" >&2; exit 1; }
   say "extracting $TAR into $XFSTESTS"
   mkdir -p "$XFSTESTS"
   tar -xzf "$TAR" -C "$XFSTESTS" --strip-components=1
 fi
 # The local patch (fuse.patch): _scratch_mkfs_sized asks sufs's helper for the size (mkfs_size=),
-# and a mount of type fuse.sufs counts as FSTYP=fuse.
-if ! grep -q 'mkfs_size=' "$XFSTESTS/common/rc"; then
+# a mount of type fuse.sufs counts as FSTYP=fuse, and _scratch_shutdown passes godown's flag
+# through sufs's control channel. A tree patched by another version of it gets common/rc anew
+# from the tarball first.
+if ! cmp -s "$HERE/fuse.patch" "$XFSTESTS/.sufs-fuse.patch"; then
+  if grep -q 'mkfs_size=' "$XFSTESTS/common/rc"; then
+    [ -n "$TAR" ] && [ -f "$TAR" ] || { echo "setup.sh: common/rc carries another fuse.patch and no tarball was found to restore it (XFSTESTS_TAR)" >&2; exit 1; }
+    tar -xzf "$TAR" -C "$XFSTESTS" --strip-components=1 --wildcards '*/common/rc'
+  fi
   patch -d "$XFSTESTS" -p1 --forward < "$HERE/fuse.patch"
+  cp "$HERE/fuse.patch" "$XFSTESTS/.sufs-fuse.patch"
 fi
 if [ ! -x "$XFSTESTS/ltp/fsstress" ]; then
   say "building fstests (a few minutes)"

@@ -2,12 +2,15 @@
 //! position where it began; each closes the promises it breaks (a name it changes, data it
 //! rewrites) and makes the ones it keeps (a rename, an fsync, a Block Register call).
 
+use std::sync::Arc;
+
 use rand::rngs::SmallRng;
 use rand::Rng;
 
 use crate::clock::SimClock;
-use crate::dev::{MemDevice, RecordingDevice};
-use crate::fs::{Fs, FsResult, RenameFlags, SetAttr};
+use crate::dev::{MemDevice, RecordingDevice, WriteKind};
+use crate::fs::flight::Flight;
+use crate::fs::{Fs, FsResult, Ordering, RenameFlags, SetAttr};
 use crate::syncer::Sweeper;
 
 use super::promise::{join, resolve, split, under, Promise, PromiseKind};
@@ -24,6 +27,9 @@ pub struct Work<'a> {
     pub(super) promises: Vec<Promise>,
     pub(super) count: u64,
     pub(super) sweeper: Option<Sweeper>,
+    /// The plain sweep's last batch, left in flight across the next operation (as the mount's
+    /// syncer writes outside the lock while requests go on), landed at the next `begin`.
+    pub(super) flight: Option<Arc<Flight>>,
 }
 
 impl<'a> Work<'a> {
@@ -37,7 +43,7 @@ impl<'a> Work<'a> {
         promises: Vec<Promise>,
         sweeper: Option<Sweeper>,
     ) -> Work<'a> {
-        Work { fs, rng, clock, rec, ops: Vec::new(), promises, count: 0, sweeper }
+        Work { fs, rng, clock, rec, ops: Vec::new(), promises, count: 0, sweeper, flight: None }
     }
 
     pub(super) fn pos(&self) -> usize {
@@ -54,14 +60,43 @@ impl<'a> Work<'a> {
                 self.ops.push((self.rec.map_or(0, |r| r.log_len()), "syncer sweep".into()));
                 sw.tick(self.fs)?;
             }
-        } else if self.count.is_multiple_of(20) {
-            self.ops.push((self.pos(), "syncer sweep".into()));
-            self.fs.flush_older_than(1_000_000_000)?;
+        } else {
+            if let Some(flight) = self.flight.take() {
+                self.ops.push((self.pos(), "syncer batch lands".into()));
+                flight.issue();
+                self.fs.land_flight()?;
+                self.fs.run_tasks()?;
+            }
+            if self.count.is_multiple_of(20) {
+                self.ops.push((self.pos(), "syncer sweep".into()));
+                self.sweep()?;
+            }
         }
         self.fs.drop_idle_records();
         let pos = self.pos();
         self.ops.push((pos, what));
         Ok(pos)
+    }
+
+    /// The mount syncer's sweep of buffers dirty for a second: under sync ordering in order,
+    /// under the lock; else as flights, the last left in flight across the next operation.
+    fn sweep(&mut self) -> FsResult<()> {
+        if self.fs.ordering() == Ordering::Sync {
+            self.fs.flush_older_than(1_000_000_000)?;
+            return Ok(());
+        }
+        let plan = self.fs.plan_delayed(self.fs.dirty_blocks(Some(1_000_000_000)), 1024);
+        let last = plan.len().saturating_sub(1);
+        for (i, chunk) in plan.iter().enumerate() {
+            let Some(flight) = self.fs.start_flight(chunk, WriteKind::Async)? else { continue };
+            if i == last {
+                self.flight = Some(flight);
+            } else {
+                flight.issue();
+                self.fs.land_flight()?;
+            }
+        }
+        self.fs.run_tasks()
     }
 
     pub(super) fn close(&mut self, pos: usize, pred: impl Fn(&Promise) -> bool) {
