@@ -14,79 +14,19 @@ impl Softdep {
     pub fn before_write(&mut self, bno: u64, copy: &mut [u8]) {
         let epoch = self.tick();
         let mut inf = Inflight { epoch, ..Default::default() };
-        let bs = self.sb.block_size as u64;
         if bno % self.sb.blocks_per_group as u64 == 1 {
             let cg = self.sb.cg_of_block(bno);
             inf.bmsafe = self.bmsafemap.get(&cg).map(|m| (m.inodedeps.clone(), m.newblks.clone()));
         }
         inf.first_contents = self.newblks.contains_key(&bno);
         if self.is_inode_block(bno) {
-            let cg = self.sb.cg_of_block(bno);
-            let ipb = self.sb.inodes_per_block();
-            let first = cg * self.sb.inodes_per_group + (bno - self.sb.cg_itable_block(cg)) as u32 * ipb;
-            for ino in first..first + ipb {
-                let Some(id) = self.inodedeps.get(&ino) else { continue };
-                let off = (ino - first) as usize * DINODE_SIZE;
-                let raw = &mut copy[off..off + DINODE_SIZE];
-                if !id.bitmap_done() {
-                    // Not allocated on disk yet: the dinode goes out as a free one.
-                    raw.fill(0);
-                    inf.rolled_back = true;
-                    continue;
-                }
-                let mut d: Option<Dinode> = None;
-                for a in id.allocdirects() {
-                    if self.allocdirect_ready(a) {
-                        inf.direct_done.push((ino, a.bno));
-                        continue;
-                    }
-                    let dd = d.get_or_insert_with(|| Dinode::decode(raw));
-                    match a.slot {
-                        PtrSlot::Direct(i) if dd.db[i] == a.bno => dd.db[i] = 0,
-                        PtrSlot::Indirect(l) if dd.ib[l] == a.bno => dd.ib[l] = 0,
-                        _ => continue,
-                    }
-                    if id.is_dir {
-                        dd.size = dd.size.min(a.lbn * bs);
-                    }
-                    inf.rolled_back = true;
-                }
-                if let Some(dd) = d {
-                    dd.encode(raw);
-                }
-                inf.inodes_written.push(ino);
-            }
+            self.roll_back_inodes(bno, copy, &mut inf);
         }
-        if let Some(id) = self.indirdeps.get(&bno) {
-            let mut rolled = false;
-            for a in id.allocindirs.values() {
-                if self.newblk_ready(a.bno) {
-                    inf.indir_done.push(a.bno);
-                } else if ind_get(copy, a.idx) == a.bno {
-                    ind_set(copy, a.idx, 0);
-                    rolled = true;
-                }
-            }
-            let safe = rolled.then(|| copy.to_vec().into_boxed_slice());
-            self.indirdeps.get_mut(&bno).expect("present").safe_copy = safe;
-            inf.rolled_back |= rolled;
+        if self.indirdeps.contains_key(&bno) {
+            self.roll_back_indir(bno, copy, &mut inf);
         }
-        if let Some(pd) = self.pagedeps.get(&bno) {
-            // A new directory block is not reachable until the pointer to it is on disk: its
-            // entries wait for that too (FreeBSD's newdirblk), or a rename's old name could go
-            // while the new one is still unreachable.
-            let reachable = !self.newblks.contains_key(&bno);
-            for da in &pd.diradds {
-                if reachable && da.ready() {
-                    inf.diradds_done.push((da.off, da.epoch));
-                } else {
-                    dirent_set_ino(copy, da.off, da.old_ino);
-                    if da.wk.state.contains(DepState::DIRCHG) {
-                        dirent_set_type(copy, da.off, da.old_dtype);
-                    }
-                    inf.rolled_back = true;
-                }
-            }
+        if self.pagedeps.contains_key(&bno) {
+            self.roll_back_entries(bno, copy, &mut inf);
         }
         if inf.rolled_back {
             self.stats.rollbacks += 1;
@@ -111,26 +51,7 @@ impl Softdep {
         let inf = self.inflight.remove(&bno).unwrap_or_else(|| panic!("block {bno} written without its before_write"));
         // A group header: the new inodes and blocks its copy carried are now allocated on disk.
         if let Some((inos, blks)) = inf.bmsafe {
-            let cg = self.sb.cg_of_block(bno);
-            for &i in &inos {
-                if let Some(d) = self.inodedeps.get_mut(&i) {
-                    d.wk.state |= DepState::DEPCOMPLETE;
-                }
-            }
-            for &b in &blks {
-                if let Some(n) = self.newblks.get_mut(&b) {
-                    n.wk.state |= DepState::DEPCOMPLETE;
-                }
-            }
-            if let Some(m) = self.bmsafemap.get_mut(&cg) {
-                let (inos, blks): (HashSet<u32>, HashSet<u64>) =
-                    (inos.into_iter().collect(), blks.into_iter().collect());
-                m.inodedeps.retain(|i| !inos.contains(i));
-                m.newblks.retain(|b| !blks.contains(b));
-                if m.inodedeps.is_empty() && m.newblks.is_empty() {
-                    self.bmsafemap.remove(&cg);
-                }
-            }
+            self.bitmaps_written(bno, inos, blks);
         }
         // A new block's first contents.
         if inf.first_contents {
@@ -149,39 +70,10 @@ impl Softdep {
             self.inode_written(ino, inf.epoch);
         }
         if !inf.indir_done.is_empty() {
-            if let Some(id) = self.indirdeps.get_mut(&bno) {
-                let done: HashSet<u64> = inf.indir_done.iter().copied().collect();
-                id.allocindirs.retain(|_, a| !done.contains(&a.bno));
-                if id.allocindirs.is_empty() {
-                    self.indirdeps.remove(&bno);
-                }
-            }
-            for b in &inf.indir_done {
-                self.newblks.remove(b);
-            }
+            self.indir_written(bno, &inf.indir_done);
         }
-        if let Some(mut pd) = self.pagedeps.remove(&bno) {
-            let mut written = inf.diradds_done;
-            written.sort_unstable();
-            let done: Vec<DirAdd> =
-                pd.diradds.extract_if(.., |d| written.binary_search(&(d.off, d.epoch)).is_ok()).collect();
-            for mut da in done {
-                da.wk.state |= DepState::COMPLETE;
-                assert!(da.ready() && da.wk.state.contains(DepState::ALLCOMPLETE), "diradd written too early: {da:?}");
-                self.forget_diradd(bno, &da);
-                self.tasks.extend(da.on_complete);
-            }
-            let (done, keep): (Vec<DirRem>, Vec<DirRem>) =
-                std::mem::take(&mut pd.dirrems).into_iter().partition(|r| r.epoch < inf.epoch);
-            pd.dirrems = keep;
-            for r in done {
-                self.tasks.extend(r.tasks);
-            }
-            if pd.diradds.is_empty() && pd.dirrems.is_empty() {
-                self.block_dir.remove(&bno);
-            } else {
-                self.pagedeps.insert(bno, pd);
-            }
+        if let Some(pd) = self.pagedeps.remove(&bno) {
+            self.entries_written(bno, pd, inf.diradds_done, inf.epoch);
         }
         // Inode records with nothing left to track go (checked now and then: it is a scan).
         self.writes_seen += 1;
@@ -189,6 +81,151 @@ impl Softdep {
             self.inodedeps.retain(|_, d| !d.idle());
         }
         inf.rolled_back
+    }
+
+    /// An inode block's copy (FreeBSD's initiate_write_inodeblock): a dinode not yet allocated
+    /// on disk goes out free, and each new block pointer whose block is not ready is cleared.
+    fn roll_back_inodes(&self, bno: u64, copy: &mut [u8], inf: &mut Inflight) {
+        let bs = self.sb.block_size as u64;
+        let cg = self.sb.cg_of_block(bno);
+        let ipb = self.sb.inodes_per_block();
+        let first = cg * self.sb.inodes_per_group + (bno - self.sb.cg_itable_block(cg)) as u32 * ipb;
+        for ino in first..first + ipb {
+            let Some(id) = self.inodedeps.get(&ino) else { continue };
+            let off = (ino - first) as usize * DINODE_SIZE;
+            let raw = &mut copy[off..off + DINODE_SIZE];
+            if !id.bitmap_done() {
+                // Not allocated on disk yet: the dinode goes out as a free one.
+                raw.fill(0);
+                inf.rolled_back = true;
+                continue;
+            }
+            let mut d: Option<Dinode> = None;
+            for a in id.allocdirects() {
+                if self.allocdirect_ready(a) {
+                    inf.direct_done.push((ino, a.bno));
+                    continue;
+                }
+                let dd = d.get_or_insert_with(|| Dinode::decode(raw));
+                match a.slot {
+                    PtrSlot::Direct(i) if dd.db[i] == a.bno => dd.db[i] = 0,
+                    PtrSlot::Indirect(l) if dd.ib[l] == a.bno => dd.ib[l] = 0,
+                    _ => continue,
+                }
+                if id.is_dir {
+                    dd.size = dd.size.min(a.lbn * bs);
+                }
+                inf.rolled_back = true;
+            }
+            if let Some(dd) = d {
+                dd.encode(raw);
+            }
+            inf.inodes_written.push(ino);
+        }
+    }
+
+    /// An indirect block's copy (initiate_write_indirdep): each new pointer whose block is not
+    /// ready is cleared, and the copy kept as the block's safe copy.
+    fn roll_back_indir(&mut self, bno: u64, copy: &mut [u8], inf: &mut Inflight) {
+        let id = &self.indirdeps[&bno];
+        let mut rolled = false;
+        for a in id.allocindirs.values() {
+            if self.newblk_ready(a.bno) {
+                inf.indir_done.push(a.bno);
+            } else if ind_get(copy, a.idx) == a.bno {
+                ind_set(copy, a.idx, 0);
+                rolled = true;
+            }
+        }
+        let safe = rolled.then(|| copy.to_vec().into_boxed_slice());
+        self.indirdeps.get_mut(&bno).expect("present").safe_copy = safe;
+        inf.rolled_back |= rolled;
+    }
+
+    /// A directory block's copy (initiate_write_filepage): each new entry whose inode is not
+    /// ready, or whose block is not yet reachable, goes back to what it named before.
+    fn roll_back_entries(&self, bno: u64, copy: &mut [u8], inf: &mut Inflight) {
+        let pd = &self.pagedeps[&bno];
+        // A new directory block is not reachable until the pointer to it is on disk: its
+        // entries wait for that too (FreeBSD's newdirblk), or a rename's old name could go
+        // while the new one is still unreachable.
+        let reachable = !self.newblks.contains_key(&bno);
+        for da in &pd.diradds {
+            if reachable && da.ready() {
+                inf.diradds_done.push((da.off, da.epoch));
+            } else {
+                dirent_set_ino(copy, da.off, da.old_ino);
+                if da.wk.state.contains(DepState::DIRCHG) {
+                    dirent_set_type(copy, da.off, da.old_dtype);
+                }
+                inf.rolled_back = true;
+            }
+        }
+    }
+
+    /// A group header is on disk (handle_written_bmsafemap): the new inodes and blocks its copy
+    /// carried are allocated on disk.
+    fn bitmaps_written(&mut self, bno: u64, inos: Vec<u32>, blks: Vec<u64>) {
+        let cg = self.sb.cg_of_block(bno);
+        for &i in &inos {
+            if let Some(d) = self.inodedeps.get_mut(&i) {
+                d.wk.state |= DepState::DEPCOMPLETE;
+            }
+        }
+        for &b in &blks {
+            if let Some(n) = self.newblks.get_mut(&b) {
+                n.wk.state |= DepState::DEPCOMPLETE;
+            }
+        }
+        if let Some(m) = self.bmsafemap.get_mut(&cg) {
+            let (inos, blks): (HashSet<u32>, HashSet<u64>) = (inos.into_iter().collect(), blks.into_iter().collect());
+            m.inodedeps.retain(|i| !inos.contains(i));
+            m.newblks.retain(|b| !blks.contains(b));
+            if m.inodedeps.is_empty() && m.newblks.is_empty() {
+                self.bmsafemap.remove(&cg);
+            }
+        }
+    }
+
+    /// An indirect block is on disk (handle_written_indirdep): the pointers it carried, to
+    /// blocks in `done`, retire.
+    fn indir_written(&mut self, bno: u64, done: &[u64]) {
+        if let Some(id) = self.indirdeps.get_mut(&bno) {
+            let set: HashSet<u64> = done.iter().copied().collect();
+            id.allocindirs.retain(|_, a| !set.contains(&a.bno));
+            if id.allocindirs.is_empty() {
+                self.indirdeps.remove(&bno);
+            }
+        }
+        for b in done {
+            self.newblks.remove(b);
+        }
+    }
+
+    /// A directory block is on disk (handle_written_filepage): the entries it carried (`written`:
+    /// offset and epoch) complete and their work goes on the work list, as does the work of the
+    /// removals made before the copy (epoch older than `epoch`).
+    fn entries_written(&mut self, bno: u64, mut pd: PageDep, mut written: Vec<(usize, Epoch)>, epoch: Epoch) {
+        written.sort_unstable();
+        let done: Vec<DirAdd> =
+            pd.diradds.extract_if(.., |d| written.binary_search(&(d.off, d.epoch)).is_ok()).collect();
+        for mut da in done {
+            da.wk.state |= DepState::COMPLETE;
+            assert!(da.ready() && da.wk.state.contains(DepState::ALLCOMPLETE), "diradd written too early: {da:?}");
+            self.forget_diradd(bno, &da);
+            self.tasks.extend(da.on_complete);
+        }
+        let (done, keep): (Vec<DirRem>, Vec<DirRem>) =
+            std::mem::take(&mut pd.dirrems).into_iter().partition(|r| r.epoch < epoch);
+        pd.dirrems = keep;
+        for r in done {
+            self.tasks.extend(r.tasks);
+        }
+        if pd.diradds.is_empty() && pd.dirrems.is_empty() {
+            self.block_dir.remove(&bno);
+        } else {
+            self.pagedeps.insert(bno, pd);
+        }
     }
 
     /// The dinode of `ino`, as it was in memory, is on disk as of `epoch`: the entries and
