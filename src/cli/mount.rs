@@ -162,6 +162,12 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
             let wait = args.opts.wait.unwrap_or(helper::DEFAULT_WAIT_SECS);
             helper::wait_for_image(image, wait, &mut |m| say(image, args.quiet, m)).map_err(|e| Fail(e, 32))?;
         }
+        if args.opts.preen
+            && image.exists()
+            && args.opts.mkfs_size.is_none_or(|s| std::fs::metadata(image).is_ok_and(|m| m.len() == s))
+        {
+            preen_first(image)?;
+        }
         if let Some(want) = args.opts.mkfs_size {
             mkfs_sized(image, want, args.quiet)?;
         } else if !image.exists() {
@@ -357,6 +363,22 @@ pub(crate) fn say(image: &Path, quiet: bool, msg: &str) {
         eprintln!("sufs: {msg}");
     } else if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log_path(image)) {
         let _ = writeln!(f, "sufs: {msg}");
+    }
+}
+
+/// `-o preen`: `sufs fsck -p` on the image first (it skips an image marked clean); one with
+/// more than a crash leaves is refused, untouched.
+fn preen_first(image: &Path) -> Result<(), Fail> {
+    let opts = sufs::fsck::Options { mode: sufs::fsck::Mode::Preen, force: false, superblock: None };
+    match super::image::cmd_fsck(image, &opts)? {
+        0 | 1 => Ok(()),
+        code => Err(Fail(
+            format!(
+                "{}: preen found more than a crash leaves (fsck exit {code}): run `sufs fsck -y` first",
+                image.display()
+            ),
+            32,
+        )),
     }
 }
 
