@@ -366,20 +366,30 @@ pub(crate) fn say(image: &Path, quiet: bool, msg: &str) {
     }
 }
 
-/// `-o preen`: `sufs fsck -p` on the image first (it skips an image marked clean); one with
+/// `-o preen`: `sufs fsck -p` on the image first (an image marked clean is not scanned); what
+/// it repaired goes to the mount's log, as a mount prints nothing when all is well; one with
 /// more than a crash leaves is refused, untouched.
 fn preen_first(image: &Path) -> Result<(), Fail> {
+    let fail = |m: String| Fail(format!("{}: preen: {m}", image.display()), 32);
+    // Held while fsck runs: no mount may start meanwhile.
+    let lock = std::fs::File::open(image).map_err(|e| fail(e.to_string()))?;
+    lock.try_lock().map_err(|_| fail("the image is in use".into()))?;
+    let dev = sufs::fsck::open_image_at(image, true, None).map_err(|e| fail(e.to_string()))?;
     let opts = sufs::fsck::Options { mode: sufs::fsck::Mode::Preen, force: false, superblock: None };
-    match super::image::cmd_fsck(image, &opts)? {
-        0 | 1 => Ok(()),
-        code => Err(Fail(
-            format!(
-                "{}: preen found more than a crash leaves (fsck exit {code}): run `sufs fsck -y` first",
-                image.display()
-            ),
-            32,
-        )),
+    let report = sufs::fsck::run(&dev, &opts).map_err(|e| fail(e.to_string()))?;
+    if let Some(why) = &report.refused {
+        return Err(fail(format!("{why}: run `sufs fsck -y` first")));
     }
+    if !report.skipped_clean {
+        let msg = format!(
+            "{} was not unmounted cleanly: preened before mounting: {} findings, {}",
+            image.display(),
+            report.findings.len(),
+            if report.repaired { "repaired" } else { "nothing to repair" }
+        );
+        say(image, true, &msg);
+    }
+    Ok(())
 }
 
 /// `-o mkfs_size=SIZE`: a new file system of SIZE bytes on the image (a regular file, made
