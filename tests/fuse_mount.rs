@@ -428,6 +428,41 @@ fn background_fsck_of_a_mount_unmounted_at_once() {
     }
 }
 
+/// `-o preen`: an image a sync or async mount left unclean is preened (fsck -p) and mounted,
+/// where without it the mount is refused until fsck; what was fsync'ed is there.
+#[test]
+fn preen_mounts_an_unclean_sync_image() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    for ordering in ["sync", "async"] {
+        let m = mount_fg(&img, &mnt, &["--ordering", ordering]);
+        let name = format!("kept-{ordering}");
+        let mut f = fs::File::create(mnt.join(&name)).unwrap();
+        f.write_all(b"fsynced").unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        fs::write(mnt.join(format!("maybe-{ordering}")), b"not fsynced").unwrap();
+        crash(m);
+        let (i, d) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+        let out = sufs(&["mount", i, d, "--ordering", ordering]);
+        assert_eq!(out.status.code(), Some(32), "refused without preen: {}", String::from_utf8_lossy(&out.stderr));
+        let out = sufs(&["mount", i, d, "--ordering", ordering, "-o", "preen"]);
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(fs::read(mnt.join(&name)).unwrap(), b"fsynced");
+        assert!(sufs(&["umount", d]).status.success());
+        fsck_clean(&img);
+    }
+}
+
 /// Instant restart (soft updates §6): an image a softdep mount left unclean mounts at once and
 /// is checked in the background; one a sync or async mount left unclean, or one marked for
 /// fsck, is refused until fsck (or --force).

@@ -239,12 +239,19 @@ fn mount_again(image: &Path, dir: &Path, root: bool, ro: bool, quiet: bool) -> R
     Ok(true)
 }
 
-/// Before a mount's daemon starts: waits for an image another daemon still holds, and makes the
-/// image if asked to (`-o mkfs_size`) or if it is missing (unless `--no-create`).
+/// Before a mount's daemon starts: waits for an image another daemon still holds, preens it if
+/// asked to (`-o preen`), and makes the image if asked to (`-o mkfs_size`) or if it is missing
+/// (unless `--no-create`).
 fn prepare_image(image: &Path, size: u64, opts: &MountOpts, quiet: bool, make_missing: bool) -> Result<(), Fail> {
     if image.exists() {
         let wait = opts.wait.unwrap_or(helper::DEFAULT_WAIT_SECS);
         helper::wait_for_image(image, wait, &mut |m| say(image, quiet, m)).map_err(|e| Fail(e, 32))?;
+    }
+    if opts.preen
+        && image.exists()
+        && opts.mkfs_size.is_none_or(|s| std::fs::metadata(image).is_ok_and(|m| m.len() == s))
+    {
+        preen_first(image)?;
     }
     if let Some(want) = opts.mkfs_size {
         mkfs_sized(image, want, quiet)?;
@@ -399,6 +406,32 @@ pub(crate) fn say(image: &Path, quiet: bool, msg: &str) {
     } else if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log_path(image)) {
         let _ = writeln!(f, "sufs: {msg}");
     }
+}
+
+/// `-o preen`: `sufs fsck -p` on the image first (an image marked clean is not scanned); what
+/// it repaired goes to the mount's log, as a mount prints nothing when all is well; one with
+/// more than a crash leaves is refused, untouched.
+fn preen_first(image: &Path) -> Result<(), Fail> {
+    let fail = |m: String| Fail(format!("{}: preen: {m}", image.display()), 32);
+    // Held while fsck runs: no mount may start meanwhile.
+    let lock = std::fs::File::open(image).map_err(|e| fail(e.to_string()))?;
+    lock.try_lock().map_err(|_| fail("the image is in use".into()))?;
+    let dev = sufs::fsck::open_image_at(image, true, None).map_err(|e| fail(e.to_string()))?;
+    let opts = sufs::fsck::Options { mode: sufs::fsck::Mode::Preen, force: false, superblock: None };
+    let report = sufs::fsck::run(&dev, &opts).map_err(|e| fail(e.to_string()))?;
+    if let Some(why) = &report.refused {
+        return Err(fail(format!("{why}: run `sufs fsck -y` first")));
+    }
+    if !report.skipped_clean {
+        let msg = format!(
+            "{} was not unmounted cleanly: preened before mounting: {} findings, {}",
+            image.display(),
+            report.findings.len(),
+            if report.repaired { "repaired" } else { "nothing to repair" }
+        );
+        say(image, true, &msg);
+    }
+    Ok(())
 }
 
 /// `-o mkfs_size=SIZE`: a new file system of SIZE bytes on the image (a regular file, made

@@ -124,6 +124,9 @@ pub struct MountOpts {
     pub mkfs_size: Option<u64>,
     /// sufs's own: seconds to wait for an image still held by a daemon finishing an unmount.
     pub wait: Option<u64>,
+    /// sufs's own: preen an image left unclean (`sufs fsck -p`) before mounting it, as a boot
+    /// does with fsck -p before mount: what a crash leaves is repaired, anything more refused.
+    pub preen: bool,
     /// Options for mount(8) itself or ones whose effect is always on (`defaults`, `noauto`,
     /// `nofail`, `_netdev`, `user`, `x-*`, `comment=`, `default_permissions`, ...): accepted.
     pub ignored: Vec<String>,
@@ -202,6 +205,7 @@ impl MountOpts {
             ("nodiratime", None) => self.nodiratime = Some(true),
             ("diratime", None) => self.nodiratime = Some(false),
             ("remount", None) => self.remount = true,
+            ("preen", None) => self.preen = true,
             // rw, suid, dev, exec, auto, nouser, async: dev and suid are left to the default
             // (root's mounts have them, a user's do not).
             ("defaults", None) => {

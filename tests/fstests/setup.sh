@@ -101,6 +101,10 @@ for img in test scratch; do
 done
 # The scratch mount carries mkfs_size=IMG_SIZE: a test that made a smaller scratch file system
 # (_scratch_mkfs_sized, patched to ask for mkfs_size=N) leaves the next one a full-size one.
+# Under sync and async an unclean image (a shutdown test's) is refused until fsck, as FFS's is:
+# the mounts preen it first, as a boot would (fsck -p), so that a test can remount at once.
+EXTRA=""
+[ "$ORDERING" = softdep ] || EXTRA=",preen"
 cat > "$XFSTESTS/local.config" <<EOC
 # Written by sufs's tests/fstests/setup.sh.
 export FSTYP=fuse
@@ -109,8 +113,8 @@ export TEST_DEV=sufs:$WORK/test.img
 export TEST_DIR=$WORK/test
 export SCRATCH_DEV=sufs:$WORK/scratch.img
 export SCRATCH_MNT=$WORK/scratch
-export TEST_FS_MOUNT_OPTS="-o ordering=$ORDERING"
-export MOUNT_OPTIONS="-o mkfs_size=$IMG_SIZE,ordering=$ORDERING"
+export TEST_FS_MOUNT_OPTS="-o ordering=$ORDERING$EXTRA"
+export MOUNT_OPTIONS="-o mkfs_size=$IMG_SIZE,ordering=$ORDERING$EXTRA"
 export SUFS=$SUFS
 # /sbin/mount.fuse.sufs is one for the machine; it hands the mounts of these tests to this build.
 export SUFS_MOUNT_HELPER=$SUFS
