@@ -234,6 +234,9 @@ fn mount_again(image: &Path, dir: &Path, root: bool, ro: bool, quiet: bool) -> R
     if canon(dir).is_some() && canon(dir) == helper::mount_point_of(image).and_then(|m| canon(&m)) {
         return Err(Fail(format!("{} is already mounted on {}", image.display(), dir.display()), 32));
     }
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(|e| Fail(format!("cannot create {}: {e}", dir.display()), 32))?;
+    }
     let mp = helper::mount_again(image, dir, ro).map_err(|e| Fail(e, 32))?;
     say(image, quiet, &format!("{} is mounted on {}: {} shows it too", image.display(), mp.display(), dir.display()));
     Ok(true)

@@ -11,14 +11,14 @@ pub(super) struct InCore {
     pub(super) open: HashMap<u32, u32>,
     /// Inodes whose last link went while they were held (`open`): freed at the last `unhold`
     /// or at unmount, as FFS frees an unlinked open file at its last close.
-    pub(super) orphans: foldhash::HashSet<u32>,
+    pub(super) orphans: crate::fixed_hash::HashSet<u32>,
     /// Where the first generation of an inode never used comes from (`next_generation`).
     pub(super) next_gen: u32,
     /// Removed directories still counted by subdirectories' pending ".." drops: the parent
     /// whose link goes when each is finally freed.
     pub(super) parent_drop: HashMap<u32, u32>,
     /// Directories whose last name is gone but which other pending link drops still hold.
-    pub(super) removed_dirs: foldhash::HashSet<u32>,
+    pub(super) removed_dirs: crate::fixed_hash::HashSet<u32>,
     /// With soft updates, a directory holding a name of each file looked up or named in this
     /// mount (the latest): fsync walks its path to the root, so that a renamed ancestor's new
     /// name is made durable too. At most one entry per inode.
@@ -29,10 +29,10 @@ impl InCore {
     pub(super) fn new() -> InCore {
         InCore {
             open: HashMap::new(),
-            orphans: foldhash::HashSet::default(),
+            orphans: crate::fixed_hash::HashSet::default(),
             next_gen: 1,
             parent_drop: HashMap::new(),
-            removed_dirs: foldhash::HashSet::default(),
+            removed_dirs: crate::fixed_hash::HashSet::default(),
             name_dir: HashMap::new(),
         }
     }
