@@ -10,37 +10,9 @@ impl Fs {
     pub(super) fn bmap(&mut self, ino: u32, d: &mut Dinode, lbn: u64, alloc: bool) -> FsResult<(u64, bool)> {
         let p = self.sb.ptrs_per_block();
         if lbn < NDADDR as u64 {
-            let cur = d.db[lbn as usize];
-            if cur != 0 || !alloc {
-                return Ok((self.checked_ptr(cur)?, false));
-            }
-            let pref =
-                if lbn > 0 && d.db[lbn as usize - 1] != 0 { d.db[lbn as usize - 1] + 1 } else { self.ino_pref(ino) };
-            let pref = self.br_hint.take().unwrap_or(pref);
-            let b = self.alloc_block(pref)?;
-            self.cache.create(b);
-            d.db[lbn as usize] = b;
-            d.blocks += 1;
-            let is_dir = d.is_dir();
-            if let Some(sd) = self.sd() {
-                sd.alloc_direct(ino, is_dir, PtrSlot::Direct(lbn as usize), lbn, b);
-            }
-            return Ok((b, true));
+            return self.bmap_direct(ino, d, lbn as usize, alloc);
         }
-        // Find the level and the index path.
-        let mut rel = lbn - NDADDR as u64;
-        let mut level = 0usize;
-        let mut span = p;
-        let mut level_base = NDADDR as u64;
-        while rel >= span {
-            rel -= span;
-            level_base += span;
-            level += 1;
-            if level >= NIADDR {
-                return Err(FsError::TooBig);
-            }
-            span *= p;
-        }
+        let (level, level_base, mut rel, span) = self.indirect_level(lbn)?;
         // Top pointer lives in the inode.
         let mut ptr = d.ib[level];
         let mut fresh = false;
@@ -95,6 +67,46 @@ impl Fs {
             ptr = nb;
             span /= p;
         }
+    }
+
+    /// `bmap` of a direct block (`lbn` < NDADDR).
+    fn bmap_direct(&mut self, ino: u32, d: &mut Dinode, lbn: usize, alloc: bool) -> FsResult<(u64, bool)> {
+        let cur = d.db[lbn];
+        if cur != 0 || !alloc {
+            return Ok((self.checked_ptr(cur)?, false));
+        }
+        let pref = if lbn > 0 && d.db[lbn - 1] != 0 { d.db[lbn - 1] + 1 } else { self.ino_pref(ino) };
+        let pref = self.br_hint.take().unwrap_or(pref);
+        let b = self.alloc_block(pref)?;
+        self.cache.create(b);
+        d.db[lbn] = b;
+        d.blocks += 1;
+        let is_dir = d.is_dir();
+        if let Some(sd) = self.sd() {
+            sd.alloc_direct(ino, is_dir, PtrSlot::Direct(lbn), lbn as u64, b);
+        }
+        Ok((b, true))
+    }
+
+    /// Where logical block `lbn` (past the direct ones) lives: the indirect level (0 single,
+    /// 1 double, 2 triple), the first logical block of that level, `lbn`'s place within it, and
+    /// the blocks the level's top indirect block covers.
+    fn indirect_level(&self, lbn: u64) -> FsResult<(usize, u64, u64, u64)> {
+        let p = self.sb.ptrs_per_block();
+        let mut rel = lbn - NDADDR as u64;
+        let mut level = 0usize;
+        let mut span = p;
+        let mut level_base = NDADDR as u64;
+        while rel >= span {
+            rel -= span;
+            level_base += span;
+            level += 1;
+            if level >= NIADDR {
+                return Err(FsError::TooBig);
+            }
+            span *= p;
+        }
+        Ok((level, level_base, rel, span))
     }
 
     /// A new indirect block: zeroed, and in `Sync` mode on disk before any pointer to it.

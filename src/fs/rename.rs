@@ -6,6 +6,16 @@ use super::*;
 /// Renames between their call and the disk (rule 3): the old names still in their blocks, the
 /// removals waiting for the new name's path to be reachable on disk, and the new entries that
 /// wait for a namesake's removal.
+/// What a rename does with the entry it replaces (`Fs::rename_victim`).
+enum Replace {
+    /// No entry had the new name.
+    Nothing,
+    /// This entry and its inode, checked: the new name takes its place.
+    Victim(Slot, Box<Dinode>),
+    /// The rename is done already (after an rmdir of the victim).
+    Renamed,
+}
+
 pub(super) struct Renames {
     /// Old names of renames, still in their blocks (so on disk) until the new name is on disk,
     /// but gone for users: (block, offset) -> (directory, logical block, name).
@@ -213,8 +223,31 @@ impl Fs {
         if moving_dir && dir != newdir && self.is_ancestor(src.ino, newdir)? {
             return Err(FsError::Invalid("rename of a directory into itself"));
         }
-        let mut victim = None;
-        if let Some(t) = dst {
+        let victim = match self.rename_victim(dst, &si, (dir, name), (newdir, newname, &nd), flags)? {
+            Replace::Nothing => None,
+            Replace::Victim(t, ti) => Some((t, *ti)),
+            Replace::Renamed => return Ok(()),
+        };
+        if moving_dir && dir != newdir && nd.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        self.rename_commit((dir, name, src, si), (newdir, newname), victim)
+    }
+
+    /// The entry a rename replaces (`dst`), checked: a directory over a non-empty one, a file
+    /// over a directory and such are refused. A directory replacing one that still holds hidden
+    /// names is renamed here, after an rmdir of the victim (`Replace::Renamed`).
+    fn rename_victim(
+        &mut self,
+        dst: Option<Slot>,
+        si: &Dinode,
+        (dir, name): (u32, &[u8]),
+        (newdir, newname, nd): (u32, &[u8], &Dinode),
+        flags: RenameFlags,
+    ) -> FsResult<Replace> {
+        let moving_dir = si.is_dir();
+        let Some(t) = dst else { return Ok(Replace::Nothing) };
+        {
             let mut ti = self.iget(t.ino)?;
             if ti.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
                 return Err(FsError::Perm);
@@ -232,7 +265,8 @@ impl Fs {
                     return Err(FsError::NoSpace);
                 }
                 self.rmdir(newdir, newname)?;
-                return self.rename(dir, name, newdir, newname, flags);
+                self.rename(dir, name, newdir, newname, flags)?;
+                return Ok(Replace::Renamed);
             }
             match (moving_dir, ti.is_dir()) {
                 (true, false) => return Err(FsError::NotDir),
@@ -242,11 +276,21 @@ impl Fs {
                 }
                 _ => {}
             }
-            victim = Some((t, ti));
+            Ok(Replace::Victim(t, Box::new(ti)))
         }
-        if moving_dir && dir != newdir && nd.nlink >= LINK_MAX {
-            return Err(FsError::TooManyLinks);
-        }
+    }
+
+    /// Steps 1-5 of a rename whose checks passed: the source's count up, a moved directory's new
+    /// parent's, the new name (over `victim`, if any), the old name hidden or removed, a moved
+    /// directory's "..".
+    // Long: the five steps of FFS's rename order, numbered, in the order their writes must go.
+    fn rename_commit(
+        &mut self,
+        (dir, name, src, si): (u32, &[u8], Slot, Dinode),
+        (newdir, newname): (u32, &[u8]),
+        victim: Option<(Slot, Dinode)>,
+    ) -> FsResult<()> {
+        let moving_dir = si.is_dir();
         // 1. The source's count goes up while it has two names.
         let mut si = si;
         if si.nlink >= LINK_MAX {
@@ -278,34 +322,7 @@ impl Fs {
             tasks: vec![Task::DropLink(src.ino)],
         });
         match victim {
-            Some((t, mut ti)) => {
-                // The replaced inode changes now, whenever its link drop reaches the disk.
-                self.touch_c(&mut ti);
-                self.iput(t.ino, &ti)?;
-                let victim_task = if ti.is_dir() {
-                    // Its ".." names newdir until it is freed; step 2 counted a moved
-                    // directory's new "..", so newdir's extra link goes once the victim does.
-                    Task::RmdirChild { child: t.ino, parent: Some(newdir) }
-                } else {
-                    Task::DropLink(t.ino)
-                };
-                let buf = self.cache.modify(t.bno)?;
-                dirent_set_ino(buf, t.off, src.ino);
-                dirent_set_type(buf, t.off, dtype_of_mode(si.mode));
-                let mut nd2 = self.iget(newdir)?;
-                self.touch_mc(&mut nd2);
-                self.iput(newdir, &nd2)?;
-                let old = Some((t.ino, dtype_of_mode(ti.mode)));
-                let tasks = std::iter::once(victim_task).chain(old_name_task).collect();
-                self.entry_added(newdir, t.bno, t.off, src.ino, old, None, false, tasks)?;
-                self.note_name_dir(newdir, src.ino, &si);
-                // A wait of the replaced entry for a hidden namesake is now the source's.
-                if self.renames.namesake_waits.contains_key(&(t.bno, t.off)) {
-                    for w in self.renames.namesakes.values_mut().flatten().filter(|w| (w.0, w.1) == (t.bno, t.off)) {
-                        w.2 = src.ino;
-                    }
-                }
-            }
+            Some((t, ti)) => self.rename_over(newdir, src.ino, &si, (t, ti), old_name_task)?,
             None => {
                 let mut nd2 = self.iget(newdir)?;
                 match self.add_entry(newdir, &mut nd2, newname, src.ino, dtype_of_mode(si.mode)) {
@@ -351,6 +368,46 @@ impl Fs {
             self.entry_added(src.ino, b, off, newdir, Some((dir, DT_DIR)), None, false, vec![Task::DropLink(dir)])?;
         }
         self.balance()
+    }
+
+    /// Step 3 of a rename over an existing entry `t` (inode `ti`): the entry names the source
+    /// now; the replaced inode loses its link once that is on disk, and the old name's removal
+    /// (`old_name_task`, under soft updates) waits for it too.
+    fn rename_over(
+        &mut self,
+        newdir: u32,
+        ino: u32,
+        si: &Dinode,
+        (t, mut ti): (Slot, Dinode),
+        old_name_task: Option<Task>,
+    ) -> FsResult<()> {
+        // The replaced inode changes now, whenever its link drop reaches the disk.
+        self.touch_c(&mut ti);
+        self.iput(t.ino, &ti)?;
+        let victim_task = if ti.is_dir() {
+            // Its ".." names newdir until it is freed; step 2 counted a moved
+            // directory's new "..", so newdir's extra link goes once the victim does.
+            Task::RmdirChild { child: t.ino, parent: Some(newdir) }
+        } else {
+            Task::DropLink(t.ino)
+        };
+        let buf = self.cache.modify(t.bno)?;
+        dirent_set_ino(buf, t.off, ino);
+        dirent_set_type(buf, t.off, dtype_of_mode(si.mode));
+        let mut nd2 = self.iget(newdir)?;
+        self.touch_mc(&mut nd2);
+        self.iput(newdir, &nd2)?;
+        let old = Some((t.ino, dtype_of_mode(ti.mode)));
+        let tasks = std::iter::once(victim_task).chain(old_name_task).collect();
+        self.entry_added(newdir, t.bno, t.off, ino, old, None, false, tasks)?;
+        self.note_name_dir(newdir, ino, si);
+        // A wait of the replaced entry for a hidden namesake is now the source's.
+        if self.renames.namesake_waits.contains_key(&(t.bno, t.off)) {
+            for w in self.renames.namesakes.values_mut().flatten().filter(|w| (w.0, w.1) == (t.bno, t.off)) {
+                w.2 = ino;
+            }
+        }
+        Ok(())
     }
 
     /// With soft updates, a rename that undoes an earlier one before either reached the disk

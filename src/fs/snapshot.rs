@@ -69,6 +69,17 @@ pub struct Snapshots {
     pub(super) claimed: u64,
 }
 
+/// The group headers at a snapshot's creation (`maps`), the frozen file system's (`cgs`), and
+/// the frozen superblock's counts.
+#[derive(Default)]
+struct FrozenGroups {
+    maps: Vec<Vec<u8>>,
+    cgs: Vec<Vec<u8>>,
+    free_blocks: u64,
+    free_inodes: u64,
+    ndirs: u64,
+}
+
 /// A snapshot as `snapshot list` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SnapInfo {
@@ -241,16 +252,47 @@ impl Fs {
         // The empty snapshot file and its name are on disk before it gets any block.
         self.sync_all()?;
         let n = self.sb.num_blocks;
-        let bs = self.sb.block_size as usize;
         let mut d = self.iget(ino)?;
         let pref = self.ino_pref(ino);
         let mut mine = Vec::new();
         self.snap_build_tree(&mut d, n, pref, &mut mine)?;
-        // What is copied now: the superblock, the group headers, the inode blocks of the
-        // snapshots (expunged in the copy) and the direct slots (which never change later).
+        let snap_inos: Vec<u32> = self.snapshots.active.iter().map(|s| s.ino).chain([ino]).collect();
+        let copies = self.snap_eager_copies(&snap_inos, pref, &mut mine)?;
+        // Blocks of snapshots: never copied, and free in the frozen file system.
+        let mut owned: HashSet<u64> = mine.iter().copied().collect();
+        for k in 0..self.snapshots.active.len() {
+            let od = self.iget(self.snapshots.active[k].ino)?;
+            self.snap_owned(&od, &mut owned)?;
+        }
+        let frozen = self.snap_frozen_groups(&owned)?;
+        self.snap_fill_copies(&copies, &frozen, &snap_inos)?;
+        let active = self.snap_write_map(ino, &mut d, &copies, &owned, &frozen.maps)?;
+        // On disk in order: the bitmaps, the copies and the map; then the inode pointing at them;
+        // then the superblock listing it.
+        let mut first: Vec<u64> = (0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)).collect();
+        first.extend(&mine);
+        first.sort_unstable();
+        for chunk in first.chunks(1024) {
+            self.write_bufs(chunk, WriteKind::Sync)?;
+        }
+        d.size = n * self.sb.block_size as u64;
+        d.blocks = mine.len() as u64;
+        let ib = self.iput(ino, &d)?;
+        self.write_bufs(&[ib], WriteKind::Sync)?;
+        self.sync_all()?;
+        self.sb.snapshots[slot] = ino;
+        self.snapshots.active.push(active);
+        self.write_superblock()?;
+        self.snap_info(name, ino)
+    }
+
+    /// What a new snapshot copies at once, as (block, its copy): the superblock, the group
+    /// headers, the inode blocks of the snapshots (`snap_inos`, expunged in the copy) and the
+    /// direct slots (which never change later), those in use; the copies are allocated here.
+    fn snap_eager_copies(&mut self, snap_inos: &[u32], pref: u64, mine: &mut Vec<u64>) -> FsResult<Vec<(u64, u64)>> {
+        let n = self.sb.num_blocks;
         let mut eager: BTreeSet<u64> = [0].into();
         eager.extend((0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)));
-        let snap_inos: Vec<u32> = self.snapshots.active.iter().map(|s| s.ino).chain([ino]).collect();
         eager.extend(snap_inos.iter().map(|&i| self.sb.inode_location(i).0));
         eager.extend(0..(NDADDR as u64).min(n));
         let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
@@ -266,16 +308,14 @@ impl Fs {
                 copies.push((x, c));
             }
         }
-        // Blocks of snapshots: never copied, and free in the frozen file system.
-        let mut owned: HashSet<u64> = mine.iter().copied().collect();
-        for k in 0..self.snapshots.active.len() {
-            let od = self.iget(self.snapshots.active[k].ino)?;
-            self.snap_owned(&od, &mut owned)?;
-        }
-        // The group headers as they are now, and the frozen copies.
-        let mut maps: Vec<Vec<u8>> = Vec::with_capacity(self.sb.ngroups as usize);
-        let (mut frozen_free, mut frozen_inodes, mut frozen_dirs) = (0u64, 0u64, 0u64);
-        let mut frozen_cgs: Vec<Vec<u8>> = Vec::with_capacity(self.sb.ngroups as usize);
+        Ok(copies)
+    }
+
+    /// The group headers as they are now, and as the frozen file system has them (the blocks of
+    /// snapshots, `owned`, free there), with the frozen superblock's counts.
+    fn snap_frozen_groups(&mut self, owned: &HashSet<u64>) -> FsResult<FrozenGroups> {
+        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
+        let mut f = FrozenGroups::default();
         for cg in 0..self.sb.ngroups {
             let buf = self.cache.read(self.sb.cg_header_block(cg))?.to_vec();
             let mut fz = buf.clone();
@@ -290,28 +330,35 @@ impl Fs {
             let fb = cg_get_free_blocks(&fz) + freed;
             cg_set_free_blocks(&mut fz, fb);
             CgHeader::seal(&mut fz);
-            frozen_free += fb as u64;
-            frozen_inodes += cg_get_free_inodes(&fz) as u64;
-            frozen_dirs += cg_get_ndirs(&fz) as u64;
-            maps.push(buf);
-            frozen_cgs.push(fz);
+            f.free_blocks += fb as u64;
+            f.free_inodes += cg_get_free_inodes(&fz) as u64;
+            f.ndirs += cg_get_ndirs(&fz) as u64;
+            f.maps.push(buf);
+            f.cgs.push(fz);
         }
+        Ok(f)
+    }
+
+    /// Fills the eager copies: the frozen superblock and group headers, and the other blocks as
+    /// they are, a snapshot's own inode showing in them as an empty file.
+    fn snap_fill_copies(&mut self, copies: &[(u64, u64)], frozen: &FrozenGroups, snap_inos: &[u32]) -> FsResult<()> {
+        let bs = self.sb.block_size as usize;
         let mut fsb = self.sb.clone();
-        fsb.free_blocks = frozen_free;
-        fsb.free_inodes = frozen_inodes;
-        fsb.ndirs = frozen_dirs;
+        fsb.free_blocks = frozen.free_blocks;
+        fsb.free_inodes = frozen.free_inodes;
+        fsb.ndirs = frozen.ndirs;
         fsb.flags = (fsb.flags & SB_SOFTDEP) | SB_CLEAN;
         fsb.snapshots = [0; MAX_SNAPSHOTS];
         fsb.write_time = self.clock.wall().0;
-        for &(x, c) in &copies {
+        for &(x, c) in copies {
             let mut data = vec![0u8; bs];
             if x == 0 {
                 fsb.encode(&mut data);
             } else if x % self.sb.blocks_per_group as u64 == 1 {
-                data.copy_from_slice(&frozen_cgs[self.sb.cg_of_block(x) as usize]);
+                data.copy_from_slice(&frozen.cgs[self.sb.cg_of_block(x) as usize]);
             } else {
                 data.copy_from_slice(self.cache.read(x)?);
-                for &i in &snap_inos {
+                for &i in snap_inos {
                     let (b, off) = self.sb.inode_location(i);
                     if b == x {
                         // The snapshot appears in itself as an empty file.
@@ -327,7 +374,22 @@ impl Fs {
             }
             self.cache.create(c).copy_from_slice(&data);
         }
-        // The map.
+        Ok(())
+    }
+
+    /// The snapshot's map: for each block of the file system its copy, BLK_NOCOPY (free then,
+    /// or a snapshot's own), or 0 (still shared: copied before it is overwritten), in the
+    /// snapshot inode's direct slots and leaves; returns the live record of what is not copied.
+    fn snap_write_map(
+        &mut self,
+        ino: u32,
+        d: &mut Dinode,
+        copies: &[(u64, u64)],
+        owned: &HashSet<u64>,
+        maps: &[Vec<u8>],
+    ) -> FsResult<Active> {
+        let n = self.sb.num_blocks;
+        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
         let copy_of: std::collections::HashMap<u64, u64> = copies.iter().copied().collect();
         let mut active = Active::new(ino, n);
         let sb = self.sb.clone();
@@ -337,8 +399,7 @@ impl Fs {
             }
             let cg = sb.cg_of_block(x);
             let i = (x - sb.cg_start(cg)) as usize;
-            let cg = cg as usize;
-            if owned.contains(&x) || !bit_get(&maps[cg][bmoff..], i) {
+            if owned.contains(&x) || !bit_get(&maps[cg as usize][bmoff..], i) {
                 BLK_NOCOPY
             } else {
                 0
@@ -347,7 +408,7 @@ impl Fs {
         for x in 0..(NDADDR as u64).min(n) {
             d.db[x as usize] = entry(x);
         }
-        let leaves = self.snap_leaves(&d)?;
+        let leaves = self.snap_leaves(d)?;
         let p = self.sb.ptrs_per_block();
         let mut values = vec![0u64; p as usize];
         for &(base, leaf) in &leaves {
@@ -363,23 +424,7 @@ impl Fs {
                 ind_set(buf, i, v);
             }
         }
-        // On disk in order: the bitmaps, the copies and the map; then the inode pointing at them;
-        // then the superblock listing it.
-        let mut first: Vec<u64> = (0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)).collect();
-        first.extend(&mine);
-        first.sort_unstable();
-        for chunk in first.chunks(1024) {
-            self.write_bufs(chunk, WriteKind::Sync)?;
-        }
-        d.size = n * bs as u64;
-        d.blocks = mine.len() as u64;
-        let ib = self.iput(ino, &d)?;
-        self.write_bufs(&[ib], WriteKind::Sync)?;
-        self.sync_all()?;
-        self.sb.snapshots[slot] = ino;
-        self.snapshots.active.push(active);
-        self.write_superblock()?;
-        self.snap_info(name, ino)
+        Ok(active)
     }
 
     fn snap_info(&mut self, name: &[u8], ino: u32) -> FsResult<SnapInfo> {

@@ -63,6 +63,8 @@ impl Fs {
         Ok(any)
     }
 
+    // Long: one arm per kind of work item (FreeBSD's handle_workitem_*), each short; split, the
+    // arms would only move.
     pub(super) fn run_task(&mut self, t: Task) -> FsResult<()> {
         log::trace!("task {t:?}");
         match t {
