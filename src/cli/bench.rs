@@ -68,6 +68,7 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         seed: a.seed,
         fio_size: a.fio_size,
         fio_runtime: a.fio_runtime,
+        mail_messages: a.mail_messages,
         ..Default::default()
     }
     .scaled(a.scale);

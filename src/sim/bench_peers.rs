@@ -23,7 +23,7 @@ use crate::fs::Ordering;
 /// The file systems compared, in table order.
 pub const PEERS: [&str; 5] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel"];
 /// The workloads, in order.
-pub const WORKLOADS: [&str; 5] = ["files", "copy", "andrew", "postmark", "fio"];
+pub const WORKLOADS: [&str; 6] = ["files", "copy", "andrew", "postmark", "fio", "mail"];
 
 /// Sizes and places; `Default` is the full size.
 #[derive(Debug, Clone, Serialize)]
@@ -55,6 +55,8 @@ pub struct PeersOptions {
     /// fio's file size and the time limit of each of its four jobs, in seconds.
     pub fio_size: u64,
     pub fio_runtime: u64,
+    /// The mail-delivery workload: messages each deliverer makes (16 KiB, fsync'ed, renamed in).
+    pub mail_messages: usize,
 }
 
 impl Default for PeersOptions {
@@ -79,6 +81,7 @@ impl Default for PeersOptions {
             seed: 1,
             fio_size: 2 << 30,
             fio_runtime: 30,
+            mail_messages: 2000,
         }
     }
 }
@@ -92,6 +95,7 @@ impl PeersOptions {
         self.andrew_files = s(self.andrew_files);
         self.postmark_files = s(self.postmark_files);
         self.postmark_tx = s(self.postmark_tx);
+        self.mail_messages = s(self.mail_messages);
         self.fio_size = ((self.fio_size as f64 * scale) as u64).max(1 << 20) & !4095;
         self
     }
@@ -397,6 +401,43 @@ fn copy(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnM
     })
 }
 
+/// The soft updates paper's mail server: deliverers, each writing `mail_messages` messages of
+/// 16 KiB into its own mailbox (a temporary file, fsync, then a rename into place), one
+/// deliverer alone and then four at once. Four at once is where fsyncs meet: each waits for its
+/// own writes, and on a file system that holds one lock across its I/O, for the others' too.
+fn mail(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
+    use std::io::Write;
+    let deliver = |box_dir: PathBuf, n: usize| -> std::io::Result<()> {
+        std::fs::create_dir_all(&box_dir)?;
+        let body = vec![b'm'; 16 << 10];
+        for i in 0..n {
+            let tmp = box_dir.join(format!("tmp.{i}"));
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&body)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, box_dir.join(format!("msg.{i}")))?;
+        }
+        Ok(())
+    };
+    for (name, deliverers) in [("mail x1", 1usize), ("mail x4", 4)] {
+        on(name);
+        let n = o.mail_messages;
+        timed(phases, name, || {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..deliverers)
+                    .map(|k| {
+                        let dir = root.join(format!("{}-box{k}", name.replace(' ', "")));
+                        s.spawn(move || deliver(dir, n))
+                    })
+                    .collect();
+                handles.into_iter().try_for_each(|h| h.join().expect("deliverer").map_err(io))
+            })?;
+            Ok(((), (deliverers * n) as u64))
+        })?;
+    }
+    Ok(())
+}
+
 /// The Andrew-like phases of `bench orderings` over `andrew_tree`.
 fn andrew(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
     on("andrew");
@@ -521,6 +562,7 @@ fn workload(name: &str) -> Option<Workload> {
         "andrew" => andrew,
         "postmark" => postmark,
         "fio" => fio,
+        "mail" => mail,
         _ => return None,
     })
 }
