@@ -73,6 +73,26 @@ impl Fs {
         lock(fs).sync_all()
     }
 
+    /// `fsync_shared`'s order in one thread, for the crash tester: each batch is prepared as a
+    /// flight, `between` runs (as other requests do while the mount's lock is released), and
+    /// then the flight is issued and lands (unless `between` landed it).
+    pub fn fsync_interleaved(&mut self, ino: u32, between: &mut dyn FnMut(&mut Fs) -> FsResult<()>) -> FsResult<()> {
+        let start = match self.fsync_start(ino)? {
+            Some(start) if self.ordering != Ordering::Sync => start,
+            _ => return self.fsync(ino),
+        };
+        for _ in 0..FSYNC_ROUNDS {
+            let Some(batches) = self.fsync_round(ino, start)? else { return Ok(()) };
+            for batch in batches {
+                if self.start_flight(&batch, WriteKind::Sync)?.is_some() {
+                    between(self)?;
+                    self.land_flight()?;
+                }
+            }
+        }
+        self.sync_all()
+    }
+
     /// Where an fsync of `ino` starts: the epoch its inodes are tracked from (None without soft
     /// updates: everything is written then).
     fn fsync_start(&mut self, ino: u32) -> FsResult<Option<Epoch>> {

@@ -9,6 +9,7 @@ use rand::Rng;
 
 use crate::clock::SimClock;
 use crate::dev::{MemDevice, RecordingDevice, WriteKind};
+use crate::format::ROOT_INO;
 use crate::fs::flight::Flight;
 use crate::fs::{Fs, FsResult, Ordering, RenameFlags, SetAttr};
 use crate::syncer::Sweeper;
@@ -303,7 +304,23 @@ impl<'a> Work<'a> {
     pub(super) fn fsync(&mut self, path: &str) -> FsResult<()> {
         self.begin(format!("fsync {path}"))?;
         let ino = self.resolve(path)?;
-        self.fs.fsync(ino)?;
+        if self.count.is_multiple_of(2) {
+            // As on a mount, where other requests run while fsync's batches are written: a
+            // file made and written in the root between each batch's preparation and its write.
+            let n = self.count;
+            let mut k = 0;
+            self.fs.fsync_interleaved(ino, &mut |fs| {
+                if k == 2 {
+                    return Ok(()); // (two a fsync: the image is small)
+                }
+                let name = format!("side-{n}-{k}");
+                k += 1;
+                let (f, _) = fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0)?;
+                fs.write(f, 0, name.as_bytes()).map(|_| ())
+            })?;
+        } else {
+            self.fs.fsync(ino)?;
+        }
         let size = self.fs.getattr(ino)?.size;
         let contents = self.fs.read(ino, 0, size as usize)?;
         if self.rec.is_some() {
