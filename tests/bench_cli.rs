@@ -80,8 +80,15 @@ fn peers_bench_prints_table_plots_and_json() {
     // Only sufs (the other peers need fuse2fs and root and take longer), and a peer that is
     // not there, which must be listed as skipped rather than given numbers.
     let run = Command::new(env!("CARGO_BIN_EXE_sufs"))
-        .args(["bench", "--peers", "sufs-softdep,sufs-async,nofs", "--workloads", "files,copy,andrew,postmark"])
+        .args([
+            "bench",
+            "--peers",
+            "sufs-softdep,sufs-async,nofs",
+            "--workloads",
+            "files,copy,andrew,postmark,mail,stall",
+        ])
         .args(["--files", "30", "--tree-files", "8", "--andrew-files", "6", "--postmark-files", "20"])
+        .args(["--mail-messages", "10", "--stall-mb", "4", "--stall-secs", "0.3"])
         .args(["--postmark-tx", "40", "--image-size", "64M", "--trees"])
         .arg(&tree)
         .arg("--andrew-tree")
@@ -96,18 +103,24 @@ fn peers_bench_prints_table_plots_and_json() {
         .unwrap();
     let text = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{text}{}", String::from_utf8_lossy(&run.stderr));
-    for needle in
-        ["| files | create | 30 |", "| postmark | transactions | 80 |", "softdep / sufs-async", "skipped nofs"]
-    {
+    for needle in [
+        "| files | create | 30 |",
+        "| postmark | transactions | 80 |",
+        "| mail | mail x4 | 40 |",
+        "| stall | write 4 MiB | 4 |",
+        "| stall | create: worst |",
+        "softdep / sufs-async",
+        "skipped nofs",
+    ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
-    for w in ["files", "copy", "andrew", "postmark"] {
+    for w in ["files", "copy", "andrew", "postmark", "mail", "stall"] {
         let svg = std::fs::read_to_string(out.join(format!("peers-{w}.svg"))).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("sufs-softdep"), "{w}");
     }
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 8);
+    assert_eq!(runs.len(), 12);
     assert!(runs.iter().all(|r| r["writes"]["blocks"].as_u64().unwrap() > 0), "{v}");
     assert_eq!(v["skipped"][0][0], "nofs");
 }

@@ -299,7 +299,7 @@ pub(crate) struct PeersArgs {
     #[arg(long, value_delimiter = ',', default_value = "sufs-softdep,sufs-sync,sufs-async,fuse2fs,ext4-kernel")]
     pub(crate) peers: Vec<String>,
     /// Workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "files,copy,andrew,postmark,fio,mail")]
+    #[arg(long, value_delimiter = ',', default_value = "files,copy,andrew,postmark,fio,mail,stall")]
     pub(crate) workloads: Vec<String>,
     /// Multiply every count and size below (but the image's) by this.
     #[arg(long, default_value_t = 1.0)]
@@ -333,6 +333,11 @@ pub(crate) struct PeersArgs {
     /// Mail delivery: messages each deliverer writes (16 KiB, fsync, rename), alone and four at once.
     #[arg(long, default_value_t = 2000)]
     pub(crate) mail_messages: usize,
+    /// Stall: MiB written without fsync, then seconds of creates every 10 ms (their latency).
+    #[arg(long, default_value_t = 600)]
+    pub(crate) stall_mb: u64,
+    #[arg(long, default_value_t = 45.0)]
+    pub(crate) stall_secs: f64,
     /// Size of every image.
     #[arg(long, value_parser = parse_size, default_value = "4G")]
     pub(crate) image_size: u64,
@@ -350,7 +355,7 @@ pub(crate) struct PeersArgs {
 #[derive(Subcommand)]
 pub(crate) enum BenchCmd {
     /// The same workloads (many empty files; real trees copied; Andrew-like; PostMark-
-    /// like; fio; mail delivery with fsync, alone and four at once) through the mounts of sufs softdep, sync and async, fuse2fs and kernel ext4 on
+    /// like; fio; mail delivery with fsync, alone and four at once; creates behind a burst of writes) through the mounts of sufs softdep, sync and async, fuse2fs and kernel ext4 on
     /// a loop device, each on a fresh image; a table, plots and JSON.
     Peers(PeersArgs),
     /// The Block Register paper's Figure 2: a volume snapshot with the reserved store and with the

@@ -69,6 +69,8 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         fio_size: a.fio_size,
         fio_runtime: a.fio_runtime,
         mail_messages: a.mail_messages,
+        stall_mb: a.stall_mb,
+        stall_secs: a.stall_secs,
         ..Default::default()
     }
     .scaled(a.scale);

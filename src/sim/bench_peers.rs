@@ -23,7 +23,7 @@ use crate::fs::Ordering;
 /// The file systems compared, in table order.
 pub const PEERS: [&str; 5] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel"];
 /// The workloads, in order.
-pub const WORKLOADS: [&str; 6] = ["files", "copy", "andrew", "postmark", "fio", "mail"];
+pub const WORKLOADS: [&str; 7] = ["files", "copy", "andrew", "postmark", "fio", "mail", "stall"];
 
 /// Sizes and places; `Default` is the full size.
 #[derive(Debug, Clone, Serialize)]
@@ -57,6 +57,9 @@ pub struct PeersOptions {
     pub fio_runtime: u64,
     /// The mail-delivery workload: messages each deliverer makes (16 KiB, fsync'ed, renamed in).
     pub mail_messages: usize,
+    /// The stall workload: MiB written without fsync, then seconds of probing creates.
+    pub stall_mb: u64,
+    pub stall_secs: f64,
 }
 
 impl Default for PeersOptions {
@@ -82,6 +85,8 @@ impl Default for PeersOptions {
             fio_size: 2 << 30,
             fio_runtime: 30,
             mail_messages: 2000,
+            stall_mb: 600,
+            stall_secs: 45.0,
         }
     }
 }
@@ -96,6 +101,8 @@ impl PeersOptions {
         self.postmark_files = s(self.postmark_files);
         self.postmark_tx = s(self.postmark_tx);
         self.mail_messages = s(self.mail_messages);
+        self.stall_mb = ((self.stall_mb as f64 * scale).round() as u64).max(1);
+        self.stall_secs = (self.stall_secs * scale).max(0.2);
         self.fio_size = ((self.fio_size as f64 * scale) as u64).max(1 << 20) & !4095;
         self
     }
@@ -438,6 +445,38 @@ fn mail(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnM
     Ok(())
 }
 
+/// Mogul's burst, as a user meets it: `stall_mb` MiB written without fsync, then a 100-byte
+/// file made every 10 ms for `stall_secs` seconds while the file system writes the burst out.
+/// The creates' median, 99th percentile and worst latency are phases of their own (no
+/// operations: their time is the latency).
+fn stall(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
+    use std::io::Write;
+    on("write");
+    let chunk = vec![b's'; 1 << 20];
+    timed(phases, &format!("write {} MiB", o.stall_mb), || {
+        let mut f = std::fs::File::create(root.join("burst")).map_err(io)?;
+        for _ in 0..o.stall_mb {
+            f.write_all(&chunk).map_err(io)?;
+        }
+        Ok(((), o.stall_mb))
+    })?;
+    on("probe");
+    let (mut lat, start) = (Vec::new(), Instant::now());
+    while start.elapsed().as_secs_f64() < o.stall_secs {
+        let t = Instant::now();
+        std::fs::write(root.join(format!("probe-{}", lat.len())), [b'p'; 100]).map_err(io)?;
+        lat.push(t.elapsed().as_secs_f64());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    phases.push(Phase { name: "probe creates".into(), ops: lat.len() as u64, secs: start.elapsed().as_secs_f64() });
+    lat.sort_by(f64::total_cmp);
+    for (name, q) in [("create: median", 0.5), ("create: p99", 0.99), ("create: worst", 1.0)] {
+        let secs = lat.get(((lat.len().saturating_sub(1)) as f64 * q) as usize).copied().unwrap_or(0.0);
+        phases.push(Phase { name: name.into(), ops: 0, secs });
+    }
+    Ok(())
+}
+
 /// The Andrew-like phases of `bench orderings` over `andrew_tree`.
 fn andrew(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
     on("andrew");
@@ -563,6 +602,7 @@ fn workload(name: &str) -> Option<Workload> {
         "postmark" => postmark,
         "fio" => fio,
         "mail" => mail,
+        "stall" => stall,
         _ => return None,
     })
 }
@@ -630,7 +670,10 @@ pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>))
 }
 
 fn secs_cell(p: &Phase) -> String {
-    if p.ops == 0 {
+    if p.ops == 0 && p.secs < 0.1 {
+        // A latency (the stall workload's creates) or a short unmount: in milliseconds.
+        format!("{:.2} ms", p.secs * 1e3)
+    } else if p.ops == 0 {
         format!("{:.2} s", p.secs)
     } else {
         format!("{:.2} s ({}/s)", p.secs, thousands(p.ops_per_sec().round() as u64))
