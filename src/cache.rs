@@ -223,9 +223,7 @@ impl Cache {
     }
 
     fn mark_dirty(&mut self, bno: u64) {
-        if let Some(changed) = self.inflight.get_mut(&bno) {
-            *changed = true;
-        }
+        self.note_change_in_flight(bno);
         let b = self.bufs.get_mut(&bno).expect("mark_dirty on a cached buffer");
         match b.dirty_since {
             Some(_) => self.stats.redirties += 1,
@@ -258,14 +256,23 @@ impl Cache {
 
     /// True if a write of `bno` was prepared and has not finished.
     pub fn in_flight(&self, bno: u64) -> bool {
-        self.inflight.contains_key(&bno)
+        !self.inflight.is_empty() && self.inflight.contains_key(&bno)
+    }
+
+    /// A buffer changed or dropped: if its write is in flight, the write does not carry that.
+    /// (Every modification passes here, and nearly always nothing is in flight.)
+    fn note_change_in_flight(&mut self, bno: u64) {
+        if self.inflight.is_empty() {
+            return;
+        }
+        if let Some(changed) = self.inflight.get_mut(&bno) {
+            *changed = true;
+        }
     }
 
     /// Drops a buffer without writing it (its block was freed).
     pub fn forget(&mut self, bno: u64) {
-        if let Some(changed) = self.inflight.get_mut(&bno) {
-            *changed = true;
-        }
+        self.note_change_in_flight(bno);
         if let Some(b) = self.bufs.remove(&bno) {
             match b.dirty_since {
                 Some(t) => {

@@ -6,6 +6,9 @@ use crate::softdep::Epoch;
 /// Rounds of writes an fsync makes before it writes everything.
 const FSYNC_ROUNDS: usize = 16;
 
+/// What runs between an interleaved fsync's batch preparation and its write.
+pub type Between<'a> = dyn FnMut(&mut Fs) -> FsResult<()> + 'a;
+
 impl Fs {
     pub fn statfs(&mut self) -> StatFs {
         let meta_per_group = 2 + self.sb.inode_table_blocks() as u64;
@@ -41,11 +44,26 @@ impl Fs {
     /// the directory blocks whose entries name it (and, up to the root, those naming its
     /// directories), in batches, until none of it is pending.
     pub fn fsync(&mut self, ino: u32) -> FsResult<()> {
+        self.fsync_with(ino, None)
+    }
+
+    /// `fsync`'s rounds; with `between`, each batch is a flight and `between` runs between its
+    /// preparation and its write (`fsync_interleaved`).
+    fn fsync_with(&mut self, ino: u32, mut between: Option<&mut Between<'_>>) -> FsResult<()> {
+        // (a start only with soft updates: never under sync ordering, whose writes go in order)
         let Some(start) = self.fsync_start(ino)? else { return self.sync_all() };
         for _ in 0..FSYNC_ROUNDS {
             let Some(batches) = self.fsync_round(ino, start)? else { return Ok(()) };
             for batch in batches {
-                self.write_bufs(&batch, WriteKind::Sync)?;
+                match between.as_mut() {
+                    None => self.write_bufs(&batch, WriteKind::Sync)?,
+                    Some(f) => {
+                        if self.start_flight(&batch, WriteKind::Sync)?.is_some() {
+                            f(self)?;
+                            self.land_flight()?;
+                        }
+                    }
+                }
             }
         }
         // Something keeps it busy (another inode in its block, say): write everything.
@@ -59,8 +77,8 @@ impl Fs {
         let start = {
             let mut g = lock(fs);
             match g.fsync_start(ino)? {
-                Some(start) if g.ordering != Ordering::Sync => start,
-                _ => return g.fsync(ino),
+                Some(start) => start,
+                None => return g.sync_all(),
             }
         };
         for _ in 0..FSYNC_ROUNDS {
@@ -76,21 +94,8 @@ impl Fs {
     /// `fsync_shared`'s order in one thread, for the crash tester: each batch is prepared as a
     /// flight, `between` runs (as other requests do while the mount's lock is released), and
     /// then the flight is issued and lands (unless `between` landed it).
-    pub fn fsync_interleaved(&mut self, ino: u32, between: &mut dyn FnMut(&mut Fs) -> FsResult<()>) -> FsResult<()> {
-        let start = match self.fsync_start(ino)? {
-            Some(start) if self.ordering != Ordering::Sync => start,
-            _ => return self.fsync(ino),
-        };
-        for _ in 0..FSYNC_ROUNDS {
-            let Some(batches) = self.fsync_round(ino, start)? else { return Ok(()) };
-            for batch in batches {
-                if self.start_flight(&batch, WriteKind::Sync)?.is_some() {
-                    between(self)?;
-                    self.land_flight()?;
-                }
-            }
-        }
-        self.sync_all()
+    pub fn fsync_interleaved(&mut self, ino: u32, between: &mut Between<'_>) -> FsResult<()> {
+        self.fsync_with(ino, Some(between))
     }
 
     /// Where an fsync of `ino` starts: the epoch its inodes are tracked from (None without soft

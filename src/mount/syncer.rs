@@ -139,6 +139,11 @@ impl Sweeper {
             let Some(bnos) = self.pick(&g) else { return Ok(()) };
             g.plan_delayed(bnos, 1024)
         };
+        Self::write_plan(fs, plan)
+    }
+
+    /// Writes a sweep's batches, in order, as flights, then runs the work they made possible.
+    fn write_plan(fs: &SharedFs, plan: Vec<Vec<u64>>) -> FsResult<()> {
         for chunk in plan {
             Fs::write_in_flight(fs, &chunk, WriteKind::Async)?;
         }
@@ -161,10 +166,7 @@ impl Sweeper {
                 let all = g.dirty_blocks(None);
                 g.plan_delayed(all, 1024)
             };
-            for chunk in plan {
-                Fs::write_in_flight(fs, &chunk, WriteKind::Async)?;
-            }
-            lock(fs).run_tasks()?;
+            Self::write_plan(fs, plan)?;
         }
         Ok(())
     }
