@@ -38,6 +38,9 @@ pub struct Alloc {
     /// reserved inode shown free, a free count that disagrees with its bitmap); the mount
     /// reports it and asks for fsck.
     pub damage: Vec<String>,
+    /// Blocks freed since the mount: a reader that planned a device read under the lock and
+    /// read without it knows by this that no block it read can have changed hands meanwhile.
+    frees: u64,
 }
 
 impl Alloc {
@@ -57,7 +60,7 @@ impl Alloc {
             let (free_blocks, free_inodes) = Self::check_maps(cache, sb, cg, &h, &mut damage)?;
             sums.push(CgSum { free_blocks, free_inodes, ndirs: h.ndirs });
         }
-        Ok(Alloc { sums, damage })
+        Ok(Alloc { sums, damage, frees: 0 })
     }
 
     /// The bitmaps must show the group's metadata blocks (and in group 0 the reserved inodes)
@@ -104,6 +107,11 @@ impl Alloc {
         cg_set_free_blocks(buf, fb);
         cg_set_free_inodes(buf, fi);
         Ok((fb, fi))
+    }
+
+    /// Blocks freed since the mount.
+    pub fn frees(&self) -> u64 {
+        self.frees
     }
 
     pub fn free_blocks(&self) -> u64 {
@@ -256,6 +264,7 @@ impl Alloc {
             return Err(AllocError::DoubleFree { what: "block", n: bno });
         }
         bit_set(map, idx, false);
+        self.frees += 1;
         let fb = cg_get_free_blocks(buf) + 1;
         cg_set_free_blocks(buf, fb);
         self.sums[cg as usize].free_blocks += 1;

@@ -62,6 +62,9 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Buffers changed (or dropped) while a write of theirs was in flight: they stayed dirty.
     pub changed_in_flight: u64,
+    /// Reads outside the file system's lock done again under it, because a block was freed
+    /// while they read.
+    pub reads_redone: u64,
 }
 
 impl CacheStats {
@@ -193,6 +196,17 @@ impl Cache {
         self.dev.read_run(bno, buf)?;
         self.stats.misses += n as u64;
         Ok(())
+    }
+
+    /// Counts blocks read from the device for the cache's user, past the cache (the reads of a
+    /// shared file system outside its lock).
+    pub fn count_misses(&mut self, n: u64) {
+        self.stats.misses += n;
+    }
+
+    /// Counts a read outside the lock done again under it.
+    pub fn count_read_redone(&mut self) {
+        self.stats.reads_redone += 1;
     }
 
     /// The contents of a block, to modify: the buffer becomes a delayed write.

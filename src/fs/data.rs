@@ -2,35 +2,114 @@
 
 use super::*;
 
+/// A read planned under the lock (`Fs::read_plan`): what could be copied is in `out`, and
+/// `runs` says what is still to come from the device.
+struct ReadPlan {
+    out: Vec<u8>,
+    runs: Vec<ReadRun>,
+    /// The allocator's count of freed blocks when the plan was made.
+    frees: u64,
+}
+
+impl ReadPlan {
+    /// Reads the planned runs from the device (no lock needed).
+    fn fetch(&mut self, dev: &dyn BlockDevice) -> FsResult<()> {
+        let mut run = Vec::new();
+        for r in &self.runs {
+            run.resize(r.nblk * dev.block_size(), 0);
+            dev.read_run(r.bno, &mut run)?;
+            self.out[r.at..r.at + r.len].copy_from_slice(&run[r.skip..r.skip + r.len]);
+        }
+        Ok(())
+    }
+}
+
+/// `nblk` blocks from `bno` on, of which `len` bytes from `skip` on go to `out[at..]`.
+struct ReadRun {
+    at: usize,
+    bno: u64,
+    nblk: usize,
+    skip: usize,
+    len: usize,
+}
+
 impl Fs {
+    /// Reads up to `len` bytes at `off` (fewer at the end of the file). Blocks not cached are
+    /// read from the device here, with the caller holding the file system.
     pub fn read(&mut self, ino: u32, off: u64, len: usize) -> FsResult<Vec<u8>> {
+        let mut plan = self.read_plan(ino, off, len)?;
+        let mut run = Vec::new();
+        for r in std::mem::take(&mut plan.runs) {
+            if r.nblk == 1 {
+                // A single block is kept in the cache (a small file read again, a partial write).
+                let b = self.cache.read(r.bno)?;
+                plan.out[r.at..r.at + r.len].copy_from_slice(&b[r.skip..r.skip + r.len]);
+            } else {
+                self.cache.read_past(r.bno, r.nblk, &mut run)?;
+                plan.out[r.at..r.at + r.len].copy_from_slice(&run[r.skip..r.skip + r.len]);
+            }
+        }
+        Ok(plan.out)
+    }
+
+    /// `read` on a shared file system, its device reads outside the lock: the lock is held to
+    /// plan the read (the block map walked, cached blocks and holes copied, the atime set),
+    /// released while the blocks not cached come from the device (into the reply, not the
+    /// cache), and taken again to check that no block was freed meanwhile. If one was, it may
+    /// have been handed out again and rewritten, so the read is done again under the lock. A
+    /// write to the same range meanwhile may or may not be seen, as with any concurrent read.
+    pub fn read_shared(fs: &SharedFs, ino: u32, off: u64, len: usize) -> FsResult<Vec<u8>> {
+        let (mut plan, dev) = {
+            let mut g = lock(fs);
+            (g.read_plan(ino, off, len)?, g.cache.device().clone())
+        };
+        if plan.runs.is_empty() {
+            return Ok(plan.out);
+        }
+        plan.fetch(dev.as_ref())?;
+        lock(fs).read_finish(plan, ino, off, len)
+    }
+
+    /// The last step of `read_shared`, under the lock again.
+    fn read_finish(&mut self, plan: ReadPlan, ino: u32, off: u64, len: usize) -> FsResult<Vec<u8>> {
+        if self.alloc.frees() != plan.frees {
+            self.cache.count_read_redone();
+            return self.read(ino, off, len);
+        }
+        self.cache.count_misses(plan.runs.iter().map(|r| r.nblk as u64).sum());
+        Ok(plan.out)
+    }
+
+    /// Plans a read under the lock: the bytes of cached blocks and holes in `out`, the runs of
+    /// blocks to read from the device listed (the blocks of the request that follow one
+    /// another on disk, none of them cached, form one run: a sequential read's requests are up
+    /// to 1 MiB). The atime is set here. Reservations and snapshots are read here whole.
+    fn read_plan(&mut self, ino: u32, off: u64, len: usize) -> FsResult<ReadPlan> {
+        let frees = self.alloc.frees();
         let mut d = self.iget(ino)?;
         if d.is_dir() {
             return Err(FsError::IsDir);
         }
-        if off >= d.size {
-            self.accessed(ino, &mut d)?;
-            return Ok(Vec::new());
-        }
-        if d.flags & DI_UNMOVABLE != 0 {
+        let out = if off >= d.size {
+            Vec::new()
+        } else if d.flags & DI_UNMOVABLE != 0 {
             // A reservation's blocks belong to its owner, who writes them on the device.
-            return self.br_read(ino, &mut d, off, len);
-        }
-        if d.flags & DI_SNAPSHOT != 0 {
+            return Ok(ReadPlan { out: self.br_read(ino, &mut d, off, len)?, runs: Vec::new(), frees });
+        } else if d.flags & DI_SNAPSHOT != 0 {
             // A snapshot reads as the frozen file system.
-            return self.snap_read(&d, off, len);
-        }
-        let end = d.size.min(off.saturating_add(len as u64));
+            return Ok(ReadPlan { out: self.snap_read(&d, off, len)?, runs: Vec::new(), frees });
+        } else {
+            let end = d.size.min(off.saturating_add(len as u64));
+            vec![0u8; (end - off) as usize]
+        };
+        let mut plan = ReadPlan { out, runs: Vec::new(), frees };
         let bs = self.sb.block_size as u64;
-        let mut out = Vec::with_capacity((end - off) as usize);
-        let mut run = Vec::new();
+        let end = off + plan.out.len() as u64;
         let mut pos = off;
         while pos < end {
             let lbn = pos / bs;
-            let boff = (pos % bs) as usize;
+            let skip = (pos % bs) as usize;
             let (bno, _) = self.bmap(ino, &mut d, lbn, false)?;
-            // The blocks of the request that follow this one on disk, none of them cached, come
-            // in one device read (a sequential read's requests are up to 1 MiB), past the cache.
             let mut nblk = 1;
             if bno != 0 && !self.cache.is_cached(bno) {
                 while (lbn + nblk) * bs < end && nblk < MAX_READ_RUN {
@@ -42,18 +121,16 @@ impl Fs {
                 }
             }
             let n = (((lbn + nblk) * bs).min(end) - pos) as usize;
-            if bno == 0 {
-                out.resize(out.len() + n, 0);
-            } else if nblk == 1 {
-                out.extend_from_slice(&self.cache.read(bno)?[boff..boff + n]);
-            } else {
-                self.cache.read_past(bno, nblk as usize, &mut run)?;
-                out.extend_from_slice(&run[boff..boff + n]);
+            let at = (pos - off) as usize;
+            if bno != 0 && self.cache.is_cached(bno) {
+                plan.out[at..at + n].copy_from_slice(&self.cache.read(bno)?[skip..skip + n]);
+            } else if bno != 0 {
+                plan.runs.push(ReadRun { at, bno, nblk: nblk as usize, skip, len: n });
             }
             pos += n as u64;
         }
         self.accessed(ino, &mut d)?;
-        Ok(out)
+        Ok(plan)
     }
 
     /// Writes `data` at `off`. A write that runs out of space part way is tried again whole
@@ -190,5 +267,59 @@ impl Fs {
             d.size = size;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::dev::MemDevice;
+    use crate::fs::{mkfs, MkfsOptions, MountOptions};
+
+    /// A read planned under the lock whose blocks are freed, handed to another file and
+    /// written before its device read (which runs without the lock) is done again under the
+    /// lock: it never returns another file's data.
+    #[test]
+    fn a_read_outside_the_lock_never_returns_a_block_that_changed_hands() {
+        for ordering in [Ordering::Softdep, Ordering::Sync] {
+            let dev = Arc::new(MemDevice::new(4096, 4096));
+            mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
+            let mount = |dev: &Arc<MemDevice>| {
+                let d: Arc<dyn BlockDevice> = dev.clone();
+                Fs::mount(d, MountOptions { ordering, cache_blocks: 256, readonly: false }, Arc::new(SimClock::new()))
+                    .unwrap()
+            };
+            let mut fs = mount(&dev);
+            let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+            fs.write(f, 0, &[7u8; 3 * 4096]).unwrap();
+            fs.unmount().unwrap();
+            let mut fs = mount(&dev);
+            let (f, _) = fs.lookup(ROOT_INO, b"f").unwrap();
+            let plan = fs.read_plan(f, 0, 3 * 4096).unwrap();
+            assert_eq!(plan.runs.len(), 1, "{ordering:?}: the file's blocks are not cached: one run");
+            // Meanwhile: the file is emptied, its blocks freed and taken by another file.
+            fs.setattr(f, &SetAttr { size: Some(0), ..Default::default() }).unwrap();
+            fs.sync_all().unwrap();
+            let (g, _) = fs.create(ROOT_INO, b"g", 0o644, 0, 0).unwrap();
+            fs.write(g, 0, &[0xee; 64 * 4096]).unwrap();
+            fs.sync_all().unwrap();
+            let mut plan = plan;
+            let d: Arc<dyn BlockDevice> = dev.clone();
+            plan.fetch(d.as_ref()).unwrap();
+            assert!(plan.out.contains(&0xee), "{ordering:?}: the test reuses the freed blocks");
+            let got = fs.read_finish(plan, f, 0, 3 * 4096).unwrap();
+            assert!(got.is_empty(), "{ordering:?}: the read done again sees the emptied file");
+            assert_eq!(fs.stats().cache.reads_redone, 1);
+            // Without frees in between, the device's bytes are the answer.
+            fs.write(f, 0, &[9u8; 2 * 4096]).unwrap();
+            fs.unmount().unwrap();
+            let mut fs = mount(&dev);
+            let (f, _) = fs.lookup(ROOT_INO, b"f").unwrap();
+            let mut plan = fs.read_plan(f, 100, 8000).unwrap();
+            plan.fetch(d.as_ref()).unwrap();
+            assert_eq!(fs.read_finish(plan, f, 100, 8000).unwrap(), vec![9u8; 8000]);
+            assert_eq!(fs.stats().cache.reads_redone, 0);
+        }
     }
 }

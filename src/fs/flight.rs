@@ -32,6 +32,8 @@ enum State {
 pub struct Flight {
     batch: Prepared,
     kind: WriteKind,
+    /// The group of fsyncs it carries (`Group`), or 0.
+    ticket: u64,
     dev: Arc<dyn BlockDevice>,
     state: Mutex<State>,
     done: Condvar,
@@ -86,6 +88,31 @@ impl Flight {
     }
 }
 
+/// Group commit: fsyncs that arrive while a flight is being written wait together, and the
+/// first of them to find the device free writes all their blocks in one flight, with one
+/// device flush, as a journal's group commit does. Each waiter holds the ticket of the group
+/// it joined; a group's ticket is carried by the flight that writes it, and its landing
+/// answers every member.
+#[derive(Debug)]
+pub(super) struct Group {
+    /// The blocks the members of the open group asked for.
+    pending: Vec<u64>,
+    /// The ticket of the group now collecting members.
+    open: u64,
+    /// The last group whose flight landed (groups land in ticket order: one flight at a time).
+    landed: u64,
+    /// The last group whose write failed.
+    failed: u64,
+    /// Members of the open group.
+    members: usize,
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Group { pending: Vec::new(), open: 1, landed: 0, failed: 0, members: 0 }
+    }
+}
+
 /// A request to a background flusher (the mount's syncer thread) to write what it can now,
 /// outside the lock: soft updates' memory bound and a cache filling with dirty buffers ask for
 /// it instead of writing under the lock in the middle of a request (FreeBSD's softdep_speedup
@@ -132,6 +159,11 @@ impl Fs {
     /// copies are made. The caller issues it (`Flight::issue`) and lands it (`land_flight`);
     /// anything in between that needs it landed lands it.
     pub fn start_flight(&mut self, bnos: &[u64], kind: WriteKind) -> FsResult<Option<Arc<Flight>>> {
+        self.start_flight_with(bnos, kind, 0)
+    }
+
+    /// `start_flight`, the flight carrying the group `ticket` (0: none).
+    fn start_flight_with(&mut self, bnos: &[u64], kind: WriteKind, ticket: u64) -> FsResult<Option<Arc<Flight>>> {
         self.check_live()?;
         assert!(self.ordering != Ordering::Sync, "sync ordering writes in order, under the lock");
         self.land_flight()?;
@@ -141,7 +173,8 @@ impl Fs {
             return Ok(None);
         }
         let dev = self.cache.device().clone();
-        let flight = Arc::new(Flight { batch, kind, dev, state: Mutex::new(State::Prepared), done: Condvar::new() });
+        let flight =
+            Arc::new(Flight { batch, kind, ticket, dev, state: Mutex::new(State::Prepared), done: Condvar::new() });
         self.flight = Some(flight.clone());
         Ok(Some(flight))
     }
@@ -152,8 +185,66 @@ impl Fs {
         let Some(flight) = self.flight.take() else { return Ok(0) };
         flight.issue();
         let result = flight.take_result();
-        let n = self.cache.finish_write(&flight.batch, result, &mut self.hooks)?;
-        Ok(n)
+        let n = self.cache.finish_write(&flight.batch, result, &mut self.hooks);
+        if flight.ticket != 0 {
+            assert!(flight.ticket > self.group.landed, "groups land in order");
+            self.group.landed = flight.ticket;
+            if n.is_err() {
+                self.group.failed = flight.ticket;
+            }
+        }
+        Ok(n?)
+    }
+
+    /// Writes the dirty buffers among `bnos` durably, sharing the flight and its device flush
+    /// with the other fsyncs that wait meanwhile (`Group`); outside the lock of `fs`, as
+    /// `write_in_flight`. Returns once a flight carrying them has landed.
+    pub fn write_grouped(fs: &SharedFs, bnos: &[u64]) -> FsResult<()> {
+        let ticket = {
+            let mut g = lock(fs);
+            g.group.pending.extend_from_slice(bnos);
+            g.group.members += 1;
+            g.group.open
+        };
+        loop {
+            let mut g = lock(fs);
+            if g.group.landed >= ticket {
+                if g.group.failed == ticket {
+                    let source = std::io::Error::other("the write of a group of fsyncs failed");
+                    return Err(FsError::Io(DevError::Io { bno: bnos.first().copied().unwrap_or(0), source }));
+                }
+                return Ok(());
+            }
+            if let Some(other) = g.flight.clone() {
+                // Someone's flight (maybe the one carrying this group): wait for its write
+                // without the lock, then land it.
+                if !other.written() {
+                    drop(g);
+                    other.issue();
+                    continue;
+                }
+                g.land_flight()?;
+                continue;
+            }
+            // The device is free and this group not yet written: lead it.
+            assert_eq!(g.group.open, ticket, "a group is written before the next one opens");
+            let group = std::mem::take(&mut g.group.pending);
+            g.group.open += 1;
+            g.group.members = 0;
+            match g.start_flight_with(&group, WriteKind::Sync, ticket) {
+                Ok(None) => g.group.landed = ticket,
+                Ok(Some(flight)) => {
+                    drop(g);
+                    flight.issue();
+                    lock(fs).land_flight()?;
+                }
+                Err(e) => {
+                    // Its members learn of it from `failed`.
+                    (g.group.landed, g.group.failed) = (ticket, ticket);
+                    return Err(e);
+                }
+            }
+        }
     }
 
     /// Writes the dirty buffers among `bnos` in a flight, the device write outside the lock of
@@ -333,6 +424,142 @@ mod shared_tests {
         for (n, data) in expect {
             let got = fs.lookup(ROOT_INO, n.as_bytes()).ok().map(|(ino, d)| fs.read(ino, 0, d.size as usize).unwrap());
             assert_eq!(got, data, "{n}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::dev::{DevResult, DevStats, MemDevice};
+    use crate::fs::{mkfs, MkfsOptions, MountOptions};
+
+    /// A device whose writes wait while its gate is shut.
+    struct Gated {
+        inner: MemDevice,
+        /// (open, writes waiting)
+        gate: Mutex<(bool, usize)>,
+        cv: Condvar,
+    }
+
+    impl Gated {
+        fn set(&self, open: bool) {
+            self.gate.lock().unwrap().0 = open;
+            self.cv.notify_all();
+        }
+        fn wait_for_writer(&self) {
+            let g = self.gate.lock().unwrap();
+            drop(self.cv.wait_while(g, |(_, waiting)| *waiting == 0).unwrap());
+        }
+    }
+
+    impl BlockDevice for Gated {
+        fn block_size(&self) -> usize {
+            self.inner.block_size()
+        }
+        fn num_blocks(&self) -> u64 {
+            self.inner.num_blocks()
+        }
+        fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+            self.inner.read_block(bno, buf)
+        }
+        fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
+            let mut g = self.gate.lock().unwrap();
+            g.1 += 1;
+            self.cv.notify_all();
+            let mut g = self.cv.wait_while(g, |(open, _)| !*open).unwrap();
+            g.1 -= 1;
+            drop(g);
+            self.inner.write_batch(reqs, kind)
+        }
+        fn stats(&self) -> DevStats {
+            self.inner.stats()
+        }
+    }
+
+    /// Three files in three directories, written and not yet durable.
+    fn three_dirty_files(dev: &Arc<Gated>) -> (SharedFs, Vec<u32>) {
+        let d: Arc<dyn BlockDevice> = dev.clone();
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 1024, readonly: false };
+        let mut fs = Fs::mount(d, opts, Arc::new(SimClock::new())).unwrap();
+        let dirs: Vec<u32> =
+            (0..3).map(|k| fs.mkdir(ROOT_INO, format!("d{k}").as_bytes(), 0o755, 0, 0).unwrap().0).collect();
+        fs.sync_all().unwrap();
+        let mut files = Vec::new();
+        for (k, &dir) in dirs.iter().enumerate() {
+            let (f, _) = fs.create(dir, b"f", 0o644, 0, 0).unwrap();
+            fs.write(f, 0, &vec![k as u8 + 1; 20_000]).unwrap();
+            files.push(f);
+        }
+        (Arc::new(Mutex::new(fs)), files)
+    }
+
+    fn gated() -> Arc<Gated> {
+        let inner = MemDevice::new(4096, 1 << 16);
+        let dev = Arc::new(Gated { inner, gate: Mutex::new((true, 0)), cv: Condvar::new() });
+        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
+        dev
+    }
+
+    /// Two fsyncs that arrive while a third one's write is on the device share the next
+    /// flight: fewer device writes and flushes than the same fsyncs one after another, and
+    /// every file is durable (an image copied at once holds them all).
+    #[test]
+    fn fsyncs_waiting_together_share_one_flight() {
+        let dev = gated();
+        let (fs, files) = three_dirty_files(&dev);
+        let before = dev.stats();
+        for &f in &files {
+            Fs::fsync_shared(&fs, f).unwrap();
+        }
+        let alone = dev.stats().batches - before.batches;
+
+        let dev = gated();
+        let (fs, files) = three_dirty_files(&dev);
+        let before = dev.stats();
+        dev.set(false);
+        std::thread::scope(|s| {
+            let first = s.spawn(|| Fs::fsync_shared(&fs, files[0]));
+            dev.wait_for_writer();
+            let others: Vec<_> = files[1..]
+                .iter()
+                .map(|&f| {
+                    s.spawn({
+                        let fs = &fs;
+                        move || Fs::fsync_shared(fs, f)
+                    })
+                })
+                .collect();
+            let t = std::time::Instant::now();
+            while lock(&fs).group.members < 2 && t.elapsed().as_secs() < 5 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            dev.set(true);
+            first.join().unwrap().unwrap();
+            others.into_iter().for_each(|h| h.join().unwrap().unwrap());
+        });
+        let grouped = dev.stats().batches - before.batches;
+        assert!(grouped < alone, "grouped fsyncs wrote {grouped} batches, one after another {alone}");
+        let image = MemDevice::from_blocks(
+            4096,
+            (0..dev.num_blocks())
+                .map(|b| {
+                    let mut buf = vec![0u8; 4096];
+                    dev.read_block(b, &mut buf).unwrap();
+                    buf.iter().any(|&x| x != 0).then(|| buf.into_boxed_slice())
+                })
+                .collect(),
+        );
+        let report = crate::fsck::check(&image).unwrap();
+        assert!(report.findings.iter().all(|f| f.class() == crate::fsck::Class::Allowed), "{:?}", report.findings);
+        let d: Arc<dyn BlockDevice> = Arc::new(image);
+        let mut fs =
+            Fs::mount(d, MountOptions { readonly: true, ..Default::default() }, Arc::new(SimClock::new())).unwrap();
+        for k in 0..3u8 {
+            let (dir, _) = fs.lookup(ROOT_INO, format!("d{k}").as_bytes()).unwrap();
+            let (f, _) = fs.lookup(dir, b"f").unwrap();
+            assert_eq!(fs.read(f, 0, 30_000).unwrap(), vec![k + 1; 20_000], "file {k} is durable");
         }
     }
 }

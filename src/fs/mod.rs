@@ -388,6 +388,8 @@ pub struct Fs {
     live: mountopt::Live,
     /// A batch being written outside the lock (`flight.rs`), until it lands.
     flight: Option<Arc<flight::Flight>>,
+    /// fsyncs waiting to share the next flight (`flight::Group`).
+    group: flight::Group,
     /// The background flusher that serves this file system, if any (`attach_flusher`).
     flusher: Option<Arc<flight::FlushRequest>>,
 }
@@ -439,6 +441,7 @@ impl Fs {
             br_hint: None,
             snapshots: snapshot::Snapshots::default(),
             flight: None,
+            group: Default::default(),
             flusher: None,
             shut_down: false,
             live: mountopt::Live::new(opts.readonly),

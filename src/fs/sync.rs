@@ -84,7 +84,7 @@ impl Fs {
         for _ in 0..FSYNC_ROUNDS {
             let Some(batches) = lock(fs).fsync_round(ino, start)? else { return Ok(()) };
             for batch in batches {
-                Fs::write_in_flight(fs, &batch, WriteKind::Sync)?;
+                Fs::write_grouped(fs, &batch)?;
             }
         }
         log::debug!("fsync of inode {ino}: not settled after {FSYNC_ROUNDS} rounds, writing everything");
