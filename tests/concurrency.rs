@@ -246,7 +246,7 @@ fn run(ordering: Ordering, seed: u64, n: usize) -> Figures {
     // The syncer, as the mount's (`Syncer::start`), on simulated time that it moves itself:
     // the policy's sweeps (AIPU or PU by seed, their times scaled down) and the background
     // flushes the cache and soft updates' bound ask for.
-    let policy = if seed % 2 == 0 { UpdatePolicy::Pu } else { UpdatePolicy::Aipu };
+    let policy = if seed.is_multiple_of(2) { UpdatePolicy::Pu } else { UpdatePolicy::Aipu };
     let mut o = SyncerOptions::for_policy(policy);
     o.age = Duration::from_millis(200);
     o.interval = Duration::from_millis(if policy == UpdatePolicy::Pu { 100 } else { 20 });
@@ -366,5 +366,24 @@ fn sync_workers_syncer_and_syncs_race() {
     for seed in seeds() {
         let f = run(Ordering::Sync, seed, ops_per_worker() / 2);
         check_exercised(Ordering::Sync, &f);
+    }
+}
+
+/// The crash tester's concurrent workload (three workers, the syncer's sweeps and flushes, and
+/// fsyncs writing outside the lock, recorded on one device): no crash state of softdep or sync
+/// breaks a rule or a promise; async, the negative control, is caught in every run.
+#[test]
+fn crash_states_of_concurrent_runs_are_judged() {
+    use sufs::crashtest::{self, CrashOptions, End, CONCURRENT};
+    for seed in 1..=4u64 {
+        let end = if seed % 2 == 1 { End::Unmount } else { End::Crash };
+        let opts = CrashOptions { ops: 120, end, ..Default::default() };
+        for ordering in [Ordering::Softdep, Ordering::Sync] {
+            let s = crashtest::run(ordering, CONCURRENT, seed, &opts).unwrap();
+            assert!(s.states > 20 && s.promises.get("fsyncs").is_some_and(|&n| n > 0), "{s}");
+            assert_eq!(s.violations, 0, "{s}");
+        }
+        let s = crashtest::run(Ordering::Async, CONCURRENT, seed, &opts).unwrap();
+        assert!(s.violations > 0, "async not caught: the tester is broken\n{s}");
     }
 }
