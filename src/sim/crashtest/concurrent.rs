@@ -20,8 +20,8 @@
 //! how the threads interleave.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering as AtOrd};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtOrd};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -58,7 +58,10 @@ struct Worker<'a> {
     top: String,
     files: BTreeSet<String>,
     e_exists: bool,
-    ops: Vec<(usize, String)>,
+    /// The operations it began: log position, place in the order all workers began theirs
+    /// (`order`), text.
+    ops: Vec<(usize, usize, String)>,
+    order: &'a AtomicUsize,
     promises: Vec<Promise>,
 }
 
@@ -67,7 +70,8 @@ impl Worker<'_> {
     fn begin(&mut self, what: String) -> usize {
         lock(self.fs).drop_idle_records();
         let pos = self.rec.log_len();
-        self.ops.push((pos, format!("{}: {what}", self.top)));
+        let n = self.order.fetch_add(1, AtOrd::SeqCst);
+        self.ops.push((pos, n, format!("{}: {what}", self.top)));
         pos
     }
 
@@ -316,6 +320,7 @@ pub fn record(ordering: Ordering, seed: u64, opts: &CrashOptions) -> Result<Reco
     let mut fs = mount(rec.clone(), opts.cache_blocks).map_err(fail("mount".into()))?;
     let sweeper = scaled_sweeper(opts.update.unwrap_or(UpdatePolicy::Aipu), &mut fs);
     let fs: SharedFs = Arc::new(Mutex::new(fs));
+    let order = AtomicUsize::new(0);
     let mut workers: Vec<Worker> = (0..WORKERS)
         .map(|t| {
             let top = format!("/t{t}");
@@ -331,6 +336,7 @@ pub fn record(ordering: Ordering, seed: u64, opts: &CrashOptions) -> Result<Reco
                 top,
                 e_exists: false,
                 ops: Vec::new(),
+                order: &order,
                 promises: mine,
             }
         })
@@ -338,6 +344,7 @@ pub fn record(ordering: Ordering, seed: u64, opts: &CrashOptions) -> Result<Reco
     let stop = AtomicBool::new(false);
     let wanted = lock(&fs).attach_flusher();
     let per_worker = opts.ops.div_ceil(WORKERS);
+    let start = Barrier::new(WORKERS);
     let failed = |what: String, source| CrashError::Fs {
         what: format!("{CONCURRENT} ({ordering}, seed {seed}): {what}"),
         source,
@@ -347,9 +354,14 @@ pub fn record(ordering: Ordering, seed: u64, opts: &CrashOptions) -> Result<Reco
         let handles: Vec<_> = workers
             .iter_mut()
             .map(|w| {
+                let start = &start;
                 s.spawn(move || {
+                    // (together from the start, and, as a mount's request threads, which go back
+                    // to the kernel between requests, giving way between operations)
+                    start.wait();
                     for _ in 0..per_worker {
-                        w.step().map_err(|e| failed(w.ops.last().map_or(String::new(), |o| o.1.clone()), e))?;
+                        w.step().map_err(|e| failed(w.ops.last().map_or(String::new(), |o| o.2.clone()), e))?;
+                        std::thread::yield_now();
                     }
                     Ok(())
                 })
@@ -362,12 +374,14 @@ pub fn record(ordering: Ordering, seed: u64, opts: &CrashOptions) -> Result<Reco
         out
     });
     results.into_iter().collect::<Result<Vec<()>, CrashError>>()?;
-    let mut ops: Vec<(usize, String)> = Vec::new();
+    let mut all = Vec::new();
     for w in workers {
-        ops.extend(w.ops);
+        all.extend(w.ops);
         global.extend(w.promises);
     }
-    ops.sort_by_key(|o| o.0);
+    // (log positions alone leave operations that wrote nothing between them unordered)
+    all.sort_by_key(|o| (o.0, o.1));
+    let mut ops: Vec<(usize, String)> = all.into_iter().map(|(pos, _, what)| (pos, what)).collect();
     let unmounted = match opts.end {
         End::Auto => seed % 2 == 1,
         End::Unmount => true,
