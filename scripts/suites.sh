@@ -6,6 +6,10 @@
 #
 #   scripts/suites.sh pjdfstest [softdep|sync|async]   the whole suite, then the EROFS tests alone
 #   scripts/suites.sh fsx [OPS] [SEED] [ORDERING]      one long fsx run (default 250000 ops, seed 20240601)
+#   scripts/suites.sh fsx-par [N] [OPS] [SEED] [ORDERING]
+#                                                    N fsx processes at once on one mount (default 3), each
+#                                                    on its own file with seed SEED+i; after the unmount and
+#                                                    fsck, a remount must show every file unchanged
 #   scripts/suites.sh stress [SECONDS] [ORDERING]      stress-ng's file-system stressors in parallel
 #
 # Each ends with `sufs umount` and `sufs fsck`, whose exit status is the script's.
@@ -15,7 +19,7 @@ DOCS=$(pwd)/docs/suites
 W=$(mktemp -d /var/tmp/sufs-suites.XXXX)
 chmod 755 "$W"   # pjdfstest switches to unprivileged users, who must reach the mount
 trap 'umount -l "$W/mnt" 2>/dev/null || true; rm -rf "$W"' EXIT
-what=${1:?usage: scripts/suites.sh pjdfstest|fsx|stress ...}
+what=${1:?usage: scripts/suites.sh pjdfstest|fsx|fsx-par|stress ...}
 shift
 
 mount_fresh() {
@@ -53,6 +57,38 @@ fsx)
   fsx -f "$DOCS/fsx.toml" -N "$ops" -S "$seed" -P "$W" "$W/mnt/fsxfile" 2>&1 | tail -3
   echo "fsx: $ops operations, seed $seed, $ord, $(( $(date +%s) - s )) s"
   unmount_fsck
+  ;;
+fsx-par)
+  n=${1:-3} ops=${2:-100000} seed=${3:-20240601} ord=${4:-softdep}
+  mount_fresh 1G "$ord"
+  fsx --version
+  s=$(date +%s)
+  pids=()
+  for i in $(seq 1 "$n"); do
+    mkdir -p "$W/fsx$i"
+    fsx -f "$DOCS/fsx.toml" -N "$ops" -S $((seed + i)) -P "$W/fsx$i" "$W/mnt/fsxfile$i" >"$W/fsx$i/out" 2>&1 &
+    pids+=($!)
+  done
+  failed=0
+  for i in $(seq 1 "$n"); do
+    if wait "${pids[i - 1]}" && grep -q "All operations completed A-OK!" "$W/fsx$i/out"; then
+      echo "fsx $i (seed $((seed + i))): ok"
+    else
+      echo "FAILED: fsx $i (seed $((seed + i))) on $ord; its last lines:"
+      tail -25 "$W/fsx$i/out"
+      failed=1
+    fi
+  done
+  echo "fsx-par: $n processes x $ops operations, seeds $((seed + 1))..$((seed + n)), $ord, $(( $(date +%s) - s )) s"
+  (cd "$W/mnt" && sha256sum fsxfile*) >"$W/sums" || failed=1
+  unmount_fsck
+  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$ord"
+  (cd "$W/mnt" && sha256sum --quiet -c "$W/sums") || { echo "FAILED: a file changed across the remount" >&2; failed=1; }
+  "$SUFS" umount "$W/mnt"
+  if [ "$failed" != 0 ]; then
+    echo "fsx-par: FAILED" >&2
+    exit 1
+  fi
   ;;
 stress)
   secs=${1:-120} ord=${2:-softdep}

@@ -436,5 +436,5 @@ pub(crate) enum BenchCmd {
 }
 
 pub(crate) fn workload_names() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(crashtest::WORKLOADS.iter().copied().chain(["all"]))
+    clap::builder::PossibleValuesParser::new(crashtest::WORKLOADS.iter().copied().chain([crashtest::CONCURRENT, "all"]))
 }

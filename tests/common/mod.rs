@@ -4,6 +4,7 @@
 
 pub mod fuse;
 pub mod mutate;
+pub mod tree;
 
 use std::process::{Command, Output};
 use std::sync::Arc;

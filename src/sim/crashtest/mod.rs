@@ -22,6 +22,7 @@ use thiserror::Error;
 use crate::fs::{FsError, Ordering};
 use crate::syncer::UpdatePolicy;
 
+mod concurrent;
 mod judge;
 mod promise;
 mod recorder;
@@ -29,6 +30,7 @@ mod summary;
 mod work;
 mod workloads;
 
+pub use concurrent::CONCURRENT;
 pub use judge::Verdict;
 pub use promise::{Promise, PromiseKind};
 pub use recorder::{record, CrashImage, CrashState, Recording};

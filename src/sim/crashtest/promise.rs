@@ -44,6 +44,15 @@ pub struct Promise {
     pub until: Option<usize>,
 }
 
+/// Ends, at log position `pos`, every open promise `pred` picks.
+pub(super) fn close(promises: &mut [Promise], pos: usize, pred: impl Fn(&Promise) -> bool) {
+    for p in promises.iter_mut().filter(|p| p.until.is_none()) {
+        if pred(p) {
+            p.until = Some(pos);
+        }
+    }
+}
+
 /// `p` is `q` or lies under directory `q`.
 pub(super) fn under(p: &str, q: &str) -> bool {
     p == q || (p.starts_with(q) && (q == "/" || p[q.len()..].starts_with('/')))

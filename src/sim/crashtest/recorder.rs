@@ -111,6 +111,9 @@ pub struct Recording {
 /// Runs `workload` over a recording device: mkfs and setup (not recorded), then the workload on a
 /// fresh mount with a small cache, ending with or without unmount.
 pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions) -> Result<Recording, CrashError> {
+    if workload == super::CONCURRENT {
+        return super::concurrent::record(ordering, seed, opts);
+    }
     let mut wl = make_workload(workload, opts.ops).ok_or_else(|| CrashError::UnknownWorkload(workload.into()))?;
     let fail = |what: &str| {
         let what = format!("{workload} ({ordering}, seed {seed}): {what}");
@@ -160,30 +163,50 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
         fs.unmount().map_err(fail("unmount"))?;
     }
     drop(fs);
-    let Batches { batches, starts, ends } = Batches::cut(&rec.log());
-    let batches_before = |pos: usize| ends.partition_point(|&e| e <= pos);
-    let batch_op = starts.iter().map(|&s| ops.partition_point(|o: &(usize, String)| o.0 <= s).checked_sub(1)).collect();
-    let promises = promises
-        .into_iter()
-        .map(|p| Interval { from: batches_before(p.from), until: p.until.map_or(usize::MAX, batches_before), p })
-        .collect();
-    Ok(Recording {
-        workload: workload.into(),
-        ordering,
-        seed,
-        unmounted,
-        base: image.into_iter().map(|b| b.map(Arc::from)).collect(),
-        batches,
-        batch_op,
-        ops: ops.into_iter().map(|o| o.1).collect(),
-        promises,
-    })
+    let mut r = Recording::new(workload, ordering, seed, image, &rec, &ops, promises);
+    r.unmounted = unmounted;
+    Ok(r)
+}
+
+impl Recording {
+    /// A recording of the log of `rec`, over the image `image` it started from: the batches cut
+    /// at its barriers, each with the operation during which it was written (`ops`: log
+    /// positions where operations began, in order), and the promises' intervals in batches.
+    pub(super) fn new(
+        workload: &str,
+        ordering: Ordering,
+        seed: u64,
+        image: Vec<Option<Box<[u8]>>>,
+        rec: &RecordingDevice<MemDevice>,
+        ops: &[(usize, String)],
+        promises: Vec<Promise>,
+    ) -> Recording {
+        let Batches { batches, starts, ends } = Batches::cut(&rec.log());
+        let batches_before = |pos: usize| ends.partition_point(|&e| e <= pos);
+        let batch_op =
+            starts.iter().map(|&s| ops.partition_point(|o: &(usize, String)| o.0 <= s).checked_sub(1)).collect();
+        let promises = promises
+            .into_iter()
+            .map(|p| Interval { from: batches_before(p.from), until: p.until.map_or(usize::MAX, batches_before), p })
+            .collect();
+        Recording {
+            workload: workload.into(),
+            ordering,
+            seed,
+            unmounted: false,
+            base: image.into_iter().map(|b| b.map(Arc::from)).collect(),
+            batches,
+            batch_op,
+            ops: ops.iter().map(|o| o.1.clone()).collect(),
+            promises,
+        }
+    }
 }
 
 /// The promises of the tree the setup left (`stable`: path, is a directory, inode): each name
 /// stays until an operation removes or renames it, and each inode (once, by the first of its
 /// names) stays reachable until an operation removes it.
-fn setup_promises(stable: &[(String, bool, u32)]) -> Vec<Promise> {
+pub(super) fn setup_promises(stable: &[(String, bool, u32)]) -> Vec<Promise> {
     let promise = |kind, path: &str, ino| Promise {
         kind,
         paths: vec![path.to_string()],
@@ -209,7 +232,7 @@ fn setup_promises(stable: &[(String, bool, u32)]) -> Vec<Promise> {
 
 /// An update policy's sweeps, their times scaled to a workload's 50 ms operations: PU every
 /// second, AIPU every 100 ms for buffers a second old, metadata every second.
-fn scaled_sweeper(policy: UpdatePolicy, fs: &mut Fs) -> Sweeper {
+pub(super) fn scaled_sweeper(policy: UpdatePolicy, fs: &mut Fs) -> Sweeper {
     let mut o = SyncerOptions::for_policy(policy);
     o.age = std::time::Duration::from_secs(1);
     o.interval = std::time::Duration::from_millis(if policy == UpdatePolicy::Pu { 1000 } else { 100 });

@@ -14,7 +14,7 @@ use crate::fs::flight::Flight;
 use crate::fs::{Fs, FsResult, Ordering, RenameFlags, SetAttr};
 use crate::syncer::Sweeper;
 
-use super::promise::{join, resolve, split, under, Promise, PromiseKind};
+use super::promise::{self, join, resolve, split, under, Promise, PromiseKind};
 
 /// A workload's view of the file system: operations by path, each labelled with the log position
 /// where it began, and the promises they make.
@@ -101,11 +101,7 @@ impl<'a> Work<'a> {
     }
 
     pub(super) fn close(&mut self, pos: usize, pred: impl Fn(&Promise) -> bool) {
-        for p in self.promises.iter_mut().filter(|p| p.until.is_none()) {
-            if pred(p) {
-                p.until = Some(pos);
-            }
-        }
+        promise::close(&mut self.promises, pos, pred)
     }
 
     /// The name `path` (and everything under it) is about to change.
