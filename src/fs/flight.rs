@@ -15,6 +15,24 @@ use std::sync::{Condvar, Mutex};
 use super::*;
 use crate::cache::Prepared;
 
+/// Takes the lock of `fs` once no flight is being written (trying a few times), for a request
+/// that lands the flight (a rename, a removal, a truncation, an inode freed): it would otherwise
+/// wait for the flight's device write holding the lock, and every other request with it (the
+/// fsyncs that could join the next group among them). A flight written it lands at once.
+pub fn lock_landing(fs: &SharedFs) -> std::sync::MutexGuard<'_, Fs> {
+    for _ in 0..4 {
+        let g = lock(fs);
+        match g.flight.clone().filter(|f| !f.written()) {
+            None => return g,
+            Some(f) => {
+                drop(g);
+                f.issue();
+            }
+        }
+    }
+    lock(fs)
+}
+
 /// Where a flight's device write stands.
 #[derive(Debug)]
 enum State {
@@ -105,11 +123,14 @@ pub(super) struct Group {
     failed: u64,
     /// Members of the open group.
     members: usize,
+    /// Batches asked for, and the flights that wrote them (the mount's statistics).
+    pub(super) batches: u64,
+    pub(super) flights: u64,
 }
 
 impl Default for Group {
     fn default() -> Self {
-        Group { pending: Vec::new(), open: 1, landed: 0, failed: 0, members: 0 }
+        Group { pending: Vec::new(), open: 1, landed: 0, failed: 0, members: 0, batches: 0, flights: 0 }
     }
 }
 
@@ -202,8 +223,14 @@ impl Fs {
     pub fn write_grouped(fs: &SharedFs, bnos: &[u64]) -> FsResult<()> {
         let ticket = {
             let mut g = lock(fs);
+            // Nothing dirty: all of it is on disk (a buffer in flight stays dirty until it
+            // lands), and there is nothing to wait for.
+            if !bnos.iter().any(|&b| g.cache.is_dirty(b)) {
+                return Ok(());
+            }
             g.group.pending.extend_from_slice(bnos);
             g.group.members += 1;
+            g.group.batches += 1;
             g.group.open
         };
         loop {
@@ -234,6 +261,7 @@ impl Fs {
             match g.start_flight_with(&group, WriteKind::Sync, ticket) {
                 Ok(None) => g.group.landed = ticket,
                 Ok(Some(flight)) => {
+                    g.group.flights += 1;
                     drop(g);
                     flight.issue();
                     lock(fs).land_flight()?;

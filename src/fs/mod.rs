@@ -162,6 +162,7 @@ mod bmap;
 mod data;
 mod dir;
 pub mod flight;
+pub use flight::lock_landing;
 mod inode;
 mod namespace;
 mod rename;
@@ -301,6 +302,9 @@ pub struct FsStats {
     pub device: DevStats,
     pub cache: CacheStats,
     pub cache_hit_rate: f64,
+    /// Group commit: fsync batches asked for, and the flights that wrote them.
+    pub fsync_batches: u64,
+    pub fsync_flights: u64,
 }
 
 /// What happens around every write: soft updates roll back unsatisfied dependencies in the
@@ -471,6 +475,8 @@ impl Fs {
             device: self.cache.device().stats(),
             cache_hit_rate: cache.hit_rate(),
             cache,
+            fsync_batches: self.group.batches,
+            fsync_flights: self.group.flights,
         }
     }
 

@@ -162,9 +162,43 @@ impl Fs {
 
     pub fn rename(&mut self, dir: u32, name: &[u8], newdir: u32, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
         // A rename decides by what is on disk (hidden names, a rename undone before it got
-        // there): a write in flight lands first.
-        self.land_flight()?;
+        // there, whether an entry has reached the disk): a write in flight that carries a block
+        // it looks at lands first.
+        if self.has_flight() && self.rename_meets_flight(dir, name, newdir, newname) {
+            self.land_flight()?;
+        }
         self.retry_nospace(|fs| fs.rename_once(dir, name, newdir, newname, flags))
+    }
+
+    /// True if the flight in progress carries a block a rename looks at: the inode blocks of
+    /// both directories, of the source and of what it replaces, and the blocks of every
+    /// directory among them (their entries, hidden names and ".."). A directory too large to
+    /// look through, or a lookup that fails, counts as true: the flight lands.
+    fn rename_meets_flight(&mut self, dir: u32, name: &[u8], newdir: u32, newname: &[u8]) -> bool {
+        const LOOK_THROUGH: u64 = 64;
+        let mut blocks = Vec::new();
+        let mut look = |fs: &mut Fs| -> FsResult<bool> {
+            let mut inos = vec![dir, newdir];
+            for (d, n) in [(dir, name), (newdir, newname)] {
+                let mut di = fs.dir_inode(d)?;
+                inos.extend(fs.find_entry(d, &mut di, n)?.map(|s| s.ino));
+            }
+            for x in inos {
+                blocks.push(fs.sb.inode_location(x).0);
+                let d = fs.iget(x)?;
+                if d.is_dir() {
+                    if d.size / fs.sb.block_size as u64 > LOOK_THROUGH {
+                        return Ok(true);
+                    }
+                    let mut levels: [Vec<u64>; NIADDR] = Default::default();
+                    fs.file_blocks(&d, &mut blocks, &mut levels)?;
+                    blocks.extend(levels.into_iter().flatten());
+                }
+            }
+            Ok(false)
+        };
+        let meets = look(self).unwrap_or(true);
+        meets || blocks.iter().any(|&b| self.cache.in_flight(b))
     }
 
     pub(super) fn rename_once(

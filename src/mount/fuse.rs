@@ -84,7 +84,7 @@ pub fn config(fsname: String, ro: bool, threads: usize) -> fuser::Config {
 
 // The shared handle lives with the file system (the syncer, the control channel and snapshots
 // use it without the FUSE adapter); re-exported for the adapter's users.
-pub use crate::fs::{lock, SharedFs};
+pub use crate::fs::{lock, lock_landing, SharedFs};
 
 /// Tells the kernel of a mount what its control channel changed (`ctl::Stale`): a name gone is
 /// dropped from its cache (and the inode, once nobody uses it, forgotten), an inode's
@@ -284,7 +284,7 @@ impl Filesystem for SufsFuse {
 
     /// The kernel gives back `nlookup` lookups (BATCH_FORGET comes here too, one at a time).
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let mut fs = lock(&self.fs);
+        let mut fs = lock_landing(&self.fs);
         if let Err(e) = from_fuse(ino).and_then(|i| fs.unhold(i, nlookup.min(u32::MAX as u64) as u32).map_err(errno)) {
             log::error!("forget {ino:?}: {e:?}");
         }
@@ -351,7 +351,7 @@ impl Filesystem for SufsFuse {
             TimeOrNow::Now => wall(SystemTime::now()),
         };
         let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now) };
-        let mut fs = lock(&self.fs);
+        let mut fs = lock_landing(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let d = fs.setattr(i, &a).map_err(errno)?;
             settle(&mut fs, Change::Attr, &[i])?;
@@ -403,7 +403,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut fs = lock(&self.fs);
+        let mut fs = lock_landing(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             fs.unlink(p, name.as_bytes()).map_err(errno)?;
             settle(&mut fs, Change::Names, &[p])
@@ -415,7 +415,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut fs = lock(&self.fs);
+        let mut fs = lock_landing(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             fs.rmdir(p, name.as_bytes()).map_err(errno)?;
             settle(&mut fs, Change::Names, &[p])
@@ -573,7 +573,7 @@ impl Filesystem for SufsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let mut fs = lock(&self.fs);
+        let mut fs = lock_landing(&self.fs);
         match from_fuse(ino).and_then(|i| fs.release(i).map_err(errno)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
