@@ -77,7 +77,8 @@ pub(crate) enum Cmd {
         /// Soft updates' memory bound: dependency structures kept before everything is flushed.
         #[arg(long, default_value_t = 200_000)]
         softdep_limit: usize,
-        /// FUSE request threads (they take turns on the file system's one lock).
+        /// FUSE request threads (their CPU work takes turns on the file system's lock; reads and
+        /// fsyncs wait for the device without it, so fsync-heavy parallel work gains from more).
         #[arg(long, default_value_t = DEFAULT_THREADS as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
         threads: u16,
         /// Mount read-write even an image that needs fsck first (not unmounted cleanly after a

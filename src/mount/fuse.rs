@@ -2,8 +2,10 @@
 //! ours is 2), attributes and errors, and holds the file system behind one lock. It has no
 //! file-system logic of its own.
 //!
-//! Several threads take requests from the kernel (`--threads`), although each request holds
-//! the lock throughout: while one thread sends its reply and goes back for the next request,
+//! Several threads take requests from the kernel (`--threads`). A read does its device reads
+//! and an fsync its writes with the lock released (`Fs::read_shared`, `Fs::fsync_shared`), and
+//! a request that lands a flight waits for its write without the lock (`lock_landing`); every
+//! other request holds the lock throughout: while one thread sends its reply and goes back for the next request,
 //! another is already waiting in the kernel for it. Where an idle CPU halts rather than polls
 //! (a VM with `guest_halt_poll_ns` 0, as the development machine), waking the one thread was
 //! most of each round trip: 10,000 creates took 1.6-1.8 s with one thread, 0.70-0.81 s with
