@@ -4,7 +4,8 @@
 //!
 //! Several threads take requests from the kernel (`--threads`). A read does its device reads
 //! and an fsync its writes with the lock released (`Fs::read_shared`, `Fs::fsync_shared`), and
-//! a request that lands a flight waits for its write without the lock (`lock_landing`); every
+//! a removal or truncation, which lands the flight in progress, waits for its write without
+//! the lock (`lock_landing`); every
 //! other request holds the lock throughout: while one thread sends its reply and goes back for the next request,
 //! another is already waiting in the kernel for it. Where an idle CPU halts rather than polls
 //! (a VM with `guest_halt_poll_ns` 0, as the development machine), waking the one thread was
@@ -286,7 +287,7 @@ impl Filesystem for SufsFuse {
 
     /// The kernel gives back `nlookup` lookups (BATCH_FORGET comes here too, one at a time).
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let mut fs = lock_landing(&self.fs);
+        let mut fs = lock(&self.fs);
         if let Err(e) = from_fuse(ino).and_then(|i| fs.unhold(i, nlookup.min(u32::MAX as u64) as u32).map_err(errno)) {
             log::error!("forget {ino:?}: {e:?}");
         }
@@ -353,7 +354,8 @@ impl Filesystem for SufsFuse {
             TimeOrNow::Now => wall(SystemTime::now()),
         };
         let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now) };
-        let mut fs = lock_landing(&self.fs);
+        // A truncation that frees blocks lands the flight in progress: wait for it unlocked.
+        let mut fs = if size.is_some() { lock_landing(&self.fs) } else { lock(&self.fs) };
         let r = from_fuse(ino).and_then(|i| {
             let d = fs.setattr(i, &a).map_err(errno)?;
             settle(&mut fs, Change::Attr, &[i])?;
@@ -575,7 +577,7 @@ impl Filesystem for SufsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let mut fs = lock_landing(&self.fs);
+        let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.release(i).map_err(errno)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
