@@ -5,9 +5,9 @@
 //! Several threads take requests from the kernel (`--threads`). A read does its device reads
 //! and an fsync its writes with the lock released (`Fs::read_shared`, `Fs::fsync_shared`), and
 //! a removal or truncation, which lands the flight in progress, waits for its write without
-//! the lock (`lock_landing`); every
-//! other request holds the lock throughout: while one thread sends its reply and goes back for the next request,
-//! another is already waiting in the kernel for it. Where an idle CPU halts rather than polls
+//! the lock (`lock_landing`); every other request holds the lock throughout. Even so, two
+//! threads help: while one sends its reply and goes back for the next request, the other is
+//! already waiting in the kernel for it. Where an idle CPU halts rather than polls
 //! (a VM with `guest_halt_poll_ns` 0, as the development machine), waking the one thread was
 //! most of each round trip: 10,000 creates took 1.6-1.8 s with one thread, 0.70-0.81 s with
 //! two, and fio's random 4 KiB reads went from 15,000-17,600 to 37,000-39,500 a second. Where
