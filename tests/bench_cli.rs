@@ -182,6 +182,7 @@ fn peers_bench_runs_parallel_and_coldread_with_update_policies() {
             assert!(ms("read: p99") <= ms("read: max") && ms("read: mean") <= ms("read: max"), "{r}");
             // The writer wrote while the reader read: 4 MiB/s for 1.5 s.
             assert!(phase("writer MiB").unwrap()["ops"].as_u64().unwrap() >= 4, "{r}");
+            assert!(phase("writer MiB").unwrap()["alongside"].as_bool().unwrap(), "{r}");
             assert!(phase("read: max").unwrap()["latency"].as_bool().unwrap());
         } else {
             assert_eq!(phase("read MiB x4").unwrap()["ops"], 4);

@@ -164,15 +164,22 @@ pub struct Phase {
     /// `secs` is a latency (a median, a mean, a worst case), not time spent: shown in
     /// milliseconds and left out of the workload's total.
     pub latency: bool,
+    /// The phase ran at the same time as the one before it (a background writer), so its time
+    /// is left out of the workload's total.
+    pub alongside: bool,
 }
 
 impl Phase {
     pub fn new(name: impl Into<String>, ops: u64, secs: f64) -> Phase {
-        Phase { name: name.into(), ops, secs, latency: false }
+        Phase { name: name.into(), ops, secs, latency: false, alongside: false }
     }
 
     pub fn latency(name: impl Into<String>, secs: f64) -> Phase {
-        Phase { name: name.into(), ops: 0, secs, latency: true }
+        Phase { latency: true, ..Phase::new(name, 0, secs) }
+    }
+
+    pub fn alongside(name: impl Into<String>, ops: u64, secs: f64) -> Phase {
+        Phase { alongside: true, ..Phase::new(name, ops, secs) }
     }
 
     pub fn ops_per_sec(&self) -> f64 {
@@ -205,7 +212,7 @@ pub struct Run {
 
 impl Run {
     pub fn total_secs(&self) -> f64 {
-        self.phases.iter().filter(|p| !p.latency).map(|p| p.secs).sum()
+        self.phases.iter().filter(|p| !p.latency && !p.alongside).map(|p| p.secs).sum()
     }
 }
 

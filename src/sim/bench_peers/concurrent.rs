@@ -181,7 +181,7 @@ pub(super) fn coldread(
     let (mut lat, secs) = reads.map_err(io)?;
     let (bytes, wsecs) = written.map_err(io)?;
     phases.push(Phase::new("cold reads", lat.len() as u64, secs));
-    phases.push(Phase::new("writer MiB", bytes >> 20, wsecs));
+    phases.push(Phase::alongside("writer MiB", bytes >> 20, wsecs));
     let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64;
     let var = lat.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / lat.len().max(1) as f64;
     lat.sort_by(f64::total_cmp);
