@@ -350,7 +350,7 @@ pub(crate) struct PeersArgs {
     pub(crate) parallel_mb: u64,
     #[arg(long, default_value_t = 500)]
     pub(crate) parallel_messages: usize,
-    /// Coldread: seconds of timed cold reads, and the writer's rate meanwhile in MiB/s.
+    /// Coldread: seconds of timed cold reads, and the writer's rate meanwhile in MiB/s (not scaled).
     #[arg(long, default_value_t = 60.0)]
     pub(crate) coldread_secs: f64,
     #[arg(long, default_value_t = 2.0)]
@@ -375,7 +375,8 @@ pub(crate) struct PeersArgs {
 #[derive(Subcommand)]
 pub(crate) enum BenchCmd {
     /// The same workloads (many empty files; real trees copied; Andrew-like; PostMark-
-    /// like; fio; mail delivery with fsync, alone and four at once; creates behind a burst of writes) through the mounts of sufs softdep, sync and async, fuse2fs and kernel ext4 on
+    /// like; fio; mail delivery with fsync, alone and four at once; creates behind a burst of writes;
+    /// and, when named, parallel and coldread) through the mounts of sufs softdep, sync and async, fuse2fs and kernel ext4 on
     /// a loop device, each on a fresh image; a table, plots and JSON.
     Peers(PeersArgs),
     /// The Block Register paper's Figure 2: a volume snapshot with the reserved store and with the
