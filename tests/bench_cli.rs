@@ -124,3 +124,68 @@ fn peers_bench_prints_table_plots_and_json() {
     assert!(runs.iter().all(|r| r["writes"]["blocks"].as_u64().unwrap() > 0), "{v}");
     assert_eq!(v["skipped"][0][0], "nofs");
 }
+
+#[test]
+fn peers_bench_runs_parallel_and_coldread_with_update_policies() {
+    if !std::path::Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: /dev/fuse is missing");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let json = t.path().join("peers.json");
+    // Both of Mogul's policies, on a 16 MiB cache; a policy that does not exist is skipped.
+    let run = Command::new(env!("CARGO_BIN_EXE_sufs"))
+        .args(["bench", "--peers", "sufs-softdep-pu,sufs-softdep-aipu,sufs-softdep-never"])
+        .args(["--workloads", "parallel,coldread", "--sufs-cache", "16M"])
+        .args(["--parallel-files", "10", "--parallel-mb", "1", "--parallel-messages", "3"])
+        .args(["--coldread-secs", "1.5", "--coldread-rate", "4", "--image-size", "256M", "--dir"])
+        .arg(t.path())
+        .arg("--out")
+        .arg(t.path().join("plots"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{text}{}", String::from_utf8_lossy(&run.stderr));
+    for needle in [
+        "| parallel | create x1 | 10 |",
+        "| parallel | stat x2 | 20 |",
+        "| parallel | remove x4 | 40 |",
+        "| parallel | write MiB x4 | 4 |",
+        "| parallel | read MiB x2 | 2 |",
+        "| parallel | mail x4 | 12 |",
+        "| coldread | make cold files | 151 |",
+        "| coldread | cold reads |",
+        "| coldread | read: std dev |",
+        "| coldread | read: max |",
+        "softdep-pu / sufs-softdep-aipu",
+        "skipped sufs-softdep-never",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for r in runs {
+        let opts: Vec<&str> = r["mount_options"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
+        let policy = if r["peer"] == "sufs-softdep-pu" { "pu" } else { "aipu" };
+        assert!(opts.windows(2).any(|w| w == ["--update", policy]), "{opts:?}");
+        assert!(opts.windows(2).any(|w| w == ["--cache", "16777216"]), "{opts:?}");
+        assert!(r["writes"]["blocks"].as_u64().unwrap() > 0, "{r}");
+        let phase = |name: &str| r["phases"].as_array().unwrap().iter().find(|p| p["name"] == name).cloned();
+        if r["workload"] == "coldread" {
+            let reads = phase("cold reads").unwrap()["ops"].as_u64().unwrap();
+            assert!(reads > 10, "{r}");
+            let ms = |n: &str| phase(n).unwrap()["secs"].as_f64().unwrap();
+            assert!(0.0 < ms("read: median") && ms("read: median") <= ms("read: p99"), "{r}");
+            assert!(ms("read: p99") <= ms("read: max") && ms("read: mean") <= ms("read: max"), "{r}");
+            // The writer wrote while the reader read: 4 MiB/s for 1.5 s.
+            assert!(phase("writer MiB").unwrap()["ops"].as_u64().unwrap() >= 4, "{r}");
+            assert!(phase("writer MiB").unwrap()["alongside"].as_bool().unwrap(), "{r}");
+            assert!(phase("read: max").unwrap()["latency"].as_bool().unwrap());
+        } else {
+            assert_eq!(phase("read MiB x4").unwrap()["ops"], 4);
+        }
+    }
+}

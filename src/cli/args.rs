@@ -296,10 +296,14 @@ pub(crate) enum BrCmd {
 /// `sufs bench peers`: sizes default to the full comparison's; `--scale` shrinks them all for a quick run.
 #[derive(Args, Clone)]
 pub(crate) struct PeersArgs {
-    /// File systems, comma-separated (default: all of them).
+    /// File systems, comma-separated (default: all of them). A sufs peer may name an update
+    /// policy after its ordering: sufs-softdep-pu, sufs-softdep-aipu, sufs-sync-wt (without one,
+    /// the mount's default, aipu).
     #[arg(long, value_delimiter = ',', default_value = "sufs-softdep,sufs-sync,sufs-async,fuse2fs,ext4-kernel")]
     pub(crate) peers: Vec<String>,
-    /// Workloads, comma-separated.
+    /// Workloads, comma-separated. Two long ones are off this default list: parallel (the
+    /// files, a large file written and read cold, and mail, from 1, 2 and 4 threads) and coldread
+    /// (Mogul's cold reads behind a steady writer, 60 s a file system).
     #[arg(long, value_delimiter = ',', default_value = "files,copy,andrew,postmark,fio,mail,stall")]
     pub(crate) workloads: Vec<String>,
     /// Multiply every count and size below (but the image's) by this.
@@ -339,6 +343,22 @@ pub(crate) struct PeersArgs {
     pub(crate) stall_mb: u64,
     #[arg(long, default_value_t = 45.0)]
     pub(crate) stall_secs: f64,
+    /// Parallel, per worker thread: empty files created, stat'ed and removed; MiB written in
+    /// 64 KiB writes, then read back cold; mail messages delivered.
+    #[arg(long, default_value_t = 5000)]
+    pub(crate) parallel_files: usize,
+    #[arg(long, default_value_t = 64)]
+    pub(crate) parallel_mb: u64,
+    #[arg(long, default_value_t = 500)]
+    pub(crate) parallel_messages: usize,
+    /// Coldread: seconds of timed cold reads, and the writer's rate meanwhile in MiB/s (not scaled).
+    #[arg(long, default_value_t = 60.0)]
+    pub(crate) coldread_secs: f64,
+    #[arg(long, default_value_t = 2.0)]
+    pub(crate) coldread_rate: f64,
+    /// Buffer cache of every sufs mount (default: the mount's, 128M).
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) sufs_cache: Option<u64>,
     /// Size of every image.
     #[arg(long, value_parser = parse_size, default_value = "4G")]
     pub(crate) image_size: u64,
@@ -356,7 +376,8 @@ pub(crate) struct PeersArgs {
 #[derive(Subcommand)]
 pub(crate) enum BenchCmd {
     /// The same workloads (many empty files; real trees copied; Andrew-like; PostMark-
-    /// like; fio; mail delivery with fsync, alone and four at once; creates behind a burst of writes) through the mounts of sufs softdep, sync and async, fuse2fs and kernel ext4 on
+    /// like; fio; mail delivery with fsync, alone and four at once; creates behind a burst of writes;
+    /// and, when named, parallel and coldread) through the mounts of sufs softdep, sync and async, fuse2fs and kernel ext4 on
     /// a loop device, each on a fresh image; a table, plots and JSON.
     Peers(PeersArgs),
     /// The Block Register paper's Figure 2: a volume snapshot with the reserved store and with the

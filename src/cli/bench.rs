@@ -71,6 +71,12 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         mail_messages: a.mail_messages,
         stall_mb: a.stall_mb,
         stall_secs: a.stall_secs,
+        sufs_cache: a.sufs_cache,
+        par_files: a.parallel_files,
+        par_mb: a.parallel_mb,
+        par_messages: a.parallel_messages,
+        coldread_secs: a.coldread_secs,
+        coldread_rate: a.coldread_rate,
         ..Default::default()
     }
     .scaled(a.scale);
@@ -90,6 +96,28 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         o.image_size >> 20,
         o.dir.display()
     );
+    let has = |w: &str| o.workloads.iter().any(|x| x == w);
+    if has("parallel") {
+        println!(
+            "parallel: 1, 2 and 4 threads, each {} empty files, {} MiB written and read back, {} messages",
+            o.par_files, o.par_mb, o.par_messages
+        );
+    }
+    if has("coldread") {
+        println!(
+            "coldread: {:.0} s of cold reads of 32 KiB files, 10 ms apart, behind a writer at {} MiB/s",
+            o.coldread_secs, o.coldread_rate
+        );
+    }
+    if let Some(c) = o.sufs_cache {
+        println!("sufs mounts: --cache {} MiB", c >> 20);
+    }
+    if (has("parallel") || has("coldread")) && !sufs::bench_peers::drops_page_cache() {
+        println!(
+            "not root: the page cache is not dropped before cold reads (they follow a remount, but may find \
+             the image file's pages in the kernel's cache)"
+        );
+    }
     let multi = indicatif::MultiProgress::new();
     let style = indicatif::ProgressStyle::with_template("{prefix:>9} {bar:30} {pos}/{len} {msg}")
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
@@ -120,8 +148,8 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
     }
     println!("\n{}", r.table());
     let ratios = r.ratios();
-    if !ratios.is_empty() {
-        println!("softdep's time over the others' (below 1: softdep is faster):\n\n{ratios}");
+    if let (false, Some(me)) = (ratios.is_empty(), r.reference()) {
+        println!("{me}'s time over the others' (below 1: {me} is faster):\n\n{ratios}");
     }
     let plots = r.plots(&a.out).map_err(|e| Fail(format!("plots: {e}"), 1))?;
     for p in &plots {

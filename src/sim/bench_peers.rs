@@ -2,7 +2,9 @@
 //! sync, async), through fuse2fs on an ext4 image of the same size, and through kernel ext4 on a
 //! loop device, each run on a fresh image: many empty files created, stat'ed and removed; real
 //! trees copied in and removed; the Andrew-like phases of `bench`; a PostMark-like mail-server
-//! load; and fio's sequential and random 4 KiB reads and writes on a large file.
+//! load; fio's sequential and random 4 KiB reads and writes on a large file; and (in
+//! `concurrent`) the same kinds of work from 1, 2 and 4 threads, and Mogul's cold reads behind
+//! a steady writer. A sufs peer may name its update policy (`sufs-softdep-pu`).
 //!
 //! Every number is measured, never made up: a peer that cannot run here (no fuse2fs, not root
 //! for a loop device, no fio) is listed with the reason and left out. Device writes come from
@@ -20,10 +22,36 @@ use serde::Serialize;
 use crate::bench::{andrew_phases, copy_tree, fresh_image, run_err, BenchError, FuseMount};
 use crate::fs::Ordering;
 
-/// The file systems compared, in table order.
+mod concurrent;
+
+/// The file systems compared, in table order. A sufs peer may also name an update policy after
+/// its ordering, `sufs-ORDERING-POLICY` (`sufs-softdep-pu`); without one it has the mount's
+/// default (aipu).
 pub const PEERS: [&str; 5] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel"];
+/// The update policies a sufs peer's name may end in.
+pub const POLICIES: [&str; 3] = ["pu", "aipu", "wt"];
 /// The workloads, in order.
-pub const WORKLOADS: [&str; 7] = ["files", "copy", "andrew", "postmark", "fio", "mail", "stall"];
+pub const WORKLOADS: [&str; 9] =
+    ["files", "copy", "andrew", "postmark", "fio", "mail", "stall", "parallel", "coldread"];
+/// The workloads run when none are named: all but the long `parallel` and `coldread`.
+pub const DEFAULT_WORKLOADS: [&str; 7] = ["files", "copy", "andrew", "postmark", "fio", "mail", "stall"];
+
+/// A sufs peer's ordering and update policy (`None`: the mount's default), from its name.
+fn sufs_peer(peer: &str) -> Option<(Ordering, Option<&str>)> {
+    let rest = peer.strip_prefix("sufs-")?;
+    let (ord, policy) = match rest.split_once('-') {
+        Some((o, p)) if POLICIES.contains(&p) => (o, Some(p)),
+        Some(_) => return None,
+        None => (rest, None),
+    };
+    let ordering = match ord {
+        "softdep" => Ordering::Softdep,
+        "sync" => Ordering::Sync,
+        "async" => Ordering::Async,
+        _ => return None,
+    };
+    Some((ordering, policy))
+}
 
 /// Sizes and places; `Default` is the full size.
 #[derive(Debug, Clone, Serialize)]
@@ -60,6 +88,15 @@ pub struct PeersOptions {
     /// The stall workload: MiB written without fsync, then seconds of probing creates.
     pub stall_mb: u64,
     pub stall_secs: f64,
+    /// Every sufs peer's buffer cache in bytes (`None`: the mount's default).
+    pub sufs_cache: Option<u64>,
+    /// The parallel workload, per worker: empty files, MiB written and read, messages delivered.
+    pub par_files: usize,
+    pub par_mb: u64,
+    pub par_messages: usize,
+    /// The coldread workload: seconds of cold reads, and the writer's rate in MiB/s.
+    pub coldread_secs: f64,
+    pub coldread_rate: f64,
 }
 
 impl Default for PeersOptions {
@@ -69,7 +106,7 @@ impl Default for PeersOptions {
             dir: PathBuf::from("/var/tmp"),
             image_size: 4 << 30,
             peers: PEERS.iter().map(|s| s.to_string()).collect(),
-            workloads: WORKLOADS.iter().map(|s| s.to_string()).collect(),
+            workloads: DEFAULT_WORKLOADS.iter().map(|s| s.to_string()).collect(),
             files: 100_000,
             per_dir: 1000,
             trees: vec![PathBuf::from("/usr/include"), PathBuf::from("/usr/share/doc")],
@@ -87,6 +124,12 @@ impl Default for PeersOptions {
             mail_messages: 2000,
             stall_mb: 600,
             stall_secs: 45.0,
+            sufs_cache: None,
+            par_files: 5000,
+            par_mb: 64,
+            par_messages: 500,
+            coldread_secs: 60.0,
+            coldread_rate: 2.0,
         }
     }
 }
@@ -103,20 +146,42 @@ impl PeersOptions {
         self.mail_messages = s(self.mail_messages);
         self.stall_mb = ((self.stall_mb as f64 * scale).round() as u64).max(1);
         self.stall_secs = (self.stall_secs * scale).max(0.2);
+        self.par_files = s(self.par_files);
+        self.par_mb = ((self.par_mb as f64 * scale).round() as u64).max(1);
+        self.par_messages = s(self.par_messages);
+        self.coldread_secs = (self.coldread_secs * scale).max(0.2);
         self.fio_size = ((self.fio_size as f64 * scale) as u64).max(1 << 20) & !4095;
         self
     }
 }
 
-/// One timed phase of a workload.
+/// One timed phase of a workload, or a latency it measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Phase {
     pub name: String,
     pub ops: u64,
     pub secs: f64,
+    /// `secs` is a latency (a median, a mean, a worst case), not time spent: shown in
+    /// milliseconds and left out of the workload's total.
+    pub latency: bool,
+    /// The phase ran at the same time as the one before it (a background writer), so its time
+    /// is left out of the workload's total.
+    pub alongside: bool,
 }
 
 impl Phase {
+    pub fn new(name: impl Into<String>, ops: u64, secs: f64) -> Phase {
+        Phase { name: name.into(), ops, secs, latency: false, alongside: false }
+    }
+
+    pub fn latency(name: impl Into<String>, secs: f64) -> Phase {
+        Phase { latency: true, ..Phase::new(name, 0, secs) }
+    }
+
+    pub fn alongside(name: impl Into<String>, ops: u64, secs: f64) -> Phase {
+        Phase { alongside: true, ..Phase::new(name, ops, secs) }
+    }
+
     pub fn ops_per_sec(&self) -> f64 {
         self.ops as f64 / self.secs.max(1e-9)
     }
@@ -141,11 +206,13 @@ pub struct Run {
     /// The phases; the last is "unmount" (what was left to write).
     pub phases: Vec<Phase>,
     pub writes: Option<Writes>,
+    /// The options a sufs peer was mounted with (`sufs mount -f --ordering ...`).
+    pub mount_options: Vec<String>,
 }
 
 impl Run {
     pub fn total_secs(&self) -> f64 {
-        self.phases.iter().map(|p| p.secs).sum()
+        self.phases.iter().filter(|p| !p.latency && !p.alongside).map(|p| p.secs).sum()
     }
 }
 
@@ -171,14 +238,19 @@ fn is_root() -> bool {
 fn unavailable(peer: &str) -> Option<String> {
     let fuse = Path::new("/dev/fuse").exists();
     match peer {
-        "sufs-softdep" | "sufs-sync" | "sufs-async" if !fuse => Some("/dev/fuse is missing".into()),
+        p if sufs_peer(p).is_some() && !fuse => Some("/dev/fuse is missing".into()),
+        p if sufs_peer(p).is_some() => None,
         "fuse2fs" if !fuse => Some("/dev/fuse is missing".into()),
         "fuse2fs" if !which("fuse2fs") => Some("fuse2fs is not installed (Debian: apt-get install fuse2fs)".into()),
         "fuse2fs" | "ext4-kernel" if !which("mkfs.ext4") => Some("mkfs.ext4 is not installed (e2fsprogs)".into()),
         "fuse2fs" | "ext4-kernel" if !is_root() || !which("losetup") => {
             Some("needs root and losetup for a loop device (its writes are counted there)".into())
         }
-        p if !PEERS.contains(&p) => Some(format!("unknown file system (one of {})", PEERS.join(", "))),
+        p if !PEERS.contains(&p) => Some(format!(
+            "unknown file system (one of {}, or sufs-ORDERING-POLICY with a policy of {})",
+            PEERS.join(", "),
+            POLICIES.join(", ")
+        )),
         _ => None,
     }
 }
@@ -227,6 +299,12 @@ struct Mounted {
     fuse: Option<FuseMount>,
     kernel: bool,
     lp: Option<(Loop, (u64, u64))>,
+    /// sufs's writes of earlier mounts of this image (blocks, requests, sync blocks).
+    earlier: (u64, u64, u64),
+    /// The options of `sufs mount` (empty for the other peers).
+    options: Vec<String>,
+    /// This program, for `sufs fsck`.
+    exe: PathBuf,
 }
 
 fn fresh(peer: &str, o: &PeersOptions) -> Result<Mounted, BenchError> {
@@ -237,57 +315,75 @@ fn fresh(peer: &str, o: &PeersOptions) -> Result<Mounted, BenchError> {
     std::fs::create_dir_all(&dir).map_err(|e| run_err("mount point", e))?;
     let mut m = Mounted {
         peer: peer.to_string(),
-        dir: dir.clone(),
+        dir,
         img: img.clone(),
         stats,
         fuse: None,
         kernel: false,
         lp: None,
+        earlier: (0, 0, 0),
+        options: Vec::new(),
+        exe: o.exe.clone(),
     };
-    if let Some(ord) = peer.strip_prefix("sufs-") {
-        let ordering = match ord {
-            "sync" => Ordering::Sync,
-            "async" => Ordering::Async,
-            _ => Ordering::Softdep,
-        };
+    if sufs_peer(peer).is_some() {
         fresh_image(&img, o.image_size)?;
-        let f = FuseMount::start(&o.exe, &img, &dir, ordering, &m.stats)?;
-        m.dir = f.dir.clone();
-        m.fuse = Some(f);
-        return Ok(m);
-    }
-    let file = std::fs::File::create(&img).map_err(|e| run_err("image", e))?;
-    file.set_len(o.image_size).map_err(|e| run_err("image", e))?;
-    drop(file);
-    // Inode tables and journal written now, not by ext4lazyinit while the workload runs.
-    cmd(
-        "mkfs.ext4",
-        Command::new("mkfs.ext4").args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]).arg(&img),
-    )?;
-    let lp = Loop::attach(&img)?;
-    let before = loop_writes(&lp.0)?;
-    let dev = lp.0.clone();
-    m.lp = Some((lp, before));
-    if peer == "fuse2fs" {
-        let f = FuseMount::spawn(&dir, vec!["umount".into()], |d| {
-            let mut c = Command::new("fuse2fs");
-            c.arg(&dev).arg(d).arg("-f");
-            c.stderr(std::process::Stdio::null());
-            c
-        })?;
-        m.dir = f.dir.clone();
-        m.fuse = Some(f);
     } else {
-        cmd("mount", Command::new("mount").args(["-t", "ext4"]).arg(&dev).arg(&dir))?;
-        m.kernel = true;
+        let file = std::fs::File::create(&img).map_err(|e| run_err("image", e))?;
+        file.set_len(o.image_size).map_err(|e| run_err("image", e))?;
+        drop(file);
+        // Inode tables and journal written now, not by ext4lazyinit while the workload runs.
+        cmd(
+            "mkfs.ext4",
+            Command::new("mkfs.ext4").args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]).arg(&img),
+        )?;
+        let lp = Loop::attach(&img)?;
+        let before = loop_writes(&lp.0)?;
+        m.lp = Some((lp, before));
     }
+    m.mount(o)?;
     Ok(m)
 }
 
 impl Mounted {
-    /// Unmounts (timed, as the "unmount" phase) and counts the device writes.
-    fn finish(mut self, phases: &mut Vec<Phase>) -> Result<Writes, BenchError> {
-        let t = Instant::now();
+    /// Mounts the image (made by `fresh`) on `dir`.
+    fn mount(&mut self, o: &PeersOptions) -> Result<(), BenchError> {
+        if let Some((ordering, policy)) = sufs_peer(&self.peer) {
+            self.options = vec!["--ordering".into(), ordering.to_string()];
+            if let Some(p) = policy {
+                self.options.extend(["--update".into(), p.into()]);
+            }
+            if let Some(bytes) = o.sufs_cache {
+                self.options.extend(["--cache".into(), bytes.to_string()]);
+            }
+            let umount = vec![o.exe.as_os_str().to_owned(), "umount".into()];
+            let f = FuseMount::spawn(&self.dir, umount, |d| {
+                let mut c = Command::new(&o.exe);
+                c.arg("mount").arg(&self.img).arg(d).arg("-f").args(&self.options).arg("--stats").arg(&self.stats);
+                c
+            })?;
+            self.dir = f.dir.clone();
+            self.fuse = Some(f);
+            return Ok(());
+        }
+        let dev = self.lp.as_ref().map(|(lp, _)| lp.0.clone()).ok_or_else(|| run_err("loop device", "missing"))?;
+        if self.peer == "fuse2fs" {
+            let f = FuseMount::spawn(&self.dir, vec!["umount".into()], |d| {
+                let mut c = Command::new("fuse2fs");
+                c.arg(&dev).arg(d).arg("-f");
+                c.stderr(std::process::Stdio::null());
+                c
+            })?;
+            self.dir = f.dir.clone();
+            self.fuse = Some(f);
+        } else {
+            cmd("mount", Command::new("mount").args(["-t", "ext4"]).arg(&dev).arg(&self.dir))?;
+            self.kernel = true;
+        }
+        Ok(())
+    }
+
+    /// Unmounts, waiting until everything is written.
+    fn unmount(&mut self) -> Result<(), BenchError> {
         if let Some(f) = self.fuse.take() {
             f.unmount()?;
         }
@@ -295,7 +391,38 @@ impl Mounted {
             cmd("umount", Command::new("umount").arg(&self.dir))?;
             self.kernel = false;
         }
-        phases.push(Phase { name: "unmount".into(), ops: 0, secs: t.elapsed().as_secs_f64() });
+        Ok(())
+    }
+
+    /// Makes every cache cold: unmounts (which writes everything and empties sufs's buffer
+    /// cache and the kernel's caches of this mount), drops the kernel's page cache where
+    /// allowed (root: the pages of sufs's image file and of the loop devices' backing files),
+    /// and mounts again. Returns whether the page cache was dropped.
+    fn remount(&mut self, o: &PeersOptions) -> Result<bool, BenchError> {
+        self.unmount()?;
+        if self.lp.is_none() {
+            let (blocks, requests, sync) = self.sufs_writes()?;
+            self.earlier = (self.earlier.0 + blocks, self.earlier.1 + requests, self.earlier.2 + sync);
+        }
+        let dropped = drop_page_cache();
+        self.mount(o)?;
+        Ok(dropped)
+    }
+
+    /// sufs's writes (blocks, requests, sync blocks) from the statistics of its last unmount.
+    fn sufs_writes(&self) -> Result<(u64, u64, u64), BenchError> {
+        let st: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&self.stats).map_err(|e| run_err("mount statistics", e))?)
+                .map_err(|e| run_err("mount statistics", e))?;
+        let count = |k: &str| st["device"][k].as_u64().unwrap_or(0);
+        Ok((count("sync_writes") + count("async_writes"), count("write_requests"), count("sync_writes")))
+    }
+
+    /// Unmounts (timed, as the "unmount" phase) and counts the device writes.
+    fn finish(mut self, phases: &mut Vec<Phase>) -> Result<Writes, BenchError> {
+        let t = Instant::now();
+        self.unmount()?;
+        phases.push(Phase::new("unmount", 0, t.elapsed().as_secs_f64()));
         if let Some((lp, (r0, s0))) = &self.lp {
             let (r1, s1) = loop_writes(&lp.0)?;
             return Ok(Writes {
@@ -304,14 +431,21 @@ impl Mounted {
                 source: format!("{} /sys/block stat", lp.0),
             });
         }
-        let st: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&self.stats).map_err(|e| run_err("mount statistics", e))?)
-                .map_err(|e| run_err("mount statistics", e))?;
-        let count = |k: &str| st["device"][k].as_u64().unwrap_or(0);
+        let (blocks, requests, sync) = self.sufs_writes()?;
+        // What the workload left must be a clean file system, or its figures count for nothing.
+        let out = Command::new(&self.exe).arg("fsck").arg(&self.img).output().map_err(|e| run_err("sufs fsck", e))?;
+        if !out.status.success() {
+            return Err(BenchError::Run(format!(
+                "sufs fsck after the run: {}{}",
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        let (b0, r0, s0) = self.earlier;
         Ok(Writes {
-            blocks: count("sync_writes") + count("async_writes"),
-            requests: Some(count("write_requests")),
-            source: format!("sufs --stats ({} sync)", count("sync_writes")),
+            blocks: b0 + blocks,
+            requests: Some(r0 + requests),
+            source: format!("sufs --stats ({} sync)", s0 + sync),
         })
     }
 }
@@ -341,7 +475,7 @@ fn timed<T>(
 ) -> Result<T, BenchError> {
     let t = Instant::now();
     let (v, ops) = f()?;
-    phases.push(Phase { name: name.into(), ops, secs: t.elapsed().as_secs_f64() });
+    phases.push(Phase::new(name, ops, t.elapsed().as_secs_f64()));
     Ok(v)
 }
 
@@ -349,6 +483,20 @@ fn timed<T>(
 /// system rather than the kernel's caches. Returns whether it did.
 fn drop_dentries() -> bool {
     is_root() && std::fs::write("/proc/sys/vm/drop_caches", "2").is_ok()
+}
+
+/// Writes every dirty page and drops the kernel's page cache, dentries and inodes (root only).
+/// Returns whether it did.
+fn drop_page_cache() -> bool {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    is_root() && std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
+
+/// Whether this process may drop the kernel's page cache (`coldread` and `parallel`'s reads are
+/// cold only then: otherwise they may find sufs's image file in it).
+pub fn drops_page_cache() -> bool {
+    is_root()
 }
 
 /// `files` empty files in directories of `per_dir`: create, stat (after dropping the kernel's
@@ -413,19 +561,6 @@ fn copy(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnM
 /// deliverer alone and then four at once. Four at once is where fsyncs meet: each waits for its
 /// own writes, and on a file system that holds one lock across its I/O, for the others' too.
 fn mail(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
-    use std::io::Write;
-    let deliver = |box_dir: PathBuf, n: usize| -> std::io::Result<()> {
-        std::fs::create_dir_all(&box_dir)?;
-        let body = vec![b'm'; 16 << 10];
-        for i in 0..n {
-            let tmp = box_dir.join(format!("tmp.{i}"));
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&body)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, box_dir.join(format!("msg.{i}")))?;
-        }
-        Ok(())
-    };
     for (name, deliverers) in [("mail x1", 1usize), ("mail x4", 4)] {
         on(name);
         let n = o.mail_messages;
@@ -468,11 +603,32 @@ fn stall(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn Fn
         lat.push(t.elapsed().as_secs_f64());
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    phases.push(Phase { name: "probe creates".into(), ops: lat.len() as u64, secs: start.elapsed().as_secs_f64() });
+    phases.push(Phase::new("probe creates", lat.len() as u64, start.elapsed().as_secs_f64()));
     lat.sort_by(f64::total_cmp);
     for (name, q) in [("create: median", 0.5), ("create: p99", 0.99), ("create: worst", 1.0)] {
-        let secs = lat.get(((lat.len().saturating_sub(1)) as f64 * q) as usize).copied().unwrap_or(0.0);
-        phases.push(Phase { name: name.into(), ops: 0, secs });
+        phases.push(Phase::latency(name, quantile(&lat, q)));
+    }
+    Ok(())
+}
+
+/// The `q` quantile (0 to 1) of sorted latencies: the one at `q` of the way from the first to
+/// the last; 0 if there are none.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted.get((sorted.len().saturating_sub(1) as f64 * q) as usize).copied().unwrap_or(0.0)
+}
+
+/// One deliverer: `n` messages of 16 KiB into `box_dir`, each a temporary file, fsync'ed, then
+/// renamed into place.
+fn deliver(box_dir: PathBuf, n: usize) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(&box_dir)?;
+    let body = vec![b'm'; 16 << 10];
+    for i in 0..n {
+        let tmp = box_dir.join(format!("tmp.{i}"));
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&body)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, box_dir.join(format!("msg.{i}")))?;
     }
     Ok(())
 }
@@ -482,7 +638,7 @@ fn andrew(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn F
     on("andrew");
     let mut ph = Vec::new();
     let n = andrew_phases(root, &o.andrew_tree, o.andrew_files, &mut ph).map_err(io)?;
-    phases.extend(ph.into_iter().map(|(name, secs)| Phase { name, ops: n as u64, secs }));
+    phases.extend(ph.into_iter().map(|(name, secs)| Phase::new(name, n as u64, secs)));
     Ok(())
 }
 
@@ -587,15 +743,29 @@ fn fio(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMu
         let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| run_err("fio's JSON", e))?;
         let dir = if rw.contains("write") { "write" } else { "read" };
         let ops = v["jobs"][0][dir]["total_ios"].as_u64().unwrap_or(0);
-        phases.push(Phase { name: name.into(), ops, secs });
+        phases.push(Phase::new(name, ops, secs));
     }
     Ok(())
 }
 
 type Workload = fn(&Path, &PeersOptions, &mut Vec<Phase>, &mut dyn FnMut(&str)) -> Result<(), BenchError>;
 
-fn workload(name: &str) -> Option<Workload> {
-    Some(match name {
+/// Makes the mounted file system's caches cold (a remount, then the page cache dropped where
+/// allowed); returns whether the page cache was dropped.
+type Cold<'a> = dyn FnMut() -> Result<bool, BenchError> + 'a;
+
+/// A workload that makes the caches cold between its phases.
+type ColdWorkload =
+    fn(&Path, &PeersOptions, &mut Vec<Phase>, &mut dyn FnMut(&str), &mut Cold) -> Result<(), BenchError>;
+
+#[derive(Clone, Copy)]
+enum Work {
+    Warm(Workload),
+    Cold(ColdWorkload),
+}
+
+fn workload(name: &str) -> Option<Work> {
+    Some(Work::Warm(match name {
         "files" => files,
         "copy" => copy,
         "andrew" => andrew,
@@ -603,8 +773,10 @@ fn workload(name: &str) -> Option<Workload> {
         "fio" => fio,
         "mail" => mail,
         "stall" => stall,
+        "parallel" => return Some(Work::Cold(concurrent::parallel)),
+        "coldread" => return Some(Work::Cold(concurrent::coldread)),
         _ => return None,
-    })
+    }))
 }
 
 /// Reads the trees once, so that the first file system copied to does not pay for cold reads.
@@ -654,13 +826,21 @@ pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>))
         }
         for p in &peers {
             let mut phases = Vec::new();
-            let r = fresh(p, o).and_then(|m| {
-                f(&m.dir, o, &mut phases, &mut |ph| progress(w, p, Some(ph)))?;
+            let r = fresh(p, o).and_then(|mut m| {
+                let root = m.dir.clone();
+                let on = &mut |ph: &str| progress(w, p, Some(ph));
+                match f {
+                    Work::Warm(f) => f(&root, o, &mut phases, on)?,
+                    Work::Cold(f) => f(&root, o, &mut phases, on, &mut || m.remount(o))?,
+                }
                 progress(w, p, Some("unmount"));
-                m.finish(&mut phases)
+                let options = m.options.clone();
+                Ok((m.finish(&mut phases)?, options))
             });
             match r {
-                Ok(writes) => runs.push(Run { workload: w.clone(), peer: p.clone(), phases, writes: Some(writes) }),
+                Ok((writes, mount_options)) => {
+                    runs.push(Run { workload: w.clone(), peer: p.clone(), phases, writes: Some(writes), mount_options })
+                }
                 Err(e) => skipped.push((format!("{p} {w}"), format!("failed, no figures: {e}"))),
             }
             progress(w, p, None);
@@ -670,7 +850,7 @@ pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>))
 }
 
 fn secs_cell(p: &Phase) -> String {
-    if p.ops == 0 && p.secs < 0.1 {
+    if p.latency || (p.ops == 0 && p.secs < 0.1) {
         // A latency (the stall workload's creates) or a short unmount: in milliseconds.
         format!("{:.2} ms", p.secs * 1e3)
     } else if p.ops == 0 {
@@ -678,6 +858,11 @@ fn secs_cell(p: &Phase) -> String {
     } else {
         format!("{:.2} s ({}/s)", p.secs, thousands(p.ops_per_sec().round() as u64))
     }
+}
+
+/// Whether `peer` is `base` with an update policy (`sufs-softdep-pu` of `sufs-softdep`).
+fn variant_of(peer: &str, base: &str) -> bool {
+    peer.strip_prefix(base).is_some_and(|s| s.starts_with('-'))
 }
 
 /// 1234567 as "1,234,567".
@@ -694,8 +879,20 @@ pub fn thousands(n: u64) -> String {
 }
 
 impl PeersReport {
+    /// The peers that ran, in `PEERS`' order, each sufs ordering followed by its variants
+    /// with an update policy, in the order they ran.
     fn peers(&self) -> Vec<&str> {
-        PEERS.iter().copied().filter(|p| self.runs.iter().any(|r| r.peer == *p)).collect()
+        let mut ps: Vec<&str> = Vec::new();
+        for r in &self.runs {
+            if !ps.contains(&r.peer.as_str()) {
+                ps.push(&r.peer);
+            }
+        }
+        ps.sort_by_key(|p| match PEERS.iter().position(|q| p == q) {
+            Some(i) => (i, false),
+            None => (PEERS.iter().position(|q| variant_of(p, q)).unwrap_or(PEERS.len()), true),
+        });
+        ps
     }
 
     fn run(&self, w: &str, p: &str) -> Option<&Run> {
@@ -730,8 +927,13 @@ impl PeersReport {
                 let ops: Vec<u64> = peers.iter().filter_map(|p| self.run(w, p)?.phases.get(i)).map(|q| q.ops).collect();
                 let max = ops.iter().copied().max().unwrap_or(0);
                 // Phases stopped by a time limit did different numbers of operations.
-                let ops =
-                    if ops.iter().all(|&n| n == max) { thousands(max) } else { format!("≤ {}", thousands(max)) };
+                let ops = if ph.latency {
+                    String::new()
+                } else if ops.iter().all(|&n| n == max) {
+                    thousands(max)
+                } else {
+                    format!("≤ {}", thousands(max))
+                };
                 let _ = writeln!(s, "| {w} | {} | {ops} | {} |", ph.name, cells.join(" | "));
             }
             let total: Vec<String> = peers
@@ -757,24 +959,44 @@ impl PeersReport {
         s
     }
 
-    /// softdep's time per operation over fuse2fs's, kernel ext4's and async's, per phase, and
-    /// its total time over theirs where they did the same work (below 1: softdep is faster).
+    /// The peer the ratios are of: sufs-softdep, or else the first softdep peer with an update
+    /// policy.
+    pub fn reference(&self) -> Option<&str> {
+        let peers = self.peers();
+        peers
+            .iter()
+            .copied()
+            .find(|p| *p == "sufs-softdep")
+            .or_else(|| peers.into_iter().find(|p| variant_of(p, "sufs-softdep")))
+    }
+
+    /// The reference's (softdep's) time per operation over fuse2fs's, kernel ext4's, async's
+    /// and the other softdep peers', per phase (latencies: the latency over theirs), and its
+    /// total time over theirs where they did the same work (below 1: the reference is faster).
     pub fn ratios(&self) -> String {
         use std::fmt::Write;
-        let others: Vec<&str> =
-            ["fuse2fs", "ext4-kernel", "sufs-async"].into_iter().filter(|p| self.peers().contains(p)).collect();
         let mut s = String::new();
-        if !self.peers().contains(&"sufs-softdep") || others.is_empty() {
+        let Some(me) = self.reference() else { return s };
+        let peers = self.peers();
+        let others: Vec<&str> = ["fuse2fs", "ext4-kernel", "sufs-async"]
+            .into_iter()
+            .filter(|p| peers.contains(p))
+            .chain(
+                peers.iter().copied().filter(|p| *p != me && (*p == "sufs-softdep" || variant_of(p, "sufs-softdep"))),
+            )
+            .collect();
+        if others.is_empty() {
             return s;
         }
+        let short = me.trim_start_matches("sufs-");
         let _ = writeln!(
             s,
             "| workload | phase | {} |",
-            others.iter().map(|p| format!("softdep / {p}")).collect::<Vec<_>>().join(" | ")
+            others.iter().map(|p| format!("{short} / {p}")).collect::<Vec<_>>().join(" | ")
         );
         let _ = writeln!(s, "| --- | --- |{}", " ---: |".repeat(others.len()));
         for w in self.workloads() {
-            let Some(d) = self.run(w, "sufs-softdep") else { continue };
+            let Some(d) = self.run(w, me) else { continue };
             let ratio = |mine: f64, theirs: Option<f64>| {
                 theirs.map(|t| format!("{:.2}x", mine / t.max(1e-9))).unwrap_or_else(|| "-".into())
             };
