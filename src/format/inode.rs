@@ -11,7 +11,7 @@ pub struct Dinode {
     pub uid: u32,
     pub gid: u32,
     pub size: u64,
-    /// Blocks held (data and indirect), in file-system blocks.
+    /// Blocks held (data, indirect and extended-attribute), in file-system blocks.
     pub blocks: u64,
     pub atime: i64,
     pub mtime: i64,
