@@ -189,6 +189,17 @@ impl Fs {
         self.balance()
     }
 
+    /// Clears the set-group-ID bit of `ino` (an ACL set by someone outside its group).
+    pub fn clear_sgid(&mut self, ino: u32) -> FsResult<()> {
+        self.check_writable()?;
+        let mut d = self.iget(ino)?;
+        if d.mode & 0o2000 != 0 {
+            d.mode &= !0o2000;
+            self.iput(ino, &d)?;
+        }
+        Ok(())
+    }
+
     /// Setting an access ACL sets the mode it implies; an ACL the mode says entirely is not
     /// kept (Linux's posix_acl_update_mode). Returns the value to store, if any.
     pub(super) fn acl_update_mode(d: &mut Dinode, value: &[u8]) -> FsResult<Option<Vec<u8>>> {

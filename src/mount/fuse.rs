@@ -151,6 +151,17 @@ fn from_fuse(ino: INodeNo) -> Result<u32, Errno> {
     }
 }
 
+/// Whether the caller of `req` is in group `gid`: its group, or one of its supplementary
+/// groups (which FUSE does not send: read from /proc, as other FUSE servers do).
+fn in_group(req: &Request, gid: u32) -> bool {
+    if req.gid() == gid {
+        return true;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", req.pid())).unwrap_or_default();
+    let groups = status.lines().find_map(|l| l.strip_prefix("Groups:")).unwrap_or("");
+    groups.split_whitespace().any(|g| g.parse() == Ok(gid))
+}
+
 /// A getxattr or listxattr answer: the size when asked for it (`size` 0), ERANGE when the
 /// caller's buffer is too small.
 fn xattr_reply(reply: fuser::ReplyXattr, size: u32, v: &[u8]) {
@@ -721,6 +732,15 @@ impl Filesystem for SufsFuse {
         let r = from_fuse(ino).and_then(|i| {
             let mode = XattrMode::from_flags(flags).map_err(errno)?;
             fs.setxattr(i, name.as_bytes(), value, mode, req.uid()).map_err(errno)?;
+            if name.as_bytes().starts_with(b"system.posix_acl_") {
+                // Setting an ACL clears set-group-ID unless the caller is in the file's group
+                // or root (what the kernel would say with FUSE_SETXATTR_ACL_KILL_SGID, which
+                // needs the setxattr format fuser does not read).
+                let gid = fs.getattr(i).map_err(errno)?.gid;
+                if req.uid() != 0 && !in_group(req, gid) {
+                    fs.clear_sgid(i).map_err(errno)?;
+                }
+            }
             settle(&mut fs, Change::Attr, &[i])
         });
         match r {
