@@ -137,7 +137,7 @@ struct Ino {
 fn inode(sb: &Sb, img: &[u8], i: u64) -> Ino {
     let o = sb.inode_offset(i);
     let d = &img[o..o + 256];
-    assert!(d[2..4].iter().chain(&d[212..256]).all(|&x| x == 0), "reserved dinode bytes are zero");
+    assert!(d[2..4].iter().chain(&d[232..256]).all(|&x| x == 0), "reserved dinode bytes are zero");
     for ns in [64, 68, 72, 76] {
         assert!(u32_at(d, ns) < 1_000_000_000);
     }

@@ -11,7 +11,7 @@ pub struct Dinode {
     pub uid: u32,
     pub gid: u32,
     pub size: u64,
-    /// Blocks held (data and indirect), in file-system blocks.
+    /// Blocks held (data, indirect and extended-attribute), in file-system blocks.
     pub blocks: u64,
     pub atime: i64,
     pub mtime: i64,
@@ -26,6 +26,11 @@ pub struct Dinode {
     pub rdev: u32,
     pub db: [u64; NDADDR],
     pub ib: [u64; NIADDR],
+    /// Bytes of the extended-attribute area (UFS2's `di_extsize`); 0: no attributes.
+    pub extsize: u32,
+    /// The blocks of the extended-attribute area (UFS2's `di_extb`), `ceil(extsize /
+    /// block_size)` of them in order, the rest 0.
+    pub extb: [u64; NXADDR],
 }
 
 const DI_MODE: usize = 0;
@@ -47,6 +52,8 @@ const DI_FLAGS: usize = 84;
 const DI_DB: usize = 88;
 const DI_IB: usize = DI_DB + 8 * NDADDR; // 184
 const DI_RDEV: usize = DI_IB + 8 * NIADDR; // 208
+const DI_EXTSIZE: usize = 212;
+const DI_EXTB: usize = 216;
 
 impl Dinode {
     pub fn encode(&self, b: &mut [u8]) {
@@ -75,6 +82,10 @@ impl Dinode {
             put_u64(b, DI_IB + 8 * i, self.ib[i]);
         }
         put_u32(b, DI_RDEV, self.rdev);
+        put_u32(b, DI_EXTSIZE, self.extsize);
+        for i in 0..NXADDR {
+            put_u64(b, DI_EXTB + 8 * i, self.extb[i]);
+        }
     }
 
     pub fn decode(b: &[u8]) -> Dinode {
@@ -96,6 +107,7 @@ impl Dinode {
             generation: get_u32(b, DI_GEN),
             flags: get_u32(b, DI_FLAGS),
             rdev: get_u32(b, DI_RDEV),
+            extsize: get_u32(b, DI_EXTSIZE),
             ..Default::default()
         };
         for i in 0..NDADDR {
@@ -103,6 +115,9 @@ impl Dinode {
         }
         for i in 0..NIADDR {
             d.ib[i] = get_u64(b, DI_IB + 8 * i);
+        }
+        for i in 0..NXADDR {
+            d.extb[i] = get_u64(b, DI_EXTB + 8 * i);
         }
         d
     }
@@ -143,6 +158,11 @@ impl Dinode {
     pub fn is_symlink(&self) -> bool {
         self.file_type() == S_IFLNK
     }
+    /// The blocks of the extended-attribute area (nonzero pointers).
+    pub fn ext_blocks(&self) -> impl Iterator<Item = u64> + '_ {
+        self.extb.iter().copied().filter(|&b| b != 0)
+    }
+
     /// True if the inode's block pointers address data (regular files, directories, symlinks).
     pub fn has_blocks(&self) -> bool {
         matches!(self.file_type(), S_IFREG | S_IFDIR | S_IFLNK)
@@ -201,6 +221,8 @@ mod tests {
             d.db[i] = 1000 + i as u64;
         }
         d.ib = [u64::MAX, 2, 3];
+        d.extsize = 4097;
+        d.extb = [77, 78];
         let mut buf = vec![0xAAu8; DINODE_SIZE];
         d.encode(&mut buf);
         assert_eq!(Dinode::decode(&buf), d);

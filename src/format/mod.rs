@@ -18,12 +18,14 @@ mod dir;
 mod inode;
 mod superblock;
 mod volume;
+mod xattr;
 
 pub use cg::*;
 pub use dir::*;
 pub use inode::*;
 pub use superblock::*;
 pub use volume::*;
+pub use xattr::*;
 
 pub const MAGIC: u64 = 0x5355_4653_4646_5331; // "SUFSFFS1"
 pub const VERSION: u32 = 1;
@@ -31,6 +33,8 @@ pub const CG_MAGIC: u32 = 0x4347_5346; // "FSGC"
 pub const DINODE_SIZE: usize = 256;
 pub const NDADDR: usize = 12;
 pub const NIADDR: usize = 3;
+/// Block pointers of the extended-attribute area (UFS2's `UFS_NXADDR`).
+pub const NXADDR: usize = 2;
 pub const MAX_SNAPSHOTS: usize = 20;
 pub const DIRBLKSIZ: usize = 512;
 pub const MAXNAMLEN: usize = 255;
@@ -102,6 +106,8 @@ pub enum FormatError {
     BadGeometry(String),
     #[error("cylinder group {cg}: {what}")]
     BadCg { cg: u32, what: String },
+    #[error("extended-attribute area: {0}")]
+    BadExtArea(String),
 }
 
 fn get_u16(b: &[u8], o: usize) -> u16 {

@@ -149,7 +149,7 @@ impl Fs {
                 .chunks_exact(DINODE_SIZE)
                 .map(Dinode::decode)
                 .filter(|d| !d.is_free())
-                .flat_map(|d| d.db.into_iter().chain(d.ib))
+                .flat_map(|d| d.db.into_iter().chain(d.ib).chain(d.extb))
                 .collect();
             self.claim_pointers(bno, &ptrs)?;
         }

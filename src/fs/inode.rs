@@ -176,6 +176,7 @@ impl Fs {
             then.extend(self.incore.parent_drop.remove(&ino).map(Task::DropLink));
             self.incore.removed_dirs.remove(&ino);
         }
+        self.release_ext(ino, &mut d)?;
         if d.has_blocks() {
             // Size goes with the pointers, so no crash shows a directory with a hole.
             d.size = 0;

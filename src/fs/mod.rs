@@ -89,6 +89,16 @@ pub enum FsError {
     ShutDown,
     #[error("corrupt file system: {0}")]
     Corrupt(String),
+    #[error("no such attribute")]
+    NoAttr,
+    #[error("attribute name or buffer out of range")]
+    AttrRange,
+    #[error("attribute value too large")]
+    AttrTooBig,
+    #[error("no space left in the attribute area")]
+    AttrAreaFull,
+    #[error("operation not supported")]
+    NotSupported,
 }
 
 impl FsError {
@@ -108,6 +118,11 @@ impl FsError {
             FsError::Stale(_) => libc::ESTALE,
             FsError::ReadOnly => libc::EROFS,
             FsError::Io(_) | FsError::Corrupt(_) | FsError::ShutDown => libc::EIO,
+            FsError::NoAttr => libc::ENODATA,
+            FsError::AttrRange => libc::ERANGE,
+            FsError::AttrTooBig => libc::E2BIG,
+            FsError::AttrAreaFull => libc::ENOSPC,
+            FsError::NotSupported => libc::EOPNOTSUPP,
         }
     }
 }
@@ -168,6 +183,9 @@ mod namespace;
 mod rename;
 mod sync;
 mod tasks;
+// Extended attributes (UFS2's attribute area) and the POSIX ACLs kept in them.
+pub mod acl;
+pub mod xattr;
 
 /// Options of a new file system.
 #[derive(Debug, Clone)]

@@ -118,6 +118,7 @@ impl Fs {
             if d.has_blocks() {
                 self.file_blocks(&d, &mut data, &mut levels)?;
             }
+            data.extend(d.ext_blocks());
         }
         let inode_blocks: Vec<u64> = inos.iter().map(|&x| self.sb.inode_location(x).0).collect();
         self.sd().expect("softdep").track(&inos);

@@ -53,6 +53,8 @@ pub(super) struct Fixes {
     pub(super) set_size: BTreeMap<u32, u64>,
     /// Inodes with a time whose nanoseconds are out of range (set to 0).
     pub(super) fix_nsec: BTreeSet<u32>,
+    /// Inodes whose extended-attribute area is damaged: it goes (size and pointers 0).
+    pub(super) clear_ext: BTreeSet<u32>,
     pub(super) dir: Vec<DirFix>,
     pub(super) reconnect: Vec<u32>,
     pub(super) make_root: bool,
@@ -335,6 +337,9 @@ fn fix_inodes(ws: &mut WriteSet, sb: &Superblock, fixes: &Fixes) -> Result<()> {
     }
     for (&ino, &size) in &fixes.set_size {
         ws.inode(sb, ino, |d| d.size = size)?;
+    }
+    for &ino in &fixes.clear_ext {
+        ws.inode(sb, ino, |d| (d.extsize, d.extb) = (0, [0; NXADDR]))?;
     }
     for &ino in &fixes.fix_nsec {
         ws.inode(sb, ino, |d| {

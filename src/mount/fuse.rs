@@ -33,6 +33,7 @@ use fuser::{
 use crate::format::*;
 use crate::fs::mountopt::{AtimeMode, Change};
 use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
+use crate::fs::xattr::XattrMode;
 use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
 
 /// How long the kernel may keep a name and its attributes without asking again. Every change
@@ -150,6 +151,29 @@ fn from_fuse(ino: INodeNo) -> Result<u32, Errno> {
         1 => Ok(ROOT_INO),
         n if n == ROOT_INO as u64 || n > u32::MAX as u64 => Err(Errno::ESTALE),
         n => Ok(n as u32),
+    }
+}
+
+/// Whether the caller of `req` is in group `gid`: its group, or one of its supplementary
+/// groups (which FUSE does not send: read from /proc, as other FUSE servers do).
+fn in_group(req: &Request, gid: u32) -> bool {
+    if req.gid() == gid {
+        return true;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", req.pid())).unwrap_or_default();
+    let groups = status.lines().find_map(|l| l.strip_prefix("Groups:")).unwrap_or("");
+    groups.split_whitespace().any(|g| g.parse() == Ok(gid))
+}
+
+/// A getxattr or listxattr answer: the size when asked for it (`size` 0), ERANGE when the
+/// caller's buffer is too small.
+fn xattr_reply(reply: fuser::ReplyXattr, size: u32, v: &[u8]) {
+    if size == 0 {
+        reply.size(v.len() as u32)
+    } else if (size as usize) < v.len() {
+        reply.error(Errno::ERANGE)
+    } else {
+        reply.data(v)
     }
 }
 
@@ -279,6 +303,13 @@ impl Filesystem for SufsFuse {
         // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
         // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
         // parent (".."), and compares the generation (`lookup`).
+        // POSIX ACLs: the kernel checks permissions against them and keeps them as the two
+        // `system.posix_acl_*` attributes; sufs sets the mode an ACL implies and gives new
+        // files their directory's default ACL (`fs::acl`), for which it gets the mode before
+        // the umask (DONT_MASK) and applies the umask itself when there is no default ACL.
+        if let Err(e) = config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK) {
+            log::warn!("the kernel does not offer {e:?}: no POSIX ACLs on this mount");
+        }
         if let Err(e) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
             log::warn!("the kernel does not offer {e:?}: file handles go stale with its inode cache");
         }
@@ -358,6 +389,9 @@ impl Filesystem for SufsFuse {
         let mut fs = if size.is_some() { lock_landing(&self.fs) } else { lock(&self.fs) };
         let r = from_fuse(ino).and_then(|i| {
             let d = fs.setattr(i, &a).map_err(errno)?;
+            if a.mode.is_some() {
+                fs.acl_chmod(i).map_err(errno)?;
+            }
             settle(&mut fs, Change::Attr, &[i])?;
             Ok((i, d))
         });
@@ -379,7 +413,9 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
-            let (ino, d) = fs.mknod(p, name.as_bytes(), mode & !umask, req.uid(), gid, rdev).map_err(errno)?;
+            let inh = fs.acl_inherit(p, mode, umask, false).map_err(errno)?;
+            let (ino, d) = fs.mknod(p, name.as_bytes(), inh.mode, req.uid(), gid, rdev).map_err(errno)?;
+            let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
             settle(&mut fs, Change::Names, &[ino])?;
             Ok((ino, d))
         });
@@ -395,8 +431,9 @@ impl Filesystem for SufsFuse {
             let pd = fs.getattr(p).map_err(errno)?;
             let sgid = pd.mode & libc::S_ISGID as u16;
             let gid = Self::new_gid(&mut fs, p, req);
-            let (ino, d) =
-                fs.mkdir(p, name.as_bytes(), (mode & !umask) | sgid as u32, req.uid(), gid).map_err(errno)?;
+            let inh = fs.acl_inherit(p, mode, umask, true).map_err(errno)?;
+            let (ino, d) = fs.mkdir(p, name.as_bytes(), inh.mode | sgid as u32, req.uid(), gid).map_err(errno)?;
+            let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
             settle(&mut fs, Change::Names, &[ino])?;
             Ok((ino, d))
         });
@@ -663,37 +700,69 @@ impl Filesystem for SufsFuse {
         reply.statfs(s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
     }
 
-    /// sufs keeps no extended attributes. ENOSYS says so once, and the kernel answers every
-    /// later getxattr itself (EOPNOTSUPP). Answering ENODATA instead cost a round trip per
-    /// write: FUSE file systems are not `SB_NOSEC`, so before each write the kernel asks for
-    /// `security.capability` to see whether the write must clear it.
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: fuser::ReplyXattr) {
-        reply.error(Errno::ENOSYS);
+    /// Extended attributes (`fs::xattr`). Since sufs answers getxattr, the kernel asks for
+    /// `security.capability` before each write to a file (FUSE file systems are not
+    /// `SB_NOSEC`): one round trip per write(2), answered ENODATA from the cached inode.
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.getxattr(i, name.as_bytes(), req.uid()).map_err(errno)) {
+            Ok(v) => xattr_reply(reply, size, &v),
+            Err(e) => reply.error(e),
+        }
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
-        if size == 0 {
-            reply.size(0)
-        } else {
-            reply.data(&[])
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.listxattr(i, req.uid()).map_err(errno)) {
+            Ok(v) => xattr_reply(reply, size, &v),
+            Err(e) => reply.error(e),
         }
     }
 
     fn setxattr(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
-        _position: u32,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        if position != 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        let mut fs = lock_landing(&self.fs);
+        let r = from_fuse(ino).and_then(|i| {
+            let mode = XattrMode::from_flags(flags).map_err(errno)?;
+            fs.setxattr(i, name.as_bytes(), value, mode, req.uid()).map_err(errno)?;
+            if name.as_bytes().starts_with(b"system.posix_acl_") {
+                // Setting an ACL clears set-group-ID unless the caller is in the file's group
+                // or root (what the kernel would say with FUSE_SETXATTR_ACL_KILL_SGID, which
+                // needs the setxattr format fuser does not read).
+                let gid = fs.getattr(i).map_err(errno)?.gid;
+                if req.uid() != 0 && !in_group(req, gid) {
+                    fs.clear_sgid(i).map_err(errno)?;
+                }
+            }
+            settle(&mut fs, Change::Attr, &[i])
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::from_i32(libc::ENODATA));
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut fs = lock_landing(&self.fs);
+        let r = from_fuse(ino).and_then(|i| {
+            fs.removexattr(i, name.as_bytes(), req.uid()).map_err(errno)?;
+            settle(&mut fs, Change::Attr, &[i])
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     /// FS_IOC_SHUTDOWN (fstests' `godown`), by root on any file or directory of the mount. A
@@ -744,7 +813,9 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
-            let (ino, d) = fs.create(p, name.as_bytes(), mode & !umask, req.uid(), gid).map_err(errno)?;
+            let inh = fs.acl_inherit(p, mode, umask, false).map_err(errno)?;
+            let (ino, d) = fs.create(p, name.as_bytes(), inh.mode, req.uid(), gid).map_err(errno)?;
+            let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
             settle(&mut fs, Change::Names, &[ino])?;
             fs.open(ino, false).map_err(errno)?;
             Ok((ino, d))

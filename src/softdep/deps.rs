@@ -65,6 +65,8 @@ impl WorkList {
 pub enum PtrSlot {
     Direct(usize),
     Indirect(usize),
+    /// A block of the extended-attribute area (`extb[i]`; FreeBSD's extupdt list).
+    Ext(usize),
 }
 
 /// A newly allocated block: DEPCOMPLETE once its bitmap bit is on disk, COMPLETE once its first
@@ -170,6 +172,13 @@ pub struct InodeDep {
     pub inoupdt: Vec<AllocDirect>,
     /// Incore update: new pointers only in the in-memory dinode so far.
     pub newinoupdt: Vec<AllocDirect>,
+    /// The extended-attribute area the disk holds (`extsize`, `extb`) while a new one's blocks
+    /// (`PtrSlot::Ext` allocdirects) are not ready: an inode write rolls the whole area back to
+    /// it, as FreeBSD rolls `di_extb` back to `ad_oldblkno`.
+    pub ext_old: Option<(u32, [u64; crate::format::NXADDR])>,
+    /// Ext wait: the old area's blocks, freed once the inode is on disk with its new area
+    /// (FreeBSD hangs them on the allocdirect as its freefrag).
+    pub extwait: Vec<Task>,
 }
 
 impl InodeDep {
@@ -183,6 +192,8 @@ impl InodeDep {
             inowait: Vec::new(),
             inoupdt: Vec::new(),
             newinoupdt: Vec::new(),
+            ext_old: None,
+            extwait: Vec::new(),
         }
     }
 
@@ -194,6 +205,11 @@ impl InodeDep {
         self.inoupdt.iter().chain(&self.newinoupdt)
     }
 
+    /// True while a new extended-attribute area is not on disk.
+    pub(crate) fn ext_pending(&self) -> bool {
+        self.allocdirects().any(|a| matches!(a.slot, PtrSlot::Ext(_)))
+    }
+
     /// Nothing to track: allocated on disk, no new pointers, no work waiting on it.
     pub(crate) fn idle(&self) -> bool {
         self.bitmap_done()
@@ -202,6 +218,7 @@ impl InodeDep {
             && self.pending.is_empty()
             && self.bufwait.is_empty()
             && self.inowait.is_empty()
+            && self.extwait.is_empty()
     }
 }
 

@@ -101,7 +101,22 @@ impl Softdep {
                 continue;
             }
             let mut d: Option<Dinode> = None;
+            // The extended-attribute area goes as a whole: new, once all its blocks are ready,
+            // else the area the disk holds.
+            let ext_ready = id.allocdirects().all(|a| !matches!(a.slot, PtrSlot::Ext(_)) || self.allocdirect_ready(a));
+            if !ext_ready {
+                let (size, extb) = id.ext_old.expect("a pending attribute area records the one on disk");
+                let dd = d.get_or_insert_with(|| Dinode::decode(raw));
+                (dd.extsize, dd.extb) = (size, extb);
+                inf.rolled_back = true;
+            }
             for a in id.allocdirects() {
+                if matches!(a.slot, PtrSlot::Ext(_)) {
+                    if ext_ready {
+                        inf.direct_done.push((ino, a.bno));
+                    }
+                    continue;
+                }
                 if self.allocdirect_ready(a) {
                     inf.direct_done.push((ino, a.bno));
                     continue;
@@ -233,6 +248,11 @@ impl Softdep {
     fn inode_written(&mut self, ino: u32, epoch: Epoch) {
         let Some(d) = self.inodedeps.get_mut(&ino) else { return };
         d.disk_epoch = d.disk_epoch.max(epoch);
+        if !d.ext_pending() && d.ext_old.take().is_some() {
+            // The new attribute area is on disk (its allocdirects retired with this write):
+            // the old area's blocks are unreachable there.
+            self.tasks.append(&mut d.extwait);
+        }
         let (ready, waiting): (Vec<_>, Vec<_>) =
             std::mem::take(&mut d.bufwait).into_iter().partition(|(e, _)| *e < epoch);
         d.bufwait = waiting;

@@ -105,7 +105,10 @@ impl Softdep {
     }
 
     fn count_now(&self) -> usize {
-        self.inodedeps.values().map(|d| 1 + d.pending.len() + d.bufwait.len() + d.inowait.len()).sum::<usize>()
+        self.inodedeps
+            .values()
+            .map(|d| 1 + d.pending.len() + d.bufwait.len() + d.inowait.len() + d.extwait.len())
+            .sum::<usize>()
             + self.newblks.len()
             + self.indirdeps.values().map(|i| 1 + i.allocindirs.len()).sum::<usize>()
             + self.pagedeps.values().map(|p| p.diradds.len() + p.dirrems.len()).sum::<usize>()
@@ -152,6 +155,40 @@ impl Softdep {
         d.newinoupdt.retain(|a| a.slot != slot);
         let wk = WorkList::new(DepKind::AllocDirect, DepState::ATTACHED);
         d.newinoupdt.push(AllocDirect { wk, slot, lbn, bno, parent: None });
+    }
+
+    /// The extended-attribute area on disk while a new one is pending (None: the in-memory
+    /// one is, or will be once written as it is).
+    pub fn ext_on_disk(&self, ino: u32) -> Option<(u32, [u64; NXADDR])> {
+        self.inodedeps.get(&ino).filter(|d| d.ext_pending()).and_then(|d| d.ext_old)
+    }
+
+    /// A new extended-attribute area (FreeBSD's softdep_setup_allocext): its blocks `blocks`
+    /// (`extb[i]`), new, are pointed to on disk only once each is allocated and written there;
+    /// until then an inode write carries `on_disk`, the area the disk holds.
+    pub fn alloc_ext(&mut self, ino: u32, blocks: &[u64], on_disk: (u32, [u64; NXADDR])) {
+        for (i, &b) in blocks.iter().enumerate() {
+            self.alloc_direct(ino, false, PtrSlot::Ext(i), u64::MAX, b);
+        }
+        if !blocks.is_empty() {
+            self.inodedep(ino).ext_old = Some(on_disk);
+        }
+    }
+
+    /// The old extended-attribute area's blocks (their pending allocations already cancelled)
+    /// return to the free map once the disk no longer points at them: once the new area is on
+    /// disk, or, with no new area pending, once the inode is written.
+    pub fn free_ext_blocks(&mut self, ino: u32, blocks: Vec<u64>) {
+        let d = self.inodedep(ino);
+        let task = Task::FreeBlks(FreeBlks { ino, blocks, then: Vec::new() });
+        if d.ext_pending() {
+            d.extwait.push(task);
+        } else {
+            d.ext_old = None;
+            let earlier = std::mem::take(&mut d.extwait);
+            d.inowait.extend(earlier);
+            d.inowait.push(task);
+        }
     }
 
     /// mkdir: the new directory `ino`'s first block may be pointed to on disk only after the
@@ -367,9 +404,13 @@ impl Softdep {
     /// `then` runs. Recorded before the cleared dinode is copied into its buffer.
     pub fn free_file(&mut self, ino: u32, is_dir: bool, then: Vec<Task>) {
         let d = self.inodedep(ino);
-        // Its pointers are gone with it: nothing of the old file is to be rolled back.
+        // Its pointers are gone with it: nothing of the old file is to be rolled back, and the
+        // old attribute blocks go once the cleared dinode is on disk.
         d.inoupdt.clear();
         d.newinoupdt.clear();
+        d.ext_old = None;
+        let extwait = std::mem::take(&mut d.extwait);
+        d.inowait.extend(extwait);
         d.inowait.push(Task::FreeFile(FreeFile { ino, is_dir }));
         d.inowait.extend(then);
     }
@@ -506,7 +547,8 @@ impl Softdep {
     pub fn pending_frees(&self) -> (u64, u64) {
         let mut blocks = 0;
         let mut inodes = 0;
-        let waiting = self.inodedeps.values().flat_map(|d| d.bufwait.iter().map(|(_, t)| t).chain(&d.inowait));
+        let waiting =
+            self.inodedeps.values().flat_map(|d| d.bufwait.iter().map(|(_, t)| t).chain(&d.inowait).chain(&d.extwait));
         for t in waiting.chain(self.tasks.iter()) {
             match t {
                 Task::FreeBlks(f) => blocks += f.blocks.len() as u64,

@@ -14,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use sufs::clock::SimClock;
 use sufs::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
 use sufs::format::*;
+use sufs::fs::xattr::XattrMode;
 use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
 
 /// Blocks of the workload's device: two cylinder groups, so that there is a superblock copy.
@@ -58,6 +59,13 @@ pub fn workload_image() -> Arc<MemDevice> {
     fs.create(root, b"empty", 0o644, 0, 0).unwrap();
     fs.symlink(root, b"sym", b"d1/sub/b2", 0, 0).unwrap();
     fs.mknod(root, b"fifo", S_IFIFO as u32 | 0o644, 0, 0, 0).unwrap();
+    // Extended attributes: an area of two blocks, one of one block on a directory.
+    let (x, _) = fs.create(root, b"attrs", 0o644, 0, 0).unwrap();
+    fs.write(x, 0, &super::pattern(5, 700)).unwrap();
+    fs.setxattr(x, b"user.small", b"value", XattrMode::Any, 0).unwrap();
+    fs.setxattr(x, b"user.big", &super::pattern(6, 5000), XattrMode::Any, 0).unwrap();
+    fs.setxattr(x, b"trusted.t", b"t", XattrMode::Any, 0).unwrap();
+    fs.setxattr(sub, b"user.dir", &super::pattern(7, 300), XattrMode::Any, 0).unwrap();
     fs.unmount().unwrap();
     dev
 }
@@ -163,7 +171,7 @@ pub fn read_layout(dev: &dyn BlockDevice) -> Result<Layout, String> {
                 size: d.size,
                 inode_at: sb.inode_location(ino),
                 entry_chunks: Vec::new(),
-                blocks: data.iter().map(|e| e.1).chain(ind).collect(),
+                blocks: data.iter().map(|e| e.1).chain(ind).chain(d.ext_blocks()).collect(),
                 hash,
             }
         });
@@ -284,6 +292,9 @@ const INODE_FIELDS: &[(&str, usize, usize)] = &[
     ("db[11]", 176, 8),
     ("ib[0]", 184, 8),
     ("ib[1]", 192, 8),
+    ("extsize", 212, 4),
+    ("extb[0]", 216, 8),
+    ("extb[1]", 224, 8),
 ];
 
 /// Edge values for a field of `width` bytes; `ptrs` are block numbers worth pointing at.
@@ -354,6 +365,16 @@ pub fn mutants(dev: &dyn BlockDevice, l: &Layout, seed: u64, n: usize) -> Vec<Mu
         })
         .collect();
     let data_blocks: Vec<u64> = nodes.iter().flat_map(|n| n.blocks.iter().copied()).collect();
+    // Attribute blocks: (inode, block, bytes of the area in it).
+    let ext: Vec<(u32, u64, usize)> = nodes
+        .iter()
+        .flat_map(|n| {
+            let d = dinode(dev, sb, n.ino);
+            let bs = sb.block_size as usize;
+            d.ext_blocks().enumerate().map(|(i, b)| (n.ino, b, bs.min(d.extsize as usize - i * bs))).collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!ext.is_empty(), "the workload gives files attributes");
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
         let mut ptrs = vec![
@@ -453,6 +474,20 @@ pub fn mutants(dev: &dyn BlockDevice, l: &Layout, seed: u64, n: usize) -> Vec<Mu
                     bno,
                     off: at + foff,
                     bytes,
+                    reseal: Reseal::None,
+                }
+            }
+            88..=91 => {
+                // A byte of an attribute area, often a record's length or namespace.
+                let (ino, bno, len) = ext[rng.gen_range(0..ext.len())];
+                let off = if rng.gen_bool(0.5) { [0, 4, 5, 6][rng.gen_range(0..4)] } else { rng.gen_range(0..len) };
+                let cur = read(dev, bno)[off];
+                let v = [0u8, 1, 7, 0xff, cur ^ 0x10][rng.gen_range(0..5)];
+                Mutant {
+                    desc: format!("inode {ino} attribute block {bno}: byte {off} set to {v}"),
+                    bno,
+                    off,
+                    bytes: vec![v],
                     reseal: Reseal::None,
                 }
             }

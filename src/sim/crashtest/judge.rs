@@ -13,7 +13,7 @@ use crate::fsck::{self, Class, Finding};
 use super::promise::{reachable_inodes, resolve, Promise, PromiseKind};
 use super::recorder::{CrashImage, CrashState, Recording};
 use super::summary::Summary;
-use super::workloads::tree_digest;
+use super::workloads::{tree_digest, xattr_digest};
 use super::CrashError;
 
 /// One verdict on a crash state.
@@ -104,6 +104,7 @@ impl Recording {
                 PromiseKind::Fsync => "fsyncs",
                 PromiseKind::Reservation => "reservations",
                 PromiseKind::Snapshot => "snapshots",
+                PromiseKind::Xattrs => "attributes",
             };
             *sum.promises.entry(k).or_default() += 1;
         }
@@ -183,6 +184,17 @@ fn judge_promise(
         }
         return;
     }
+    if p.kind == PromiseKind::Xattrs {
+        let want = p.contents.as_deref().unwrap_or_default();
+        match xattr_digest(fs, p.ino) {
+            Ok(got) if got == want => {}
+            got => out.push(violation(
+                "XattrsWrong",
+                format!("fsync'ed attributes of {} (inode {}): {:?}", p.paths[0], p.ino, got.map(|g| g.len())),
+            )),
+        }
+        return;
+    }
     if let Some(want) = &p.contents {
         out.extend(contents_wrong(p, want, fs));
     }
@@ -201,6 +213,7 @@ fn name_lost(p: &Promise, fs: &mut Fs) -> Option<Verdict> {
         PromiseKind::Fsync => ("FsyncNameLost", "an fsync'ed file"),
         PromiseKind::Reservation => ("ReservationLost", "a reservation"),
         PromiseKind::Snapshot => ("SnapshotLost", "a snapshot"),
+        PromiseKind::Xattrs => ("XattrNameLost", "a file whose attributes were fsync'ed"),
     };
     let got: Vec<String> = p
         .paths

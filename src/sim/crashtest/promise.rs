@@ -26,6 +26,9 @@ pub enum PromiseKind {
     /// A snapshot keeps its name and shows the file system of its moment (`contents`: the digest
     /// of the frozen tree) from the moment its creation returned until it is deleted.
     Snapshot,
+    /// An fsync'ed file keeps its name and its extended attributes (`contents`: their digest)
+    /// from the moment fsync returned until they next change.
+    Xattrs,
 }
 
 /// What must hold in every crash state whose writes all lie in `[from, until)` (log positions).

@@ -1,7 +1,8 @@
 //! The workloads: a setup that is not recorded, then steps of one or a few operations, each a
 //! deterministic function of the seed. One file per family: `names` (creates, removes, trees,
 //! hard links), `renames`, `data` (growth into indirect blocks, truncation, fsync), `br` (Block
-//! Register reservations), `snapshot`; `Mix` interleaves the first eight.
+//! Register reservations), `snapshot`, `xattr` (extended attributes); `Mix` interleaves the
+//! first eight.
 
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -17,12 +18,15 @@ mod data;
 mod names;
 mod renames;
 mod snapshot;
+mod xattr;
 
 use br::BrWork;
 use data::{FsyncWork, GrowIndirect, Truncate};
 use names::{CreateMany, HardLinks, LinkFsync, MkdirRmdir, RemoveTree};
 use renames::{AncestorRename, RenameBack, RenameOver, RenameStorm, RenameWhiteout, SwapFsync};
 use snapshot::SnapWork;
+pub(super) use xattr::xattr_digest;
+use xattr::XattrWork;
 
 /// A workload: a setup that is not recorded, then steps, each one or a few operations.
 pub(super) trait Workload {
@@ -49,6 +53,7 @@ pub(super) fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>>
         "rename-whiteout" => Box::new(RenameWhiteout::default()),
         "br" => Box::new(BrWork::default()),
         "snapshot" => Box::new(SnapWork::default()),
+        "xattr" => Box::new(XattrWork::default()),
         "mix" => {
             let each = (ops / 8).max(4);
             let subs = WORKLOADS[..8].iter().filter_map(|n| make_workload(n, each)).map(|w| (w, true)).collect();

@@ -1,0 +1,283 @@
+//! Extended attributes and POSIX ACLs through the real FUSE mount, as a user would: the
+//! xattr system calls and their errors, `setfattr`/`getfattr`, `setfacl`/`getfacl` (the
+//! kernel enforcing an ACL, a default ACL inherited, chmod), then unmount, a clean fsck, a
+//! remount, and everything still there. Skipped, with a message, where /dev/fuse is missing
+//! (or the attr and acl tools, unless `SUFS_REQUIRE_SUITES=1`).
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+mod common;
+
+use common::fuse::*;
+use common::pattern;
+
+fn c(p: &Path) -> CString {
+    CString::new(p.to_str().unwrap()).unwrap()
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// setxattr(2): Ok or the errno.
+fn set(p: &Path, name: &str, value: &[u8], flags: i32) -> Result<(), i32> {
+    let n = CString::new(name).unwrap();
+    let r = unsafe { libc::setxattr(c(p).as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// lsetxattr(2), on a symbolic link itself.
+fn lset(p: &Path, name: &str, value: &[u8]) -> Result<(), i32> {
+    let n = CString::new(name).unwrap();
+    let r = unsafe { libc::lsetxattr(c(p).as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// getxattr(2) with a buffer of `cap` bytes: the bytes, or the errno.
+fn get_cap(p: &Path, name: &str, cap: usize) -> Result<Vec<u8>, i32> {
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; cap];
+    let r = unsafe { libc::getxattr(c(p).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), cap) };
+    if r < 0 {
+        return Err(errno());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+fn get(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    get_cap(p, name, 1 << 17)
+}
+
+/// The size getxattr(2) answers for a buffer of 0.
+fn size_of(p: &Path, name: &str) -> Result<usize, i32> {
+    let n = CString::new(name).unwrap();
+    let r = unsafe { libc::getxattr(c(p).as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+fn list(p: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 1 << 16];
+    let r = unsafe { libc::listxattr(c(p).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(r >= 0, "listxattr: {}", errno());
+    let mut names: Vec<String> = buf[..r as usize]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn remove(p: &Path, name: &str) -> Result<(), i32> {
+    let n = CString::new(name).unwrap();
+    let r = unsafe { libc::removexattr(c(p).as_ptr(), n.as_ptr()) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+fn ctime_ns(p: &Path) -> i128 {
+    let m = fs::metadata(p).unwrap();
+    m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128
+}
+
+/// The system calls and their Linux errors.
+fn exercise(m: &Path) {
+    let f = m.join("f");
+    fs::write(&f, pattern(1, 5000)).unwrap();
+    assert_eq!(list(&f), Vec::<String>::new());
+    assert_eq!(get(&f, "user.none"), Err(libc::ENODATA));
+    let before = ctime_ns(&f);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    set(&f, "user.a", b"alpha", 0).unwrap();
+    assert!(ctime_ns(&f) > before, "a set changes ctime");
+    assert_eq!(get(&f, "user.a").unwrap(), b"alpha");
+    assert_eq!(size_of(&f, "user.a"), Ok(5), "size 0 asks for the size");
+    assert_eq!(get_cap(&f, "user.a", 3), Err(libc::ERANGE));
+    assert_eq!(set(&f, "user.a", b"x", libc::XATTR_CREATE), Err(libc::EEXIST));
+    assert_eq!(set(&f, "user.b", b"x", libc::XATTR_REPLACE), Err(libc::ENODATA));
+    set(&f, "user.a", b"replaced", libc::XATTR_REPLACE).unwrap();
+    set(&f, "user.empty", b"", libc::XATTR_CREATE).unwrap();
+    assert_eq!(get(&f, "user.empty").unwrap(), b"");
+    set(&f, "trusted.t", b"root only", 0).unwrap();
+    set(&f, "security.s", b"sec", 0).unwrap();
+    assert_eq!(set(&f, "other.x", b"1", 0), Err(libc::EOPNOTSUPP));
+    assert_eq!(set(&f, "system.other", b"1", 0), Err(libc::EOPNOTSUPP));
+    assert_eq!(set(&f, &format!("user.{}", "n".repeat(251)), b"1", 0), Err(libc::ERANGE), "a name past 255 bytes");
+    set(&f, &format!("user.{}", "n".repeat(250)), b"longest name", 0).unwrap();
+    assert_eq!(set(&f, "user.huge", &vec![1u8; 65537], 0), Err(libc::E2BIG), "a value past 64 KiB");
+    // The area is two blocks (8 KiB here): a value that cannot fit is ENOSPC, as in UFS2.
+    assert_eq!(set(&f, "user.toolarge", &vec![2u8; 9000], 0), Err(libc::ENOSPC));
+    // A large value takes the area into its second block.
+    set(&f, "user.big", &pattern(7, 6000), 0).unwrap();
+    assert_eq!(get(&f, "user.big").unwrap(), pattern(7, 6000));
+    assert!(fs::metadata(&f).unwrap().blocks() >= (2 + 2) * 8, "the attribute blocks count in st_blocks");
+    let mut names = vec!["security.s", "trusted.t", "user.a", "user.big", "user.empty"];
+    let long = format!("user.{}", "n".repeat(250));
+    names.push(&long);
+    names.sort();
+    assert_eq!(list(&f), names);
+    remove(&f, "user.empty").unwrap();
+    assert_eq!(remove(&f, "user.empty"), Err(libc::ENODATA));
+    // Symbolic links take no user attributes (as on Linux), but other namespaces.
+    std::os::unix::fs::symlink("f", m.join("sym")).unwrap();
+    assert_eq!(lset(&m.join("sym"), "user.x", b"1"), Err(libc::EPERM));
+    lset(&m.join("sym"), "trusted.x", b"on the link").unwrap();
+    // A directory has them too; a removed file's go with it.
+    fs::create_dir(m.join("d")).unwrap();
+    set(&m.join("d"), "user.dir", b"of a directory", 0).unwrap();
+    let g = m.join("gone");
+    fs::write(&g, b"g").unwrap();
+    set(&g, "user.x", &pattern(3, 5000), 0).unwrap();
+    fs::remove_file(&g).unwrap();
+    // Many files with attributes, then rewritten.
+    for i in 0..50u64 {
+        let p = m.join(format!("many{i}"));
+        fs::write(&p, b"").unwrap();
+        for k in 0..4u64 {
+            set(&p, &format!("user.k{k}"), &pattern(i * 4 + k, (i * 37 + k * 11) as usize % 900), 0).unwrap();
+        }
+        set(&p, "user.k1", b"again", 0).unwrap();
+    }
+}
+
+fn verify(m: &Path) {
+    let f = m.join("f");
+    assert_eq!(get(&f, "user.a").unwrap(), b"replaced");
+    assert_eq!(get(&f, "user.big").unwrap(), pattern(7, 6000));
+    assert_eq!(get(&f, "trusted.t").unwrap(), b"root only");
+    assert_eq!(get(&f, "user.empty"), Err(libc::ENODATA));
+    assert_eq!(fs::read(&f).unwrap(), pattern(1, 5000), "the data is untouched");
+    assert_eq!(get(&m.join("d"), "user.dir").unwrap(), b"of a directory");
+    let n = CString::new("trusted.x").unwrap();
+    let mut buf = [0u8; 64];
+    let r = unsafe { libc::lgetxattr(c(&m.join("sym")).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 64) };
+    assert_eq!(&buf[..r.max(0) as usize], b"on the link");
+    for i in 0..50u64 {
+        let p = m.join(format!("many{i}"));
+        assert_eq!(get(&p, "user.k1").unwrap(), b"again");
+        assert_eq!(get(&p, "user.k3").unwrap(), pattern(i * 4 + 3, (i as usize * 37 + 33) % 900));
+    }
+}
+
+#[test]
+fn xattrs_survive_unmount_and_fsck_in_every_ordering() {
+    if !fuse_available() {
+        return;
+    }
+    for ordering in ["softdep", "sync", "async"] {
+        let t = tempfile::tempdir().unwrap();
+        let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+        mkfs(&img, "64M");
+        let m = mount_fg(&img, &mnt, &["--ordering", ordering]);
+        exercise(&mnt);
+        verify(&mnt);
+        m.umount();
+        fsck_clean(&img);
+        let m = mount_fg(&img, &mnt, &["--ordering", ordering]);
+        verify(&mnt);
+        // Everything removed: fsck finds every attribute block freed.
+        for e in fs::read_dir(&mnt).unwrap() {
+            let p = e.unwrap().path();
+            if p.file_name().unwrap() != "lost+found" {
+                if p.is_dir() && !p.is_symlink() {
+                    fs::remove_dir(&p).unwrap();
+                } else {
+                    fs::remove_file(&p).unwrap();
+                }
+            }
+        }
+        m.umount();
+        fsck_clean(&img);
+    }
+}
+
+fn tool(name: &str, package: &str) -> bool {
+    external_tool(name, &format!("apt-get install {package}")).is_some()
+}
+
+fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().unwrap();
+    assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `cat` as user nobody: true if it could read the file.
+fn nobody_reads(p: &Path) -> bool {
+    Command::new("cat").arg(p).uid(65534).gid(65534).output().unwrap().status.success()
+}
+
+#[test]
+fn attr_and_acl_tools_work_and_acls_are_enforced() {
+    if !fuse_available() || !tool("setfattr", "attr") || !tool("setfacl", "acl") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    let m = mount_fg(&img, &mnt, &[]);
+    fs::set_permissions(&mnt, fs::Permissions::from_mode(0o755)).unwrap();
+    let f = mnt.join("f");
+    let fs_ = f.to_str().unwrap();
+    fs::write(&f, b"secret").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+    run("setfattr", &["-n", "user.note", "-v", "hello", fs_]);
+    assert!(run("getfattr", &["-d", fs_]).contains("user.note=\"hello\""));
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(!nobody_reads(&f), "mode 0600 keeps nobody out");
+    }
+    run("setfacl", &["-m", "u:nobody:r", fs_]);
+    let acl = run("getfacl", &["-c", fs_]);
+    assert!(acl.contains("user:nobody:r--") && acl.contains("mask::r--"), "{acl}");
+    // The mode shows the ACL's mask in its group bits.
+    assert_eq!(fs::metadata(&f).unwrap().mode() & 0o777, 0o640);
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(nobody_reads(&f), "the ACL lets nobody read");
+    }
+    // chmod changes the mask; an ACL the mode says entirely is kept as the mode alone.
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(run("getfacl", &["-c", fs_]).contains("mask::---"));
+    // A default ACL is inherited by new files and directories (the umask is then not applied).
+    let d = mnt.join("d");
+    fs::create_dir(&d).unwrap();
+    run("setfacl", &["-d", "-m", "u:nobody:rwx", d.to_str().unwrap()]);
+    fs::write(d.join("g"), b"g").unwrap();
+    fs::create_dir(d.join("sub")).unwrap();
+    let g = run("getfacl", &["-c", d.join("g").to_str().unwrap()]);
+    assert!(g.contains("user:nobody:rwx") && g.contains("mask::rw-"), "{g}");
+    let sub = run("getfacl", &["-c", d.join("sub").to_str().unwrap()]);
+    assert!(sub.contains("default:user:nobody:rwx") && sub.contains("user:nobody:rwx"), "{sub}");
+    let plain = mnt.join("plain");
+    fs::write(&plain, b"").unwrap();
+    let acl = run("getfacl", &["-c", plain.to_str().unwrap()]);
+    assert!(!acl.contains("mask") && acl.contains("user::rw-"), "no ACL without a default: {acl}");
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert!(run("getfacl", &["-c", fs_]).contains("user:nobody:r--"));
+    assert!(run("getfacl", &["-c", d.join("g").to_str().unwrap()]).contains("user:nobody:rwx"));
+    assert!(run("getfattr", &["-d", fs_]).contains("user.note=\"hello\""));
+    m.umount();
+    fsck_clean(&img);
+}
