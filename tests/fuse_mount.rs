@@ -500,3 +500,51 @@ fn unclean_images_mount_by_what_their_last_mount_promised() {
         fsck_clean(&img);
     }
 }
+
+/// The set-ID bits a write, a truncation or a chown clears, as Linux does (sufs does it itself:
+/// the kernel leaves it to the server under FUSE_HANDLE_KILLPRIV_V2): a write or truncation
+/// by another user clears set-user-ID and, with group execution, set-group-ID; root's write
+/// of a set-group-ID file without group execution keeps it; a chown clears both. Then
+/// unmount, fsck, and the modes are still so after a remount.
+#[test]
+fn writes_truncations_and_chowns_clear_set_id_bits() {
+    use std::os::unix::process::CommandExt;
+    if !fuse_available() || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    let m = mount_fg(&img, &mnt, &[]);
+    std::fs::set_permissions(&mnt, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mode = |name: &str| std::fs::metadata(mnt.join(name)).unwrap().permissions().mode() & 0o7777;
+    let make = |name: &str, mode: u32| {
+        std::fs::write(mnt.join(name), b"x").unwrap();
+        std::fs::set_permissions(mnt.join(name), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let as_nobody = |script: &str| {
+        let mut sh = Command::new("sh");
+        sh.arg("-c").arg(script).current_dir(&mnt).uid(65534).gid(65534);
+        assert!(sh.status().unwrap().success(), "{script}");
+    };
+    make("w", 0o6777);
+    as_nobody("echo more >> w");
+    assert_eq!(mode("w"), 0o0777, "a write by another user clears both bits");
+    make("t", 0o6777);
+    as_nobody("truncate -s 0 t");
+    assert_eq!(mode("t"), 0o0777, "a truncation by another user clears both bits");
+    make("g", 0o2666);
+    as_nobody("echo more >> g");
+    assert_eq!(mode("g"), 0o2666, "set-group-ID without group execution stays");
+    make("c", 0o6755);
+    std::os::unix::fs::chown(mnt.join("c"), Some(1), Some(1)).unwrap();
+    assert_eq!(mode("c"), 0o0755, "a chown clears both bits");
+    make("r", 0o4755);
+    std::fs::write(mnt.join("d"), b"").unwrap();
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!((mode("w"), mode("t"), mode("g"), mode("c"), mode("r")), (0o0777, 0o0777, 0o2666, 0o0755, 0o4755));
+    m.umount();
+}
