@@ -104,6 +104,7 @@ impl Recording {
                 PromiseKind::Fsync => "fsyncs",
                 PromiseKind::Reservation => "reservations",
                 PromiseKind::Snapshot => "snapshots",
+                PromiseKind::Flags => "inode flags",
             };
             *sum.promises.entry(k).or_default() += 1;
         }
@@ -183,6 +184,17 @@ fn judge_promise(
         }
         return;
     }
+    if p.kind == PromiseKind::Flags {
+        let want = p.contents.as_deref().unwrap_or_default();
+        match fs.getattr(p.ino) {
+            Ok(d) if (d.flags & crate::fs::flags::USER_FLAGS).to_le_bytes()[..] == *want => {}
+            got => out.push(violation(
+                "FlagsWrong",
+                format!("{} (inode {}): flags {:?}, expected {want:?}", p.paths[0], p.ino, got.map(|d| d.flags)),
+            )),
+        }
+        return;
+    }
     if let Some(want) = &p.contents {
         out.extend(contents_wrong(p, want, fs));
     }
@@ -201,6 +213,7 @@ fn name_lost(p: &Promise, fs: &mut Fs) -> Option<Verdict> {
         PromiseKind::Fsync => ("FsyncNameLost", "an fsync'ed file"),
         PromiseKind::Reservation => ("ReservationLost", "a reservation"),
         PromiseKind::Snapshot => ("SnapshotLost", "a snapshot"),
+        PromiseKind::Flags => ("FlagsNameLost", "a file whose flags were fsync'ed"),
     };
     let got: Vec<String> = p
         .paths

@@ -38,7 +38,7 @@ pub use summary::Summary;
 pub use work::Work;
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 17] = [
+pub const WORKLOADS: [&str; 18] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -56,6 +56,7 @@ pub const WORKLOADS: [&str; 17] = [
     "link-fsync",
     "rename-back",
     "rename-whiteout",
+    "falloc",
 ];
 
 /// The block size of every recorded image.

@@ -26,6 +26,9 @@ pub enum PromiseKind {
     /// A snapshot keeps its name and shows the file system of its moment (`contents`: the digest
     /// of the frozen tree) from the moment its creation returned until it is deleted.
     Snapshot,
+    /// A file whose flags were set and fsync'ed keeps its name and those flags (`contents`: the
+    /// user flags, little-endian) until they are set again.
+    Flags,
 }
 
 /// What must hold in every crash state whose writes all lie in `[from, until)` (log positions).
