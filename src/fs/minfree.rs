@@ -34,6 +34,13 @@ impl Fs {
         }
     }
 
+    /// Whether unlinked inodes are still held (open, or known to the kernel until its FORGET):
+    /// their blocks are freed once let go. Through FUSE the FORGET of a file just removed may
+    /// still be queued behind the next request, so a mount's ENOSPC is worth a second try.
+    pub fn frees_held(&self) -> bool {
+        !self.incore.orphans.is_empty()
+    }
+
     /// Refuses an allocation of `n` blocks that would take an unprivileged caller into the
     /// reserve. Frees soft updates still hold are let complete first (`reclaim`), as an
     /// allocation that finds the bitmaps full does.

@@ -797,11 +797,23 @@ impl Filesystem for SufsFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let mut fs = lock_landing(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let m = FallocMode::from_linux(mode).map_err(errno)?;
-            fs.as_user(req.uid(), |fs| fs.fallocate(i, offset, length, m)).map_err(errno)?;
-            settle(&mut fs, Change::Data, &[i])
+            // A file removed just before may hold the space until its FORGET, which another
+            // request thread serves once the lock is free: ENOSPC then waits for it a little.
+            let mut tries = 0;
+            loop {
+                let mut fs = lock_landing(&self.fs);
+                match fs.as_user(req.uid(), |fs| fs.fallocate(i, offset, length, m)) {
+                    Err(FsError::NoSpace) if tries < 10 && fs.frees_held() => tries += 1,
+                    r => {
+                        r.map_err(errno)?;
+                        return settle(&mut fs, Change::Data, &[i]);
+                    }
+                }
+                drop(fs);
+                std::thread::sleep(Duration::from_millis(10));
+            }
         });
         match r {
             Ok(()) => reply.ok(),
