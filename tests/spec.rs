@@ -58,7 +58,9 @@ struct Sb {
 
 fn superblock(b: &[u8]) -> Sb {
     assert_eq!(u32_at(b, 252), crc32c(&[&b[..252]]), "superblock CRC32C over bytes 0-251");
-    assert!(b[92..96].iter().chain(&b[176..252]).all(|&x| x == 0), "reserved superblock bytes are zero");
+    assert!(b[94..96].iter().chain(&b[176..252]).all(|&x| x == 0), "reserved superblock bytes are zero");
+    assert!(b[92] == 1 || b[92..94] == [0, 0], "minfree_set is 0 or 1, and minfree 0 when unset");
+    assert!(b[93] <= 99, "minfree is at most 99%");
     Sb {
         magic: u64_at(b, 0),
         version: u32_at(b, 8),

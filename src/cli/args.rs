@@ -37,6 +37,10 @@ pub(crate) enum Cmd {
         /// snapshot's `reserved` exception store.
         #[arg(long, value_parser = parse_size)]
         snapshot_reserve: Option<u64>,
+        /// The share of the data blocks only root may allocate, in percent (FFS's minfree;
+        /// default 8).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=sufs::format::MAX_MINFREE as i64))]
+        minfree: Option<u8>,
     },
     /// Mount an image through FUSE. With no arguments: ./sufs.img (made, 1 GiB sparse, if missing)
     /// on ./mnt.

@@ -18,6 +18,7 @@ pub(crate) fn cmd_mkfs(
     block_size: u32,
     inodes: Option<u64>,
     snapshot_reserve: Option<u64>,
+    minfree: Option<u8>,
 ) -> Result<Superblock, Fail> {
     if !block_size.is_power_of_two() || !(format::MIN_BLOCK_SIZE..=format::MAX_BLOCK_SIZE).contains(&block_size) {
         return Err(Fail(
@@ -60,6 +61,7 @@ pub(crate) fn cmd_mkfs(
         uid: unsafe { libc::getuid() },
         gid: unsafe { libc::getgid() },
         zeroed: !existed,
+        minfree,
     };
     mkfs(dev, &opts, RealClock::new().wall())
         .map_err(|e| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1))
@@ -234,6 +236,12 @@ pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
     );
     println!("inodes    {}", sb.total_inodes());
     println!("free      {} blocks, {} inodes; {} directories", sb.free_blocks, sb.free_inodes, sb.ndirs);
+    println!(
+        "minfree   {}% ({} blocks for root{})",
+        sb.minfree_percent(),
+        sb.reserved_blocks(),
+        if sb.minfree.is_none() { ", the default" } else { "" }
+    );
     let mut flags = Vec::new();
     if sb.flags & format::SB_CLEAN != 0 {
         flags.push("clean");

@@ -56,8 +56,8 @@ fn finish(r: Result<u8, Fail>) -> ExitCode {
 // Long: one arm per command, each turning its arguments into a call; split, the arms would only move.
 fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
     match cli.cmd {
-        Cmd::Mkfs { image, size, block_size, inodes, snapshot_reserve } => {
-            let sb = cmd_mkfs(&image, size, block_size, inodes, snapshot_reserve)?;
+        Cmd::Mkfs { image, size, block_size, inodes, snapshot_reserve, minfree } => {
+            let sb = cmd_mkfs(&image, size, block_size, inodes, snapshot_reserve, minfree)?;
             print_mkfs(&image, &sb);
             Ok(0)
         }

@@ -268,7 +268,7 @@ fn prepare_image(image: &Path, size: u64, opts: &MountOpts, quiet: bool, make_mi
                 32,
             ));
         }
-        let sb = cmd_mkfs(image, Some(size), 4096, None, None)?;
+        let sb = cmd_mkfs(image, Some(size), 4096, None, None, None)?;
         if !quiet {
             print_mkfs(image, &sb);
         }
@@ -449,7 +449,8 @@ pub(crate) fn mkfs_sized(image: &Path, size: u64, quiet: bool) -> Result<(), Fai
         Ok(_) => std::fs::remove_file(image).map_err(|e| Fail(format!("mkfs_size: {}: {e}", image.display()), 32))?,
         Err(_) => {}
     }
-    let sb = cmd_mkfs(image, Some(size), 4096, None, None).map_err(|Fail(m, _)| Fail(format!("mkfs_size: {m}"), 32))?;
+    let sb = cmd_mkfs(image, Some(size), 4096, None, None, None)
+        .map_err(|Fail(m, _)| Fail(format!("mkfs_size: {m}"), 32))?;
     say(image, quiet, &format!("made a new file system of {size} bytes on {} (mkfs_size)", image.display()));
     if !quiet {
         print_mkfs(image, &sb);

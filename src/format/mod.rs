@@ -67,9 +67,20 @@ pub const SB_ASYNC: u32 = 4;
 pub const SB_NEEDS_FSCK: u32 = 8;
 
 /// Dinode flags (chflags-like); the Block Register and snapshots rely on them.
+/// `DI_IMMUTABLE` (UFS's `SF_IMMUTABLE`): no change to the inode, its data or its names (a
+/// directory: no entry added or removed).
 pub const DI_IMMUTABLE: u32 = 1;
 pub const DI_SNAPSHOT: u32 = 2;
 pub const DI_UNMOVABLE: u32 = 4;
+/// UFS's `SF_APPEND`: data may only be appended; no name removed, renamed or added (a
+/// directory: entries may be added, none removed).
+pub const DI_APPEND: u32 = 8;
+/// UFS's `UF_NODUMP`: dump(8) skips the file. sufs only keeps it.
+pub const DI_NODUMP: u32 = 16;
+/// `UF_NOATIME` style: reads do not change the access time.
+pub const DI_NOATIME: u32 = 32;
+/// The flags that keep an inode's names as they are: no unlink, rename or link.
+pub const DI_KEEP_NAMES: u32 = DI_IMMUTABLE | DI_SNAPSHOT | DI_APPEND;
 
 /// In a snapshot file's block map (logical block = physical block of the file system): the block
 /// was not in use when the snapshot was taken, or belongs to a snapshot, and is never copied

@@ -21,8 +21,16 @@ pub struct Superblock {
     pub mount_time: i64,
     pub write_time: i64,
     pub mount_count: u32,
+    /// The reserve only root may allocate from, in percent of the data blocks; None (an image
+    /// made before the field) is `DEFAULT_MINFREE`.
+    pub minfree: Option<u8>,
     pub snapshots: [u32; MAX_SNAPSHOTS],
 }
+
+/// FFS's default minfree: 8% of the data blocks are for root.
+pub const DEFAULT_MINFREE: u8 = 8;
+/// The largest minfree mkfs takes.
+pub const MAX_MINFREE: u8 = 99;
 
 // Superblock field offsets.
 const SB_MAGIC: usize = 0;
@@ -40,6 +48,8 @@ const SB_CREATED: usize = 64;
 const SB_MTIME: usize = 72;
 const SB_WTIME: usize = 80;
 const SB_MNTCOUNT: usize = 88;
+const SB_MINFREE_SET: usize = 92; // u8: 1 if SB_MINFREE holds the reserve
+const SB_MINFREE: usize = 93; // u8: percent
 const SB_SNAPS: usize = 96; // 20 * u32 = 80 bytes
 const SB_CRC: usize = 252;
 pub const SB_SIZE: usize = 256;
@@ -95,6 +105,18 @@ impl Superblock {
     pub fn ptrs_per_block(&self) -> u64 {
         self.block_size as u64 / 8
     }
+    /// Blocks outside the groups' metadata (superblock copy, header, inode table).
+    pub fn data_blocks(&self) -> u64 {
+        self.num_blocks - (2 + self.inode_table_blocks() as u64) * self.ngroups as u64
+    }
+    /// The minfree reserve in percent.
+    pub fn minfree_percent(&self) -> u8 {
+        self.minfree.unwrap_or(DEFAULT_MINFREE)
+    }
+    /// The blocks only root may allocate (FFS's `fs_dsize * fs_minfree / 100`).
+    pub fn reserved_blocks(&self) -> u64 {
+        self.data_blocks() * self.minfree_percent() as u64 / 100
+    }
     /// Largest file size the block map can address.
     pub fn max_file_size(&self) -> u64 {
         let p = self.ptrs_per_block();
@@ -147,6 +169,7 @@ impl Superblock {
                     mount_time: 0,
                     write_time: 0,
                     mount_count: 0,
+                    minfree: None,
                     snapshots: [0; MAX_SNAPSHOTS],
                 };
                 sb.check_geometry()?;
@@ -195,6 +218,9 @@ impl Superblock {
         if 2 + self.inode_table_blocks() as u64 >= last {
             return bad("last group too small for its inode table".into());
         }
+        if self.minfree.is_some_and(|m| m > MAX_MINFREE) {
+            return bad(format!("minfree {}% (at most {MAX_MINFREE})", self.minfree_percent()));
+        }
         if self.total_inodes() <= LOST_FOUND_INO as u64 {
             return bad("too few inodes".into());
         }
@@ -218,6 +244,10 @@ impl Superblock {
         put_i64(buf, SB_MTIME, self.mount_time);
         put_i64(buf, SB_WTIME, self.write_time);
         put_u32(buf, SB_MNTCOUNT, self.mount_count);
+        if let Some(m) = self.minfree {
+            buf[SB_MINFREE_SET] = 1;
+            buf[SB_MINFREE] = m;
+        }
         for (i, s) in self.snapshots.iter().enumerate() {
             put_u32(buf, SB_SNAPS + 4 * i, *s);
         }
@@ -260,6 +290,7 @@ impl Superblock {
             mount_time: get_i64(buf, SB_MTIME),
             write_time: get_i64(buf, SB_WTIME),
             mount_count: get_u32(buf, SB_MNTCOUNT),
+            minfree: (buf[SB_MINFREE_SET] != 0).then_some(buf[SB_MINFREE]),
             snapshots,
         };
         sb.check_geometry()?;
@@ -279,6 +310,7 @@ mod tests {
         sb.flags = SB_CLEAN | SB_SOFTDEP;
         sb.created = 1_700_000_000;
         sb.snapshots[3] = 99;
+        sb.minfree = Some(5);
         sb
     }
 
@@ -288,6 +320,14 @@ mod tests {
         let mut buf = vec![0u8; 4096];
         sb.encode(&mut buf);
         assert_eq!(Superblock::decode(&buf).unwrap(), sb);
+        // An image made before the field reads as the default reserve; 0% is kept as 0%.
+        for (m, pct) in [(None, DEFAULT_MINFREE), (Some(0), 0)] {
+            let s = Superblock { minfree: m, ..sb.clone() };
+            s.encode(&mut buf);
+            let back = Superblock::decode(&buf).unwrap();
+            assert_eq!((back.minfree, back.minfree_percent()), (m, pct));
+        }
+        assert_eq!(buf[SB_MINFREE_SET..SB_MINFREE + 1], [1, 0]);
     }
 
     #[test]

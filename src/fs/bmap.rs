@@ -202,6 +202,23 @@ impl Fs {
             base += span;
             span = span.saturating_mul(p);
         }
+        self.release_blocks(ino, d, freed, dirtied, then)
+    }
+
+    /// The common end of truncation and hole punching: `freed` are blocks whose pointers were
+    /// nullified in `d` (direct and top indirect ones) and in the indirect blocks `dirtied`.
+    /// The inode is written back; the blocks return to the free map once no pointer to them
+    /// can be on disk (with soft updates, the paper's freeblks once the inode is written; with
+    /// indirect blocks changed, after synchronous writes of them, as in the paper), and then
+    /// the tasks in `then` run.
+    pub(super) fn release_blocks(
+        &mut self,
+        ino: u32,
+        d: &mut Dinode,
+        freed: Vec<u64>,
+        mut dirtied: Vec<u64>,
+        then: Vec<Task>,
+    ) -> FsResult<()> {
         d.blocks = d.blocks.saturating_sub(freed.len() as u64);
         let mut then = then;
         if !freed.is_empty() {
@@ -241,6 +258,169 @@ impl Fs {
         Ok(())
     }
 
+    /// Frees the blocks of logical blocks `from..to` (a punched hole), and the indirect blocks
+    /// left with no pointer; the size does not change. Freed through `release_blocks`, as a
+    /// truncation's.
+    pub(super) fn punch_blocks(&mut self, ino: u32, d: &mut Dinode, from: u64, to: u64) -> FsResult<()> {
+        let p = self.sb.ptrs_per_block();
+        let mut freed = Vec::new();
+        let mut dirtied = Vec::new();
+        for i in from.min(NDADDR as u64)..to.min(NDADDR as u64) {
+            let b = &mut d.db[i as usize];
+            if *b != 0 {
+                freed.push(*b);
+                *b = 0;
+            }
+        }
+        let mut base = NDADDR as u64;
+        let mut span = p;
+        for level in 0..NIADDR {
+            let top = d.ib[level];
+            if top != 0 && from < base + span && to > base {
+                let (lo, hi) = (from.saturating_sub(base), (to - base).min(span));
+                if self.punch_tree(top, level, span / p, lo, hi, &mut freed, &mut dirtied)? {
+                    freed.push(top);
+                    d.ib[level] = 0;
+                }
+            }
+            base += span;
+            span = span.saturating_mul(p);
+        }
+        if freed.is_empty() {
+            return Ok(());
+        }
+        self.release_blocks(ino, d, freed, dirtied, vec![])
+    }
+
+    /// Frees relative blocks `lo..hi` of the tree under indirect block `bno`, whose pointers
+    /// each cover `span` data blocks. Returns true if the tree is left with no pointer (the
+    /// caller frees `bno` itself); otherwise a changed `bno` is listed in `dirtied`.
+    #[allow(clippy::too_many_arguments)]
+    fn punch_tree(
+        &mut self,
+        bno: u64,
+        level: usize,
+        span: u64,
+        lo: u64,
+        hi: u64,
+        freed: &mut Vec<u64>,
+        dirtied: &mut Vec<u64>,
+    ) -> FsResult<bool> {
+        self.checked_ptr(bno)?;
+        let n = self.sb.ptrs_per_block() as usize;
+        let ptrs: Vec<u64> = {
+            let buf = self.read_indirect(bno)?;
+            (0..n).map(|i| ind_get(buf, i)).collect()
+        };
+        let mut changed = false;
+        let mut empty = true;
+        for (i, &c) in ptrs.iter().enumerate() {
+            let start = i as u64 * span;
+            if c == 0 {
+                continue;
+            }
+            if start + span <= lo || start >= hi {
+                empty = false;
+                continue;
+            }
+            let whole = lo <= start && start + span <= hi;
+            let gone = if whole {
+                if level == 0 {
+                    freed.push(self.checked_ptr(c)?);
+                } else {
+                    self.collect_tree(c, level - 1, freed)?;
+                }
+                true
+            } else {
+                let (l, h) = (lo.saturating_sub(start), (hi - start).min(span));
+                let p = self.sb.ptrs_per_block();
+                let gone = self.punch_tree(c, level - 1, span / p, l, h, freed, dirtied)?;
+                if gone {
+                    freed.push(c);
+                }
+                gone
+            };
+            if gone {
+                ind_set(self.cache.modify(bno)?, i, 0);
+                changed = true;
+            } else {
+                empty = false;
+            }
+        }
+        if changed && !empty {
+            dirtied.push(bno);
+        }
+        Ok(empty)
+    }
+
+    /// The first logical block in `from..to` that holds data (`data`) or is a hole (`!data`),
+    /// walking the block map and stepping over whole missing indirect trees.
+    pub(super) fn find_block(&mut self, d: &Dinode, from: u64, to: u64, data: bool) -> FsResult<Option<u64>> {
+        for lbn in from..to.min(NDADDR as u64) {
+            if (self.checked_ptr(d.db[lbn as usize])? != 0) == data {
+                return Ok(Some(lbn));
+            }
+        }
+        let p = self.sb.ptrs_per_block();
+        let mut base = NDADDR as u64;
+        let mut span = p;
+        for level in 0..NIADDR {
+            if base >= to {
+                break;
+            }
+            if from < base + span {
+                let top = d.ib[level];
+                let found = if top == 0 {
+                    (!data).then(|| from.max(base))
+                } else {
+                    self.find_in_tree(top, level, base, span / p, from, to, data)?
+                };
+                if found.is_some() {
+                    return Ok(found.filter(|&l| l < to));
+                }
+            }
+            base += span;
+            span = span.saturating_mul(p);
+        }
+        Ok(None)
+    }
+
+    /// `find_block` in the tree under indirect block `bno`, whose first logical block is
+    /// `base` and whose pointers each cover `span` blocks.
+    #[allow(clippy::too_many_arguments)]
+    fn find_in_tree(
+        &mut self,
+        bno: u64,
+        level: usize,
+        base: u64,
+        span: u64,
+        from: u64,
+        to: u64,
+        data: bool,
+    ) -> FsResult<Option<u64>> {
+        self.checked_ptr(bno)?;
+        let first = (from.saturating_sub(base) / span) as usize;
+        for i in first..self.sb.ptrs_per_block() as usize {
+            let start = base + i as u64 * span;
+            if start >= to {
+                break;
+            }
+            let c = ind_get(self.read_indirect(bno)?, i);
+            self.checked_ptr(c)?;
+            let found = if c == 0 {
+                (!data).then(|| from.max(start))
+            } else if level == 0 {
+                data.then(|| from.max(start))
+            } else {
+                self.find_in_tree(c, level - 1, start, span / self.sb.ptrs_per_block(), from, to, data)?
+            };
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
     /// Every block of the tree under indirect block `bno` of `level` (0 = single), itself included.
     pub(super) fn collect_tree(&mut self, bno: u64, level: usize, out: &mut Vec<u64>) -> FsResult<()> {
         self.checked_ptr(bno)?;
@@ -270,43 +450,7 @@ impl Fs {
         freed: &mut Vec<u64>,
         dirtied: &mut Vec<u64>,
     ) -> FsResult<bool> {
-        self.checked_ptr(bno)?;
-        let n = self.sb.ptrs_per_block() as usize;
-        let ptrs: Vec<u64> = {
-            let buf = self.cache.read(bno)?;
-            (0..n).map(|i| ind_get(buf, i)).collect()
-        };
-        let mut changed = false;
-        let mut empty = true;
-        for (i, &c) in ptrs.iter().enumerate() {
-            if c == 0 {
-                continue;
-            }
-            let start = i as u64 * span;
-            if start >= keep_from {
-                if level == 0 {
-                    freed.push(self.checked_ptr(c)?);
-                } else {
-                    self.collect_tree(c, level - 1, freed)?;
-                }
-                ind_set(self.cache.modify(bno)?, i, 0);
-                changed = true;
-            } else if start + span > keep_from && level > 0 {
-                if self.trunc_tree(c, level - 1, span / self.sb.ptrs_per_block(), keep_from - start, freed, dirtied)? {
-                    freed.push(c);
-                    ind_set(self.cache.modify(bno)?, i, 0);
-                    changed = true;
-                } else {
-                    empty = false;
-                }
-            } else {
-                empty = false;
-            }
-        }
-        if changed && !empty {
-            dirtied.push(bno);
-        }
-        Ok(empty)
+        self.punch_tree(bno, level, span, keep_from, u64::MAX, freed, dirtied)
     }
 
     /// Bytes `off..off + len` (up to `size`) of a file whose logical block `x` `block` reads into

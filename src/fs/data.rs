@@ -149,6 +149,10 @@ impl Fs {
         if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
             return Err(FsError::Perm);
         }
+        if d.flags & DI_APPEND != 0 && off < d.size {
+            // An append-only file takes writes at its end only.
+            return Err(FsError::Perm);
+        }
         let r = self.write_inner(ino, &mut d, off, data);
         let n = match r {
             Ok(n) => n,
@@ -206,6 +210,7 @@ impl Fs {
         self.check_writable()?;
         let mut d = self.iget(ino)?;
         let immutable = d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0;
+        self.check_setattr(&d, a)?;
         if let Some(size) = a.size {
             if d.is_dir() {
                 return Err(FsError::IsDir);

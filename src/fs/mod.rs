@@ -99,6 +99,8 @@ pub enum FsError {
     AttrAreaFull,
     #[error("operation not supported")]
     NotSupported,
+    #[error("no data or hole at or past the offset")]
+    NoSuchOffset,
 }
 
 impl FsError {
@@ -117,12 +119,13 @@ impl FsError {
             FsError::Perm => libc::EPERM,
             FsError::Stale(_) => libc::ESTALE,
             FsError::ReadOnly => libc::EROFS,
+            FsError::NotSupported => libc::EOPNOTSUPP,
+            FsError::NoSuchOffset => libc::ENXIO,
             FsError::Io(_) | FsError::Corrupt(_) | FsError::ShutDown => libc::EIO,
             FsError::NoAttr => libc::ENODATA,
             FsError::AttrRange => libc::ERANGE,
             FsError::AttrTooBig => libc::E2BIG,
             FsError::AttrAreaFull => libc::ENOSPC,
-            FsError::NotSupported => libc::EOPNOTSUPP,
         }
     }
 }
@@ -176,9 +179,12 @@ pub mod shutdown;
 mod bmap;
 mod data;
 mod dir;
+pub mod falloc;
+pub mod flags;
 pub mod flight;
 pub use flight::lock_landing;
 mod inode;
+mod minfree;
 mod namespace;
 mod rename;
 mod sync;
@@ -197,11 +203,13 @@ pub struct MkfsOptions {
     pub gid: u32,
     /// The device already reads as zeros (a new sparse image): skip zeroing the inode tables.
     pub zeroed: bool,
+    /// The space only root may allocate from, in percent of the data blocks (None: 8%).
+    pub minfree: Option<u8>,
 }
 
 impl Default for MkfsOptions {
     fn default() -> Self {
-        MkfsOptions { block_size: 4096, inodes: None, uid: 0, gid: 0, zeroed: false }
+        MkfsOptions { block_size: 4096, inodes: None, uid: 0, gid: 0, zeroed: false, minfree: None }
     }
 }
 
@@ -213,6 +221,7 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions, now: (i64, u32)) -> F
     }
     let mut sb = Superblock::geometry(opts.block_size, dev.num_blocks(), opts.inodes)?;
     sb.created = now.0;
+    sb.minfree = opts.minfree;
     let mut buf = vec![0u8; bs];
     let zero = vec![0u8; bs];
     let mut free_blocks = 0u64;
@@ -287,6 +296,8 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<(i64, u32)>,
     pub mtime: Option<(i64, u32)>,
+    /// The times given are the current time (a `touch`), which an append-only file allows.
+    pub times_now: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -299,6 +310,8 @@ pub struct RenameFlags {
 pub struct StatFs {
     pub blocks: u64,
     pub bfree: u64,
+    /// Free blocks a user other than root may allocate (`bfree` less the minfree reserve).
+    pub bavail: u64,
     pub files: u64,
     pub ffree: u64,
     pub bsize: u32,
@@ -414,6 +427,9 @@ pub struct Fs {
     group: flight::Group,
     /// The background flusher that serves this file system, if any (`attach_flusher`).
     flusher: Option<Arc<flight::FlushRequest>>,
+    /// The caller may allocate from the minfree reserve (`minfree.rs`): true but while a
+    /// request of a user other than root runs (`as_user`).
+    privileged: bool,
 }
 
 impl Fs {
@@ -467,6 +483,7 @@ impl Fs {
             flusher: None,
             shut_down: false,
             live: mountopt::Live::new(opts.readonly),
+            privileged: true,
         };
         for what in std::mem::take(&mut fs.alloc.damage) {
             fs.damaged(what);
@@ -698,6 +715,7 @@ impl Fs {
     /// data in use) as free is damaged. Such a block keeps its bit set (it is in use), the
     /// superblock asks for fsck, and the search goes on; live data is never overwritten.
     fn alloc_block(&mut self, pref: u64) -> FsResult<u64> {
+        self.check_reserve(1)?;
         for _ in 0..MAX_BAD_ALLOCS {
             let bno = match self.alloc.alloc_block(&mut self.cache, &self.sb, pref) {
                 Err(AllocError::NoSpace) if self.reclaim()? => {

@@ -353,8 +353,8 @@ impl Fs {
     /// so. `d` is the inode as the caller has it, unchanged since it was read.
     pub(crate) fn accessed(&mut self, ino: u32, d: &mut Dinode) -> FsResult<()> {
         // Reservations and snapshots are not changed by reads (their inodes are the Block
-        // Register's and the snapshot's business).
-        if self.readonly || d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+        // Register's and the snapshot's business), nor files flagged noatime (chattr +A).
+        if self.readonly || d.flags & (DI_IMMUTABLE | DI_SNAPSHOT | DI_NOATIME) != 0 {
             return Ok(());
         }
         let now = self.now();

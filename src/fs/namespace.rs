@@ -1,5 +1,6 @@
 //! Namespace operations: lookup, create, mknod, mkdir, symlink, link, unlink, rmdir.
 
+use super::flags::Entries;
 use super::*;
 
 impl Fs {
@@ -32,6 +33,7 @@ impl Fs {
         gid: u32,
         rdev: u32,
     ) -> FsResult<(u32, Dinode)> {
+        self.check_entries(dir, Entries::Add)?;
         self.retry_nospace(|fs| fs.mknod_once(dir, name, mode, uid, gid, rdev))
     }
 
@@ -122,6 +124,7 @@ impl Fs {
     }
 
     pub fn mkdir(&mut self, dir: u32, name: &[u8], mode: u32, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
+        self.check_entries(dir, Entries::Add)?;
         self.retry_nospace(|fs| fs.mkdir_once(dir, name, mode, uid, gid))
     }
 
@@ -184,6 +187,7 @@ impl Fs {
     }
 
     pub fn symlink(&mut self, dir: u32, name: &[u8], target: &[u8], uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
+        self.check_entries(dir, Entries::Add)?;
         self.retry_nospace(|fs| fs.symlink_once(dir, name, target, uid, gid))
     }
 
@@ -219,6 +223,7 @@ impl Fs {
     }
 
     pub fn link(&mut self, ino: u32, newdir: u32, newname: &[u8]) -> FsResult<Dinode> {
+        self.check_entries(newdir, Entries::Add)?;
         self.retry_nospace(|fs| fs.link_once(ino, newdir, newname))
     }
 
@@ -229,7 +234,7 @@ impl Fs {
         if d.is_dir() {
             return Err(FsError::Perm);
         }
-        if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+        if d.flags & DI_KEEP_NAMES != 0 {
             return Err(FsError::Perm);
         }
         let mut dd = self.dir_for_new_name(newdir, newname)?;
@@ -258,13 +263,14 @@ impl Fs {
 
     pub fn unlink(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
         self.check_writable()?;
+        self.check_entries(dir, Entries::Remove)?;
         let mut dd = self.dir_inode(dir)?;
         let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
         let mut d = self.iget(slot.ino)?;
         if d.is_dir() {
             return Err(FsError::IsDir);
         }
-        if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+        if d.flags & DI_KEEP_NAMES != 0 {
             return Err(FsError::Perm);
         }
         // The name goes first; then the link count. The inode's change time is the unlink's,
@@ -285,13 +291,14 @@ impl Fs {
         if name == b".." {
             return Err(FsError::NotEmpty);
         }
+        self.check_entries(dir, Entries::Remove)?;
         let mut dd = self.dir_inode(dir)?;
         let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
         let mut d = self.iget(slot.ino)?;
         if !d.is_dir() {
             return Err(FsError::NotDir);
         }
-        if slot.ino == ROOT_INO {
+        if slot.ino == ROOT_INO || d.flags & DI_KEEP_NAMES != 0 {
             return Err(FsError::Perm);
         }
         if !self.dir_is_empty(slot.ino, &mut d)? {

@@ -167,6 +167,7 @@ impl Fs {
         if self.has_flight() && self.rename_meets_flight(dir, name, newdir, newname) {
             self.land_flight()?;
         }
+        self.check_rename_entries(dir, newdir, newname, flags.exchange)?;
         self.retry_nospace(|fs| fs.rename_once(dir, name, newdir, newname, flags))
     }
 
@@ -220,7 +221,7 @@ impl Fs {
         let mut sd = self.dir_inode(dir)?;
         let src = self.find_entry(dir, &mut sd, name)?.ok_or(FsError::NotFound)?;
         let si = self.iget(src.ino)?;
-        if !flags.exchange && !si.is_dir() && si.flags & (DI_IMMUTABLE | DI_SNAPSHOT) == 0 {
+        if !flags.exchange && !si.is_dir() && si.flags & DI_KEEP_NAMES == 0 {
             if let Some((key, old)) = self.undone_rename(newdir, newname, &src)? {
                 return self.rename_back(dir, name, src, si, newdir, key, old);
             }
@@ -238,7 +239,7 @@ impl Fs {
         }
         let mut nd = self.dir_inode(newdir)?;
         let dst = self.find_entry(newdir, &mut nd, newname)?;
-        if si.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+        if si.flags & DI_KEEP_NAMES != 0 {
             return Err(FsError::Perm);
         }
         if flags.exchange {
@@ -283,7 +284,7 @@ impl Fs {
         let Some(t) = dst else { return Ok(Replace::Nothing) };
         {
             let mut ti = self.iget(t.ino)?;
-            if ti.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+            if ti.flags & DI_KEEP_NAMES != 0 {
                 return Err(FsError::Perm);
             }
             if moving_dir && ti.is_dir() && self.renames.hidden.in_dir(t.ino) {
@@ -522,7 +523,7 @@ impl Fs {
         }
         let ai = self.iget(a.ino)?;
         let bi = self.iget(b.ino)?;
-        if bi.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+        if bi.flags & DI_KEEP_NAMES != 0 {
             return Err(FsError::Perm);
         }
         if dir != newdir {
@@ -600,6 +601,7 @@ impl Fs {
         owner: (u32, u32),
     ) -> FsResult<(u32, Dinode)> {
         self.check_writable()?;
+        self.check_rename_entries(dir, newdir, newname, false)?;
         self.land_flight()?;
         let room = |fs: &Fs| fs.alloc.free_inodes() >= 1 && fs.alloc.free_blocks() >= 2;
         if !room(self) && self.frees_pending() {

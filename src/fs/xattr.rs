@@ -155,7 +155,7 @@ impl Fs {
 
     /// What Linux refuses before a file system sees a change: `trusted.` by anyone but root,
     /// `user.` on anything but regular files and directories; and what sufs refuses of
-    /// immutable files (reservations, snapshots) and read-only mounts.
+    /// immutable and append-only files (chattr's, reservations, snapshots) and read-only mounts.
     fn check_attr_change(&mut self, ino: u32, ns: u8, uid: u32) -> FsResult<()> {
         self.check_writable()?;
         let d = self.iget(ino)?;
@@ -163,7 +163,7 @@ impl Fs {
         if (ns == EXT_NS_TRUSTED && uid != 0) || (ns == EXT_NS_USER && !user_ok) {
             return Err(FsError::Perm);
         }
-        if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 {
+        if d.flags & (DI_IMMUTABLE | DI_APPEND | DI_SNAPSHOT) != 0 {
             return Err(FsError::Perm);
         }
         Ok(())

@@ -31,6 +31,8 @@ use fuser::{
 };
 
 use crate::format::*;
+use crate::fs::falloc::FallocMode;
+use crate::fs::flags;
 use crate::fs::mountopt::{AtimeMode, Change};
 use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use crate::fs::xattr::XattrMode;
@@ -305,6 +307,51 @@ impl SufsFuse {
     }
 }
 
+impl SufsFuse {
+    /// The inode-flag ioctls (`ioctl`): the answer's bytes, or the errno. Anything else is
+    /// ENOTTY.
+    fn flags_ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        cmd: u32,
+        input: &[u8],
+        out_size: u32,
+    ) -> Result<Vec<u8>, Errno> {
+        let i = from_fuse(ino)?;
+        let word = |b: &[u8], at: usize| b.get(at..at + 4).map(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]));
+        let mut fs = lock_landing(&self.fs);
+        match cmd {
+            flags::FS_IOC_GETFLAGS | flags::FS_IOC32_GETFLAGS => {
+                let f = fs.get_flags(i).map_err(errno)?;
+                let mut out = f.to_ne_bytes().to_vec();
+                out.resize((out_size as usize).clamp(4, 8), 0);
+                Ok(out)
+            }
+            flags::FS_IOC_SETFLAGS | flags::FS_IOC32_SETFLAGS => {
+                let f = word(input, 0).ok_or(Errno::EINVAL)?;
+                fs.set_flags(i, f, req.uid()).map_err(errno)?;
+                settle(&mut fs, Change::Attr, &[i])?;
+                Ok(Vec::new())
+            }
+            flags::FS_IOC_FSGETXATTR => {
+                let f = fs.get_flags(i).map_err(errno)?;
+                let mut out = vec![0u8; flags::FSXATTR_SIZE];
+                out[..4].copy_from_slice(&flags::fsx_from_linux(f).to_ne_bytes());
+                Ok(out)
+            }
+            flags::FS_IOC_FSSETXATTR => {
+                let x = word(input, 0).ok_or(Errno::EINVAL)?;
+                let f = flags::linux_from_fsx(x).ok_or(Errno::EOPNOTSUPP)?;
+                fs.set_flags(i, f, req.uid()).map_err(errno)?;
+                settle(&mut fs, Change::Attr, &[i])?;
+                Ok(Vec::new())
+            }
+            _ => Err(Errno::ENOTTY),
+        }
+    }
+}
+
 impl Filesystem for SufsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(1 << 20);
@@ -406,7 +453,10 @@ impl Filesystem for SufsFuse {
             TimeOrNow::SpecificTime(t) => setattr_time(t),
             TimeOrNow::Now => wall(SystemTime::now()),
         };
-        let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now) };
+        let is_now = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
+        let times_now =
+            (atime.is_some() || mtime.is_some()) && [&atime, &mtime].iter().all(|t| t.is_none() || is_now(t));
+        let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now), times_now };
         // A truncation that frees blocks lands the flight in progress: wait for it unlocked.
         let mut fs = if size.is_some() { lock_landing(&self.fs) } else { lock(&self.fs) };
         let r = from_fuse(ino).and_then(|i| {
@@ -443,7 +493,9 @@ impl Filesystem for SufsFuse {
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
             let inh = fs.acl_inherit(p, mode, umask, false).map_err(errno)?;
-            let (ino, d) = fs.mknod(p, name.as_bytes(), inh.mode, req.uid(), gid, rdev).map_err(errno)?;
+            let (ino, d) = fs
+                .as_user(req.uid(), |fs| fs.mknod(p, name.as_bytes(), inh.mode, req.uid(), gid, rdev))
+                .map_err(errno)?;
             let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
             settle(&mut fs, Change::Names, &[ino])?;
             Ok((ino, d))
@@ -461,7 +513,9 @@ impl Filesystem for SufsFuse {
             let sgid = pd.mode & libc::S_ISGID as u16;
             let gid = Self::new_gid(&mut fs, p, req);
             let inh = fs.acl_inherit(p, mode, umask, true).map_err(errno)?;
-            let (ino, d) = fs.mkdir(p, name.as_bytes(), inh.mode | sgid as u32, req.uid(), gid).map_err(errno)?;
+            let mode = inh.mode | sgid as u32;
+            let (ino, d) =
+                fs.as_user(req.uid(), |fs| fs.mkdir(p, name.as_bytes(), mode, req.uid(), gid)).map_err(errno)?;
             let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
             settle(&mut fs, Change::Names, &[ino])?;
             Ok((ino, d))
@@ -500,8 +554,10 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
-            let (ino, d) =
-                fs.symlink(p, link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), gid).map_err(errno)?;
+            let target = target.as_os_str().as_bytes();
+            let (ino, d) = fs
+                .as_user(req.uid(), |fs| fs.symlink(p, link_name.as_bytes(), target, req.uid(), gid))
+                .map_err(errno)?;
             settle(&mut fs, Change::Names, &[ino])?;
             Ok((ino, d))
         });
@@ -540,7 +596,7 @@ impl Filesystem for SufsFuse {
                 let owner = (req.uid(), Self::new_gid(&mut fs, p, req));
                 fs.rename_whiteout(p, name.as_bytes(), np, newname.as_bytes(), f.noreplace, owner).map_err(errno)?;
             } else {
-                fs.rename(p, name.as_bytes(), np, newname.as_bytes(), f).map_err(errno)?;
+                fs.as_user(req.uid(), |fs| fs.rename(p, name.as_bytes(), np, newname.as_bytes(), f)).map_err(errno)?;
             }
             // The moved inode (its new name, up to the root), and the old name's directory.
             let mut inos = Vec::new();
@@ -558,11 +614,11 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let mut fs = lock(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let np = from_fuse(newparent)?;
-            let d = fs.link(i, np, newname.as_bytes()).map_err(errno)?;
+            let d = fs.as_user(req.uid(), |fs| fs.link(i, np, newname.as_bytes())).map_err(errno)?;
             settle(&mut fs, Change::Names, &[i])?;
             Ok((i, d))
         });
@@ -578,7 +634,12 @@ impl Filesystem for SufsFuse {
         }
         let mut fs = lock(&self.fs);
         let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
-        match from_fuse(ino).and_then(|i| fs.open(i, write).map_err(errno)) {
+        let append = flags.0 & libc::O_APPEND != 0;
+        let r = from_fuse(ino).and_then(|i| {
+            fs.check_open_append(i, write, append, flags.0 & libc::O_TRUNC != 0).map_err(errno)?;
+            fs.open(i, write).map_err(errno)
+        });
+        match r {
             Ok(_) => reply.opened(FileHandle(0), self.open_flags()),
             Err(e) => reply.error(e),
         }
@@ -604,7 +665,7 @@ impl Filesystem for SufsFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -616,7 +677,7 @@ impl Filesystem for SufsFuse {
     ) {
         let mut fs = lock(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
-            let n = fs.write(i, offset, data).map_err(errno)?;
+            let n = fs.as_user(req.uid(), |fs| fs.write(i, offset, data)).map_err(errno)?;
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                 let d = fs.getattr(i).map_err(errno)?;
                 kill_suidgid(&mut fs, i, d)?;
@@ -730,7 +791,7 @@ impl Filesystem for SufsFuse {
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let mut fs = lock(&self.fs);
         let s = fs.statfs();
-        reply.statfs(s.blocks, s.bfree, s.bfree, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
     }
 
     /// Extended attributes (`fs::xattr`). Since sufs answers getxattr, the kernel asks for
@@ -803,25 +864,129 @@ impl Filesystem for SufsFuse {
     /// kernel copies nothing in, so the flags the caller points to never arrive (nor, through
     /// fuser, the pointer). The mount stops as `FS_GOING_DOWN_NOLOGFLUSH` (godown's default)
     /// asks; `sufs shutdown --mode` carries the other two (docs/vfs.md).
+    ///
+    /// The inode flags (chattr, lsattr): FS_IOC_GETFLAGS / FS_IOC_SETFLAGS, and their XFS forms
+    /// FS_IOC_FSGETXATTR / FS_IOC_FSSETXATTR, which the kernel sends as ioctls to a FUSE server
+    /// (its `fileattr_get` and `fileattr_set`), each on a file it opens for the purpose.
     fn ioctl(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
+        in_data: &[u8],
+        out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
         if cmd != FS_IOC_SHUTDOWN {
-            return reply.error(Errno::ENOTTY);
+            return match self.flags_ioctl(req, ino, cmd, in_data, out_size) {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(e),
+            };
         }
         if req.uid() != 0 {
             return reply.error(Errno::EPERM);
         }
         lock(&self.fs).shutdown(Shutdown::Nologflush);
         reply.ioctl(0, &[]);
+    }
+
+    /// fallocate(2): the kernel has checked the mode's combinations it knows; sufs takes the
+    /// default mode, KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE (EOPNOTSUPP otherwise).
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = from_fuse(ino).and_then(|i| {
+            let m = FallocMode::from_linux(mode).map_err(errno)?;
+            // A file removed just before may hold the space until its FORGET, which another
+            // request thread serves once the lock is free: ENOSPC then waits for it a little.
+            let mut tries = 0;
+            loop {
+                let mut fs = lock_landing(&self.fs);
+                match fs.as_user(req.uid(), |fs| fs.fallocate(i, offset, length, m)) {
+                    Err(FsError::NoSpace) if tries < 10 && fs.frees_held() => tries += 1,
+                    r => {
+                        r.map_err(errno)?;
+                        return settle(&mut fs, Change::Data, &[i]);
+                    }
+                }
+                drop(fs);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// SEEK_DATA and SEEK_HOLE (the kernel answers the other whences itself).
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: fuser::ReplyLseek) {
+        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
+            return reply.error(Errno::EINVAL);
+        }
+        if offset < 0 {
+            return reply.error(Errno::ENXIO);
+        }
+        let mut fs = lock(&self.fs);
+        let r =
+            from_fuse(ino).and_then(|i| fs.seek_data_hole(i, offset as u64, whence == libc::SEEK_DATA).map_err(errno));
+        match r {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// copy_file_range(2) within the mount, read and written through the cache, a few MiB
+    /// under the lock at a time.
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        const STEP: u64 = 8 << 20;
+        let r = from_fuse(ino_in).and_then(|src| {
+            let dst = from_fuse(ino_out)?;
+            let len = len.min(u32::MAX as u64);
+            let n = lock(&self.fs).copy_check(src, offset_in, dst, offset_out, len).map_err(errno)?;
+            let mut done = 0;
+            while done < n {
+                let mut fs = lock(&self.fs);
+                let step = (n - done).min(STEP);
+                let copy = |fs: &mut Fs| fs.copy_range(src, offset_in + done, dst, offset_out + done, step);
+                let w = match fs.as_user(req.uid(), copy) {
+                    Ok(w) => w,
+                    Err(_) if done > 0 => break,
+                    Err(e) => return Err(errno(e)),
+                };
+                done += w;
+                if w < step {
+                    break;
+                }
+            }
+            settle(&mut lock(&self.fs), Change::Data, &[dst])?;
+            Ok(done)
+        });
+        match r {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
@@ -847,7 +1012,8 @@ impl Filesystem for SufsFuse {
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
             let inh = fs.acl_inherit(p, mode, umask, false).map_err(errno)?;
-            let (ino, d) = fs.create(p, name.as_bytes(), inh.mode, req.uid(), gid).map_err(errno)?;
+            let (ino, d) =
+                fs.as_user(req.uid(), |fs| fs.create(p, name.as_bytes(), inh.mode, req.uid(), gid)).map_err(errno)?;
             let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
             settle(&mut fs, Change::Names, &[ino])?;
             fs.open(ino, false).map_err(errno)?;

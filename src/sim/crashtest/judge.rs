@@ -105,6 +105,7 @@ impl Recording {
                 PromiseKind::Reservation => "reservations",
                 PromiseKind::Snapshot => "snapshots",
                 PromiseKind::Xattrs => "attributes",
+                PromiseKind::Flags => "inode flags",
             };
             *sum.promises.entry(k).or_default() += 1;
         }
@@ -195,6 +196,17 @@ fn judge_promise(
         }
         return;
     }
+    if p.kind == PromiseKind::Flags {
+        let want = p.contents.as_deref().unwrap_or_default();
+        match fs.getattr(p.ino) {
+            Ok(d) if (d.flags & crate::fs::flags::USER_FLAGS).to_le_bytes()[..] == *want => {}
+            got => out.push(violation(
+                "FlagsWrong",
+                format!("{} (inode {}): flags {:?}, expected {want:?}", p.paths[0], p.ino, got.map(|d| d.flags)),
+            )),
+        }
+        return;
+    }
     if let Some(want) = &p.contents {
         out.extend(contents_wrong(p, want, fs));
     }
@@ -214,6 +226,7 @@ fn name_lost(p: &Promise, fs: &mut Fs) -> Option<Verdict> {
         PromiseKind::Reservation => ("ReservationLost", "a reservation"),
         PromiseKind::Snapshot => ("SnapshotLost", "a snapshot"),
         PromiseKind::Xattrs => ("XattrNameLost", "a file whose attributes were fsync'ed"),
+        PromiseKind::Flags => ("FlagsNameLost", "a file whose flags were fsync'ed"),
     };
     let got: Vec<String> = p
         .paths

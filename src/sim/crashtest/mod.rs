@@ -38,7 +38,7 @@ pub use summary::Summary;
 pub use work::Work;
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 18] = [
+pub const WORKLOADS: [&str; 19] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -57,6 +57,7 @@ pub const WORKLOADS: [&str; 18] = [
     "rename-back",
     "rename-whiteout",
     "xattr",
+    "falloc",
 ];
 
 /// The block size of every recorded image.

@@ -29,6 +29,9 @@ pub enum PromiseKind {
     /// An fsync'ed file keeps its name and its extended attributes (`contents`: their digest)
     /// from the moment fsync returned until they next change.
     Xattrs,
+    /// A file whose flags were set and fsync'ed keeps its name and those flags (`contents`: the
+    /// user flags, little-endian) until they are set again.
+    Flags,
 }
 
 /// What must hold in every crash state whose writes all lie in `[from, until)` (log positions).

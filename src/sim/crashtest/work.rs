@@ -10,6 +10,7 @@ use rand::Rng;
 use crate::clock::SimClock;
 use crate::dev::{MemDevice, RecordingDevice, WriteKind};
 use crate::format::ROOT_INO;
+use crate::fs::falloc::FallocMode;
 use crate::fs::flight::Flight;
 use crate::fs::{Fs, FsResult, Ordering, RenameFlags, SetAttr};
 use crate::syncer::Sweeper;
@@ -111,7 +112,7 @@ impl<'a> Work<'a> {
 
     /// The contents of `ino` are about to change.
     pub(super) fn touch_data(&mut self, pos: usize, ino: u32) {
-        self.close(pos, |p| p.contents.is_some() && p.ino == ino);
+        self.close(pos, |p| p.contents.is_some() && p.kind != PromiseKind::Flags && p.ino == ino);
     }
 
     pub(super) fn resolve(&mut self, path: &str) -> FsResult<u32> {
@@ -326,6 +327,44 @@ impl<'a> Work<'a> {
                 paths: vec![path.to_string()],
                 ino,
                 contents: Some(contents),
+                runs: None,
+                from,
+                until: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// fallocate on `path`: its contents change unless it only preallocates past the size.
+    pub(super) fn fallocate(&mut self, path: &str, off: u64, len: u64, mode: FallocMode) -> FsResult<()> {
+        let pos = self.begin(format!("fallocate {path} {mode:?} at {off} ({len} bytes)"))?;
+        let ino = self.resolve(path)?;
+        self.touch_data(pos, ino);
+        self.fs.fallocate(ino, off, len, mode)?;
+        Ok(())
+    }
+
+    /// Sets the user flags of `path` (Linux's `FS_IOC_SETFLAGS` bits) as root.
+    pub(super) fn set_flags(&mut self, path: &str, linux: u32) -> FsResult<()> {
+        let pos = self.begin(format!("set flags {linux:#x} on {path}"))?;
+        let ino = self.resolve(path)?;
+        self.close(pos, |p| p.kind == PromiseKind::Flags && p.ino == ino);
+        self.fs.set_flags(ino, linux, 0)?;
+        Ok(())
+    }
+
+    /// `fsync`, and the promise that the file keeps the flags it has now.
+    pub(super) fn fsync_flags(&mut self, path: &str) -> FsResult<()> {
+        self.fsync(path)?;
+        let ino = self.resolve(path)?;
+        let flags = self.fs.getattr(ino)?.flags & crate::fs::flags::USER_FLAGS;
+        if self.rec.is_some() {
+            let from = self.pos();
+            self.promises.push(Promise {
+                kind: PromiseKind::Flags,
+                paths: vec![path.to_string()],
+                ino,
+                contents: Some(flags.to_le_bytes().to_vec()),
                 runs: None,
                 from,
                 until: None,

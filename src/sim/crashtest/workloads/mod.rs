@@ -1,8 +1,8 @@
 //! The workloads: a setup that is not recorded, then steps of one or a few operations, each a
 //! deterministic function of the seed. One file per family: `names` (creates, removes, trees,
 //! hard links), `renames`, `data` (growth into indirect blocks, truncation, fsync), `br` (Block
-//! Register reservations), `snapshot`, `xattr` (extended attributes); `Mix` interleaves the
-//! first eight.
+//! Register reservations), `snapshot`, `xattr` (extended attributes), `falloc` (fallocate and
+//! inode flags); `Mix` interleaves the first eight.
 
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -15,6 +15,7 @@ use super::WORKLOADS;
 
 mod br;
 mod data;
+mod falloc;
 mod names;
 mod renames;
 mod snapshot;
@@ -22,6 +23,7 @@ mod xattr;
 
 use br::BrWork;
 use data::{FsyncWork, GrowIndirect, Truncate};
+use falloc::FallocWork;
 use names::{CreateMany, HardLinks, LinkFsync, MkdirRmdir, RemoveTree};
 use renames::{AncestorRename, RenameBack, RenameOver, RenameStorm, RenameWhiteout, SwapFsync};
 use snapshot::SnapWork;
@@ -54,6 +56,7 @@ pub(super) fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>>
         "br" => Box::new(BrWork::default()),
         "snapshot" => Box::new(SnapWork::default()),
         "xattr" => Box::new(XattrWork::default()),
+        "falloc" => Box::new(FallocWork::default()),
         "mix" => {
             let each = (ops / 8).max(4);
             let subs = WORKLOADS[..8].iter().filter_map(|n| make_workload(n, each)).map(|w| (w, true)).collect();
