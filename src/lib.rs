@@ -20,4 +20,5 @@ pub mod sim;
 // The crash tester and the benchmarks keep their short paths too.
 pub use sim::{bench, bench_br, bench_peers, crashtest};
 pub mod softdep;
+pub mod uring;
 pub mod volume;

@@ -8,6 +8,7 @@ use sufs::fs::shutdown::Shutdown;
 use sufs::fs::Ordering;
 use sufs::fuse::DEFAULT_THREADS;
 use sufs::helper;
+use sufs::mount::transport::Transport;
 use sufs::syncer::UpdatePolicy;
 use sufs::volume::StoreKind;
 
@@ -85,6 +86,12 @@ pub(crate) enum Cmd {
         /// fsyncs wait for the device without it, so fsync-heavy parallel work gains from more).
         #[arg(long, default_value_t = DEFAULT_THREADS as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
         threads: u16,
+        /// How requests reach sufs: io_uring (FUSE over io_uring, when root has switched it on:
+        /// `echo Y > /sys/module/fuse/parameters/enable_uring`), classic (/dev/fuse reads and
+        /// writes), or auto (io_uring when the kernel offers it, else classic). The environment's
+        /// SUFS_TRANSPORT, if set, is the default.
+        #[arg(long, value_enum, env = "SUFS_TRANSPORT", default_value_t = Transport::Auto)]
+        transport: Transport,
         /// Mount read-write even an image that needs fsck first (not unmounted cleanly after a
         /// sync or async mount, or marked for fsck when damage was found).
         #[arg(long)]

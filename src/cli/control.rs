@@ -11,6 +11,7 @@ use sufs::fs::shutdown::Shutdown;
 use sufs::fs::{Fs, MountOptions, Ordering};
 use sufs::fuse::{self as fusemount, SufsFuse, DEFAULT_THREADS};
 use sufs::helper::mount_point_of;
+use sufs::mount::transport::Transport;
 use sufs::snapshot::{self, SnapInfo};
 use sufs::syncer::{SyncerOptions, UpdatePolicy};
 use sufs::volume::{self, PoolOptions, VolumeDevice};
@@ -126,6 +127,7 @@ pub(crate) fn cmd_volume(op: SnapCmd) -> Result<(), Fail> {
                 async_full_blocks: false,
                 softdep_limit: 200_000,
                 threads: DEFAULT_THREADS,
+                transport: Transport::Auto,
                 snapshot: true,
                 force: false,
                 opts: MountOpts { ro: Some(true), ..Default::default() },

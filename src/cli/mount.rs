@@ -15,6 +15,7 @@ use sufs::fs::mountopt::MountOpts;
 use sufs::fs::{Fs, FsStats, MountOptions, Ordering};
 use sufs::fuse::{self as fusemount, lock, SufsFuse};
 use sufs::helper;
+use sufs::mount::transport::{self, Negotiated, Transport};
 use sufs::syncer::{Syncer, SyncerOptions};
 use sufs::volume::{PoolOptions, Refiller, SnapshotDevice, StoreKind, VolumeDevice};
 
@@ -82,6 +83,8 @@ pub(crate) struct MountArgs {
     pub(crate) async_full_blocks: bool,
     pub(crate) softdep_limit: usize,
     pub(crate) threads: usize,
+    /// How requests reach sufs (`mount::transport`).
+    pub(crate) transport: Transport,
     /// Mount the volume snapshot (read-only) instead of the file system.
     pub(crate) snapshot: bool,
     /// Mount read-write even an image that `mount_gate` refuses.
@@ -181,18 +184,38 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let mut refiller = vol.filter(|v| v.kind() == StoreKind::Br).map(|v| Refiller::start(v, shared.clone()));
 
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
-    let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, args.threads);
+    // The classic reader serves everything on a classic mount; beside a ring, only what the
+    // kernel still sends through /dev/fuse (FORGET, INTERRUPT) and what comes before it is up.
+    let classic_threads = if args.transport == Transport::Classic { args.threads } else { 1 };
+    let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, classic_threads);
     config.mount_options.extend(fuse_options);
-    let mut session = fuser::Session::new(SufsFuse::new(shared.clone()), dir, &config)
+    let negotiated = Negotiated::new(args.transport);
+    let fuse = SufsFuse::new(shared.clone()).with_transport(negotiated.clone());
+    let mut session = fuser::Session::new(fuse, dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
+    // io_uring asked for and not offered: no mount (unmounted again before anyone is told of
+    // it), but the file system is unmounted cleanly all the same.
+    let refused = transport::refusal(args.transport, &negotiated);
     ctl.on_stale(fusemount::stale_sink(session.notifier()));
     let handle = unmount_on_signals(session.unmount_callable())?;
     let mut syncer = Syncer::start(shared.clone(), sync);
-    let bgfsck = (recovery == Recovery::Background && !snapshot)
+    let bgfsck = (recovery == Recovery::Background && !snapshot && refused.is_none())
         .then(|| start_background_fsck(image.to_path_buf(), shared.clone()))
         .flatten();
-    notify_ready();
-    let run = session.run();
+    let run = match refused {
+        Some(why) => {
+            drop(session);
+            Err(Fail(
+                format!("cannot mount {} on {} with --transport uring: {why}", image.display(), dir.display()),
+                32,
+            ))
+        }
+        None => {
+            notify_ready();
+            transport::run(session, args.transport, &negotiated, args.threads, &mut |m| eprintln!("sufs: {m}"))
+                .map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1))
+        }
+    };
     handle.close();
     syncer.stop();
     ctl.stop();
@@ -207,7 +230,7 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     fs.unmount().map_err(|e| Fail(format!("unmount of {} failed: {e}", image.display()), 1))?;
     report_unmount(image, &fs.stats(), stats)?;
     drop(lock_file);
-    run.map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1))
+    run
 }
 
 /// SIGINT, SIGTERM and SIGHUP unmount (the session then ends); the handle stops the watch.

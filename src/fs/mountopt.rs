@@ -122,6 +122,8 @@ pub struct MountOpts {
     /// sufs's own, for test harnesses: make a new file system of this many bytes first, unless
     /// the image already is a sufs image of exactly this size (destroys what it held).
     pub mkfs_size: Option<u64>,
+    /// sufs's own: how requests reach sufs (`transport=auto|uring|classic`, `mount::transport`).
+    pub transport: Option<crate::mount::transport::Transport>,
     /// sufs's own: seconds to wait for an image still held by a daemon finishing an unmount.
     pub wait: Option<u64>,
     /// sufs's own: preen an image left unclean (`sufs fsck -p`) before mounting it, as a boot
@@ -239,6 +241,7 @@ impl MountOpts {
                     _ => return Err(format!("threads={v}: from 1 to 64")),
                 }
             }
+            ("transport", v) => self.transport = Some(need(key, v)?.parse()?),
             ("wait", v) => {
                 let v = need(key, v)?;
                 self.wait = Some(v.parse().map_err(|_| format!("wait={v}: seconds"))?);

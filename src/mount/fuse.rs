@@ -30,6 +30,9 @@ use fuser::{
     WriteFlags,
 };
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use crate::format::*;
 use crate::fs::falloc::FallocMode;
 use crate::fs::flags;
@@ -37,6 +40,7 @@ use crate::fs::mountopt::{AtimeMode, Change};
 use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use crate::fs::xattr::XattrMode;
 use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
+use crate::mount::transport::{max_pages_limit, Negotiated, MAX_WRITE};
 
 /// How long the kernel may keep a name and its attributes without asking again. Every change
 /// to the namespace and to attributes goes through this mount, whose replies keep the kernel's
@@ -123,11 +127,38 @@ pub struct SufsFuse {
     /// the kernel reads through its page cache without telling sufs, so there every open goes
     /// through OPEN, drops the cached pages, and its first read reaches sufs and the atime.
     keep_cache: bool,
+    /// The transport's side of INIT: whether to ask for FUSE over io_uring, and what the
+    /// kernel offered (`transport::run` reads it once the session is up).
+    negotiated: Arc<Negotiated>,
 }
 
 impl SufsFuse {
     pub fn new(fs: SharedFs) -> SufsFuse {
-        SufsFuse { fs, no_open: false, keep_cache: true }
+        SufsFuse { fs, no_open: false, keep_cache: true, negotiated: Arc::default() }
+    }
+
+    /// Asks for FUSE over io_uring at INIT if `negotiated` wants it, and says there what the
+    /// kernel offered.
+    pub fn with_transport(mut self, negotiated: Arc<Negotiated>) -> SufsFuse {
+        self.negotiated = negotiated;
+        self
+    }
+
+    /// Writes of at most `MAX_WRITE` (the kernel's page limit allows no more by default), so
+    /// that the ring's payload buffers are that large; and FUSE over io_uring if wanted and
+    /// offered (`transport::run` starts it once INIT is answered).
+    fn negotiate_transport(&self, config: &mut KernelConfig) {
+        let _ = config.set_max_write(MAX_WRITE);
+        if let Err(max) = config.set_max_readahead(MAX_WRITE) {
+            let _ = config.set_max_readahead(max);
+        }
+        let n = &self.negotiated;
+        let page = 4096;
+        let pages = (MAX_WRITE as usize).div_ceil(page).min(max_pages_limit());
+        n.payload_size.store((MAX_WRITE as usize).max(pages * page).max(8192), Ordering::Relaxed);
+        if n.wanted.load(Ordering::Relaxed) {
+            n.offered.store(config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok(), Ordering::Relaxed);
+        }
     }
 
     fn open_flags(&self) -> FopenFlags {
@@ -382,6 +413,7 @@ impl Filesystem for SufsFuse {
         if let Err(e) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
             log::warn!("the kernel does not offer {e:?}: file handles go stale with its inode cache");
         }
+        self.negotiate_transport(config);
         Ok(())
     }
 

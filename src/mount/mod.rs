@@ -7,3 +7,4 @@ pub mod ctl;
 pub mod fuse;
 pub mod helper;
 pub mod syncer;
+pub mod transport;
