@@ -99,7 +99,7 @@ pub(crate) enum Cmd {
         /// Mount options, comma-separated, as mount(8) takes them (docs/mount-options.md): ro, rw,
         /// dev, nodev, suid, nosuid, exec, noexec, sync, dirsync, async, relatime, strictatime,
         /// noatime, nodiratime, remount (of the mount on DIR, or on IMAGE if that is a mount
-        /// point), and sufs's own: ordering=, cache=, update=, threads=, wait=, mkfs_size=.
+        /// point), and sufs's own: ordering=, cache=, update=, threads=, transport=, wait=, mkfs_size=.
         /// They take precedence over the flags above.
         #[arg(short = 'o', value_name = "OPTS")]
         options: Vec<String>,

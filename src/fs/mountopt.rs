@@ -521,6 +521,10 @@ mod tests {
             MountOpts::parse("mkfs_size=100M,wait=5,threads=3,update=wt", false).unwrap().mkfs_size,
             Some(100 << 20)
         );
+        use crate::mount::transport::Transport;
+        assert_eq!(MountOpts::parse("transport=uring", false).unwrap().transport, Some(Transport::Uring));
+        assert_eq!(MountOpts::parse("transport=classic", false).unwrap().transport, Some(Transport::Classic));
+        assert!(MountOpts::parse("transport=pigeon", false).unwrap_err().contains("auto, uring or classic"));
     }
 
     #[test]

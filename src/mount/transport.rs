@@ -105,8 +105,9 @@ fn not_offered() -> String {
 }
 
 /// Serves the session on the transport chosen, until the unmount. `threads` is the number of
-/// request threads: the classic reader's, or spread over the ring's queues (at least one a
-/// queue). `log` says which transport serves.
+/// request threads: the classic reader's, or each queue's on the ring (a queue serves the
+/// requests of one CPU's callers: with two threads, a request waiting for the device holds up
+/// none of them). `log` says which transport serves.
 pub fn run(
     session: fuser::Session<SufsFuse>,
     transport: Transport,
@@ -133,7 +134,7 @@ pub fn run(
         payload_size: negotiated.payload_size.load(Ordering::Relaxed),
         pin: false,
     };
-    let config = uring::Config { threads_per_queue: threads.div_ceil(config.queues).max(1), ..config };
+    let config = uring::Config { threads_per_queue: threads.max(1), ..config };
     let dev = session.as_fd().try_clone_to_owned()?;
     session.run_with(|dispatcher| {
         let handler = Arc::new(Dispatch(dispatcher));

@@ -25,32 +25,45 @@ use crate::fs::Ordering;
 mod concurrent;
 
 /// The file systems compared, in table order. A sufs peer may also name an update policy after
-/// its ordering, `sufs-ORDERING-POLICY` (`sufs-softdep-pu`); without one it has the mount's
-/// default (aipu).
+/// its ordering, `sufs-ORDERING-POLICY` (`sufs-softdep-pu`), and a transport last
+/// (`sufs-softdep-classic`, `sufs-softdep-uring`, `sufs-softdep-pu-uring`); without them it has
+/// the mount's defaults (aipu; io_uring when the kernel offers it).
 pub const PEERS: [&str; 5] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel"];
 /// The update policies a sufs peer's name may end in.
 pub const POLICIES: [&str; 3] = ["pu", "aipu", "wt"];
+/// The transports a sufs peer's name may end in.
+pub const TRANSPORTS: [&str; 2] = ["classic", "uring"];
 /// The workloads, in order.
 pub const WORKLOADS: [&str; 9] =
     ["files", "copy", "andrew", "postmark", "fio", "mail", "stall", "parallel", "coldread"];
 /// The workloads run when none are named: all but the long `parallel` and `coldread`.
 pub const DEFAULT_WORKLOADS: [&str; 7] = ["files", "copy", "andrew", "postmark", "fio", "mail", "stall"];
 
-/// A sufs peer's ordering and update policy (`None`: the mount's default), from its name.
-fn sufs_peer(peer: &str) -> Option<(Ordering, Option<&str>)> {
-    let rest = peer.strip_prefix("sufs-")?;
-    let (ord, policy) = match rest.split_once('-') {
-        Some((o, p)) if POLICIES.contains(&p) => (o, Some(p)),
-        Some(_) => return None,
-        None => (rest, None),
-    };
-    let ordering = match ord {
+/// A sufs peer: its ordering, update policy and transport (`None`: the mount's default).
+struct SufsPeer<'a> {
+    ordering: Ordering,
+    policy: Option<&'a str>,
+    transport: Option<&'a str>,
+}
+
+/// A sufs peer from its name.
+fn sufs_peer(peer: &str) -> Option<SufsPeer<'_>> {
+    let mut parts = peer.strip_prefix("sufs-")?.split('-');
+    let ordering = match parts.next()? {
         "softdep" => Ordering::Softdep,
         "sync" => Ordering::Sync,
         "async" => Ordering::Async,
         _ => return None,
     };
-    Some((ordering, policy))
+    let (mut policy, mut transport) = (None, None);
+    for p in parts {
+        match p {
+            p if POLICIES.contains(&p) && policy.is_none() && transport.is_none() => policy = Some(p),
+            p if TRANSPORTS.contains(&p) && transport.is_none() => transport = Some(p),
+            _ => return None,
+        }
+    }
+    Some(SufsPeer { ordering, policy, transport })
 }
 
 /// Sizes and places; `Default` is the full size.
@@ -239,6 +252,11 @@ fn unavailable(peer: &str) -> Option<String> {
     let fuse = Path::new("/dev/fuse").exists();
     match peer {
         p if sufs_peer(p).is_some() && !fuse => Some("/dev/fuse is missing".into()),
+        p if sufs_peer(p).is_some_and(|s| s.transport == Some("uring"))
+            && crate::mount::transport::uring_enabled() != Some(true) =>
+        {
+            Some(format!("FUSE over io_uring is off (as root: echo Y > {})", crate::mount::transport::URING_PARAMETER))
+        }
         p if sufs_peer(p).is_some() => None,
         "fuse2fs" if !fuse => Some("/dev/fuse is missing".into()),
         "fuse2fs" if !which("fuse2fs") => Some("fuse2fs is not installed (Debian: apt-get install fuse2fs)".into()),
@@ -247,9 +265,10 @@ fn unavailable(peer: &str) -> Option<String> {
             Some("needs root and losetup for a loop device (its writes are counted there)".into())
         }
         p if !PEERS.contains(&p) => Some(format!(
-            "unknown file system (one of {}, or sufs-ORDERING-POLICY with a policy of {})",
+            "unknown file system (one of {}, or sufs-ORDERING[-POLICY][-TRANSPORT] with a policy of {} and a transport of {})",
             PEERS.join(", "),
-            POLICIES.join(", ")
+            POLICIES.join(", "),
+            TRANSPORTS.join(", ")
         )),
         _ => None,
     }
@@ -347,10 +366,13 @@ fn fresh(peer: &str, o: &PeersOptions) -> Result<Mounted, BenchError> {
 impl Mounted {
     /// Mounts the image (made by `fresh`) on `dir`.
     fn mount(&mut self, o: &PeersOptions) -> Result<(), BenchError> {
-        if let Some((ordering, policy)) = sufs_peer(&self.peer) {
+        if let Some(SufsPeer { ordering, policy, transport }) = sufs_peer(&self.peer) {
             self.options = vec!["--ordering".into(), ordering.to_string()];
             if let Some(p) = policy {
                 self.options.extend(["--update".into(), p.into()]);
+            }
+            if let Some(t) = transport {
+                self.options.extend(["--transport".into(), t.into()]);
             }
             if let Some(bytes) = o.sufs_cache {
                 self.options.extend(["--cache".into(), bytes.to_string()]);
