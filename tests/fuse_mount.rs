@@ -120,6 +120,40 @@ fn operations_survive_unmount_and_fsck_in_both_orderings() {
     }
 }
 
+/// The mount counts the FUSE messages it serves, by opcode, and `--stats` writes them at
+/// unmount (`fuse_messages`): 100 creates, stats and unlinks in a directory of their own.
+#[test]
+fn fuse_messages_are_counted_by_opcode() {
+    let Some((t, _img, mnt, m)) = small_mount() else { return };
+    m.umount();
+    let stats = t.path().join("stats.json");
+    let m = mount_fg(&t.path().join("img"), &mnt, &["--stats", stats.to_str().unwrap()]);
+    let dir = mnt.join("d");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..100 {
+        fs::File::create(dir.join(format!("f{i}"))).unwrap();
+    }
+    for i in 0..100 {
+        assert!(fs::metadata(dir.join(format!("f{i}"))).unwrap().is_file());
+    }
+    for i in 0..100 {
+        fs::remove_file(dir.join(format!("f{i}"))).unwrap();
+    }
+    m.umount();
+    let json: serde_json::Value = serde_json::from_str(&fs::read_to_string(&stats).unwrap()).unwrap();
+    let n = |op: &str| json["fuse_messages"][op].as_u64().unwrap_or_else(|| panic!("no count for {op}"));
+    // A create is MKNOD (files opened without OPEN: the first CREATE answers ENOSYS, which
+    // tells the kernel so) or CREATE, once per file.
+    assert!((100..=101).contains(&(n("create") + n("mknod"))), "{json}");
+    assert_eq!(n("mkdir"), 1);
+    assert_eq!(n("unlink"), 100);
+    // Each new name is looked up once (not found) before it is made; the stats hit the cache.
+    assert!((100..=110).contains(&n("lookup")), "{json}");
+    assert!(n("getattr") <= 210, "{json}");
+    assert_eq!(n("write") + n("read") + n("rename") + n("rmdir"), 0, "{json}");
+    assert!(n("forget_nodes") <= 101 && n("forget") <= n("forget_nodes"), "{json}");
+}
+
 /// SIGTERM to a foreground mount: it stops within 30 s, unmounted, the image clean (flag and
 /// fsck), the file written before it there after a remount. With `remove_socket`, the control
 /// socket is removed first (a cleaner, or the image's directory moved): stopping once hung

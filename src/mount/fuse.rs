@@ -21,6 +21,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -33,6 +34,7 @@ use fuser::{
 use crate::format::*;
 use crate::fs::falloc::FallocMode;
 use crate::fs::flags;
+use crate::fs::messages::{Messages, Op};
 use crate::fs::mountopt::{AtimeMode, Change};
 use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use crate::fs::xattr::XattrMode;
@@ -123,11 +125,14 @@ pub struct SufsFuse {
     /// the kernel reads through its page cache without telling sufs, so there every open goes
     /// through OPEN, drops the cached pages, and its first read reaches sufs and the atime.
     keep_cache: bool,
+    /// The requests served, by opcode (the file system's statistics carry them).
+    msgs: Arc<Messages>,
 }
 
 impl SufsFuse {
     pub fn new(fs: SharedFs) -> SufsFuse {
-        SufsFuse { fs, no_open: false, keep_cache: true }
+        let msgs = lock(&fs).messages();
+        SufsFuse { fs, no_open: false, keep_cache: true, msgs }
     }
 
     fn open_flags(&self) -> FopenFlags {
@@ -160,6 +165,13 @@ fn kill_suidgid(fs: &mut Fs, ino: u32, d: Dinode) -> Result<Dinode, Errno> {
         return Ok(d);
     }
     fs.setattr(ino, &SetAttr { mode: Some(mode), ..Default::default() }).map_err(errno)
+}
+
+/// Gives back `nlookup` of the kernel's lookups of `ino` (FORGET, BATCH_FORGET).
+fn unhold(fs: &mut Fs, ino: INodeNo, nlookup: u64) {
+    if let Err(e) = from_fuse(ino).and_then(|i| fs.unhold(i, nlookup.min(u32::MAX as u64) as u32).map_err(errno)) {
+        log::error!("forget {ino:?}: {e:?}");
+    }
 }
 
 fn to_fuse(ino: u32) -> INodeNo {
@@ -385,12 +397,13 @@ impl Filesystem for SufsFuse {
         Ok(())
     }
 
-    /// The kernel gives back `nlookup` lookups (BATCH_FORGET comes here too, one at a time).
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let mut fs = lock(&self.fs);
-        if let Err(e) = from_fuse(ino).and_then(|i| fs.unhold(i, nlookup.min(u32::MAX as u64) as u32).map_err(errno)) {
-            log::error!("forget {ino:?}: {e:?}");
-        }
+    /// The kernel gives back `nlookup` lookups. BATCH_FORGET comes here too, one node at a
+    /// time and each under the lock on its own: fuser 0.18's `batch_forget` takes a type it does
+    /// not export, so it cannot be overridden. The nodes of one batch share its request id,
+    /// which tells the messages apart (`Messages::forgot`).
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        self.msgs.forgot(req.unique().0, nlookup);
+        unhold(&mut lock(&self.fs), ino, nlookup);
     }
 
     fn destroy(&mut self) {
@@ -406,6 +419,7 @@ impl Filesystem for SufsFuse {
     /// still waits for writes (no link left); a freed and reused one answers the new inode,
     /// whose generation differs (`Fs::next_generation`).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.msgs.count(Op::Lookup);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             if name.as_bytes() == b"." {
@@ -424,6 +438,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.msgs.count(Op::Getattr);
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
             Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, fs.sb.block_size)),
@@ -449,6 +464,7 @@ impl Filesystem for SufsFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.msgs.count(Op::Setattr);
         let now = |t: TimeOrNow| match t {
             TimeOrNow::SpecificTime(t) => setattr_time(t),
             TimeOrNow::Now => wall(SystemTime::now()),
@@ -481,6 +497,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.msgs.count(Op::Readlink);
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.readlink(i).map_err(errno)) {
             Ok(t) => reply.data(&t),
@@ -489,6 +506,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        self.msgs.count(Op::Mknod);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
@@ -507,6 +525,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        self.msgs.count(Op::Mkdir);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let pd = fs.getattr(p).map_err(errno)?;
@@ -527,6 +546,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.msgs.count(Op::Unlink);
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             fs.unlink(p, name.as_bytes()).map_err(errno)?;
@@ -539,6 +559,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.msgs.count(Op::Rmdir);
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             fs.rmdir(p, name.as_bytes()).map_err(errno)?;
@@ -551,6 +572,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+        self.msgs.count(Op::Symlink);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let gid = Self::new_gid(&mut fs, p, req);
@@ -577,6 +599,7 @@ impl Filesystem for SufsFuse {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.msgs.count(Op::Rename);
         // RENAME_WHITEOUT (the kernel has checked CAP_MKNOD) with RENAME_EXCHANGE makes no sense.
         let whiteout = flags.contains(FuseRenameFlags::RENAME_WHITEOUT);
         let known = FuseRenameFlags::RENAME_NOREPLACE
@@ -615,6 +638,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.msgs.count(Op::Link);
         let mut fs = lock(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let np = from_fuse(newparent)?;
@@ -629,6 +653,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.msgs.count(Op::Open);
         if self.no_open {
             return reply.error(Errno::ENOSYS);
         }
@@ -656,6 +681,7 @@ impl Filesystem for SufsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.msgs.count(Op::Read);
         // The device reads go outside the lock.
         match from_fuse(ino).and_then(|i| Fs::read_shared(&self.fs, i, offset, size as usize).map_err(errno)) {
             Ok(data) => reply.data(&data),
@@ -675,6 +701,7 @@ impl Filesystem for SufsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.msgs.count(Op::Write);
         let mut fs = lock(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let n = fs.as_user(req.uid(), |fs| fs.write(i, offset, data)).map_err(errno)?;
@@ -695,6 +722,7 @@ impl Filesystem for SufsFuse {
     /// locks are held): ENOSYS tells the kernel so once, and it sends no FLUSH on later closes,
     /// which saves a round trip per close of a file opened through OPEN or CREATE.
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.msgs.count(Op::Flush);
         reply.error(Errno::ENOSYS);
     }
 
@@ -708,6 +736,7 @@ impl Filesystem for SufsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.msgs.count(Op::Release);
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.release(i).map_err(errno)) {
             Ok(()) => reply.ok(),
@@ -716,6 +745,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.msgs.count(Op::Fsync);
         // The writes go outside the lock: other requests are served meanwhile.
         match from_fuse(ino).and_then(|i| Fs::fsync_shared(&self.fs, i).map_err(errno)) {
             Ok(()) => reply.ok(),
@@ -724,6 +754,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.msgs.count(Op::Opendir);
         if self.no_open {
             return reply.error(Errno::ENOSYS);
         }
@@ -736,6 +767,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.msgs.count(Op::Readdir);
         let mut fs = lock(&self.fs);
         let entries = match from_fuse(ino).and_then(|i| fs.readdir(i, offset, 1024).map_err(errno)) {
             Ok(e) => e,
@@ -750,6 +782,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        self.msgs.count(Op::Readdirplus);
         let mut fs = lock(&self.fs);
         let entries = match from_fuse(ino).and_then(|i| fs.readdir(i, offset, 256).map_err(errno)) {
             Ok(e) => e,
@@ -780,7 +813,14 @@ impl Filesystem for SufsFuse {
         reply.ok();
     }
 
+    /// Nothing is held for an open directory.
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.msgs.count(Op::Releasedir);
+        reply.ok();
+    }
+
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.msgs.count(Op::Fsyncdir);
         // The writes go outside the lock: other requests are served meanwhile.
         match from_fuse(ino).and_then(|i| Fs::fsync_shared(&self.fs, i).map_err(errno)) {
             Ok(()) => reply.ok(),
@@ -789,6 +829,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.msgs.count(Op::Statfs);
         let mut fs = lock(&self.fs);
         let s = fs.statfs();
         reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
@@ -798,6 +839,7 @@ impl Filesystem for SufsFuse {
     /// `security.capability` before each write to a file (FUSE file systems are not
     /// `SB_NOSEC`): one round trip per write(2), answered ENODATA from the cached inode.
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
+        self.msgs.count(Op::Getxattr);
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.getxattr(i, name.as_bytes(), req.uid()).map_err(errno)) {
             Ok(v) => xattr_reply(reply, size, &v),
@@ -806,6 +848,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        self.msgs.count(Op::Listxattr);
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.listxattr(i, req.uid()).map_err(errno)) {
             Ok(v) => xattr_reply(reply, size, &v),
@@ -823,6 +866,7 @@ impl Filesystem for SufsFuse {
         position: u32,
         reply: ReplyEmpty,
     ) {
+        self.msgs.count(Op::Setxattr);
         if position != 0 {
             return reply.error(Errno::EINVAL);
         }
@@ -848,6 +892,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.msgs.count(Op::Removexattr);
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             fs.removexattr(i, name.as_bytes(), req.uid()).map_err(errno)?;
@@ -879,6 +924,7 @@ impl Filesystem for SufsFuse {
         out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
+        self.msgs.count(Op::Ioctl);
         if cmd != FS_IOC_SHUTDOWN {
             return match self.flags_ioctl(req, ino, cmd, in_data, out_size) {
                 Ok(out) => reply.ioctl(0, &out),
@@ -904,6 +950,7 @@ impl Filesystem for SufsFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.msgs.count(Op::Fallocate);
         let r = from_fuse(ino).and_then(|i| {
             let m = FallocMode::from_linux(mode).map_err(errno)?;
             // A file removed just before may hold the space until its FORGET, which another
@@ -930,6 +977,7 @@ impl Filesystem for SufsFuse {
 
     /// SEEK_DATA and SEEK_HOLE (the kernel answers the other whences itself).
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: fuser::ReplyLseek) {
+        self.msgs.count(Op::Lseek);
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
             return reply.error(Errno::EINVAL);
         }
@@ -960,6 +1008,7 @@ impl Filesystem for SufsFuse {
         _flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        self.msgs.count(Op::CopyFileRange);
         const STEP: u64 = 8 << 20;
         let r = from_fuse(ino_in).and_then(|src| {
             let dst = from_fuse(ino_out)?;
@@ -990,6 +1039,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        self.msgs.count(Op::Access);
         // Permissions are checked by the kernel (default_permissions).
         reply.ok();
     }
@@ -1004,6 +1054,7 @@ impl Filesystem for SufsFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        self.msgs.count(Op::Create);
         if self.no_open {
             // The kernel makes the file with MKNOD instead (and opens it without a message).
             return reply.error(Errno::ENOSYS);
