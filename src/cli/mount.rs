@@ -180,10 +180,11 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let mut ctl = CtlServer::start(&ctl::socket_path(image), shared.clone())?;
     let mut refiller = vol.filter(|v| v.kind() == StoreKind::Br).map(|v| Refiller::start(v, shared.clone()));
 
+    let sufs_checks = args.opts.sufs_checks.unwrap_or(false);
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
-    let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, args.threads);
+    let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, args.threads, sufs_checks);
     config.mount_options.extend(fuse_options);
-    let mut session = fuser::Session::new(SufsFuse::new(shared.clone()), dir, &config)
+    let mut session = fuser::Session::new(SufsFuse::new(shared.clone(), sufs_checks), dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
     ctl.on_stale(fusemount::stale_sink(session.notifier()));
     let handle = unmount_on_signals(session.unmount_callable())?;

@@ -79,6 +79,8 @@ pub enum FsError {
     Invalid(&'static str),
     #[error("operation not permitted")]
     Perm,
+    #[error("permission denied")]
+    Access,
     #[error("stale inode {0}")]
     Stale(u64),
     #[error("read-only file system")]
@@ -117,6 +119,7 @@ impl FsError {
             FsError::TooBig => libc::EFBIG,
             FsError::Invalid(_) => libc::EINVAL,
             FsError::Perm => libc::EPERM,
+            FsError::Access => libc::EACCES,
             FsError::Stale(_) => libc::ESTALE,
             FsError::ReadOnly => libc::EROFS,
             FsError::NotSupported => libc::EOPNOTSUPP,
@@ -183,6 +186,7 @@ pub mod falloc;
 pub mod flags;
 pub mod flight;
 pub mod messages;
+pub mod perm;
 pub use flight::lock_landing;
 mod inode;
 mod minfree;

@@ -36,9 +36,10 @@ use crate::fs::falloc::FallocMode;
 use crate::fs::flags;
 use crate::fs::messages::{Messages, Op};
 use crate::fs::mountopt::{AtimeMode, Change};
+use crate::fs::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use crate::fs::xattr::XattrMode;
-use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
+use crate::fs::{Fs, FsError, FsResult, RenameFlags, SetAttr};
 
 /// How long the kernel may keep a name and its attributes without asking again. Every change
 /// to the namespace and to attributes goes through this mount, whose replies keep the kernel's
@@ -66,16 +67,16 @@ const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 /// cores (4 and 8: 10,000 creates in 0.76-0.93 s, random reads 34,700-40,700 a second).
 pub const DEFAULT_THREADS: usize = 2;
 
-/// The session's settings: the name shown in the mount table, read-only or not, and the number
-/// of request threads. As root the mount is open to every user (`allow_other`), with the
-/// kernel checking permissions (`default_permissions`).
-pub fn config(fsname: String, ro: bool, threads: usize) -> fuser::Config {
+/// The session's settings: the name shown in the mount table, read-only or not, the number
+/// of request threads, and who checks permissions. As root the mount is open to every user
+/// (`allow_other`), with the kernel checking permissions (`default_permissions`) unless
+/// `sufs_checks` (`-o permissions=sufs`): sufs then checks them itself (`fs::perm`).
+pub fn config(fsname: String, ro: bool, threads: usize, sufs_checks: bool) -> fuser::Config {
     let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        fuser::MountOption::FSName(fsname),
-        fuser::MountOption::Subtype("sufs".into()),
-        fuser::MountOption::DefaultPermissions,
-    ];
+    config.mount_options = vec![fuser::MountOption::FSName(fsname), fuser::MountOption::Subtype("sufs".into())];
+    if !sufs_checks {
+        config.mount_options.push(fuser::MountOption::DefaultPermissions);
+    }
     if ro {
         config.mount_options.push(fuser::MountOption::RO);
     }
@@ -127,12 +128,33 @@ pub struct SufsFuse {
     keep_cache: bool,
     /// The requests served, by opcode (the file system's statistics carry them).
     msgs: Arc<Messages>,
+    /// sufs checks permissions (`fs::perm`), not the kernel: the mount has no
+    /// `default_permissions`, asks for no FUSE_POSIX_ACL (which would turn it on), and opens
+    /// files and directories through OPEN and OPENDIR, where their checks are made.
+    checks: bool,
 }
 
 impl SufsFuse {
-    pub fn new(fs: SharedFs) -> SufsFuse {
+    pub fn new(fs: SharedFs, checks: bool) -> SufsFuse {
         let msgs = lock(&fs).messages();
-        SufsFuse { fs, no_open: false, keep_cache: true, msgs }
+        SufsFuse { fs, no_open: false, keep_cache: true, msgs, checks }
+    }
+
+    /// Runs sufs's permission check `f` for the caller of `req` where sufs checks (None where
+    /// the kernel does).
+    fn check<T>(
+        &self,
+        fs: &mut Fs,
+        req: &Request,
+        f: impl FnOnce(&mut Fs, &Cred) -> FsResult<T>,
+    ) -> Result<Option<T>, Errno> {
+        if !self.checks {
+            return Ok(None);
+        }
+        let pid = req.pid();
+        let load = move || groups_of(pid);
+        let cred = Cred::new(req.uid(), req.gid(), &load);
+        f(fs, &cred).map(Some).map_err(errno)
     }
 
     fn open_flags(&self) -> FopenFlags {
@@ -189,12 +211,14 @@ fn from_fuse(ino: INodeNo) -> Result<u32, Errno> {
 /// Whether the caller of `req` is in group `gid`: its group, or one of its supplementary
 /// groups (which FUSE does not send: read from /proc, as other FUSE servers do).
 fn in_group(req: &Request, gid: u32) -> bool {
-    if req.gid() == gid {
-        return true;
-    }
-    let status = std::fs::read_to_string(format!("/proc/{}/status", req.pid())).unwrap_or_default();
+    req.gid() == gid || groups_of(req.pid()).contains(&gid)
+}
+
+/// The supplementary groups of process `pid` (none where it is gone).
+fn groups_of(pid: u32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let groups = status.lines().find_map(|l| l.strip_prefix("Groups:")).unwrap_or("");
-    groups.split_whitespace().any(|g| g.parse() == Ok(gid))
+    groups.split_whitespace().filter_map(|g| g.parse().ok()).collect()
 }
 
 /// A getxattr or listxattr answer: the size when asked for it (`size` 0), ERANGE when the
@@ -379,7 +403,9 @@ impl Filesystem for SufsFuse {
         // opens files and directories itself and sends no RELEASE; an inode's lifetime is its
         // lookup count (`entry`, `forget`). Saves a round trip per create and two per open.
         self.keep_cache = lock(&self.fs).atime_policy().mode != AtimeMode::Strictatime;
+        // Not where sufs checks permissions: an open without a message could check nothing.
         self.no_open = self.keep_cache
+            && !self.checks
             && config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
         // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
@@ -388,7 +414,12 @@ impl Filesystem for SufsFuse {
         // `system.posix_acl_*` attributes; sufs sets the mode an ACL implies and gives new
         // files their directory's default ACL (`fs::acl`), for which it gets the mode before
         // the umask (DONT_MASK) and applies the umask itself when there is no default ACL.
-        if let Err(e) = config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK) {
+        // Where sufs checks permissions, FUSE_POSIX_ACL stays off (the kernel would turn
+        // `default_permissions` on with it): the kernel then passes the ACL attributes through
+        // as they are, caches none, and sufs checks against them (`fs::perm`).
+        let acl =
+            if self.checks { InitFlags::FUSE_DONT_MASK } else { InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK };
+        if let Err(e) = config.add_capabilities(acl) {
             log::warn!("the kernel does not offer {e:?}: no POSIX ACLs on this mount");
         }
         if let Err(e) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
@@ -418,10 +449,15 @@ impl Filesystem for SufsFuse {
     /// number that names no inode now answers ESTALE, and so does a removed file whose freeing
     /// still waits for writes (no link left); a freed and reused one answers the new inode,
     /// whose generation differs (`Fs::next_generation`).
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.msgs.count(Op::Lookup);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            // "." and ".." come from the kernel's file handles (open_by_handle_at, which needs
+            // CAP_DAC_READ_SEARCH), a path walk's names from users: search permission.
+            if name.as_bytes() != b"." && name.as_bytes() != b".." {
+                self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_EXEC))?;
+            }
             if name.as_bytes() == b"." {
                 match fs.getattr(p).map_err(errno)? {
                     d if d.nlink == 0 => Err(Errno::ESTALE),
@@ -457,7 +493,7 @@ impl Filesystem for SufsFuse {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -472,10 +508,13 @@ impl Filesystem for SufsFuse {
         let is_now = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
         let times_now =
             (atime.is_some() || mtime.is_some()) && [&atime, &mtime].iter().all(|t| t.is_none() || is_now(t));
-        let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now), times_now };
+        let mut a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now), times_now };
         // A truncation that frees blocks lands the flight in progress: wait for it unlocked.
         let mut fs = if size.is_some() { lock_landing(&self.fs) } else { lock(&self.fs) };
         let r = from_fuse(ino).and_then(|i| {
+            if let Some(m) = self.check(&mut fs, req, |fs, c| fs.may_setattr(i, &a, fh.is_some(), c))? {
+                a.mode = m;
+            }
             let mut d = fs.setattr(i, &a).map_err(errno)?;
             if a.mode.is_some() {
                 fs.acl_chmod(i).map_err(errno)?;
@@ -509,6 +548,7 @@ impl Filesystem for SufsFuse {
         self.msgs.count(Op::Mknod);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
             let gid = Self::new_gid(&mut fs, p, req);
             let inh = fs.acl_inherit(p, mode, umask, false).map_err(errno)?;
             let (ino, d) = fs
@@ -528,6 +568,7 @@ impl Filesystem for SufsFuse {
         self.msgs.count(Op::Mkdir);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
             let pd = fs.getattr(p).map_err(errno)?;
             let sgid = pd.mode & libc::S_ISGID as u16;
             let gid = Self::new_gid(&mut fs, p, req);
@@ -545,10 +586,11 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.msgs.count(Op::Unlink);
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may_delete(p, name.as_bytes(), c))?;
             fs.unlink(p, name.as_bytes()).map_err(errno)?;
             settle(&mut fs, Change::Names, &[p])
         });
@@ -558,10 +600,11 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.msgs.count(Op::Rmdir);
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may_delete(p, name.as_bytes(), c))?;
             fs.rmdir(p, name.as_bytes()).map_err(errno)?;
             settle(&mut fs, Change::Names, &[p])
         });
@@ -575,6 +618,7 @@ impl Filesystem for SufsFuse {
         self.msgs.count(Op::Symlink);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
             let gid = Self::new_gid(&mut fs, p, req);
             let target = target.as_os_str().as_bytes();
             let (ino, d) = fs
@@ -614,6 +658,8 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let np = from_fuse(newparent)?;
+            let (from, to) = ((p, name.as_bytes()), (np, newname.as_bytes()));
+            self.check(&mut fs, req, |fs, c| fs.may_rename(from, to, f.exchange, c))?;
             if whiteout {
                 // The whiteout left behind is the caller's, as a mknod's node.
                 let owner = (req.uid(), Self::new_gid(&mut fs, p, req));
@@ -642,6 +688,7 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let np = from_fuse(newparent)?;
+            self.check(&mut fs, req, |fs, c| fs.may_link(i, np, c))?;
             let d = fs.as_user(req.uid(), |fs| fs.link(i, np, newname.as_bytes())).map_err(errno)?;
             settle(&mut fs, Change::Names, &[i])?;
             Ok((i, d))
@@ -652,7 +699,7 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.msgs.count(Op::Open);
         if self.no_open {
             return reply.error(Errno::ENOSYS);
@@ -661,6 +708,7 @@ impl Filesystem for SufsFuse {
         let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         let append = flags.0 & libc::O_APPEND != 0;
         let r = from_fuse(ino).and_then(|i| {
+            self.check(&mut fs, req, |fs, c| fs.may(i, c, perm::open_wants(flags.0)))?;
             fs.check_open_append(i, write, append, flags.0 & libc::O_TRUNC != 0).map_err(errno)?;
             fs.open(i, write).map_err(errno)
         });
@@ -753,13 +801,22 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    /// A directory's listing needs read permission: checked here, where sufs checks (READDIR
+    /// follows an OPENDIR then, and the kernel may serve a listing again from its cache).
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.msgs.count(Op::Opendir);
         if self.no_open {
             return reply.error(Errno::ENOSYS);
         }
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.getattr(i).map_err(errno)) {
+        let r = from_fuse(ino).and_then(|i| {
+            let d = fs.getattr(i).map_err(errno)?;
+            if d.is_dir() {
+                self.check(&mut fs, req, |fs, c| fs.may(i, c, MAY_READ))?;
+            }
+            Ok(d)
+        });
+        match r {
             Ok(d) if d.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.error(Errno::ENOTDIR),
             Err(e) => reply.error(e),
@@ -841,7 +898,11 @@ impl Filesystem for SufsFuse {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
         self.msgs.count(Op::Getxattr);
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.getxattr(i, name.as_bytes(), req.uid()).map_err(errno)) {
+        let r = from_fuse(ino).and_then(|i| {
+            self.check(&mut fs, req, |fs, c| fs.may_xattr(i, name.as_bytes(), false, c))?;
+            fs.getxattr(i, name.as_bytes(), req.uid()).map_err(errno)
+        });
+        match r {
             Ok(v) => xattr_reply(reply, size, &v),
             Err(e) => reply.error(e),
         }
@@ -873,6 +934,7 @@ impl Filesystem for SufsFuse {
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let mode = XattrMode::from_flags(flags).map_err(errno)?;
+            self.check(&mut fs, req, |fs, c| fs.may_xattr(i, name.as_bytes(), true, c))?;
             fs.setxattr(i, name.as_bytes(), value, mode, req.uid()).map_err(errno)?;
             if name.as_bytes().starts_with(b"system.posix_acl_") {
                 // Setting an ACL clears set-group-ID unless the caller is in the file's group
@@ -895,6 +957,7 @@ impl Filesystem for SufsFuse {
         self.msgs.count(Op::Removexattr);
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
+            self.check(&mut fs, req, |fs, c| fs.may_xattr(i, name.as_bytes(), true, c))?;
             fs.removexattr(i, name.as_bytes(), req.uid()).map_err(errno)?;
             settle(&mut fs, Change::Attr, &[i])
         });
@@ -1038,10 +1101,18 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+    /// access(2), chdir and the like: sent only where sufs checks permissions (without
+    /// `default_permissions` the kernel asks; with it, it answers itself).
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         self.msgs.count(Op::Access);
-        // Permissions are checked by the kernel (default_permissions).
-        reply.ok();
+        let want = (mask.bits() & 7) as u16;
+        let mut fs = lock(&self.fs);
+        // A read-only mount's EROFS the kernel answers itself (`sb_permission`).
+        let r = from_fuse(ino).and_then(|i| self.check(&mut fs, req, |fs, c| fs.may(i, c, want)).map(|_| ()));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn create(
@@ -1061,6 +1132,7 @@ impl Filesystem for SufsFuse {
         }
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
             let gid = Self::new_gid(&mut fs, p, req);
             let inh = fs.acl_inherit(p, mode, umask, false).map_err(errno)?;
             let (ino, d) =
