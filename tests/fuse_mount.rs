@@ -154,6 +154,33 @@ fn fuse_messages_are_counted_by_opcode() {
     assert!(n("forget_nodes") <= 101 && n("forget") <= n("forget_nodes"), "{json}");
 }
 
+/// A missing name is kept by the kernel as a negative entry (`fuse::negative_entry`): it must
+/// give way to a name made through the mount, and to names the control channel makes (a
+/// snapshot and its directory, a Block Register reservation), which are told to the kernel.
+#[test]
+fn missing_names_are_cached_and_then_made() {
+    let Some((_t, _img, mnt, m)) = small_mount() else { return };
+    let f = mnt.join("later");
+    for _ in 0..2 {
+        assert_eq!(errno_of(fs::metadata(&f)), libc::ENOENT);
+    }
+    fs::write(&f, b"x").unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"x");
+    fs::remove_file(&f).unwrap();
+    assert_eq!(errno_of(fs::metadata(&f)), libc::ENOENT);
+    let on = mnt.to_str().unwrap();
+    for name in [".snap", ".snap/s1", ".snap/s2", ".br", ".br/r"] {
+        assert_eq!(errno_of(fs::metadata(mnt.join(name))), libc::ENOENT, "{name}");
+    }
+    common::ok(&["snapshot", "--on", on, "create", "s1"]);
+    common::ok(&["snapshot", "--on", on, "create", "s2"]);
+    common::ok(&["br", "--on", on, "reserve", "r", "4"]);
+    for name in [".snap", ".snap/s1", ".snap/s2", ".br", ".br/r"] {
+        assert!(fs::metadata(mnt.join(name)).is_ok(), "{name} made through the control channel");
+    }
+    m.umount();
+}
+
 /// SIGTERM to a foreground mount: it stops within 30 s, unmounted, the image clean (flag and
 /// fsck), the file written before it there after a remount. With `remove_socket`, the control
 /// socket is removed first (a cleaner, or the image's directory moved): stopping once hung

@@ -327,9 +327,12 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
         | Request::BrExpand { name, .. }
         | Request::BrTruncate { name, .. }
         | Request::SnapshotCreate { name } => {
-            let dir = dir_of(if matches!(req, Request::SnapshotCreate { .. }) { SNAP_DIR } else { BR_DIR });
-            let mut v = vec![Stale::Inode(ROOT_INO)];
+            let top = if matches!(req, Request::SnapshotCreate { .. }) { SNAP_DIR } else { BR_DIR };
+            let dir = dir_of(top);
+            // The kernel may hold the new names as negative entries (`fuse::negative_entry`).
+            let mut v = vec![Stale::Inode(ROOT_INO), Stale::Entry { dir: ROOT_INO, name: top.to_vec() }];
             if let Some(dir) = dir {
+                v.push(Stale::Entry { dir, name: name.as_bytes().to_vec() });
                 v.push(Stale::Inode(dir));
                 v.extend(fs.lookup(dir, name.as_bytes()).ok().map(|(i, _)| Stale::Inode(i)));
             }

@@ -333,6 +333,14 @@ impl SufsFuse {
         reply.entry(ttl(d), &attr(ino, d, fs.sb.block_size), Generation(d.generation as u64));
     }
 
+    /// A name that is not there: an entry without an inode (number 0), which the kernel keeps
+    /// as a negative entry for `TTL`, so that looking the name up again costs no round trip.
+    /// A name made through this mount replaces it in the kernel's cache; one made through the
+    /// control channel is told to the kernel (`stale_sink`, `ctl::Stale::Entry`).
+    fn negative_entry(reply: ReplyEntry) {
+        reply.entry(&TTL, &attr(0, &Dinode::default(), 0), Generation(0));
+    }
+
     /// The group of a new node: the parent's when the parent is set-group-ID, as BSD and
     /// Linux's `grpid`-less default both do for such directories.
     fn new_gid(fs: &mut Fs, parent: u32, req: &Request) -> u32 {
@@ -469,6 +477,7 @@ impl Filesystem for SufsFuse {
         });
         match r {
             Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
+            Err(Errno::ENOENT) if name.as_bytes() != b"." => Self::negative_entry(reply),
             Err(e) => reply.error(e),
         }
     }
