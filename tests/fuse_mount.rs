@@ -181,6 +181,59 @@ fn missing_names_are_cached_and_then_made() {
     m.umount();
 }
 
+/// What user nobody may do, the same whoever checks: the kernel (`default_permissions`) or
+/// sufs (`-o permissions=sufs`). Each command runs as nobody in the mount.
+#[test]
+fn sufs_checks_answer_as_the_kernel_does() {
+    use std::os::unix::process::CommandExt;
+    if !fuse_available() || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let cases: &[(&str, bool)] = &[
+        ("./t700", false),
+        ("./t701", true),
+        ("cd d700", false),
+        ("ls d700", false),
+        ("test -r t700", false),
+        ("test -x t701", true),
+        ("rm -f tmp/rootfile", false),
+        ("echo x >> tmp/rootfile", true),
+        ("touch -d 2000-01-01 tmp/rootfile", false),
+        ("touch tmp/rootfile", true),
+        ("chmod 777 t701", false),
+        ("chown nobody t701", false),
+        ("ln t700 tmp/link", false),
+        ("truncate -s 0 t701", false),
+        ("mkdir d700/x", false),
+        ("touch tmp/mine && chmod 600 tmp/mine && rm tmp/mine", true),
+        ("mv tmp/rootfile tmp/moved", false),
+    ];
+    for opts in [&[][..], &["-o", "permissions=sufs"][..]] {
+        let t = tempfile::tempdir().unwrap();
+        fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+        mkfs(&img, "64M");
+        let m = mount_fg(&img, &mnt, opts);
+        fs::set_permissions(&mnt, fs::Permissions::from_mode(0o755)).unwrap();
+        for (name, mode) in [("t700", 0o700), ("t701", 0o701)] {
+            fs::copy("/bin/true", mnt.join(name)).unwrap();
+            fs::set_permissions(mnt.join(name), fs::Permissions::from_mode(mode)).unwrap();
+        }
+        fs::create_dir(mnt.join("d700")).unwrap();
+        fs::set_permissions(mnt.join("d700"), fs::Permissions::from_mode(0o700)).unwrap();
+        fs::create_dir(mnt.join("tmp")).unwrap();
+        fs::set_permissions(mnt.join("tmp"), fs::Permissions::from_mode(0o1777)).unwrap();
+        fs::write(mnt.join("tmp/rootfile"), b"").unwrap();
+        fs::set_permissions(mnt.join("tmp/rootfile"), fs::Permissions::from_mode(0o666)).unwrap();
+        for &(cmd, ok) in cases {
+            let st = Command::new("sh").args(["-c", cmd]).current_dir(&mnt).uid(65534).gid(65534).output().unwrap();
+            assert_eq!(st.status.success(), ok, "{opts:?}: {cmd}: {}", String::from_utf8_lossy(&st.stderr));
+        }
+        m.umount();
+        fsck_clean(&img);
+    }
+}
+
 /// SIGTERM to a foreground mount: it stops within 30 s, unmounted, the image clean (flag and
 /// fsck), the file written before it there after a remount. With `remove_socket`, the control
 /// socket is removed first (a cleaner, or the image's directory moved): stopping once hung

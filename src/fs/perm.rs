@@ -268,10 +268,14 @@ impl Fs {
     }
 }
 
-/// What an open with `flags` (open(2)'s, as FUSE's OPEN carries them) asks for. `exec`:
-/// the kernel's `__FMODE_EXEC`, set in the flags of execve's open.
+/// What an open with `flags` (open(2)'s, as FUSE's OPEN carries them) asks for. execve's open
+/// carries the kernel's `__FMODE_EXEC` and asks for execute permission alone (Linux's
+/// `do_open_execat`: a binary without read permission still runs).
 pub fn open_wants(flags: i32) -> u16 {
     const FMODE_EXEC: i32 = 0x20;
+    if flags & FMODE_EXEC != 0 {
+        return MAY_EXEC;
+    }
     let mut want = match flags & libc::O_ACCMODE {
         libc::O_RDONLY => MAY_READ,
         libc::O_WRONLY => MAY_WRITE,
@@ -279,9 +283,6 @@ pub fn open_wants(flags: i32) -> u16 {
     };
     if flags & libc::O_TRUNC != 0 {
         want |= MAY_WRITE;
-    }
-    if flags & FMODE_EXEC != 0 {
-        want |= MAY_EXEC;
     }
     want
 }
@@ -372,6 +373,6 @@ mod tests {
         assert_eq!(open_wants(libc::O_WRONLY | libc::O_APPEND), MAY_WRITE);
         assert_eq!(open_wants(libc::O_RDWR), MAY_READ | MAY_WRITE);
         assert_eq!(open_wants(libc::O_RDONLY | libc::O_TRUNC), MAY_READ | MAY_WRITE);
-        assert_eq!(open_wants(libc::O_RDONLY | 0x20), MAY_READ | MAY_EXEC);
+        assert_eq!(open_wants(libc::O_RDONLY | 0x20), MAY_EXEC, "execve");
     }
 }
