@@ -13,8 +13,12 @@
 //! two, and fio's random 4 KiB reads went from 15,000-17,600 to 37,000-39,500 a second. Where
 //! idle CPUs poll, two threads cost little (0.28-0.34 s against 0.27-0.30 s).
 //!
-//! Files and directories open without a message where the kernel supports it (OPEN, CREATE
-//! and OPENDIR answer ENOSYS once): an inode then lives while the kernel counts lookups of it
+//! Permissions are checked by the kernel (`default_permissions`), or with `-o permissions=sufs`
+//! by sufs (`fs::perm`, called from each handler through `SufsFuse::check`). Every request is
+//! counted by opcode (`fs::messages`).
+//!
+//! Files and directories open without a message where the kernel supports it and checks
+//! permissions (OPEN, CREATE and OPENDIR answer ENOSYS once): an inode then lives while the kernel counts lookups of it
 //! (each entry answered holds it, FORGET lets go), which is also what keeps a file unlinked
 //! while open. Changes made through the control channel are told to the kernel
 //! (`stale_sink`), since it would otherwise keep the names and attributes it had.
@@ -116,11 +120,12 @@ pub fn stale_sink(notifier: fuser::Notifier) -> crate::ctl::StaleSink {
 
 pub struct SufsFuse {
     fs: SharedFs,
-    /// Files and directories are used without OPEN and RELEASE (the kernel supports it): a
-    /// create is then LOOKUP and MKNOD, a read of a known file READ alone. (Linux 6.18 also
-    /// sends a GETATTR of the directory before each create or unlink in a directory just
-    /// changed: it drops the directory's mode with its times and asks again for the path
-    /// walk's permission check; later kernels keep the mode, `FUSE_STATX_MODDIR`.)
+    /// Files and directories are used without OPEN and RELEASE (the kernel supports it, and
+    /// checks permissions): a create is then LOOKUP and MKNOD, a read of a known file READ
+    /// alone. (Linux 6.18 also sends a GETATTR of the directory before each create or unlink
+    /// in a directory just changed: it drops the directory's mode with its times and asks
+    /// again for the path walk's permission check; later kernels keep the mode,
+    /// `FUSE_STATX_MODDIR`. docs/performance.md, "Messages per operation".)
     no_open: bool,
     /// Whether a file's cached pages survive a close and a new open. Not under `strictatime`:
     /// the kernel reads through its page cache without telling sufs, so there every open goes
@@ -418,7 +423,8 @@ impl Filesystem for SufsFuse {
         // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
         // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
         // parent (".."), and compares the generation (`lookup`).
-        // POSIX ACLs: the kernel checks permissions against them and keeps them as the two
+        // POSIX ACLs: the kernel checks permissions against them (with FUSE_POSIX_ACL it turns
+        // `default_permissions` on, whatever the mount said) and keeps them as the two
         // `system.posix_acl_*` attributes; sufs sets the mode an ACL implies and gives new
         // files their directory's default ACL (`fs::acl`), for which it gets the mode before
         // the umask (DONT_MASK) and applies the umask itself when there is no default ACL.
