@@ -116,22 +116,6 @@ fn acl_permitted(cred: &Cred, gid: u32, acl: &[AclEntry], want: u16) -> bool {
     !found && entry(ACL_OTHER).is_some_and(has)
 }
 
-/// Why a check failed: EACCES for missing permission, EPERM for a rule about owners.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Denied {
-    Access,
-    Perm,
-}
-
-impl From<Denied> for FsError {
-    fn from(d: Denied) -> FsError {
-        match d {
-            Denied::Access => FsError::Access,
-            Denied::Perm => FsError::Perm,
-        }
-    }
-}
-
 impl Fs {
     /// The access ACL of `ino`; None without one, or where the mode's group bits are zero (the
     /// ACL is not consulted then).
