@@ -12,7 +12,8 @@
 #                                                    fsck, a remount must show every file unchanged
 #   scripts/suites.sh stress [SECONDS] [ORDERING]      stress-ng's file-system stressors in parallel
 #
-# Each ends with `sufs umount` and `sufs fsck`, whose exit status is the script's.
+# Each ends with `sufs umount` and `sufs fsck`, whose exit status is the script's. SUFS_OPTS adds
+# mount options (`SUFS_OPTS=permissions=sufs scripts/suites.sh pjdfstest`: sufs checks permissions).
 set -euo pipefail
 SUFS=${SUFS:-$(pwd)/target/release/sufs}
 DOCS=$(pwd)/docs/suites
@@ -24,7 +25,7 @@ shift
 
 mount_fresh() {
   "$SUFS" mkfs "$W/img" --size "$1" >/dev/null
-  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$2"
+  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$2" ${SUFS_OPTS:+-o "$SUFS_OPTS"}
 }
 unmount_fsck() {
   "$SUFS" umount "$W/mnt"

@@ -120,6 +120,120 @@ fn operations_survive_unmount_and_fsck_in_both_orderings() {
     }
 }
 
+/// The mount counts the FUSE messages it serves, by opcode, and `--stats` writes them at
+/// unmount (`fuse_messages`): 100 creates, stats and unlinks in a directory of their own.
+#[test]
+fn fuse_messages_are_counted_by_opcode() {
+    let Some((t, _img, mnt, m)) = small_mount() else { return };
+    m.umount();
+    let stats = t.path().join("stats.json");
+    let m = mount_fg(&t.path().join("img"), &mnt, &["--stats", stats.to_str().unwrap()]);
+    let dir = mnt.join("d");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..100 {
+        fs::File::create(dir.join(format!("f{i}"))).unwrap();
+    }
+    for i in 0..100 {
+        assert!(fs::metadata(dir.join(format!("f{i}"))).unwrap().is_file());
+    }
+    for i in 0..100 {
+        fs::remove_file(dir.join(format!("f{i}"))).unwrap();
+    }
+    m.umount();
+    let json: serde_json::Value = serde_json::from_str(&fs::read_to_string(&stats).unwrap()).unwrap();
+    let n = |op: &str| json["fuse_messages"][op].as_u64().unwrap_or_else(|| panic!("no count for {op}"));
+    // A create is MKNOD (files opened without OPEN: the first CREATE answers ENOSYS, which
+    // tells the kernel so) or CREATE, once per file.
+    assert!((100..=101).contains(&(n("create") + n("mknod"))), "{json}");
+    assert_eq!(n("mkdir"), 1);
+    assert_eq!(n("unlink"), 100);
+    // Each new name is looked up once (not found) before it is made; the stats hit the cache.
+    assert!((100..=110).contains(&n("lookup")), "{json}");
+    assert!(n("getattr") <= 210, "{json}");
+    assert_eq!(n("write") + n("read") + n("rename") + n("rmdir"), 0, "{json}");
+    assert!(n("forget_nodes") <= 101 && n("forget") <= n("forget_nodes"), "{json}");
+}
+
+/// A missing name is kept by the kernel as a negative entry (`fuse::negative_entry`): it must
+/// give way to a name made through the mount, and to names the control channel makes (a
+/// snapshot and its directory, a Block Register reservation), which are told to the kernel.
+#[test]
+fn missing_names_are_cached_and_then_made() {
+    let Some((_t, _img, mnt, m)) = small_mount() else { return };
+    let f = mnt.join("later");
+    for _ in 0..2 {
+        assert_eq!(errno_of(fs::metadata(&f)), libc::ENOENT);
+    }
+    fs::write(&f, b"x").unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"x");
+    fs::remove_file(&f).unwrap();
+    assert_eq!(errno_of(fs::metadata(&f)), libc::ENOENT);
+    let on = mnt.to_str().unwrap();
+    for name in [".snap", ".snap/s1", ".snap/s2", ".br", ".br/r"] {
+        assert_eq!(errno_of(fs::metadata(mnt.join(name))), libc::ENOENT, "{name}");
+    }
+    common::ok(&["snapshot", "--on", on, "create", "s1"]);
+    common::ok(&["snapshot", "--on", on, "create", "s2"]);
+    common::ok(&["br", "--on", on, "reserve", "r", "4"]);
+    for name in [".snap", ".snap/s1", ".snap/s2", ".br", ".br/r"] {
+        assert!(fs::metadata(mnt.join(name)).is_ok(), "{name} made through the control channel");
+    }
+    m.umount();
+}
+
+/// What user nobody may do, the same whoever checks: the kernel (`default_permissions`) or
+/// sufs (`-o permissions=sufs`). Each command runs as nobody in the mount.
+#[test]
+fn sufs_checks_answer_as_the_kernel_does() {
+    use std::os::unix::process::CommandExt;
+    if !fuse_available() || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let cases: &[(&str, bool)] = &[
+        ("./t700", false),
+        ("./t701", true),
+        ("cd d700", false),
+        ("ls d700", false),
+        ("test -r t700", false),
+        ("test -x t701", true),
+        ("rm -f tmp/rootfile", false),
+        ("echo x >> tmp/rootfile", true),
+        ("touch -d 2000-01-01 tmp/rootfile", false),
+        ("touch tmp/rootfile", true),
+        ("chmod 777 t701", false),
+        ("chown nobody t701", false),
+        ("ln t700 tmp/link", false),
+        ("truncate -s 0 t701", false),
+        ("mkdir d700/x", false),
+        ("touch tmp/mine && chmod 600 tmp/mine && rm tmp/mine", true),
+        ("mv tmp/rootfile tmp/moved", false),
+    ];
+    for opts in [&[][..], &["-o", "permissions=sufs"][..]] {
+        let t = tempfile::tempdir().unwrap();
+        fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+        mkfs(&img, "64M");
+        let m = mount_fg(&img, &mnt, opts);
+        fs::set_permissions(&mnt, fs::Permissions::from_mode(0o755)).unwrap();
+        for (name, mode) in [("t700", 0o700), ("t701", 0o701)] {
+            fs::copy("/bin/true", mnt.join(name)).unwrap();
+            fs::set_permissions(mnt.join(name), fs::Permissions::from_mode(mode)).unwrap();
+        }
+        fs::create_dir(mnt.join("d700")).unwrap();
+        fs::set_permissions(mnt.join("d700"), fs::Permissions::from_mode(0o700)).unwrap();
+        fs::create_dir(mnt.join("tmp")).unwrap();
+        fs::set_permissions(mnt.join("tmp"), fs::Permissions::from_mode(0o1777)).unwrap();
+        fs::write(mnt.join("tmp/rootfile"), b"").unwrap();
+        fs::set_permissions(mnt.join("tmp/rootfile"), fs::Permissions::from_mode(0o666)).unwrap();
+        for &(cmd, ok) in cases {
+            let st = Command::new("sh").args(["-c", cmd]).current_dir(&mnt).uid(65534).gid(65534).output().unwrap();
+            assert_eq!(st.status.success(), ok, "{opts:?}: {cmd}: {}", String::from_utf8_lossy(&st.stderr));
+        }
+        m.umount();
+        fsck_clean(&img);
+    }
+}
+
 /// SIGTERM to a foreground mount: it stops within 30 s, unmounted, the image clean (flag and
 /// fsck), the file written before it there after a remount. With `remove_socket`, the control
 /// socket is removed first (a cleaner, or the image's directory moved): stopping once hung

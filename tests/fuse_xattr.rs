@@ -229,6 +229,17 @@ fn nobody_reads(p: &Path) -> bool {
 
 #[test]
 fn attr_and_acl_tools_work_and_acls_are_enforced() {
+    acls_enforced(&[]);
+}
+
+/// The same where sufs checks permissions (`-o permissions=sufs`): the kernel then passes the
+/// ACLs through and sufs evaluates them.
+#[test]
+fn acls_are_enforced_by_sufs_checks() {
+    acls_enforced(&["-o", "permissions=sufs"]);
+}
+
+fn acls_enforced(opts: &[&str]) {
     if !fuse_available() || !tool("setfattr", "attr") || !tool("setfacl", "acl") {
         return;
     }
@@ -236,7 +247,7 @@ fn attr_and_acl_tools_work_and_acls_are_enforced() {
     fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
     mkfs(&img, "64M");
-    let m = mount_fg(&img, &mnt, &[]);
+    let m = mount_fg(&img, &mnt, opts);
     fs::set_permissions(&mnt, fs::Permissions::from_mode(0o755)).unwrap();
     let f = mnt.join("f");
     let fs_ = f.to_str().unwrap();
@@ -258,6 +269,9 @@ fn attr_and_acl_tools_work_and_acls_are_enforced() {
     // chmod changes the mask; an ACL the mode says entirely is kept as the mode alone.
     fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
     assert!(run("getfacl", &["-c", fs_]).contains("mask::---"));
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(!nobody_reads(&f), "the mask keeps nobody out");
+    }
     // A default ACL is inherited by new files and directories (the umask is then not applied).
     let d = mnt.join("d");
     fs::create_dir(&d).unwrap();
@@ -274,7 +288,7 @@ fn attr_and_acl_tools_work_and_acls_are_enforced() {
     assert!(!acl.contains("mask") && acl.contains("user::rw-"), "no ACL without a default: {acl}");
     m.umount();
     fsck_clean(&img);
-    let m = mount_fg(&img, &mnt, &[]);
+    let m = mount_fg(&img, &mnt, opts);
     assert!(run("getfacl", &["-c", fs_]).contains("user:nobody:r--"));
     assert!(run("getfacl", &["-c", d.join("g").to_str().unwrap()]).contains("user:nobody:rwx"));
     assert!(run("getfattr", &["-d", fs_]).contains("user.note=\"hello\""));

@@ -309,7 +309,8 @@ pub(crate) enum BrCmd {
 pub(crate) struct PeersArgs {
     /// File systems, comma-separated (default: all of them). A sufs peer may name an update
     /// policy after its ordering: sufs-softdep-pu, sufs-softdep-aipu, sufs-sync-wt (without one,
-    /// the mount's default, aipu).
+    /// the mount's default, aipu), and a transport last: sufs-softdep-classic, sufs-softdep-uring
+    /// (without one, the mount's default: io_uring when the kernel offers it).
     #[arg(long, value_delimiter = ',', default_value = "sufs-softdep,sufs-sync,sufs-async,fuse2fs,ext4-kernel")]
     pub(crate) peers: Vec<String>,
     /// Workloads, comma-separated. Two long ones are off this default list: parallel (the

@@ -288,8 +288,8 @@ pub(crate) fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
             let fs = Fs::mount(dev, opts, Arc::new(RealClock::new()))
                 .map_err(|e| Fail(format!("cannot mount snapshot {name}: {e}"), 32))?;
             let shared = Arc::new(Mutex::new(fs));
-            let config = fusemount::config(format!("sufs-snapshot:{name}"), true, DEFAULT_THREADS);
-            let mut session = fuser::Session::new(SufsFuse::new(shared), &dir, &config)
+            let config = fusemount::config(format!("sufs-snapshot:{name}"), true, DEFAULT_THREADS, false);
+            let mut session = fuser::Session::new(SufsFuse::new(shared, false), &dir, &config)
                 .map_err(|e| Fail(format!("cannot mount snapshot {name} on {}: {e}", dir.display()), 32))?;
             let mut unmounter = session.unmount_callable();
             let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;

@@ -183,14 +183,15 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let mut ctl = CtlServer::start(&ctl::socket_path(image), shared.clone())?;
     let mut refiller = vol.filter(|v| v.kind() == StoreKind::Br).map(|v| Refiller::start(v, shared.clone()));
 
+    let sufs_checks = args.opts.sufs_checks.unwrap_or(false);
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
     // The classic reader serves everything on a classic mount; beside a ring, only what the
     // kernel still sends through /dev/fuse (FORGET, INTERRUPT) and what comes before it is up.
     let classic_threads = if args.transport == Transport::Classic { args.threads } else { 1 };
-    let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, classic_threads);
+    let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, classic_threads, sufs_checks);
     config.mount_options.extend(fuse_options);
     let negotiated = Negotiated::new(args.transport);
-    let fuse = SufsFuse::new(shared.clone()).with_transport(negotiated.clone());
+    let fuse = SufsFuse::new(shared.clone(), sufs_checks).with_transport(negotiated.clone());
     let mut session = fuser::Session::new(fuse, dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
     // io_uring asked for and not offered: no mount (unmounted again before anyone is told of

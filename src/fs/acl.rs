@@ -13,12 +13,12 @@ use super::xattr::{ACL_ACCESS, ACL_DEFAULT};
 use super::*;
 
 const ACL_VERSION: u32 = 2;
-const ACL_USER_OBJ: u16 = 0x01;
-const ACL_USER: u16 = 0x02;
-const ACL_GROUP_OBJ: u16 = 0x04;
-const ACL_GROUP: u16 = 0x08;
-const ACL_MASK: u16 = 0x10;
-const ACL_OTHER: u16 = 0x20;
+pub const ACL_USER_OBJ: u16 = 0x01;
+pub const ACL_USER: u16 = 0x02;
+pub const ACL_GROUP_OBJ: u16 = 0x04;
+pub const ACL_GROUP: u16 = 0x08;
+pub const ACL_MASK: u16 = 0x10;
+pub const ACL_OTHER: u16 = 0x20;
 
 /// One entry of an ACL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -79,6 +79,8 @@ pub enum FsError {
     Invalid(&'static str),
     #[error("operation not permitted")]
     Perm,
+    #[error("permission denied")]
+    Access,
     #[error("stale inode {0}")]
     Stale(u64),
     #[error("read-only file system")]
@@ -117,6 +119,7 @@ impl FsError {
             FsError::TooBig => libc::EFBIG,
             FsError::Invalid(_) => libc::EINVAL,
             FsError::Perm => libc::EPERM,
+            FsError::Access => libc::EACCES,
             FsError::Stale(_) => libc::ESTALE,
             FsError::ReadOnly => libc::EROFS,
             FsError::NotSupported => libc::EOPNOTSUPP,
@@ -182,6 +185,8 @@ mod dir;
 pub mod falloc;
 pub mod flags;
 pub mod flight;
+pub mod messages;
+pub mod perm;
 pub use flight::lock_landing;
 mod inode;
 mod minfree;
@@ -336,6 +341,8 @@ pub struct FsStats {
     /// Group commit: fsync batches asked for, and the flights that wrote them.
     pub fsync_batches: u64,
     pub fsync_flights: u64,
+    /// FUSE requests served by the mount, by opcode (`messages`); all zero in-process.
+    pub fuse_messages: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// What happens around every write: soft updates roll back unsatisfied dependencies in the
@@ -430,6 +437,8 @@ pub struct Fs {
     /// The caller may allocate from the minfree reserve (`minfree.rs`): true but while a
     /// request of a user other than root runs (`as_user`).
     privileged: bool,
+    /// The FUSE requests a mount served, counted by its adapter (`messages`).
+    messages: Arc<messages::Messages>,
 }
 
 impl Fs {
@@ -484,6 +493,7 @@ impl Fs {
             shut_down: false,
             live: mountopt::Live::new(opts.readonly),
             privileged: true,
+            messages: Default::default(),
         };
         for what in std::mem::take(&mut fs.alloc.damage) {
             fs.damaged(what);
@@ -512,7 +522,13 @@ impl Fs {
             cache,
             fsync_batches: self.group.batches,
             fsync_flights: self.group.flights,
+            fuse_messages: self.messages.snapshot(),
         }
+    }
+
+    /// The FUSE message counters, for the mount's adapter to count into.
+    pub fn messages(&self) -> Arc<messages::Messages> {
+        self.messages.clone()
     }
 
     fn write_superblock(&mut self) -> FsResult<()> {

@@ -119,6 +119,9 @@ pub struct MountOpts {
     pub update: Option<UpdatePolicy>,
     /// sufs's own: FUSE request threads.
     pub threads: Option<u16>,
+    /// Who checks permissions: the kernel (`default_permissions`, `permissions=kernel`, the
+    /// default) or sufs (`permissions=sufs`, `fs::perm`). Fixed at mount: a remount ignores it.
+    pub sufs_checks: Option<bool>,
     /// sufs's own, for test harnesses: make a new file system of this many bytes first, unless
     /// the image already is a sufs image of exactly this size (destroys what it held).
     pub mkfs_size: Option<u64>,
@@ -130,7 +133,7 @@ pub struct MountOpts {
     /// does with fsck -p before mount: what a crash leaves is repaired, anything more refused.
     pub preen: bool,
     /// Options for mount(8) itself or ones whose effect is always on (`defaults`, `noauto`,
-    /// `nofail`, `_netdev`, `user`, `x-*`, `comment=`, `default_permissions`, ...): accepted.
+    /// `nofail`, `_netdev`, `user`, `x-*`, `comment=`, `allow_other`, ...): accepted.
     pub ignored: Vec<String>,
     /// With sloppy parsing (`mount -s`), options not known: left out, with a warning.
     pub unknown: Vec<String>,
@@ -242,6 +245,9 @@ impl MountOpts {
                 }
             }
             ("transport", v) => self.transport = Some(need(key, v)?.parse()?),
+            ("permissions", Some("sufs")) => self.sufs_checks = Some(true),
+            ("permissions", Some("kernel")) | ("default_permissions", None) => self.sufs_checks = Some(false),
+            ("permissions", v) => return Err(format!("permissions={}: kernel or sufs", v.unwrap_or(""))),
             ("wait", v) => {
                 let v = need(key, v)?;
                 self.wait = Some(v.parse().map_err(|_| format!("wait={v}: seconds"))?);
@@ -251,7 +257,7 @@ impl MountOpts {
             | ("comment", Some(_)) => self.ignored.push(opt.to_string()),
             // FUSE's own, which sufs sets itself; mount(8) repeats them (from the mount table)
             // on a remount.
-            ("default_permissions" | "allow_other", None)
+            ("allow_other", None)
             | ("user_id" | "group_id" | "rootmode" | "max_read" | "blksize" | "fsname" | "subtype", Some(_)) => {
                 self.ignored.push(opt.to_string())
             }
@@ -499,6 +505,15 @@ mod tests {
         assert!(!AtimePolicy::NOATIME.needs_update(&inode(0, 100, 100, false), (1000, 0)));
         let rel_nodir = AtimePolicy { mode: AtimeMode::Relatime, nodiratime: true };
         assert!(!rel_nodir.needs_update(&inode(0, 100, 100, true), (1000, 0)));
+    }
+
+    #[test]
+    fn who_checks_permissions() {
+        assert_eq!(MountOpts::parse("rw", false).unwrap().sufs_checks, None);
+        assert_eq!(MountOpts::parse("permissions=sufs", false).unwrap().sufs_checks, Some(true));
+        assert_eq!(MountOpts::parse("permissions=sufs,default_permissions", false).unwrap().sufs_checks, Some(false));
+        assert_eq!(MountOpts::parse("permissions=kernel", false).unwrap().sufs_checks, Some(false));
+        assert!(MountOpts::parse("permissions=nobody", false).is_err());
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub enum Request {
     Remount {
         changes: crate::fs::mountopt::Remount,
     },
+    /// The mount's statistics as `sufs mount --stats` writes them at unmount (`FsStats`: the
+    /// device, the cache, and the FUSE messages served by opcode), while it runs.
+    Stats,
 }
 
 /// The answer to a request, one variant per kind of answer (several requests share one).
@@ -112,6 +115,8 @@ pub enum Reply {
     Written { blocks: u64 },
     /// `Remount`: the mount's state after it.
     Mount(Remount),
+    /// `Stats`: `FsStats` as JSON.
+    Stats { stats: Value },
 }
 
 /// `Reply::into_NAME`: the answer as the one kind `NAME` expects, or a protocol error.
@@ -145,6 +150,7 @@ reply_into! {
     into_adjusted: Adjusted(a) => a, AdjustDone;
     into_written: Written { blocks } => blocks, u64;
     into_mount: Mount(m) => m, Remount;
+    into_stats: Stats { stats } => stats, Value;
 }
 
 #[derive(Debug, Error)]
@@ -321,9 +327,12 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
         | Request::BrExpand { name, .. }
         | Request::BrTruncate { name, .. }
         | Request::SnapshotCreate { name } => {
-            let dir = dir_of(if matches!(req, Request::SnapshotCreate { .. }) { SNAP_DIR } else { BR_DIR });
-            let mut v = vec![Stale::Inode(ROOT_INO)];
+            let top = if matches!(req, Request::SnapshotCreate { .. }) { SNAP_DIR } else { BR_DIR };
+            let dir = dir_of(top);
+            // The kernel may hold the new names as negative entries (`fuse::negative_entry`).
+            let mut v = vec![Stale::Inode(ROOT_INO), Stale::Entry { dir: ROOT_INO, name: top.to_vec() }];
             if let Some(dir) = dir {
+                v.push(Stale::Entry { dir, name: name.as_bytes().to_vec() });
                 v.push(Stale::Inode(dir));
                 v.extend(fs.lookup(dir, name.as_bytes()).ok().map(|(i, _)| Stale::Inode(i)));
             }
@@ -336,7 +345,7 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
         | Request::SnapshotList
         | Request::Sync
         | Request::Shutdown { .. } => Vec::new(),
-        Request::Remount { .. } => Vec::new(),
+        Request::Remount { .. } | Request::Stats => Vec::new(),
     }
 }
 
@@ -368,6 +377,8 @@ pub fn execute(fs: &mut Fs, req: Request) -> Result<Reply, FsError> {
             Reply::Written { blocks: fs.stats().device.writes() - before }
         }
         Request::Remount { changes } => Reply::Mount(fs.remount(&changes)?),
+        // Plain numbers and strings: the conversion cannot fail (a NaN would become null).
+        Request::Stats => Reply::Stats { stats: serde_json::to_value(fs.stats()).unwrap_or(Value::Null) },
     })
 }
 
@@ -428,6 +439,8 @@ mod tests {
         assert!(CtlServer::start(&path, shared.clone()).is_err(), "a second server is refused");
         let mut c = CtlClient::connect(&path).unwrap();
         assert_eq!(c.call(&Request::Ping).unwrap().into_geometry().unwrap(), (4096, 4096));
+        let stats = c.call(&Request::Stats).unwrap().into_stats().unwrap();
+        assert_eq!(stats["fuse_messages"]["lookup"], 0, "in-process: no FUSE messages");
         let r = c.call(&Request::BrReserve { name: "s".into(), nblocks: 10, hint: None }).unwrap();
         assert_eq!(r.into_reservation().unwrap().blocks, 10);
         let runs = c.call(&Request::BrQuery { name: "s".into(), offset: 0, count: 10 }).unwrap();

@@ -13,14 +13,19 @@
 //! two, and fio's random 4 KiB reads went from 15,000-17,600 to 37,000-39,500 a second. Where
 //! idle CPUs poll, two threads cost little (0.28-0.34 s against 0.27-0.30 s).
 //!
-//! Files and directories open without a message where the kernel supports it (OPEN, CREATE
-//! and OPENDIR answer ENOSYS once): an inode then lives while the kernel counts lookups of it
+//! Permissions are checked by the kernel (`default_permissions`), or with `-o permissions=sufs`
+//! by sufs (`fs::perm`, called from each handler through `SufsFuse::check`). Every request is
+//! counted by opcode (`fs::messages`).
+//!
+//! Files and directories open without a message where the kernel supports it and checks
+//! permissions (OPEN, CREATE and OPENDIR answer ENOSYS once): an inode then lives while the kernel counts lookups of it
 //! (each entry answered holds it, FORGET lets go), which is also what keeps a file unlinked
 //! while open. Changes made through the control channel are told to the kernel
 //! (`stale_sink`), since it would otherwise keep the names and attributes it had.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -31,15 +36,16 @@ use fuser::{
 };
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use crate::format::*;
 use crate::fs::falloc::FallocMode;
 use crate::fs::flags;
+use crate::fs::messages::{Messages, Op};
 use crate::fs::mountopt::{AtimeMode, Change};
+use crate::fs::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use crate::fs::xattr::XattrMode;
-use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
+use crate::fs::{Fs, FsError, FsResult, RenameFlags, SetAttr};
 use crate::mount::transport::{max_pages_limit, Negotiated, MAX_WRITE};
 
 /// How long the kernel may keep a name and its attributes without asking again. Every change
@@ -68,16 +74,16 @@ const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 /// cores (4 and 8: 10,000 creates in 0.76-0.93 s, random reads 34,700-40,700 a second).
 pub const DEFAULT_THREADS: usize = 2;
 
-/// The session's settings: the name shown in the mount table, read-only or not, and the number
-/// of request threads. As root the mount is open to every user (`allow_other`), with the
-/// kernel checking permissions (`default_permissions`).
-pub fn config(fsname: String, ro: bool, threads: usize) -> fuser::Config {
+/// The session's settings: the name shown in the mount table, read-only or not, the number
+/// of request threads, and who checks permissions. As root the mount is open to every user
+/// (`allow_other`), with the kernel checking permissions (`default_permissions`) unless
+/// `sufs_checks` (`-o permissions=sufs`): sufs then checks them itself (`fs::perm`).
+pub fn config(fsname: String, ro: bool, threads: usize, sufs_checks: bool) -> fuser::Config {
     let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        fuser::MountOption::FSName(fsname),
-        fuser::MountOption::Subtype("sufs".into()),
-        fuser::MountOption::DefaultPermissions,
-    ];
+    config.mount_options = vec![fuser::MountOption::FSName(fsname), fuser::MountOption::Subtype("sufs".into())];
+    if !sufs_checks {
+        config.mount_options.push(fuser::MountOption::DefaultPermissions);
+    }
     if ro {
         config.mount_options.push(fuser::MountOption::RO);
     }
@@ -117,24 +123,32 @@ pub fn stale_sink(notifier: fuser::Notifier) -> crate::ctl::StaleSink {
 
 pub struct SufsFuse {
     fs: SharedFs,
-    /// Files and directories are used without OPEN and RELEASE (the kernel supports it): a
-    /// create is then LOOKUP and MKNOD, a read of a known file READ alone. (Linux 6.18 also
-    /// sends a GETATTR of the directory before each create or unlink in a directory just
-    /// changed: it drops the directory's mode with its times and asks again for the path
-    /// walk's permission check; later kernels keep the mode, `FUSE_STATX_MODDIR`.)
+    /// Files and directories are used without OPEN and RELEASE (the kernel supports it, and
+    /// checks permissions): a create is then LOOKUP and MKNOD, a read of a known file READ
+    /// alone. (Linux 6.18 also sends a GETATTR of the directory before each create or unlink
+    /// in a directory just changed: it drops the directory's mode with its times and asks
+    /// again for the path walk's permission check; later kernels keep the mode,
+    /// `FUSE_STATX_MODDIR`. docs/performance.md, "Messages per operation".)
     no_open: bool,
     /// Whether a file's cached pages survive a close and a new open. Not under `strictatime`:
     /// the kernel reads through its page cache without telling sufs, so there every open goes
     /// through OPEN, drops the cached pages, and its first read reaches sufs and the atime.
     keep_cache: bool,
+    /// The requests served, by opcode (the file system's statistics carry them).
+    msgs: Arc<Messages>,
+    /// sufs checks permissions (`fs::perm`), not the kernel: the mount has no
+    /// `default_permissions`, asks for no FUSE_POSIX_ACL (which would turn it on), and opens
+    /// files and directories through OPEN and OPENDIR, where their checks are made.
+    checks: bool,
     /// The transport's side of INIT: whether to ask for FUSE over io_uring, and what the
     /// kernel offered (`transport::run` reads it once the session is up).
     negotiated: Arc<Negotiated>,
 }
 
 impl SufsFuse {
-    pub fn new(fs: SharedFs) -> SufsFuse {
-        SufsFuse { fs, no_open: false, keep_cache: true, negotiated: Arc::default() }
+    pub fn new(fs: SharedFs, checks: bool) -> SufsFuse {
+        let msgs = lock(&fs).messages();
+        SufsFuse { fs, no_open: false, keep_cache: true, msgs, checks, negotiated: Arc::default() }
     }
 
     /// Asks for FUSE over io_uring at INIT if `negotiated` wants it, and says there what the
@@ -143,7 +157,6 @@ impl SufsFuse {
         self.negotiated = negotiated;
         self
     }
-
     /// Writes of at most `MAX_WRITE` (the kernel's page limit allows no more by default), so
     /// that the ring's payload buffers are that large; and FUSE over io_uring if wanted and
     /// offered (`transport::run` starts it once INIT is answered).
@@ -159,6 +172,23 @@ impl SufsFuse {
         if n.wanted.load(Ordering::Relaxed) {
             n.offered.store(config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok(), Ordering::Relaxed);
         }
+    }
+
+    /// Runs sufs's permission check `f` for the caller of `req` where sufs checks (None where
+    /// the kernel does).
+    fn check<T>(
+        &self,
+        fs: &mut Fs,
+        req: &Request,
+        f: impl FnOnce(&mut Fs, &Cred) -> FsResult<T>,
+    ) -> Result<Option<T>, Errno> {
+        if !self.checks {
+            return Ok(None);
+        }
+        let pid = req.pid();
+        let load = move || groups_of(pid);
+        let cred = Cred::new(req.uid(), req.gid(), &load);
+        f(fs, &cred).map(Some).map_err(errno)
     }
 
     fn open_flags(&self) -> FopenFlags {
@@ -193,6 +223,13 @@ fn kill_suidgid(fs: &mut Fs, ino: u32, d: Dinode) -> Result<Dinode, Errno> {
     fs.setattr(ino, &SetAttr { mode: Some(mode), ..Default::default() }).map_err(errno)
 }
 
+/// Gives back `nlookup` of the kernel's lookups of `ino` (FORGET, BATCH_FORGET).
+fn unhold(fs: &mut Fs, ino: INodeNo, nlookup: u64) {
+    if let Err(e) = from_fuse(ino).and_then(|i| fs.unhold(i, nlookup.min(u32::MAX as u64) as u32).map_err(errno)) {
+        log::error!("forget {ino:?}: {e:?}");
+    }
+}
+
 fn to_fuse(ino: u32) -> INodeNo {
     INodeNo(if ino == ROOT_INO { 1 } else { ino as u64 })
 }
@@ -208,12 +245,14 @@ fn from_fuse(ino: INodeNo) -> Result<u32, Errno> {
 /// Whether the caller of `req` is in group `gid`: its group, or one of its supplementary
 /// groups (which FUSE does not send: read from /proc, as other FUSE servers do).
 fn in_group(req: &Request, gid: u32) -> bool {
-    if req.gid() == gid {
-        return true;
-    }
-    let status = std::fs::read_to_string(format!("/proc/{}/status", req.pid())).unwrap_or_default();
+    req.gid() == gid || groups_of(req.pid()).contains(&gid)
+}
+
+/// The supplementary groups of process `pid` (none where it is gone).
+fn groups_of(pid: u32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let groups = status.lines().find_map(|l| l.strip_prefix("Groups:")).unwrap_or("");
-    groups.split_whitespace().any(|g| g.parse() == Ok(gid))
+    groups.split_whitespace().filter_map(|g| g.parse().ok()).collect()
 }
 
 /// A getxattr or listxattr answer: the size when asked for it (`size` 0), ERANGE when the
@@ -328,6 +367,14 @@ impl SufsFuse {
         reply.entry(ttl(d), &attr(ino, d, fs.sb.block_size), Generation(d.generation as u64));
     }
 
+    /// A name that is not there: an entry without an inode (number 0), which the kernel keeps
+    /// as a negative entry for `TTL`, so that looking the name up again costs no round trip.
+    /// A name made through this mount replaces it in the kernel's cache; one made through the
+    /// control channel is told to the kernel (`stale_sink`, `ctl::Stale::Entry`).
+    fn negative_entry(reply: ReplyEntry) {
+        reply.entry(&TTL, &attr(0, &Dinode::default(), 0), Generation(0));
+    }
+
     /// The group of a new node: the parent's when the parent is set-group-ID, as BSD and
     /// Linux's `grpid`-less default both do for such directories.
     fn new_gid(fs: &mut Fs, parent: u32, req: &Request) -> u32 {
@@ -398,16 +445,24 @@ impl Filesystem for SufsFuse {
         // opens files and directories itself and sends no RELEASE; an inode's lifetime is its
         // lookup count (`entry`, `forget`). Saves a round trip per create and two per open.
         self.keep_cache = lock(&self.fs).atime_policy().mode != AtimeMode::Strictatime;
+        // Not where sufs checks permissions: an open without a message could check nothing.
         self.no_open = self.keep_cache
+            && !self.checks
             && config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
         // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
         // parent (".."), and compares the generation (`lookup`).
-        // POSIX ACLs: the kernel checks permissions against them and keeps them as the two
+        // POSIX ACLs: the kernel checks permissions against them (with FUSE_POSIX_ACL it turns
+        // `default_permissions` on, whatever the mount said) and keeps them as the two
         // `system.posix_acl_*` attributes; sufs sets the mode an ACL implies and gives new
         // files their directory's default ACL (`fs::acl`), for which it gets the mode before
         // the umask (DONT_MASK) and applies the umask itself when there is no default ACL.
-        if let Err(e) = config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK) {
+        // Where sufs checks permissions, FUSE_POSIX_ACL stays off (the kernel would turn
+        // `default_permissions` on with it): the kernel then passes the ACL attributes through
+        // as they are, caches none, and sufs checks against them (`fs::perm`).
+        let acl =
+            if self.checks { InitFlags::FUSE_DONT_MASK } else { InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK };
+        if let Err(e) = config.add_capabilities(acl) {
             log::warn!("the kernel does not offer {e:?}: no POSIX ACLs on this mount");
         }
         if let Err(e) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
@@ -417,12 +472,13 @@ impl Filesystem for SufsFuse {
         Ok(())
     }
 
-    /// The kernel gives back `nlookup` lookups (BATCH_FORGET comes here too, one at a time).
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let mut fs = lock(&self.fs);
-        if let Err(e) = from_fuse(ino).and_then(|i| fs.unhold(i, nlookup.min(u32::MAX as u64) as u32).map_err(errno)) {
-            log::error!("forget {ino:?}: {e:?}");
-        }
+    /// The kernel gives back `nlookup` lookups. BATCH_FORGET comes here too, one node at a
+    /// time and each under the lock on its own: fuser 0.18's `batch_forget` takes a type it does
+    /// not export, so it cannot be overridden. The nodes of one batch share its request id,
+    /// which tells the messages apart (`Messages::forgot`).
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        self.msgs.forgot(req.unique().0, nlookup);
+        unhold(&mut lock(&self.fs), ino, nlookup);
     }
 
     fn destroy(&mut self) {
@@ -437,9 +493,15 @@ impl Filesystem for SufsFuse {
     /// number that names no inode now answers ESTALE, and so does a removed file whose freeing
     /// still waits for writes (no link left); a freed and reused one answers the new inode,
     /// whose generation differs (`Fs::next_generation`).
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.msgs.count(Op::Lookup);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            // "." and ".." come from the kernel's file handles (open_by_handle_at, which needs
+            // CAP_DAC_READ_SEARCH), a path walk's names from users: search permission.
+            if name.as_bytes() != b"." && name.as_bytes() != b".." {
+                self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_EXEC))?;
+            }
             if name.as_bytes() == b"." {
                 match fs.getattr(p).map_err(errno)? {
                     d if d.nlink == 0 => Err(Errno::ESTALE),
@@ -451,11 +513,13 @@ impl Filesystem for SufsFuse {
         });
         match r {
             Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
+            Err(Errno::ENOENT) if name.as_bytes() != b"." => Self::negative_entry(reply),
             Err(e) => reply.error(e),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.msgs.count(Op::Getattr);
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
             Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, fs.sb.block_size)),
@@ -474,13 +538,14 @@ impl Filesystem for SufsFuse {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.msgs.count(Op::Setattr);
         let now = |t: TimeOrNow| match t {
             TimeOrNow::SpecificTime(t) => setattr_time(t),
             TimeOrNow::Now => wall(SystemTime::now()),
@@ -488,10 +553,13 @@ impl Filesystem for SufsFuse {
         let is_now = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
         let times_now =
             (atime.is_some() || mtime.is_some()) && [&atime, &mtime].iter().all(|t| t.is_none() || is_now(t));
-        let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now), times_now };
+        let mut a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now), times_now };
         // A truncation that frees blocks lands the flight in progress: wait for it unlocked.
         let mut fs = if size.is_some() { lock_landing(&self.fs) } else { lock(&self.fs) };
         let r = from_fuse(ino).and_then(|i| {
+            if let Some(m) = self.check(&mut fs, req, |fs, c| fs.may_setattr(i, &a, fh.is_some(), c))? {
+                a.mode = m;
+            }
             let mut d = fs.setattr(i, &a).map_err(errno)?;
             if a.mode.is_some() {
                 fs.acl_chmod(i).map_err(errno)?;
@@ -513,6 +581,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.msgs.count(Op::Readlink);
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.readlink(i).map_err(errno)) {
             Ok(t) => reply.data(&t),
@@ -521,8 +590,10 @@ impl Filesystem for SufsFuse {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        self.msgs.count(Op::Mknod);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
             let gid = Self::new_gid(&mut fs, p, req);
             let inh = fs.acl_inherit(p, mode, umask, false).map_err(errno)?;
             let (ino, d) = fs
@@ -539,8 +610,10 @@ impl Filesystem for SufsFuse {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        self.msgs.count(Op::Mkdir);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
             let pd = fs.getattr(p).map_err(errno)?;
             let sgid = pd.mode & libc::S_ISGID as u16;
             let gid = Self::new_gid(&mut fs, p, req);
@@ -558,9 +631,11 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.msgs.count(Op::Unlink);
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may_delete(p, name.as_bytes(), c))?;
             fs.unlink(p, name.as_bytes()).map_err(errno)?;
             settle(&mut fs, Change::Names, &[p])
         });
@@ -570,9 +645,11 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.msgs.count(Op::Rmdir);
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may_delete(p, name.as_bytes(), c))?;
             fs.rmdir(p, name.as_bytes()).map_err(errno)?;
             settle(&mut fs, Change::Names, &[p])
         });
@@ -583,8 +660,10 @@ impl Filesystem for SufsFuse {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+        self.msgs.count(Op::Symlink);
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
             let gid = Self::new_gid(&mut fs, p, req);
             let target = target.as_os_str().as_bytes();
             let (ino, d) = fs
@@ -609,6 +688,7 @@ impl Filesystem for SufsFuse {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.msgs.count(Op::Rename);
         // RENAME_WHITEOUT (the kernel has checked CAP_MKNOD) with RENAME_EXCHANGE makes no sense.
         let whiteout = flags.contains(FuseRenameFlags::RENAME_WHITEOUT);
         let known = FuseRenameFlags::RENAME_NOREPLACE
@@ -623,6 +703,8 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             let np = from_fuse(newparent)?;
+            let (from, to) = ((p, name.as_bytes()), (np, newname.as_bytes()));
+            self.check(&mut fs, req, |fs, c| fs.may_rename(from, to, f.exchange, c))?;
             if whiteout {
                 // The whiteout left behind is the caller's, as a mknod's node.
                 let owner = (req.uid(), Self::new_gid(&mut fs, p, req));
@@ -647,9 +729,11 @@ impl Filesystem for SufsFuse {
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.msgs.count(Op::Link);
         let mut fs = lock(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let np = from_fuse(newparent)?;
+            self.check(&mut fs, req, |fs, c| fs.may_link(i, np, c))?;
             let d = fs.as_user(req.uid(), |fs| fs.link(i, np, newname.as_bytes())).map_err(errno)?;
             settle(&mut fs, Change::Names, &[i])?;
             Ok((i, d))
@@ -660,7 +744,8 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.msgs.count(Op::Open);
         if self.no_open {
             return reply.error(Errno::ENOSYS);
         }
@@ -668,6 +753,7 @@ impl Filesystem for SufsFuse {
         let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         let append = flags.0 & libc::O_APPEND != 0;
         let r = from_fuse(ino).and_then(|i| {
+            self.check(&mut fs, req, |fs, c| fs.may(i, c, perm::open_wants(flags.0)))?;
             fs.check_open_append(i, write, append, flags.0 & libc::O_TRUNC != 0).map_err(errno)?;
             fs.open(i, write).map_err(errno)
         });
@@ -688,6 +774,7 @@ impl Filesystem for SufsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.msgs.count(Op::Read);
         // The device reads go outside the lock.
         match from_fuse(ino).and_then(|i| Fs::read_shared(&self.fs, i, offset, size as usize).map_err(errno)) {
             Ok(data) => reply.data(&data),
@@ -707,6 +794,7 @@ impl Filesystem for SufsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.msgs.count(Op::Write);
         let mut fs = lock(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let n = fs.as_user(req.uid(), |fs| fs.write(i, offset, data)).map_err(errno)?;
@@ -727,6 +815,7 @@ impl Filesystem for SufsFuse {
     /// locks are held): ENOSYS tells the kernel so once, and it sends no FLUSH on later closes,
     /// which saves a round trip per close of a file opened through OPEN or CREATE.
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.msgs.count(Op::Flush);
         reply.error(Errno::ENOSYS);
     }
 
@@ -740,6 +829,7 @@ impl Filesystem for SufsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.msgs.count(Op::Release);
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.release(i).map_err(errno)) {
             Ok(()) => reply.ok(),
@@ -748,6 +838,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.msgs.count(Op::Fsync);
         // The writes go outside the lock: other requests are served meanwhile.
         match from_fuse(ino).and_then(|i| Fs::fsync_shared(&self.fs, i).map_err(errno)) {
             Ok(()) => reply.ok(),
@@ -755,12 +846,22 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    /// A directory's listing needs read permission: checked here, where sufs checks (READDIR
+    /// follows an OPENDIR then, and the kernel may serve a listing again from its cache).
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.msgs.count(Op::Opendir);
         if self.no_open {
             return reply.error(Errno::ENOSYS);
         }
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.getattr(i).map_err(errno)) {
+        let r = from_fuse(ino).and_then(|i| {
+            let d = fs.getattr(i).map_err(errno)?;
+            if d.is_dir() {
+                self.check(&mut fs, req, |fs, c| fs.may(i, c, MAY_READ))?;
+            }
+            Ok(d)
+        });
+        match r {
             Ok(d) if d.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.error(Errno::ENOTDIR),
             Err(e) => reply.error(e),
@@ -768,6 +869,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.msgs.count(Op::Readdir);
         let mut fs = lock(&self.fs);
         let entries = match from_fuse(ino).and_then(|i| fs.readdir(i, offset, 1024).map_err(errno)) {
             Ok(e) => e,
@@ -782,6 +884,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        self.msgs.count(Op::Readdirplus);
         let mut fs = lock(&self.fs);
         let entries = match from_fuse(ino).and_then(|i| fs.readdir(i, offset, 256).map_err(errno)) {
             Ok(e) => e,
@@ -812,7 +915,14 @@ impl Filesystem for SufsFuse {
         reply.ok();
     }
 
+    /// Nothing is held for an open directory.
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.msgs.count(Op::Releasedir);
+        reply.ok();
+    }
+
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.msgs.count(Op::Fsyncdir);
         // The writes go outside the lock: other requests are served meanwhile.
         match from_fuse(ino).and_then(|i| Fs::fsync_shared(&self.fs, i).map_err(errno)) {
             Ok(()) => reply.ok(),
@@ -821,6 +931,7 @@ impl Filesystem for SufsFuse {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.msgs.count(Op::Statfs);
         let mut fs = lock(&self.fs);
         let s = fs.statfs();
         reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
@@ -830,14 +941,20 @@ impl Filesystem for SufsFuse {
     /// `security.capability` before each write to a file (FUSE file systems are not
     /// `SB_NOSEC`): one round trip per write(2), answered ENODATA from the cached inode.
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
+        self.msgs.count(Op::Getxattr);
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.getxattr(i, name.as_bytes(), req.uid()).map_err(errno)) {
+        let r = from_fuse(ino).and_then(|i| {
+            self.check(&mut fs, req, |fs, c| fs.may_xattr(i, name.as_bytes(), false, c))?;
+            fs.getxattr(i, name.as_bytes(), req.uid()).map_err(errno)
+        });
+        match r {
             Ok(v) => xattr_reply(reply, size, &v),
             Err(e) => reply.error(e),
         }
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        self.msgs.count(Op::Listxattr);
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.listxattr(i, req.uid()).map_err(errno)) {
             Ok(v) => xattr_reply(reply, size, &v),
@@ -855,12 +972,14 @@ impl Filesystem for SufsFuse {
         position: u32,
         reply: ReplyEmpty,
     ) {
+        self.msgs.count(Op::Setxattr);
         if position != 0 {
             return reply.error(Errno::EINVAL);
         }
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
             let mode = XattrMode::from_flags(flags).map_err(errno)?;
+            self.check(&mut fs, req, |fs, c| fs.may_xattr(i, name.as_bytes(), true, c))?;
             fs.setxattr(i, name.as_bytes(), value, mode, req.uid()).map_err(errno)?;
             if name.as_bytes().starts_with(b"system.posix_acl_") {
                 // Setting an ACL clears set-group-ID unless the caller is in the file's group
@@ -880,8 +999,10 @@ impl Filesystem for SufsFuse {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.msgs.count(Op::Removexattr);
         let mut fs = lock_landing(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
+            self.check(&mut fs, req, |fs, c| fs.may_xattr(i, name.as_bytes(), true, c))?;
             fs.removexattr(i, name.as_bytes(), req.uid()).map_err(errno)?;
             settle(&mut fs, Change::Attr, &[i])
         });
@@ -911,6 +1032,7 @@ impl Filesystem for SufsFuse {
         out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
+        self.msgs.count(Op::Ioctl);
         if cmd != FS_IOC_SHUTDOWN {
             return match self.flags_ioctl(req, ino, cmd, in_data, out_size) {
                 Ok(out) => reply.ioctl(0, &out),
@@ -936,6 +1058,7 @@ impl Filesystem for SufsFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.msgs.count(Op::Fallocate);
         let r = from_fuse(ino).and_then(|i| {
             let m = FallocMode::from_linux(mode).map_err(errno)?;
             // A file removed just before may hold the space until its FORGET, which another
@@ -962,6 +1085,7 @@ impl Filesystem for SufsFuse {
 
     /// SEEK_DATA and SEEK_HOLE (the kernel answers the other whences itself).
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: fuser::ReplyLseek) {
+        self.msgs.count(Op::Lseek);
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
             return reply.error(Errno::EINVAL);
         }
@@ -992,6 +1116,7 @@ impl Filesystem for SufsFuse {
         _flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        self.msgs.count(Op::CopyFileRange);
         const STEP: u64 = 8 << 20;
         let r = from_fuse(ino_in).and_then(|src| {
             let dst = from_fuse(ino_out)?;
@@ -1021,9 +1146,18 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        // Permissions are checked by the kernel (default_permissions).
-        reply.ok();
+    /// access(2), chdir and the like: sent only where sufs checks permissions (without
+    /// `default_permissions` the kernel asks; with it, it answers itself).
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.msgs.count(Op::Access);
+        let want = (mask.bits() & 7) as u16;
+        let mut fs = lock(&self.fs);
+        // A read-only mount's EROFS the kernel answers itself (`sb_permission`).
+        let r = from_fuse(ino).and_then(|i| self.check(&mut fs, req, |fs, c| fs.may(i, c, want)).map(|_| ()));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn create(
@@ -1036,12 +1170,14 @@ impl Filesystem for SufsFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        self.msgs.count(Op::Create);
         if self.no_open {
             // The kernel makes the file with MKNOD instead (and opens it without a message).
             return reply.error(Errno::ENOSYS);
         }
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
+            self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
             let gid = Self::new_gid(&mut fs, p, req);
             let inh = fs.acl_inherit(p, mode, umask, false).map_err(errno)?;
             let (ino, d) =
