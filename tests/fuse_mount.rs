@@ -154,6 +154,36 @@ fn fuse_messages_are_counted_by_opcode() {
     assert!(n("forget_nodes") <= 101 && n("forget") <= n("forget_nodes"), "{json}");
 }
 
+/// The kernel gives back many inodes at once when its caches are dropped: BATCH_FORGET,
+/// served under one taking of the lock. Every lookup given back is counted, the files stay
+/// whole, and the image is clean after the unmount (no inode kept or freed too early).
+#[test]
+fn a_batch_of_forgets_gives_back_every_lookup() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: dropping the kernel's caches needs root");
+        return;
+    }
+    let Some((t, img, mnt, m)) = small_mount() else { return };
+    m.umount();
+    let stats = t.path().join("stats.json");
+    let m = mount_fg(&img, &mnt, &["--stats", stats.to_str().unwrap()]);
+    let dir = mnt.join("d");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..500 {
+        fs::write(dir.join(format!("f{i}")), format!("{i}")).unwrap();
+    }
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    for i in 0..500 {
+        assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("{i}"));
+    }
+    m.umount();
+    fsck_clean(&img);
+    let json: serde_json::Value = serde_json::from_str(&fs::read_to_string(&stats).unwrap()).unwrap();
+    let n = |op: &str| json["fuse_messages"][op].as_u64().unwrap();
+    assert!(n("forget_nodes") >= 500, "the dropped inodes came back: {json}");
+    assert!(n("forget") < n("forget_nodes"), "some came in batches: {json}");
+}
+
 /// A missing name is kept by the kernel as a negative entry (`fuse::negative_entry`): it must
 /// give way to a name made through the mount, and to names the control channel makes (a
 /// snapshot and its directory, a Block Register reservation), which are told to the kernel.

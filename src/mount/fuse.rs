@@ -472,13 +472,20 @@ impl Filesystem for SufsFuse {
         Ok(())
     }
 
-    /// The kernel gives back `nlookup` lookups. BATCH_FORGET comes here too, one node at a
-    /// time and each under the lock on its own: fuser 0.18's `batch_forget` takes a type it does
-    /// not export, so it cannot be overridden. The nodes of one batch share its request id,
+    /// The kernel gives back `nlookup` lookups. The nodes of one batch share its request id,
     /// which tells the messages apart (`Messages::forgot`).
     fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
         self.msgs.forgot(req.unique().0, nlookup);
         unhold(&mut lock(&self.fs), ino, nlookup);
+    }
+
+    /// BATCH_FORGET: every node of the batch under one taking of the lock.
+    fn batch_forget(&self, req: &Request, nodes: &[fuser::ForgetOne]) {
+        let mut fs = lock(&self.fs);
+        for n in nodes {
+            self.msgs.forgot(req.unique().0, n.nlookup());
+            unhold(&mut fs, n.nodeid(), n.nlookup());
+        }
     }
 
     fn destroy(&mut self) {
