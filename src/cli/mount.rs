@@ -166,7 +166,8 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
         return Err(Fail(format!("{} is already mounted (another sufs holds it)", image.display()), 32));
     }
     let recovery = if ro { Recovery::None } else { mount_gate(image, &sb, args.force)? };
-    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let writeback = args.opts.writeback_cache.unwrap_or(false);
+    let clock: Arc<dyn Clock> = Arc::new(if writeback { RealClock::coarse() } else { RealClock::new() });
     let opts = MountOptions { ordering, cache_blocks: (cache / sb.block_size as u64) as usize, readonly: ro };
     let Stack { dev, vol, can_write } =
         volume_stack(image, Arc::new(dev), opts.cache_blocks as u64, ro, snapshot, writable)?;
@@ -183,7 +184,7 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
     let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, args.threads);
     config.mount_options.extend(fuse_options);
-    let mut session = fuser::Session::new(SufsFuse::new(shared.clone()), dir, &config)
+    let mut session = fuser::Session::new(SufsFuse::new(shared.clone()).with_writeback_cache(writeback), dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
     ctl.on_stale(fusemount::stale_sink(session.notifier()));
     let handle = unmount_on_signals(session.unmount_callable())?;

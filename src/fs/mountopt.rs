@@ -119,6 +119,10 @@ pub struct MountOpts {
     pub update: Option<UpdatePolicy>,
     /// sufs's own: FUSE request threads.
     pub threads: Option<u16>,
+    /// sufs's own: the kernel's writeback cache (`writeback_cache`, `nowriteback_cache`): the
+    /// kernel keeps written pages and hands them over in large writes at close, fsync or its
+    /// own writeback, and keeps a regular file's size and times itself (docs/vfs.md).
+    pub writeback_cache: Option<bool>,
     /// sufs's own, for test harnesses: make a new file system of this many bytes first, unless
     /// the image already is a sufs image of exactly this size (destroys what it held).
     pub mkfs_size: Option<u64>,
@@ -205,6 +209,8 @@ impl MountOpts {
             ("nodiratime", None) => self.nodiratime = Some(true),
             ("diratime", None) => self.nodiratime = Some(false),
             ("remount", None) => self.remount = true,
+            ("writeback_cache", None) => self.writeback_cache = Some(true),
+            ("nowriteback_cache", None) => self.writeback_cache = Some(false),
             ("preen", None) => self.preen = true,
             // rw, suid, dev, exec, auto, nouser, async: dev and suid are left to the default
             // (root's mounts have them, a user's do not).

@@ -36,7 +36,7 @@ use crate::fs::flags;
 use crate::fs::mountopt::{AtimeMode, Change};
 use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use crate::fs::xattr::XattrMode;
-use crate::fs::{Fs, FsError, RenameFlags, SetAttr};
+use crate::fs::{Fs, FsError, RenameFlags, SetAttr, Writer};
 
 /// How long the kernel may keep a name and its attributes without asking again. Every change
 /// to the namespace and to attributes goes through this mount, whose replies keep the kernel's
@@ -123,11 +123,24 @@ pub struct SufsFuse {
     /// the kernel reads through its page cache without telling sufs, so there every open goes
     /// through OPEN, drops the cached pages, and its first read reaches sufs and the atime.
     keep_cache: bool,
+    /// The kernel's writeback cache asked for (`-o writeback_cache`): it then keeps written
+    /// pages and sends them in large writes (at close, fsync, or its own writeback after 30 s),
+    /// and keeps a regular file's size, mtime and ctime itself, sending the times with SETATTR.
+    /// Files are then opened through OPEN, so that an immutable or append-only file refuses a
+    /// writer at open, as Linux does: the kernel would otherwise take writes into its cache
+    /// that sufs can only refuse at close.
+    writeback: bool,
 }
 
 impl SufsFuse {
     pub fn new(fs: SharedFs) -> SufsFuse {
-        SufsFuse { fs, no_open: false, keep_cache: true }
+        SufsFuse { fs, no_open: false, keep_cache: true, writeback: false }
+    }
+
+    /// Asks for the kernel's writeback cache at INIT (`writeback`).
+    pub fn with_writeback_cache(mut self, on: bool) -> SufsFuse {
+        self.writeback = on;
+        self
     }
 
     fn open_flags(&self) -> FopenFlags {
@@ -145,15 +158,17 @@ fn settle(fs: &mut Fs, change: Change, inos: &[u32]) -> Result<(), Errno> {
 }
 
 /// Clears a regular file's set-user-ID bit, and its set-group-ID bit where group execution
-/// makes it one (without it, it marks mandatory locking), as Linux's `should_remove_suid`:
-/// the kernel leaves it to sufs under FUSE_HANDLE_KILLPRIV_V2. Returns the attributes after.
-fn kill_suidgid(fs: &mut Fs, ino: u32, d: Dinode) -> Result<Dinode, Errno> {
+/// makes it one, or where the one changing the file is not in its group (`member` false;
+/// without group execution the bit marks mandatory locking), as Linux's
+/// `setattr_should_drop_suidgid`: the kernel leaves it to sufs under FUSE_HANDLE_KILLPRIV_V2.
+/// Returns the attributes after.
+fn kill_suidgid(fs: &mut Fs, ino: u32, d: Dinode, member: bool) -> Result<Dinode, Errno> {
     let mut mode = d.mode as u32 & 0o7777;
     if !d.is_reg() {
         return Ok(d);
     }
     mode &= !libc::S_ISUID;
-    if mode & libc::S_IXGRP != 0 {
+    if mode & libc::S_IXGRP != 0 || !member {
         mode &= !libc::S_ISGID;
     }
     if mode == d.mode as u32 & 0o7777 {
@@ -227,6 +242,24 @@ fn setattr_time(t: SystemTime) -> (i64, u32) {
         Ok(_) => wall(t),
         Err(e) => (-(e.duration().as_secs().min(i64::MAX as u64) as i64), e.duration().subsec_nanos()),
     }
+}
+
+/// Whether a SETATTR's times are ones an append-only file takes (`SetAttr::times_now`): each
+/// time given is the current time (UTIME_NOW: `Now`), or, under the writeback cache, where
+/// the kernel stamps a regular file's times itself and sends them with its change time
+/// `ctime`, equal to that change time (a UTIME_NOW, stamped by the kernel); or the SETATTR is
+/// the kernel's own flush of the times it stamped on writes (`flush`: mtime and ctime alone,
+/// with the handle of a file open for writing, which on an append-only file was opened with
+/// O_APPEND; a user's utimensat carries no handle).
+fn times_now(atime: &Option<TimeOrNow>, mtime: &Option<TimeOrNow>, ctime: Option<(i64, u32)>, flush: bool) -> bool {
+    let now = |t: &Option<TimeOrNow>| match t {
+        None | Some(TimeOrNow::Now) => true,
+        Some(TimeOrNow::SpecificTime(t)) => ctime == Some(setattr_time(*t)),
+    };
+    if ctime.is_some() && flush && atime.is_none() {
+        return true;
+    }
+    (atime.is_some() || mtime.is_some()) && now(atime) && now(mtime)
 }
 
 fn wall(t: SystemTime) -> (i64, u32) {
@@ -367,8 +400,16 @@ impl Filesystem for SufsFuse {
         // opens files and directories itself and sends no RELEASE; an inode's lifetime is its
         // lookup count (`entry`, `forget`). Saves a round trip per create and two per open.
         self.keep_cache = lock(&self.fs).atime_policy().mode != AtimeMode::Strictatime;
+        if self.writeback {
+            if let Err(e) = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE) {
+                log::warn!("the kernel does not offer {e:?}: writes go through one by one");
+                self.writeback = false;
+            }
+        }
         self.no_open = self.keep_cache
+            && !self.writeback
             && config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        log::info!("writeback cache {}", if self.writeback { "on" } else { "off" });
         // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
         // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
         // parent (".."), and compares the generation (`lookup`).
@@ -441,24 +482,26 @@ impl Filesystem for SufsFuse {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let now = |t: TimeOrNow| match t {
-            TimeOrNow::SpecificTime(t) => setattr_time(t),
-            TimeOrNow::Now => wall(SystemTime::now()),
-        };
-        let is_now = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
-        let times_now =
-            (atime.is_some() || mtime.is_some()) && [&atime, &mtime].iter().all(|t| t.is_none() || is_now(t));
-        let a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now), times_now };
         // A truncation that frees blocks lands the flight in progress: wait for it unlocked.
         let mut fs = if size.is_some() { lock_landing(&self.fs) } else { lock(&self.fs) };
+        let clock = fs.now();
+        let now = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => setattr_time(t),
+            TimeOrNow::Now => clock,
+        };
+        let ctime = ctime.map(setattr_time);
+        let only_times = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none();
+        let times_now = times_now(&atime, &mtime, ctime, only_times && fh.is_some());
+        let (atime, mtime) = (atime.map(now), mtime.map(now));
+        let a = SetAttr { mode, uid, gid, size, atime, mtime, times_now, ctime };
         let r = from_fuse(ino).and_then(|i| {
             let mut d = fs.setattr(i, &a).map_err(errno)?;
             if a.mode.is_some() {
@@ -469,7 +512,7 @@ impl Filesystem for SufsFuse {
             // anyone but root.
             let chown = a.uid.is_some() || a.gid.is_some();
             if a.mode.is_none() && (chown || (a.size.is_some() && req.uid() != 0)) {
-                d = kill_suidgid(&mut fs, i, d)?;
+                d = kill_suidgid(&mut fs, i, d, true)?;
             }
             settle(&mut fs, Change::Attr, &[i])?;
             Ok((i, d))
@@ -675,19 +718,38 @@ impl Filesystem for SufsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // Under the writeback cache the kernel keeps the times (`Writer::KernelTimes`).
+        let writer = if self.writeback { Writer::KernelTimes } else { Writer::Kernel };
+        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let mut fs = lock(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
-            let n = fs.as_user(req.uid(), |fs| fs.write(i, offset, data)).map_err(errno)?;
+            // Pages written back come from the kernel's flusher (uid 0) or whoever made it
+            // write: the file's owner stands for the writer, for root's reserve (`as_user`).
+            let uid = if cached { fs.getattr(i).map_err(errno)?.uid } else { req.uid() };
+            let n = fs.as_user(uid, |fs| fs.write_by(i, offset, data, writer)).map_err(errno)?;
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                 let d = fs.getattr(i).map_err(errno)?;
-                kill_suidgid(&mut fs, i, d)?;
+                let member = in_group(req, d.gid);
+                kill_suidgid(&mut fs, i, d, member)?;
             }
             settle(&mut fs, Change::Data, &[i])?;
+            // The kernel's writeback takes a short count for success and drops the rest of its
+            // pages: an error instead reaches the writer's fsync or close (ENOSPC).
+            if cached && n < data.len() {
+                log::warn!("inode {i}: {n} of {} bytes written back at {offset}: ENOSPC", data.len());
+                return Err(Errno::ENOSPC);
+            }
             Ok(n)
         });
         match r {
             Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(e),
+            Err(e) => {
+                // The writer learns of it at its next fsync or close, if it has one.
+                if cached {
+                    log::warn!("inode {}: {} bytes written back at {offset} refused: {e:?}", ino.0, data.len());
+                }
+                reply.error(e)
+            }
         }
     }
 
