@@ -273,6 +273,8 @@ fn unlinked_open_files_live_until_closed() {
         fs::remove_file(&p).unwrap();
         assert!(!p.exists());
         f.write_all(b"tail").unwrap();
+        // Under the writeback cache the blocks are taken when the kernel hands its pages over.
+        f.sync_data().unwrap();
         let mut back = Vec::new();
         f.seek(SeekFrom::Start(0)).unwrap();
         f.read_to_end(&mut back).unwrap();

@@ -84,6 +84,13 @@ fn small_writes_keep_size_and_kernel_times_across_remount() {
     std::thread::sleep(std::time::Duration::from_millis(30));
     // A chmod's change time and utimensat's times under the cache come from the kernel.
     fs::set_permissions(mnt.join("holes"), fs::Permissions::from_mode(0o640)).unwrap();
+    // An attribute block added shows in st_blocks (the kernel keeps the change time only).
+    let blocks = fs::metadata(mnt.join("holes")).unwrap().blocks();
+    let c = std::ffi::CString::new(mnt.join("holes").to_str().unwrap()).unwrap();
+    let value = vec![7u8; 3000];
+    let r = unsafe { libc::setxattr(c.as_ptr(), c"user.big".as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    assert!(fs::metadata(mnt.join("holes")).unwrap().blocks() > blocks, "st_blocks counts the attribute block");
     let before = [shown(&mnt.join("small")), shown(&mnt.join("holes"))];
     assert_eq!(before[0].0, data.len() as u64);
     assert_eq!(before[1].0, want_holes.len() as u64);
@@ -333,6 +340,39 @@ fn sufs_sync_takes_the_kernels_dirty_pages() {
     let m = mount_fg(&img, &mnt, WB);
     assert_eq!(fs::read(mnt.join("open")).unwrap(), data);
     assert_eq!(shown(&mnt.join("open")), shown_open, "with the kernel's times");
+    m.umount();
+    fsck_clean(&img);
+}
+
+/// A writer that never fsyncs meets a full file system at write(2): once sufs refused its
+/// pages for space it has the kernel ask for the file's attributes at the next write(2) and
+/// answers ENOSPC (without it `cat /dev/zero > f` wrote on for ever into the cache). A user
+/// stops short of root's reserve (written-back pages are charged to the file's owner).
+#[test]
+fn a_writer_that_never_fsyncs_stops_at_enospc() {
+    let Some((_t, img, mnt, m)) = wb_mount("32M") else { return };
+    fs::set_permissions(&mnt, fs::Permissions::from_mode(0o777)).unwrap();
+    let p = mnt.join("user");
+    let st = Command::new("timeout")
+        .args(["60", "sh", "-c", &format!("cat /dev/zero > {}", p.display())])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&st.stderr).contains("No space left"), "{st:?}");
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    let c = std::ffi::CString::new(mnt.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+    assert!(s.f_bavail <= 1 && s.f_bfree > 1, "the reserve is left: free {} available {}", s.f_bfree, s.f_bavail);
+    // SEEK_DATA and SEEK_HOLE come from the kernel: the data it holds is data.
+    let mut f = File::create(mnt.join("sparse")).unwrap();
+    f.seek(SeekFrom::Start(1 << 20)).unwrap();
+    f.write_all(b"end").unwrap();
+    let data = unsafe { libc::lseek(f.as_raw_fd(), 4096, libc::SEEK_DATA) };
+    assert!(data <= 4096, "no hole where the kernel may hold data: {data}");
+    assert_eq!(unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE) }, (1 << 20) + 3);
+    drop(f);
+    fs::remove_file(&p).unwrap();
     m.umount();
     fsck_clean(&img);
 }

@@ -184,8 +184,11 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
     let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, args.threads);
     config.mount_options.extend(fuse_options);
-    let mut session = fuser::Session::new(SufsFuse::new(shared.clone()).with_writeback_cache(writeback), dir, &config)
+    let sufs = SufsFuse::new(shared.clone()).with_writeback_cache(writeback);
+    let notifier = sufs.notifier_slot();
+    let mut session = fuser::Session::new(sufs, dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
+    let _ = notifier.set(session.notifier());
     ctl.on_stale(fusemount::stale_sink(session.notifier()));
     let handle = unmount_on_signals(session.unmount_callable())?;
     let mut syncer = Syncer::start(shared.clone(), sync);

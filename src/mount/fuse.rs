@@ -19,8 +19,10 @@
 //! while open. Changes made through the control channel are told to the kernel
 //! (`stale_sink`), since it would otherwise keep the names and attributes it had.
 
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -130,11 +132,57 @@ pub struct SufsFuse {
     /// writer at open, as Linux does: the kernel would otherwise take writes into its cache
     /// that sufs can only refuse at close.
     writeback: bool,
+    /// Files whose pages, written back, sufs refused for want of space (ENOSPC), until the
+    /// writer is told at its next write(2) (`getattr`): the kernel takes writes into its
+    /// cache whatever the space left, so a writer that never fsyncs (`cat /dev/zero > f`)
+    /// would otherwise write on for ever.
+    refused: Mutex<HashSet<u32>>,
+    /// The kernel's notification channel, set once the session exists (`notifier_slot`).
+    notifier: Arc<OnceLock<fuser::Notifier>>,
 }
 
 impl SufsFuse {
     pub fn new(fs: SharedFs) -> SufsFuse {
-        SufsFuse { fs, no_open: false, keep_cache: true, writeback: false }
+        let refused = Mutex::new(HashSet::new());
+        SufsFuse { fs, no_open: false, keep_cache: true, writeback: false, refused, notifier: Default::default() }
+    }
+
+    /// Where the session's notifier goes once the session is made (`refuse_for_space`).
+    pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// Notes that written-back pages of `ino` were refused for want of space, and has the
+    /// kernel drop its attributes (not its pages: laundering them would send WRITEs this
+    /// thread may be needed to serve): its writer's next write(2) then asks for them with its
+    /// handle, and `getattr` answers ENOSPC, which write(2) returns.
+    fn refuse_for_space(&self, ino: u32) {
+        let new = self.refused.lock().unwrap_or_else(|e| e.into_inner()).insert(ino);
+        if let (true, Some(n)) = (new, self.notifier.get()) {
+            if let Err(e) = n.inval_inode(to_fuse(ino), -1, 0) {
+                log::warn!("telling the kernel of inode {ino}'s refused pages: {e}");
+            }
+        }
+    }
+
+    /// Answers a change of extended attributes. Under the writeback cache the kernel then
+    /// drops only the change time it keeps itself, so a `stat` would show the block count
+    /// from before (an attribute block added or freed): its attributes are dropped whole.
+    fn reply_xattr_change(&self, ino: INodeNo, r: Result<(), Errno>, reply: ReplyEmpty) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => return reply.error(e),
+        }
+        if let (true, Some(n)) = (self.writeback, self.notifier.get()) {
+            if let Err(e) = n.inval_inode(ino, -1, 0) {
+                log::warn!("telling the kernel of inode {}'s attributes: {e}", ino.0);
+            }
+        }
+    }
+
+    /// Whether `ino`'s writer is to be told of refused pages now (once).
+    fn take_refused(&self, ino: u32) -> bool {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner()).remove(&ino)
     }
 
     /// Asks for the kernel's writeback cache at INIT (`writeback`).
@@ -464,7 +512,13 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    /// With a handle (under the writeback cache only the kernel's write(2) asks so, after
+    /// `refuse_for_space` dropped its attributes), a file whose pages were refused for want of
+    /// space answers ENOSPC once.
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        if fh.is_some() && self.writeback && from_fuse(ino).is_ok_and(|i| self.take_refused(i)) {
+            return reply.error(Errno::ENOSPC);
+        }
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
             Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, fs.sb.block_size)),
@@ -744,11 +798,15 @@ impl Filesystem for SufsFuse {
         match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => {
-                // The writer learns of it at its next fsync or close, if it has one.
+                // The writer learns of it at its next fsync or close, and its next write(2).
                 if cached {
                     log::warn!("inode {}: {} bytes written back at {offset} refused: {e:?}", ino.0, data.len());
                 }
-                reply.error(e)
+                reply.error(e);
+                if cached && e == Errno::ENOSPC {
+                    drop(fs);
+                    from_fuse(ino).map(|i| self.refuse_for_space(i)).unwrap_or(());
+                }
             }
         }
     }
@@ -903,10 +961,8 @@ impl Filesystem for SufsFuse {
             }
             settle(&mut fs, Change::Attr, &[i])
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        drop(fs);
+        self.reply_xattr_change(ino, r, reply);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -915,10 +971,8 @@ impl Filesystem for SufsFuse {
             fs.removexattr(i, name.as_bytes(), req.uid()).map_err(errno)?;
             settle(&mut fs, Change::Attr, &[i])
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        drop(fs);
+        self.reply_xattr_change(ino, r, reply);
     }
 
     /// FS_IOC_SHUTDOWN (fstests' `godown`), by root on any file or directory of the mount. A
@@ -994,6 +1048,12 @@ impl Filesystem for SufsFuse {
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: fuser::ReplyLseek) {
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
             return reply.error(Errno::EINVAL);
+        }
+        // Under the writeback cache the kernel asks without handing its dirty pages over
+        // first: sufs would answer holes where the kernel holds data (and `cp` would copy
+        // holes). ENOSYS has the kernel answer from its own size: all data, then the end.
+        if self.writeback {
+            return reply.error(Errno::ENOSYS);
         }
         if offset < 0 {
             return reply.error(Errno::ENXIO);
