@@ -22,9 +22,11 @@ trap 'umount -l "$W/mnt" 2>/dev/null || true; rm -rf "$W"' EXIT
 what=${1:?usage: scripts/suites.sh pjdfstest|fsx|fsx-par|stress ...}
 shift
 
+# SUFS_MOUNT_OPTS: `-o` for every mount (e.g. writeback_cache).
+OPTS=(${SUFS_MOUNT_OPTS:+-o "$SUFS_MOUNT_OPTS"})
 mount_fresh() {
   "$SUFS" mkfs "$W/img" --size "$1" >/dev/null
-  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$2"
+  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$2" "${OPTS[@]}"
 }
 unmount_fsck() {
   "$SUFS" umount "$W/mnt"
@@ -33,6 +35,7 @@ unmount_fsck() {
 }
 
 date -u +"%F %T UTC"; "$SUFS" --version 2>/dev/null || true; git rev-parse --short HEAD 2>/dev/null || true
+echo "mount options: ${SUFS_MOUNT_OPTS:-(defaults)}"
 case $what in
 pjdfstest)
   ord=${1:-softdep}
@@ -82,7 +85,7 @@ fsx-par)
   echo "fsx-par: $n processes x $ops operations, seeds $((seed + 1))..$((seed + n)), $ord, $(( $(date +%s) - s )) s"
   (cd "$W/mnt" && sha256sum fsxfile*) >"$W/sums" || failed=1
   unmount_fsck
-  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$ord"
+  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$ord" "${OPTS[@]}"
   (cd "$W/mnt" && sha256sum --quiet -c "$W/sums") || { echo "FAILED: a file changed across the remount" >&2; failed=1; }
   "$SUFS" umount "$W/mnt"
   if [ "$failed" != 0 ]; then
