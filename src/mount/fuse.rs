@@ -156,8 +156,14 @@ impl SufsFuse {
     /// kernel drop its attributes (not its pages: laundering them would send WRITEs this
     /// thread may be needed to serve): its writer's next write(2) then asks for them with its
     /// handle, and `getattr` answers ENOSPC, which write(2) returns.
+    /// Without the cache only a shared mapping's pages come written back, and its writer's
+    /// write(2) goes to sufs directly: nothing to note.
     fn refuse_for_space(&self, ino: u32) {
+        if !self.writeback {
+            return;
+        }
         let new = self.refused.lock().unwrap_or_else(|e| e.into_inner()).insert(ino);
+        debug_assert!(self.refused.lock().is_ok_and(|r| r.contains(&ino)), "inode {ino} noted");
         if let (true, Some(n)) = (new, self.notifier.get()) {
             if let Err(e) = n.inval_inode(to_fuse(ino), -1, 0) {
                 log::warn!("telling the kernel of inode {ino}'s refused pages: {e}");
