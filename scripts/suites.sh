@@ -12,8 +12,8 @@
 #                                                    fsck, a remount must show every file unchanged
 #   scripts/suites.sh stress [SECONDS] [ORDERING]      stress-ng's file-system stressors in parallel
 #
-# Each ends with `sufs umount` and `sufs fsck`, whose exit status is the script's. SUFS_OPTS adds
-# mount options (`SUFS_OPTS=permissions=sufs scripts/suites.sh pjdfstest`: sufs checks permissions).
+# Each ends with `sufs umount` and `sufs fsck`, whose exit status is the script's. SUFS_MOUNT_OPTS adds
+# mount options (`SUFS_MOUNT_OPTS=permissions=sufs scripts/suites.sh pjdfstest`: sufs checks permissions).
 set -euo pipefail
 SUFS=${SUFS:-$(pwd)/target/release/sufs}
 DOCS=$(pwd)/docs/suites
@@ -23,9 +23,11 @@ trap 'umount -l "$W/mnt" 2>/dev/null || true; rm -rf "$W"' EXIT
 what=${1:?usage: scripts/suites.sh pjdfstest|fsx|fsx-par|stress ...}
 shift
 
+# SUFS_MOUNT_OPTS: `-o` for every mount (e.g. writeback_cache).
+OPTS=(${SUFS_MOUNT_OPTS:+-o "$SUFS_MOUNT_OPTS"})
 mount_fresh() {
   "$SUFS" mkfs "$W/img" --size "$1" >/dev/null
-  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$2" ${SUFS_OPTS:+-o "$SUFS_OPTS"}
+  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$2" "${OPTS[@]}"
 }
 unmount_fsck() {
   "$SUFS" umount "$W/mnt"
@@ -34,6 +36,7 @@ unmount_fsck() {
 }
 
 date -u +"%F %T UTC"; "$SUFS" --version 2>/dev/null || true; git rev-parse --short HEAD 2>/dev/null || true
+echo "mount options: ${SUFS_MOUNT_OPTS:-(defaults)}"
 case $what in
 pjdfstest)
   ord=${1:-softdep}
@@ -83,7 +86,7 @@ fsx-par)
   echo "fsx-par: $n processes x $ops operations, seeds $((seed + 1))..$((seed + n)), $ord, $(( $(date +%s) - s )) s"
   (cd "$W/mnt" && sha256sum fsxfile*) >"$W/sums" || failed=1
   unmount_fsck
-  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$ord"
+  "$SUFS" mount "$W/img" "$W/mnt" --ordering "$ord" "${OPTS[@]}"
   (cd "$W/mnt" && sha256sum --quiet -c "$W/sums") || { echo "FAILED: a file changed across the remount" >&2; failed=1; }
   "$SUFS" umount "$W/mnt"
   if [ "$failed" != 0 ]; then

@@ -14,11 +14,22 @@ pub trait Clock: Send + Sync {
 /// The machine's clocks.
 pub struct RealClock {
     start: Instant,
+    /// Timestamps from the kernel's tick clock (`CLOCK_REALTIME_COARSE`, as the kernel's own
+    /// `current_time` for a file system without fine-grained stamps), not the precise one.
+    coarse: bool,
 }
 
 impl RealClock {
     pub fn new() -> RealClock {
-        RealClock { start: Instant::now() }
+        RealClock { start: Instant::now(), coarse: false }
+    }
+
+    /// Stamps from the clock the kernel stamps with. Under FUSE's writeback cache the kernel
+    /// sets a regular file's mtime and ctime itself from its tick clock, which may lag the
+    /// precise one by a tick (4 ms at HZ 250): stamps of sufs's own from the precise clock
+    /// would then order a file written after another created before it.
+    pub fn coarse() -> RealClock {
+        RealClock { start: Instant::now(), coarse: true }
     }
 }
 
@@ -33,6 +44,13 @@ impl Clock for RealClock {
         self.start.elapsed().as_nanos() as u64
     }
     fn wall(&self) -> (i64, u32) {
+        if self.coarse {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: clock_gettime writes the timespec it is given.
+            if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
+                return (ts.tv_sec, ts.tv_nsec as u32);
+            }
+        }
         match SystemTime::now().duration_since(UNIX_EPOCH) {
             Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
             Err(_) => (0, 0),

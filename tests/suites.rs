@@ -6,7 +6,8 @@
 //! `SUFS_REQUIRE_SUITES=1`, which turns a missing tool into a failure.
 //!
 //! Longer runs for the docs: `SUFS_FSX_OPS`, `SUFS_FSX_SEED`, `SUFS_LOAD_OPS`,
-//! `SUFS_LOAD_THREADS`, `SUFS_LOAD_SEED` and `SUFS_SUITE_ORDERINGS` (comma-separated).
+//! `SUFS_LOAD_THREADS`, `SUFS_LOAD_SEED`, `SUFS_SUITE_ORDERINGS` (comma-separated) and
+//! `SUFS_MOUNT_OPTS` (`-o` for every mount, e.g. `writeback_cache`).
 
 use std::collections::HashMap;
 use std::fs;
@@ -31,6 +32,22 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 fn orderings(default: &str) -> Vec<String> {
     std::env::var("SUFS_SUITE_ORDERINGS").unwrap_or_else(|_| default.into()).split(',').map(String::from).collect()
+}
+
+/// `sufs mount` arguments for `ordering`, with `-o $SUFS_MOUNT_OPTS` when set (e.g.
+/// `writeback_cache`, to run the suites under the kernel's writeback cache).
+fn mount_args(ordering: &str) -> Vec<String> {
+    let mut v = vec!["--ordering".to_string(), ordering.to_string()];
+    if let Ok(o) = std::env::var("SUFS_MOUNT_OPTS") {
+        v.extend(["-o".to_string(), o]);
+    }
+    v
+}
+
+/// `mount_fg` with `mount_args`.
+fn mount_suite(img: &std::path::Path, mnt: &std::path::Path, ordering: &str) -> Mounted {
+    let args = mount_args(ordering);
+    mount_fg(img, mnt, &args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 // ---------------------------------------------------------------- pjdfstest
@@ -135,7 +152,7 @@ fn pjdfstest_passes() {
         let (img, mnt, second) = (t.path().join("img"), t.path().join("mnt"), t.path().join("second"));
         fs::create_dir(&second).unwrap();
         mkfs(&img, "1G");
-        let m = mount_fg(&img, &mnt, &["--ordering", &ordering]);
+        let m = mount_suite(&img, &mnt, &ordering);
         let config = |remount: bool| {
             let p = t.path().join(format!("pjdfstest-{remount}.toml"));
             let base = include_str!("../docs/suites/pjdfstest.toml");
@@ -197,7 +214,7 @@ fn fsx_short_run() {
         let config = t.path().join("fsx.toml");
         fs::write(&config, FSX_CONFIG).unwrap();
         mkfs(&img, "256M");
-        let m = mount_fg(&img, &mnt, &["--ordering", &ordering]);
+        let m = mount_suite(&img, &mnt, &ordering);
         let start = Instant::now();
         let out = Command::new(&tool)
             .arg("-f")
@@ -216,7 +233,7 @@ fn fsx_short_run() {
         let data = fs::read(mnt.join("fsxfile")).unwrap();
         m.umount();
         fsck_clean(&img);
-        let m = mount_fg(&img, &mnt, &["--ordering", &ordering]);
+        let m = mount_suite(&img, &mnt, &ordering);
         assert!(fs::read(mnt.join("fsxfile")).unwrap() == data, "{ordering}: the file changed across a remount");
         m.umount();
     }
@@ -388,7 +405,7 @@ fn concurrent_load_then_fsck_is_clean() {
         let t = tempfile::tempdir().unwrap();
         let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
         mkfs(&img, "1G");
-        let m = mount_fg(&img, &mnt, &["--ordering", &ordering]);
+        let m = mount_suite(&img, &mnt, &ordering);
         for d in ["own/0", "own/1", "own/2", "own/3", "shared"] {
             fs::create_dir_all(mnt.join(d)).unwrap();
         }
@@ -411,7 +428,7 @@ fn concurrent_load_then_fsck_is_clean() {
         );
         m.umount();
         fsck_clean(&img);
-        let m = mount_fg(&img, &mnt, &["--ordering", &ordering]);
+        let m = mount_suite(&img, &mnt, &ordering);
         for (p, data) in models.iter().flatten() {
             assert!(fs::read(p).unwrap() == *data, "{ordering}: {} differs after remount", p.display());
         }

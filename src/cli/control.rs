@@ -26,6 +26,19 @@ pub(crate) fn mounted_image(dir: &Path) -> Result<(PathBuf, String), Fail> {
     }
 }
 
+/// Has the kernel hand the mount on `dir` what it holds back (syncfs(2)): under the writeback
+/// cache (docs/vfs.md) its dirty pages and the times it keeps, which a request through the
+/// control channel would otherwise not see.
+pub(crate) fn flush_kernel(dir: &Path) -> Result<(), Fail> {
+    let d = std::fs::File::open(dir).map_err(|e| Fail(format!("{}: {e}", dir.display()), 1))?;
+    // SAFETY: syncfs takes any open descriptor of the file system.
+    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Fail(format!("syncfs {}: {e}", dir.display()), 1));
+    }
+    Ok(())
+}
+
 /// The mount point `dir` made absolute, and the source of the FUSE mount there, if any.
 pub(crate) fn mount_source(dir: &Path) -> Result<(PathBuf, Option<String>), Fail> {
     let abs = std::fs::canonicalize(dir).map_err(|e| Fail(format!("{}: {e}", dir.display()), 1))?;
@@ -201,6 +214,7 @@ pub(crate) fn cmd_sync(on: Option<&Path>) -> Result<(), Fail> {
     for t in targets {
         if t.is_dir() {
             mounted_image(&t)?;
+            flush_kernel(&t)?;
         }
         let n = control(&t, ctl::Request::Sync)?.into_written().map_err(answer)?;
         println!("{}: {n} blocks written", t.display());
@@ -259,6 +273,9 @@ pub(crate) fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
     match op {
         FsSnapCmd::Create { name } => {
             let t = std::time::Instant::now();
+            if on.is_dir() {
+                flush_kernel(on)?;
+            }
             let s = control(on, Request::SnapshotCreate { name })?.into_snapshot().map_err(answer)?;
             println!("{} (took {:.3} s)", show(&s), t.elapsed().as_secs_f64());
         }

@@ -169,7 +169,8 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
         return Err(Fail(format!("{} is already mounted (another sufs holds it)", image.display()), 32));
     }
     let recovery = if ro { Recovery::None } else { mount_gate(image, &sb, args.force)? };
-    let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
+    let writeback = args.opts.writeback_cache.unwrap_or(false);
+    let clock: Arc<dyn Clock> = Arc::new(if writeback { RealClock::coarse() } else { RealClock::new() });
     let opts = MountOptions { ordering, cache_blocks: (cache / sb.block_size as u64) as usize, readonly: ro };
     let Stack { dev, vol, can_write } =
         volume_stack(image, Arc::new(dev), opts.cache_blocks as u64, ro, snapshot, writable)?;
@@ -191,9 +192,12 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, classic_threads, sufs_checks);
     config.mount_options.extend(fuse_options);
     let negotiated = Negotiated::new(args.transport);
-    let fuse = SufsFuse::new(shared.clone(), sufs_checks).with_transport(negotiated.clone());
-    let mut session = fuser::Session::new(fuse, dir, &config)
+    let sufs =
+        SufsFuse::new(shared.clone(), sufs_checks).with_transport(negotiated.clone()).with_writeback_cache(writeback);
+    let notifier = sufs.notifier_slot();
+    let mut session = fuser::Session::new(sufs, dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
+    let _ = notifier.set(session.notifier());
     // io_uring asked for and not offered: no mount (unmounted again before anyone is told of
     // it), but the file system is unmounted cleanly all the same.
     let refused = transport::refusal(args.transport, &negotiated);

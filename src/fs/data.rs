@@ -137,10 +137,15 @@ impl Fs {
     /// after the frees soft updates hold have completed (`retry_nospace`): the same bytes at the
     /// same offset.
     pub fn write(&mut self, ino: u32, off: u64, data: &[u8]) -> FsResult<usize> {
-        self.retry_nospace(|fs| fs.write_once(ino, off, data))
+        self.write_by(ino, off, data, Writer::Own)
     }
 
-    pub(super) fn write_once(&mut self, ino: u32, off: u64, data: &[u8]) -> FsResult<usize> {
+    /// `write` for `writer`, which says what the write does beside the data (`Writer`).
+    pub fn write_by(&mut self, ino: u32, off: u64, data: &[u8], writer: Writer) -> FsResult<usize> {
+        self.retry_nospace(|fs| fs.write_once(ino, off, data, writer))
+    }
+
+    pub(super) fn write_once(&mut self, ino: u32, off: u64, data: &[u8], writer: Writer) -> FsResult<usize> {
         self.check_writable()?;
         let mut d = self.iget(ino)?;
         if d.is_dir() {
@@ -150,8 +155,7 @@ impl Fs {
             return Err(FsError::Perm);
         }
         if d.flags & DI_APPEND != 0 && off < d.size {
-            // An append-only file takes writes at its end only.
-            return Err(FsError::Perm);
+            self.check_append_only(ino, &mut d, off, data)?;
         }
         let r = self.write_inner(ino, &mut d, off, data);
         let n = match r {
@@ -159,15 +163,42 @@ impl Fs {
             Err(FsError::NoSpace) if d.size > 0 => 0,
             Err(e) => return Err(e),
         };
-        self.touch_mc(&mut d);
-        // A write by a non-owner clears set-id bits, as POSIX asks.
-        d.mode &= !(libc::S_ISUID as u16);
+        if writer != Writer::KernelTimes {
+            self.touch_mc(&mut d);
+        }
+        if writer == Writer::Own {
+            // The library's writes clear set-user-ID, as POSIX allows.
+            d.mode &= !(libc::S_ISUID as u16);
+        }
         self.iput(ino, &d)?;
         self.balance()?;
         if n == 0 && !data.is_empty() {
             return Err(FsError::NoSpace);
         }
         Ok(n)
+    }
+
+    /// A write below the end of an append-only file (`d.size`), which takes writes at its end
+    /// only: allowed where it leaves the file as it was, i.e. where its bytes equal the
+    /// file's, or fall into a hole (EPERM otherwise). The kernel's writeback cache sends whole
+    /// pages, so an append to a file whose end is inside a page comes as a write from that
+    /// page's start; and its writes of one append, sent at once, may arrive out of order, the
+    /// later one first leaving a hole before it.
+    fn check_append_only(&mut self, ino: u32, d: &mut Dinode, off: u64, data: &[u8]) -> FsResult<()> {
+        let bs = self.sb.block_size as u64;
+        let end = d.size.min(off + data.len() as u64);
+        let mut pos = off;
+        while pos < end {
+            let (lbn, skip) = (pos / bs, (pos % bs) as usize);
+            let n = ((lbn + 1) * bs).min(end) - pos;
+            let (bno, _) = self.bmap(ino, d, lbn, false)?;
+            let at = (pos - off) as usize;
+            if bno != 0 && self.cache.read(bno)?[skip..skip + n as usize] != data[at..at + n as usize] {
+                return Err(FsError::Perm);
+            }
+            pos += n;
+        }
+        Ok(())
     }
 
     /// Writes data into the file's blocks, allocating as needed; updates `d` in memory (size,
@@ -245,6 +276,10 @@ impl Fs {
             d.mtime = s;
             d.mtime_ns = ns;
             self.touch_c(&mut d);
+        }
+        if let Some((s, ns)) = a.ctime {
+            d.ctime = s;
+            d.ctime_ns = ns;
         }
         self.iput(ino, &d)?;
         self.balance()?;

@@ -76,7 +76,8 @@ impl Fs {
         Ok(bno)
     }
 
-    pub(super) fn now(&self) -> (i64, u32) {
+    /// The time stamped on inodes now (the mount's clock: `RealClock`).
+    pub fn now(&self) -> (i64, u32) {
         self.clock.wall()
     }
 

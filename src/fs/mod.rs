@@ -301,8 +301,29 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<(i64, u32)>,
     pub mtime: Option<(i64, u32)>,
-    /// The times given are the current time (a `touch`), which an append-only file allows.
+    /// The times given are the current time (a `touch`), which an append-only file allows; on
+    /// a FUSE mount with the writeback cache also the kernel's flush of the times it stamped
+    /// on writes (`fuse::times_now`).
     pub times_now: bool,
+    /// A change time given by the kernel, which keeps a regular file's times itself under the
+    /// writeback cache and sends its change time with every SETATTR of one (never a user's):
+    /// stored as given, after the changes' own stamps.
+    pub ctime: Option<(i64, u32)>,
+}
+
+/// Who writes, which decides what a write changes beside the data and the size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// The library's caller: mtime and ctime set to now, set-user-ID cleared.
+    Own,
+    /// The kernel through a FUSE mount: mtime and ctime set to now; the set-id bits are left
+    /// to the mount, which clears them when the kernel says so (FUSE_WRITE_KILL_SUIDGID: not
+    /// for a writer with CAP_FSETID, as Linux).
+    Kernel,
+    /// The kernel under its writeback cache: it keeps a regular file's mtime and ctime itself
+    /// and sends them with a SETATTR, which may come before a write it sent earlier is
+    /// served; so the write leaves them. Set-id bits as `Kernel`.
+    KernelTimes,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -122,6 +122,10 @@ pub struct MountOpts {
     /// Who checks permissions: the kernel (`default_permissions`, `permissions=kernel`, the
     /// default) or sufs (`permissions=sufs`, `fs::perm`). Fixed at mount: a remount ignores it.
     pub sufs_checks: Option<bool>,
+    /// sufs's own: the kernel's writeback cache (`writeback_cache`, `nowriteback_cache`): the
+    /// kernel keeps written pages and hands them over in large writes at close, fsync or its
+    /// own writeback, and keeps a regular file's size and times itself (docs/vfs.md).
+    pub writeback_cache: Option<bool>,
     /// sufs's own, for test harnesses: make a new file system of this many bytes first, unless
     /// the image already is a sufs image of exactly this size (destroys what it held).
     pub mkfs_size: Option<u64>,
@@ -210,6 +214,8 @@ impl MountOpts {
             ("nodiratime", None) => self.nodiratime = Some(true),
             ("diratime", None) => self.nodiratime = Some(false),
             ("remount", None) => self.remount = true,
+            ("writeback_cache", None) => self.writeback_cache = Some(true),
+            ("nowriteback_cache", None) => self.writeback_cache = Some(false),
             ("preen", None) => self.preen = true,
             // rw, suid, dev, exec, auto, nouser, async: dev and suid are left to the default
             // (root's mounts have them, a user's do not).

@@ -335,6 +335,12 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
                 v.push(Stale::Entry { dir, name: name.as_bytes().to_vec() });
                 v.push(Stale::Inode(dir));
                 v.extend(fs.lookup(dir, name.as_bytes()).ok().map(|(i, _)| Stale::Inode(i)));
+                // Under the writeback cache the kernel keeps a regular file's size whatever
+                // sufs answers: dropping the name lets it forget an inode nobody has open, and
+                // the next lookup takes the new size (docs/vfs.md, "The writeback cache").
+                if !matches!(req, Request::SnapshotCreate { .. }) {
+                    v.push(Stale::Entry { dir, name: name.as_bytes().to_vec() });
+                }
             }
             v
         }

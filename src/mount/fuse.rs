@@ -23,9 +23,10 @@
 //! while open. Changes made through the control channel are told to the kernel
 //! (`stale_sink`), since it would otherwise keep the names and attributes it had.
 
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -45,7 +46,7 @@ use crate::fs::mountopt::{AtimeMode, Change};
 use crate::fs::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use crate::fs::xattr::XattrMode;
-use crate::fs::{Fs, FsError, FsResult, RenameFlags, SetAttr};
+use crate::fs::{Fs, FsError, FsResult, RenameFlags, SetAttr, Writer};
 use crate::mount::transport::{max_pages_limit, Negotiated, MAX_WRITE};
 
 /// How long the kernel may keep a name and its attributes without asking again. Every change
@@ -143,12 +144,37 @@ pub struct SufsFuse {
     /// The transport's side of INIT: whether to ask for FUSE over io_uring, and what the
     /// kernel offered (`transport::run` reads it once the session is up).
     negotiated: Arc<Negotiated>,
+    /// The kernel's writeback cache asked for (`-o writeback_cache`): it then keeps written
+    /// pages and sends them in large writes (at close, fsync, or its own writeback after 30 s),
+    /// and keeps a regular file's size, mtime and ctime itself, sending the times with SETATTR.
+    /// Files are then opened through OPEN, so that an immutable or append-only file refuses a
+    /// writer at open, as Linux does: the kernel would otherwise take writes into its cache
+    /// that sufs can only refuse at close.
+    writeback: bool,
+    /// Files whose pages, written back, sufs refused for want of space (ENOSPC), until the
+    /// writer is told at its next write(2) (`getattr`): the kernel takes writes into its
+    /// cache whatever the space left, so a writer that never fsyncs (`cat /dev/zero > f`)
+    /// would otherwise write on for ever.
+    refused: Mutex<HashSet<u32>>,
+    /// The kernel's notification channel, set once the session exists (`notifier_slot`).
+    notifier: Arc<OnceLock<fuser::Notifier>>,
 }
 
 impl SufsFuse {
     pub fn new(fs: SharedFs, checks: bool) -> SufsFuse {
         let msgs = lock(&fs).messages();
-        SufsFuse { fs, no_open: false, keep_cache: true, msgs, checks, negotiated: Arc::default() }
+        let refused = Mutex::new(HashSet::new());
+        SufsFuse {
+            fs,
+            no_open: false,
+            keep_cache: true,
+            msgs,
+            checks,
+            negotiated: Arc::default(),
+            writeback: false,
+            refused,
+            notifier: Default::default(),
+        }
     }
 
     /// Asks for FUSE over io_uring at INIT if `negotiated` wants it, and says there what the
@@ -191,6 +217,56 @@ impl SufsFuse {
         f(fs, &cred).map(Some).map_err(errno)
     }
 
+    /// Where the session's notifier goes once the session is made (`refuse_for_space`).
+    pub fn notifier_slot(&self) -> Arc<OnceLock<fuser::Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// Notes that written-back pages of `ino` were refused for want of space, and has the
+    /// kernel drop its attributes (not its pages: laundering them would send WRITEs this
+    /// thread may be needed to serve): its writer's next write(2) then asks for them with its
+    /// handle, and `getattr` answers ENOSPC, which write(2) returns.
+    /// Without the cache only a shared mapping's pages come written back, and its writer's
+    /// write(2) goes to sufs directly: nothing to note.
+    fn refuse_for_space(&self, ino: u32) {
+        if !self.writeback {
+            return;
+        }
+        let new = self.refused.lock().unwrap_or_else(|e| e.into_inner()).insert(ino);
+        debug_assert!(self.refused.lock().is_ok_and(|r| r.contains(&ino)), "inode {ino} noted");
+        if let (true, Some(n)) = (new, self.notifier.get()) {
+            if let Err(e) = n.inval_inode(to_fuse(ino), -1, 0) {
+                log::warn!("telling the kernel of inode {ino}'s refused pages: {e}");
+            }
+        }
+    }
+
+    /// Answers a change of extended attributes. Under the writeback cache the kernel then
+    /// drops only the change time it keeps itself, so a `stat` would show the block count
+    /// from before (an attribute block added or freed): its attributes are dropped whole.
+    fn reply_xattr_change(&self, ino: INodeNo, r: Result<(), Errno>, reply: ReplyEmpty) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => return reply.error(e),
+        }
+        if let (true, Some(n)) = (self.writeback, self.notifier.get()) {
+            if let Err(e) = n.inval_inode(ino, -1, 0) {
+                log::warn!("telling the kernel of inode {}'s attributes: {e}", ino.0);
+            }
+        }
+    }
+
+    /// Whether `ino`'s writer is to be told of refused pages now (once).
+    fn take_refused(&self, ino: u32) -> bool {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner()).remove(&ino)
+    }
+
+    /// Asks for the kernel's writeback cache at INIT (`writeback`).
+    pub fn with_writeback_cache(mut self, on: bool) -> SufsFuse {
+        self.writeback = on;
+        self
+    }
+
     fn open_flags(&self) -> FopenFlags {
         if self.keep_cache {
             OPEN_FLAGS
@@ -206,15 +282,17 @@ fn settle(fs: &mut Fs, change: Change, inos: &[u32]) -> Result<(), Errno> {
 }
 
 /// Clears a regular file's set-user-ID bit, and its set-group-ID bit where group execution
-/// makes it one (without it, it marks mandatory locking), as Linux's `should_remove_suid`:
-/// the kernel leaves it to sufs under FUSE_HANDLE_KILLPRIV_V2. Returns the attributes after.
-fn kill_suidgid(fs: &mut Fs, ino: u32, d: Dinode) -> Result<Dinode, Errno> {
+/// makes it one, or where the one changing the file is not in its group (`member` false;
+/// without group execution the bit marks mandatory locking), as Linux's
+/// `setattr_should_drop_suidgid`: the kernel leaves it to sufs under FUSE_HANDLE_KILLPRIV_V2.
+/// Returns the attributes after.
+fn kill_suidgid(fs: &mut Fs, ino: u32, d: Dinode, member: bool) -> Result<Dinode, Errno> {
     let mut mode = d.mode as u32 & 0o7777;
     if !d.is_reg() {
         return Ok(d);
     }
     mode &= !libc::S_ISUID;
-    if mode & libc::S_IXGRP != 0 {
+    if mode & libc::S_IXGRP != 0 || !member {
         mode &= !libc::S_ISGID;
     }
     if mode == d.mode as u32 & 0o7777 {
@@ -297,6 +375,24 @@ fn setattr_time(t: SystemTime) -> (i64, u32) {
         Ok(_) => wall(t),
         Err(e) => (-(e.duration().as_secs().min(i64::MAX as u64) as i64), e.duration().subsec_nanos()),
     }
+}
+
+/// Whether a SETATTR's times are ones an append-only file takes (`SetAttr::times_now`): each
+/// time given is the current time (UTIME_NOW: `Now`), or, under the writeback cache, where
+/// the kernel stamps a regular file's times itself and sends them with its change time
+/// `ctime`, equal to that change time (a UTIME_NOW, stamped by the kernel); or the SETATTR is
+/// the kernel's own flush of the times it stamped on writes (`flush`: mtime and ctime alone,
+/// with the handle of a file open for writing, which on an append-only file was opened with
+/// O_APPEND; a user's utimensat carries no handle).
+fn times_now(atime: &Option<TimeOrNow>, mtime: &Option<TimeOrNow>, ctime: Option<(i64, u32)>, flush: bool) -> bool {
+    let now = |t: &Option<TimeOrNow>| match t {
+        None | Some(TimeOrNow::Now) => true,
+        Some(TimeOrNow::SpecificTime(t)) => ctime == Some(setattr_time(*t)),
+    };
+    if ctime.is_some() && flush && atime.is_none() {
+        return true;
+    }
+    (atime.is_some() || mtime.is_some()) && now(atime) && now(mtime)
 }
 
 fn wall(t: SystemTime) -> (i64, u32) {
@@ -445,10 +541,18 @@ impl Filesystem for SufsFuse {
         // opens files and directories itself and sends no RELEASE; an inode's lifetime is its
         // lookup count (`entry`, `forget`). Saves a round trip per create and two per open.
         self.keep_cache = lock(&self.fs).atime_policy().mode != AtimeMode::Strictatime;
+        if self.writeback {
+            if let Err(e) = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE) {
+                log::warn!("the kernel does not offer {e:?}: writes go through one by one");
+                self.writeback = false;
+            }
+        }
         // Not where sufs checks permissions: an open without a message could check nothing.
         self.no_open = self.keep_cache
             && !self.checks
+            && !self.writeback
             && config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        log::info!("writeback cache {}", if self.writeback { "on" } else { "off" });
         // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
         // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
         // parent (".."), and compares the generation (`lookup`).
@@ -525,8 +629,14 @@ impl Filesystem for SufsFuse {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    /// With a handle (under the writeback cache only the kernel's write(2) asks so, after
+    /// `refuse_for_space` dropped its attributes), a file whose pages were refused for want of
+    /// space answers ENOSPC once.
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.msgs.count(Op::Getattr);
+        if fh.is_some() && self.writeback && from_fuse(ino).is_ok_and(|i| self.take_refused(i)) {
+            return reply.error(Errno::ENOSPC);
+        }
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
             Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, fs.sb.block_size)),
@@ -544,7 +654,7 @@ impl Filesystem for SufsFuse {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -553,16 +663,18 @@ impl Filesystem for SufsFuse {
         reply: ReplyAttr,
     ) {
         self.msgs.count(Op::Setattr);
-        let now = |t: TimeOrNow| match t {
-            TimeOrNow::SpecificTime(t) => setattr_time(t),
-            TimeOrNow::Now => wall(SystemTime::now()),
-        };
-        let is_now = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::Now));
-        let times_now =
-            (atime.is_some() || mtime.is_some()) && [&atime, &mtime].iter().all(|t| t.is_none() || is_now(t));
-        let mut a = SetAttr { mode, uid, gid, size, atime: atime.map(now), mtime: mtime.map(now), times_now };
         // A truncation that frees blocks lands the flight in progress: wait for it unlocked.
         let mut fs = if size.is_some() { lock_landing(&self.fs) } else { lock(&self.fs) };
+        let clock = fs.now();
+        let now = |t: TimeOrNow| match t {
+            TimeOrNow::SpecificTime(t) => setattr_time(t),
+            TimeOrNow::Now => clock,
+        };
+        let ctime = ctime.map(setattr_time);
+        let only_times = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none();
+        let times_now = times_now(&atime, &mtime, ctime, only_times && fh.is_some());
+        let (atime, mtime) = (atime.map(now), mtime.map(now));
+        let mut a = SetAttr { mode, uid, gid, size, atime, mtime, times_now, ctime };
         let r = from_fuse(ino).and_then(|i| {
             if let Some(m) = self.check(&mut fs, req, |fs, c| fs.may_setattr(i, &a, fh.is_some(), c))? {
                 a.mode = m;
@@ -576,7 +688,7 @@ impl Filesystem for SufsFuse {
             // anyone but root.
             let chown = a.uid.is_some() || a.gid.is_some();
             if a.mode.is_none() && (chown || (a.size.is_some() && req.uid() != 0)) {
-                d = kill_suidgid(&mut fs, i, d)?;
+                d = kill_suidgid(&mut fs, i, d, true)?;
             }
             settle(&mut fs, Change::Attr, &[i])?;
             Ok((i, d))
@@ -802,19 +914,42 @@ impl Filesystem for SufsFuse {
         reply: ReplyWrite,
     ) {
         self.msgs.count(Op::Write);
+        // Under the writeback cache the kernel keeps the times (`Writer::KernelTimes`).
+        let writer = if self.writeback { Writer::KernelTimes } else { Writer::Kernel };
+        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let mut fs = lock(&self.fs);
         let r = from_fuse(ino).and_then(|i| {
-            let n = fs.as_user(req.uid(), |fs| fs.write(i, offset, data)).map_err(errno)?;
+            // Pages written back come from the kernel's flusher (uid 0) or whoever made it
+            // write: the file's owner stands for the writer, for root's reserve (`as_user`).
+            let uid = if cached { fs.getattr(i).map_err(errno)?.uid } else { req.uid() };
+            let n = fs.as_user(uid, |fs| fs.write_by(i, offset, data, writer)).map_err(errno)?;
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                 let d = fs.getattr(i).map_err(errno)?;
-                kill_suidgid(&mut fs, i, d)?;
+                let member = in_group(req, d.gid);
+                kill_suidgid(&mut fs, i, d, member)?;
             }
             settle(&mut fs, Change::Data, &[i])?;
+            // The kernel's writeback takes a short count for success and drops the rest of its
+            // pages: an error instead reaches the writer's fsync or close (ENOSPC).
+            if cached && n < data.len() {
+                log::warn!("inode {i}: {n} of {} bytes written back at {offset}: ENOSPC", data.len());
+                return Err(Errno::ENOSPC);
+            }
             Ok(n)
         });
         match r {
             Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(e),
+            Err(e) => {
+                // The writer learns of it at its next fsync or close, and its next write(2).
+                if cached {
+                    log::warn!("inode {}: {} bytes written back at {offset} refused: {e:?}", ino.0, data.len());
+                }
+                reply.error(e);
+                if cached && e == Errno::ENOSPC {
+                    drop(fs);
+                    from_fuse(ino).map(|i| self.refuse_for_space(i)).unwrap_or(());
+                }
+            }
         }
     }
 
@@ -999,10 +1134,8 @@ impl Filesystem for SufsFuse {
             }
             settle(&mut fs, Change::Attr, &[i])
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        drop(fs);
+        self.reply_xattr_change(ino, r, reply);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -1013,10 +1146,8 @@ impl Filesystem for SufsFuse {
             fs.removexattr(i, name.as_bytes(), req.uid()).map_err(errno)?;
             settle(&mut fs, Change::Attr, &[i])
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        drop(fs);
+        self.reply_xattr_change(ino, r, reply);
     }
 
     /// FS_IOC_SHUTDOWN (fstests' `godown`), by root on any file or directory of the mount. A
@@ -1095,6 +1226,12 @@ impl Filesystem for SufsFuse {
         self.msgs.count(Op::Lseek);
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
             return reply.error(Errno::EINVAL);
+        }
+        // Under the writeback cache the kernel asks without handing its dirty pages over
+        // first: sufs would answer holes where the kernel holds data (and `cp` would copy
+        // holes). ENOSYS has the kernel answer from its own size: all data, then the end.
+        if self.writeback {
+            return reply.error(Errno::ENOSYS);
         }
         if offset < 0 {
             return reply.error(Errno::ENXIO);
