@@ -26,8 +26,10 @@ mod concurrent;
 
 /// The file systems compared, in table order. A sufs peer may also name an update policy after
 /// its ordering, `sufs-ORDERING-POLICY` (`sufs-softdep-pu`), and a transport last
-/// (`sufs-softdep-classic`, `sufs-softdep-uring`, `sufs-softdep-pu-uring`); without them it has
-/// the mount's defaults (aipu; io_uring when the kernel offers it).
+/// (`sufs-softdep-classic`, `sufs-softdep-uring`, `sufs-softdep-pu-uring`), and `wbc` at the
+/// very end for the kernel's writeback cache (`sufs-softdep-uring-wbc`, `-o writeback_cache`);
+/// without them it has the mount's defaults (aipu; io_uring when the kernel offers it; no
+/// writeback cache).
 pub const PEERS: [&str; 5] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel"];
 /// The update policies a sufs peer's name may end in.
 pub const POLICIES: [&str; 3] = ["pu", "aipu", "wt"];
@@ -44,6 +46,8 @@ struct SufsPeer<'a> {
     ordering: Ordering,
     policy: Option<&'a str>,
     transport: Option<&'a str>,
+    /// The kernel's writeback cache (`-o writeback_cache`).
+    writeback: bool,
 }
 
 /// A sufs peer from its name.
@@ -55,15 +59,17 @@ fn sufs_peer(peer: &str) -> Option<SufsPeer<'_>> {
         "async" => Ordering::Async,
         _ => return None,
     };
-    let (mut policy, mut transport) = (None, None);
+    let (mut policy, mut transport, mut writeback) = (None, None, false);
     for p in parts {
         match p {
+            _ if writeback => return None,
+            "wbc" => writeback = true,
             p if POLICIES.contains(&p) && policy.is_none() && transport.is_none() => policy = Some(p),
             p if TRANSPORTS.contains(&p) && transport.is_none() => transport = Some(p),
             _ => return None,
         }
     }
-    Some(SufsPeer { ordering, policy, transport })
+    Some(SufsPeer { ordering, policy, transport, writeback })
 }
 
 /// Sizes and places; `Default` is the full size.
@@ -265,7 +271,7 @@ fn unavailable(peer: &str) -> Option<String> {
             Some("needs root and losetup for a loop device (its writes are counted there)".into())
         }
         p if !PEERS.contains(&p) => Some(format!(
-            "unknown file system (one of {}, or sufs-ORDERING[-POLICY][-TRANSPORT] with a policy of {} and a transport of {})",
+            "unknown file system (one of {}, or sufs-ORDERING[-POLICY][-TRANSPORT][-wbc] with a policy of {} and a transport of {})",
             PEERS.join(", "),
             POLICIES.join(", "),
             TRANSPORTS.join(", ")
@@ -366,13 +372,16 @@ fn fresh(peer: &str, o: &PeersOptions) -> Result<Mounted, BenchError> {
 impl Mounted {
     /// Mounts the image (made by `fresh`) on `dir`.
     fn mount(&mut self, o: &PeersOptions) -> Result<(), BenchError> {
-        if let Some(SufsPeer { ordering, policy, transport }) = sufs_peer(&self.peer) {
+        if let Some(SufsPeer { ordering, policy, transport, writeback }) = sufs_peer(&self.peer) {
             self.options = vec!["--ordering".into(), ordering.to_string()];
             if let Some(p) = policy {
                 self.options.extend(["--update".into(), p.into()]);
             }
             if let Some(t) = transport {
                 self.options.extend(["--transport".into(), t.into()]);
+            }
+            if writeback {
+                self.options.extend(["-o".into(), "writeback_cache".into()]);
             }
             if let Some(bytes) = o.sufs_cache {
                 self.options.extend(["--cache".into(), bytes.to_string()]);
@@ -1128,5 +1137,26 @@ mod tests {
         assert_eq!(thousands(1234567), "1,234,567");
         assert_eq!(thousands(12), "12");
         assert!(unavailable("zfs").is_some());
+    }
+
+    #[test]
+    fn sufs_peer_names_take_a_policy_a_transport_and_the_writeback_cache_in_order() {
+        let p = sufs_peer("sufs-softdep-pu-uring-wbc").unwrap();
+        assert_eq!(
+            (p.ordering, p.policy, p.transport, p.writeback),
+            (Ordering::Softdep, Some("pu"), Some("uring"), true)
+        );
+        let p = sufs_peer("sufs-sync-classic").unwrap();
+        assert_eq!((p.ordering, p.policy, p.transport, p.writeback), (Ordering::Sync, None, Some("classic"), false));
+        assert!(sufs_peer("sufs-softdep").is_some_and(|p| p.policy.is_none() && p.transport.is_none()));
+        for bad in [
+            "sufs-softdep-uring-pu",
+            "sufs-softdep-wbc-uring",
+            "sufs-softdep-fast",
+            "sufs-zfs",
+            "sufs-softdep-uring-uring",
+        ] {
+            assert!(sufs_peer(bad).is_none(), "{bad}");
+        }
     }
 }
