@@ -377,3 +377,74 @@ fn renameat2_whiteout_exchange_and_noreplace() {
     m.umount();
     fsck_clean(&img);
 }
+
+/// The birth time (`statx` with STATX_BTIME, what `stat` shows as "Birth"): FUSE_STATX answers
+/// it. Set when the file is made, left alone by writes and time changes, the same after a
+/// remount; each file its own.
+#[test]
+fn statx_shows_the_birth_time_and_it_never_changes() {
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let (a, b) = (mnt.join("a"), mnt.join("b"));
+    fs::write(&a, b"first").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    fs::write(&b, b"second").unwrap();
+    let born_a = btime(&a);
+    let born_b = btime(&b);
+    assert!(born_a.0 >= before, "born now: {born_a:?} >= {before}");
+    assert!(born_b > born_a, "b was made after a: {born_b:?} > {born_a:?}");
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    fs::write(&a, b"rewritten").unwrap();
+    let f = fs::File::options().write(true).open(&a).unwrap();
+    f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1000)).unwrap();
+    drop(f);
+    assert_eq!(btime(&a), born_a, "writes and utimes leave it");
+    assert!(fs::metadata(&a).unwrap().mtime() == 1000);
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(btime(&a), born_a, "after a remount");
+    assert_eq!(btime(&b), born_b);
+    m.umount();
+    fsck_clean(&img);
+}
+
+/// `statx(path, STATX_BTIME)`: the birth time as (seconds, nanoseconds); it must be there.
+fn btime(path: &Path) -> (i64, u32) {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let r =
+        unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_BASIC_STATS | libc::STATX_BTIME, &mut stx) };
+    assert_eq!(r, 0, "statx {}: {}", path.display(), std::io::Error::last_os_error());
+    assert!(stx.stx_mask & libc::STATX_BTIME != 0, "{}: no birth time in the answer", path.display());
+    (stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec)
+}
+
+/// A flag set through the ioctl (`chattr +a`) changes the ctime, and `stat` shows the new one
+/// at once: the kernel, which had the attributes cached, is told to drop them.
+#[test]
+fn chattr_changes_the_ctime_stat_shows() {
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let f = mnt.join("f");
+    fs::write(&f, b"x").unwrap();
+    let before = fs::metadata(&f).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let file = fs::File::open(&f).unwrap();
+    const FS_IOC_SETFLAGS: libc::c_ulong = 0x4008_6602;
+    const FS_APPEND_FL: libc::c_long = 0x20;
+    let flags: libc::c_long = FS_APPEND_FL;
+    assert_eq!(
+        unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_SETFLAGS, &flags) },
+        0,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+    let after = fs::metadata(&f).unwrap();
+    let ns = |m: &fs::Metadata| m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128;
+    assert!(ns(&after) > ns(&before), "ctime moved: {} > {}", ns(&after), ns(&before));
+    let none: libc::c_long = 0;
+    assert_eq!(unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_SETFLAGS, &none) }, 0);
+    drop(file);
+    m.umount();
+    fsck_clean(&img);
+}

@@ -53,6 +53,7 @@ opcodes! {
     Readdirplus => "readdirplus",
     Lseek => "lseek",
     CopyFileRange => "copy_file_range",
+    Statx => "statx",
 }
 
 /// The counters of one mount.

@@ -395,6 +395,25 @@ fn times_now(atime: &Option<TimeOrNow>, mtime: &Option<TimeOrNow>, ctime: Option
     (atime.is_some() || mtime.is_some()) && now(atime) && now(mtime)
 }
 
+/// The statx attribute bits sufs's inode flags stand for (`STATX_ATTR_IMMUTABLE`, `_APPEND`,
+/// `_NODUMP`), all of which it supports.
+const STATX_ATTRS: u64 = (libc::STATX_ATTR_IMMUTABLE | libc::STATX_ATTR_APPEND | libc::STATX_ATTR_NODUMP) as u64;
+
+fn statx_attributes(flags: u32) -> u64 {
+    let mut a = 0;
+    for (di, sx) in [
+        (DI_IMMUTABLE, libc::STATX_ATTR_IMMUTABLE),
+        (DI_APPEND, libc::STATX_ATTR_APPEND),
+        (DI_NODUMP, libc::STATX_ATTR_NODUMP),
+    ] {
+        if flags & di != 0 {
+            a |= sx as u64;
+        }
+    }
+    debug_assert_eq!(a & !STATX_ATTRS, 0);
+    a
+}
+
 fn wall(t: SystemTime) -> (i64, u32) {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
@@ -528,8 +547,6 @@ impl SufsFuse {
 
 impl Filesystem for SufsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
         // READDIRPLUS: a listing carries each entry's attributes, which saves `ls -l` a lookup
         // per name; AUTO lets the kernel fall back to plain READDIR when nobody looks them up.
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
@@ -640,6 +657,29 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
             Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, fs.sb.block_size)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// statx(2) asking for the birth time (`stat` does): the attributes with it (`di_btime`,
+    /// set at creation, never changed; FUSE_STATX, which GETATTR's reply has no room for).
+    /// Under the writeback cache, like `getattr`, a writer's handle learns of refused pages.
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        _flags: u32,
+        _mask: u32,
+        reply: fuser::ReplyStatx,
+    ) {
+        self.msgs.count(Op::Statx);
+        if fh.is_some() && self.writeback && from_fuse(ino).is_ok_and(|i| self.take_refused(i)) {
+            return reply.error(Errno::ENOSPC);
+        }
+        let mut fs = lock(&self.fs);
+        match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
+            Ok((i, d)) => reply.statx(ttl(&d), &attr(i, &d, fs.sb.block_size), statx_attributes(d.flags), STATX_ATTRS),
             Err(e) => reply.error(e),
         }
     }
@@ -1172,10 +1212,20 @@ impl Filesystem for SufsFuse {
     ) {
         self.msgs.count(Op::Ioctl);
         if cmd != FS_IOC_SHUTDOWN {
-            return match self.flags_ioctl(req, ino, cmd, in_data, out_size) {
+            match self.flags_ioctl(req, ino, cmd, in_data, out_size) {
                 Ok(out) => reply.ioctl(0, &out),
-                Err(e) => reply.error(e),
+                Err(e) => return reply.error(e),
             };
+            // A flag set changes the ctime and statx's attribute bits, which the kernel would
+            // otherwise keep as it had them: it drops the inode's attributes (after the reply).
+            if matches!(cmd, flags::FS_IOC_SETFLAGS | flags::FS_IOC32_SETFLAGS | flags::FS_IOC_FSSETXATTR) {
+                if let Some(n) = self.notifier.get() {
+                    if let Err(e) = n.inval_inode(ino, -1, 0) {
+                        log::warn!("telling the kernel of inode {}'s flags: {e}", ino.0);
+                    }
+                }
+            }
+            return;
         }
         if req.uid() != 0 {
             return reply.error(Errno::EPERM);

@@ -68,6 +68,7 @@ pub use crate::reply::ReplyEntry;
 pub use crate::reply::ReplyIoctl;
 pub use crate::reply::ReplyLock;
 pub use crate::reply::ReplyLseek;
+pub use crate::reply::ReplyStatx;
 pub use crate::reply::ReplyOpen;
 pub use crate::reply::ReplyPoll;
 pub use crate::reply::ReplyStatfs;
@@ -965,6 +966,21 @@ pub trait Filesystem: Send + Sync + 'static {
             "[Not Implemented] fallocate(ino: {ino:#x?}, fh: {fh}, \
             offset: {offset}, length: {length}, mode: {mode})"
         );
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Get file attributes with the birth time (FUSE_STATX, statx(2) asking for more than
+    /// stat's fields); `flags` and `mask` are statx(2)'s. ENOSYS makes the kernel use GETATTR.
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        warn!("[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:#x?}, flags: {flags:#x}, mask: {mask:#x})");
         reply.error(Errno::ENOSYS);
     }
 

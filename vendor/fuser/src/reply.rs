@@ -828,6 +828,35 @@ impl ReplyXattr {
 }
 
 ///
+/// Statx Reply
+///
+#[derive(Debug)]
+pub struct ReplyStatx {
+    reply: ReplyRaw,
+}
+
+impl Reply for ReplyStatx {
+    fn new(unique: ll::RequestId, sender: ReplySender) -> ReplyStatx {
+        ReplyStatx {
+            reply: Reply::new(unique, sender),
+        }
+    }
+}
+
+impl ReplyStatx {
+    /// Reply with the attributes, the birth time (`crtime`) among them, and statx's attribute
+    /// bits (`STATX_ATTR_IMMUTABLE`, ...) with the mask of those the file system supports.
+    pub fn statx(self, ttl: &Duration, attr: &FileAttr, attributes: u64, attributes_mask: u64) {
+        self.reply.send_ll(&ll::ResponseStruct::new_statx(ttl, attr, attributes, attributes_mask));
+    }
+
+    /// Reply to a request with the given error code
+    pub fn error(self, err: Errno) {
+        self.reply.error(err);
+    }
+}
+
+///
 /// Lseek Reply
 ///
 #[derive(Debug)]

@@ -244,6 +244,48 @@ impl ResponseStruct<abi::fuse_getxattr_out> {
     }
 }
 
+impl ResponseStruct<abi::fuse_statx_out> {
+    /// A statx reply with the basic fields and the birth time (`FileAttr::crtime`), and
+    /// statx's attribute bits (`STATX_ATTR_*`) with the mask of those the file system knows.
+    pub(crate) fn new_statx(ttl: &Duration, attr: &crate::FileAttr, attributes: u64, attributes_mask: u64) -> Self {
+        let t = |t: &std::time::SystemTime| {
+            let (tv_sec, tv_nsec) = time_from_system_time(t);
+            abi::fuse_sx_time { tv_sec, tv_nsec, reserved: 0 }
+        };
+        // STATX_BASIC_STATS (0x7ff) and STATX_BTIME (0x800).
+        const MASK: u32 = 0x7ff | 0x800;
+        ResponseStruct(abi::fuse_statx_out {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            flags: 0,
+            spare: [0; 2],
+            stat: abi::fuse_statx {
+                mask: MASK,
+                blksize: attr.blksize,
+                attributes,
+                nlink: attr.nlink,
+                uid: attr.uid,
+                gid: attr.gid,
+                mode: mode_from_kind_and_perm(attr.kind, attr.perm) as u16,
+                spare0: 0,
+                ino: attr.ino.0,
+                size: attr.size,
+                blocks: attr.blocks,
+                attributes_mask,
+                atime: t(&attr.atime),
+                btime: t(&attr.crtime),
+                ctime: t(&attr.ctime),
+                mtime: t(&attr.mtime),
+                rdev_major: libc::major(attr.rdev as libc::dev_t) as u32,
+                rdev_minor: libc::minor(attr.rdev as libc::dev_t) as u32,
+                dev_major: 0,
+                dev_minor: 0,
+                spare2: [0; 14],
+            },
+        })
+    }
+}
+
 impl ResponseStruct<abi::fuse_lseek_out> {
     pub(crate) fn new_lseek(offset: i64) -> Self {
         ResponseStruct(abi::fuse_lseek_out { offset })

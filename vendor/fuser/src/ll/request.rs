@@ -341,6 +341,31 @@ mod op {
         }
     }
 
+    /// Get file attributes with those beyond stat's (the birth time): FUSE_STATX.
+    #[derive(Debug)]
+    pub(crate) struct Statx<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a crate::ll::fuse_abi::fuse_statx_in,
+    }
+
+    impl Statx<'_> {
+        pub(crate) fn file_handle(&self) -> Option<FileHandle> {
+            if GetattrFlags::from_bits_retain(self.arg.getattr_flags).contains(GetattrFlags::FUSE_GETATTR_FH) {
+                Some(FileHandle(self.arg.fh))
+            } else {
+                None
+            }
+        }
+        /// statx(2)'s flags (`AT_STATX_*`) and mask (`STATX_*`).
+        pub(crate) fn flags(&self) -> u32 {
+            self.arg.sx_flags
+        }
+        pub(crate) fn mask(&self) -> u32 {
+            self.arg.sx_mask
+        }
+    }
+
     /// Set file attributes.
     #[derive(Debug)]
     pub(crate) struct SetAttr<'a> {
@@ -1844,6 +1869,10 @@ mod op {
                 newname: data.fetch_str()?.as_ref(),
                 old_parent: INodeNo(header.nodeid),
             }),
+            fuse_opcode::FUSE_STATX => Operation::Statx(Statx {
+                header,
+                arg: data.fetch()?,
+            }),
             fuse_opcode::FUSE_LSEEK => Operation::Lseek(Lseek {
                 header,
                 arg: data.fetch()?,
@@ -1925,6 +1954,7 @@ pub(crate) enum Operation<'a> {
     ReadDirPlus(ReadDirPlus<'a>),
     Rename2(Rename2<'a>),
     Lseek(Lseek<'a>),
+    Statx(Statx<'a>),
     CopyFileRange(CopyFileRange<'a>),
 
     #[cfg(target_os = "macos")]
@@ -1944,6 +1974,7 @@ impl fmt::Display for Operation<'_> {
             Operation::Lookup(x) => write!(f, "LOOKUP name {:?}", x.name()),
             Operation::Forget(x) => write!(f, "FORGET nlookup {}", x.nlookup()),
             Operation::GetAttr(_) => write!(f, "GETATTR"),
+            Operation::Statx(x) => write!(f, "STATX mask {:#x}", x.mask()),
             Operation::SetAttr(x) => x.fmt(f),
             Operation::ReadLink(_) => write!(f, "READLINK"),
             Operation::SymLink(x) => {
