@@ -122,6 +122,11 @@ fn peers_bench_prints_table_plots_and_json() {
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 12);
     assert!(runs.iter().all(|r| r["writes"]["blocks"].as_u64().unwrap() > 0), "{v}");
+    // Every request the mount served is counted: a create, a stat and a removal of 30 files
+    // take at least 30 each.
+    let files = runs.iter().find(|r| r["workload"] == "files" && r["peer"] == "sufs-softdep").unwrap();
+    assert!(files["writes"]["messages"].as_u64().unwrap() >= 90, "{files}");
+    assert!(text.contains("| files | FUSE messages |"), "{text}");
     assert_eq!(v["skipped"][0][0], "nofs");
 }
 

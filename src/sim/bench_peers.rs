@@ -215,6 +215,9 @@ pub struct Writes {
     pub requests: Option<u64>,
     /// Where the figure comes from.
     pub source: String,
+    /// A sufs peer's FUSE messages in the workload (every request the mount served, a
+    /// FORGET or BATCH_FORGET counted once; `--stats`' `fuse_messages`).
+    pub messages: Option<u64>,
 }
 
 /// One workload on one file system.
@@ -324,8 +327,10 @@ struct Mounted {
     fuse: Option<FuseMount>,
     kernel: bool,
     lp: Option<(Loop, (u64, u64))>,
-    /// sufs's writes of earlier mounts of this image (blocks, requests, sync blocks).
+    /// sufs's writes of earlier mounts of this image (blocks, requests, sync blocks), and the
+    /// FUSE messages they served.
     earlier: (u64, u64, u64),
+    earlier_messages: u64,
     /// The options of `sufs mount` (empty for the other peers).
     options: Vec<String>,
     /// This program, for `sufs fsck`.
@@ -347,6 +352,7 @@ fn fresh(peer: &str, o: &PeersOptions) -> Result<Mounted, BenchError> {
         kernel: false,
         lp: None,
         earlier: (0, 0, 0),
+        earlier_messages: 0,
         options: Vec::new(),
         exe: o.exe.clone(),
     };
@@ -434,6 +440,7 @@ impl Mounted {
         if self.lp.is_none() {
             let (blocks, requests, sync) = self.sufs_writes()?;
             self.earlier = (self.earlier.0 + blocks, self.earlier.1 + requests, self.earlier.2 + sync);
+            self.earlier_messages += self.sufs_messages()?;
         }
         let dropped = drop_page_cache();
         self.mount(o)?;
@@ -449,6 +456,16 @@ impl Mounted {
         Ok((count("sync_writes") + count("async_writes"), count("write_requests"), count("sync_writes")))
     }
 
+    /// The FUSE messages sufs's last mount served, from the statistics of its unmount: every
+    /// opcode's count, the forgets as messages (not nodes or lookups).
+    fn sufs_messages(&self) -> Result<u64, BenchError> {
+        let st: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&self.stats).map_err(|e| run_err("mount statistics", e))?)
+                .map_err(|e| run_err("mount statistics", e))?;
+        let counts = st["fuse_messages"].as_object().ok_or_else(|| run_err("mount statistics", "no fuse_messages"))?;
+        Ok(counts.iter().filter(|(k, _)| !k.starts_with("forget_")).filter_map(|(_, v)| v.as_u64()).sum())
+    }
+
     /// Unmounts (timed, as the "unmount" phase) and counts the device writes.
     fn finish(mut self, phases: &mut Vec<Phase>) -> Result<Writes, BenchError> {
         let t = Instant::now();
@@ -460,9 +477,11 @@ impl Mounted {
                 blocks: (s1 - s0) / 8,
                 requests: Some(r1 - r0),
                 source: format!("{} /sys/block stat", lp.0),
+                messages: None,
             });
         }
         let (blocks, requests, sync) = self.sufs_writes()?;
+        let messages = self.earlier_messages + self.sufs_messages()?;
         // What the workload left must be a clean file system, or its figures count for nothing.
         let out = Command::new(&self.exe).arg("fsck").arg(&self.img).output().map_err(|e| run_err("sufs fsck", e))?;
         if !out.status.success() {
@@ -477,6 +496,7 @@ impl Mounted {
             blocks: b0 + blocks,
             requests: Some(r0 + requests),
             source: format!("sufs --stats ({} sync)", s0 + sync),
+            messages: Some(messages),
         })
     }
 }
@@ -986,6 +1006,16 @@ impl PeersReport {
                 })
                 .collect();
             let _ = writeln!(s, "| {w} | device writes (4 KiB) | | {} |", writes.join(" | "));
+            let msgs: Vec<String> = peers
+                .iter()
+                .map(|p| match self.run(w, p).and_then(|r| r.writes.as_ref()?.messages) {
+                    Some(m) => thousands(m),
+                    None => "-".into(),
+                })
+                .collect();
+            if msgs.iter().any(|m| m != "-") {
+                let _ = writeln!(s, "| {w} | FUSE messages | | {} |", msgs.join(" | "));
+            }
         }
         s
     }
