@@ -132,6 +132,6 @@ mod tests {
         assert_eq!(s["forget"], 2, "a batch of three and a single forget");
         assert_eq!(s["forget_nodes"], 4);
         assert_eq!(s["forget_nlookup"], 7);
-        assert_eq!(NAMES.len(), Op::CopyFileRange as usize + 1, "one name per op");
+        assert_eq!(NAMES.len(), Op::Statx as usize + 1, "one name per op");
     }
 }
