@@ -1212,12 +1212,15 @@ impl Filesystem for SufsFuse {
     ) {
         self.msgs.count(Op::Ioctl);
         if cmd != FS_IOC_SHUTDOWN {
-            match self.flags_ioctl(req, ino, cmd, in_data, out_size) {
-                Ok(out) => reply.ioctl(0, &out),
+            let out = match self.flags_ioctl(req, ino, cmd, in_data, out_size) {
+                Ok(out) => out,
                 Err(e) => return reply.error(e),
             };
             // A flag set changes the ctime and statx's attribute bits, which the kernel would
-            // otherwise keep as it had them: it drops the inode's attributes (after the reply).
+            // otherwise keep as it had them: it drops the inode's attributes before the reply
+            // (after it, a stat by the caller could still find the old ones). Attributes only:
+            // that takes no lock the kernel may hold for the ioctl (the inode's, in
+            // vfs_fileattr_set), where dropping pages would.
             if matches!(cmd, flags::FS_IOC_SETFLAGS | flags::FS_IOC32_SETFLAGS | flags::FS_IOC_FSSETXATTR) {
                 if let Some(n) = self.notifier.get() {
                     if let Err(e) = n.inval_inode(ino, -1, 0) {
@@ -1225,7 +1228,7 @@ impl Filesystem for SufsFuse {
                     }
                 }
             }
-            return;
+            return reply.ioctl(0, &out);
         }
         if req.uid() != 0 {
             return reply.error(Errno::EPERM);
