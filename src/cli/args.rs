@@ -145,6 +145,13 @@ pub(crate) enum Cmd {
     },
     /// Print the superblock and the per-group counts.
     Dumpfs { image: PathBuf },
+    /// Print an inode, a directory, a file's block map, a raw block or the superblock of an
+    /// unmounted image (FreeBSD's fsdb and ffsinfo); read-only, and works on a damaged image.
+    Inspect {
+        image: PathBuf,
+        #[command(subcommand)]
+        what: super::InspectCmd,
+    },
     /// Write every delayed write of a mount (or of every sufs mount) and return once it is on
     /// disk. sync(1) does not reach a FUSE file system; this does.
     Sync {

@@ -14,12 +14,14 @@ mod args;
 mod bench;
 mod control;
 mod image;
+mod inspect;
 mod mount;
 
 pub(crate) use args::*;
 pub(crate) use bench::*;
 pub(crate) use control::*;
 pub(crate) use image::*;
+pub(crate) use inspect::*;
 pub(crate) use mount::*;
 
 /// An error for the user: a message and an exit code.
@@ -135,6 +137,7 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             cmd_fsck(&image, &fsck::Options { mode, force, superblock })
         }
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
+        Cmd::Inspect { image, what } => cmd_inspect(&image, what),
         Cmd::Sync { on } => cmd_sync(on.as_deref()).map(|_| 0),
         Cmd::Shutdown { on, mode } => cmd_shutdown(&on, mode).map(|_| 0),
         Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),
