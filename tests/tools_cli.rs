@@ -7,7 +7,8 @@ mod common;
 
 use common::mutate::{read_layout, workload_image};
 use common::{ok, sufs};
-use sufs::dev::{write_sparse_image, BlockDevice, MemDevice, WriteKind, WriteReq};
+use sufs::dev::{write_sparse_image, BlockDevice, FileDevice, MemDevice, WriteKind, WriteReq};
+use sufs::format::{Superblock, SB_CLEAN, SB_NEEDS_FSCK};
 
 /// Writes a memory device to a new image file in `dir`.
 fn to_file(dev: &MemDevice, dir: &Path, name: &str) -> PathBuf {
@@ -138,4 +139,82 @@ fn inspect_refuses_bad_numbers_and_survives_damage() {
     let (code, _, err) = run(&["inspect", img.to_str().unwrap(), "sb"]);
     assert_eq!(code, 8, "{err}");
     assert!(err.contains("fsck -b"), "{err}");
+}
+
+/// Changes the primary superblock of an image file.
+fn edit_sb(img: &Path, f: impl FnOnce(&mut Superblock)) {
+    let dev = FileDevice::open(img, 4096, true).unwrap();
+    let mut buf = vec![0u8; 4096];
+    dev.read_block(0, &mut buf).unwrap();
+    let mut sb = Superblock::decode(&buf).unwrap();
+    f(&mut sb);
+    sb.encode(&mut buf);
+    dev.write_batch(&[WriteReq { bno: 0, data: &buf }], WriteKind::Sync).unwrap();
+}
+
+#[test]
+fn tunefs_changes_minfree_label_and_ordering() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("t.img");
+    let i = img.to_str().unwrap();
+    ok(&["mkfs", i, "--size", "64M"]);
+    let p = ok(&["tunefs", i, "-p"]);
+    assert!(p.contains("minfree   8% (the default)") && p.contains("label     (none)"), "{p}");
+    assert!(p.contains("ordering  softdep (the default)"), "{p}");
+    ok(&["tunefs", i, "--minfree", "20", "--label", "data-1", "--ordering", "sync"]);
+    let d = ok(&["dumpfs", i]);
+    assert!(d.contains("minfree   20%") && d.contains("label     data-1"), "{d}");
+    assert!(d.contains("ordering  sync for a mount given none"), "{d}");
+    assert_eq!(sufs(&["fsck", i]).status.code(), Some(0));
+    // Each setting alone leaves the others.
+    ok(&["tunefs", i, "--label", ""]);
+    let p = ok(&["tunefs", i, "-p"]);
+    assert!(p.contains("minfree   20%") && p.contains("label     (none)") && p.contains("ordering  sync"), "{p}");
+    // Refused: nothing asked, a label too long, a minfree out of range, an unclean image.
+    assert_eq!(run(&["tunefs", i]).0, 1);
+    let (code, _, err) = run(&["tunefs", i, "--label", &"x".repeat(33)]);
+    assert_eq!((code, err.contains("at most 32 bytes")), (1, true), "{err}");
+    assert_eq!(run(&["tunefs", i, "--minfree", "100"]).0, 2, "clap's usage error");
+    edit_sb(&img, |sb| sb.flags &= !SB_CLEAN);
+    let (code, _, err) = run(&["tunefs", i, "--minfree", "5"]);
+    assert_eq!((code, err.contains("sufs fsck -y")), (1, true), "{err}");
+    edit_sb(&img, |sb| sb.flags |= SB_CLEAN | SB_NEEDS_FSCK);
+    let (code, _, err) = run(&["tunefs", i, "--minfree", "5"]);
+    assert_eq!((code, err.contains("needing fsck")), (1, true), "{err}");
+    assert!(ok(&["tunefs", i, "-p"]).contains("minfree   20%"), "-p alone reads an unclean image");
+}
+
+/// The mount takes its ordering from the image when given none, and `df` shows minfree.
+#[test]
+fn tunefs_settings_reach_the_mount() {
+    if !common::fuse::fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, mnt) = (tmp.path().join("t.img"), tmp.path().join("mnt"));
+    let i = img.to_str().unwrap();
+    ok(&["mkfs", i, "--size", "64M"]);
+    let avail = |mnt: &Path| {
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        let p = std::ffi::CString::new(mnt.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::statvfs(p.as_ptr(), &mut s) }, 0);
+        (s.f_bfree as u64, s.f_bavail as u64)
+    };
+    let m = common::fuse::mount_fg(&img, &mnt, &[]);
+    let (free8, avail8) = avail(&mnt);
+    let (code, _, err) = run(&["tunefs", i, "--minfree", "30"]);
+    assert_eq!((code, err.contains("is mounted")), (1, true), "{err}");
+    m.umount();
+    assert!(ok(&["dumpfs", i]).contains("last mounted with soft updates"));
+    ok(&["tunefs", i, "--minfree", "30", "--ordering", "sync"]);
+    let m = common::fuse::mount_fg(&img, &mnt, &[]);
+    let (free30, avail30) = avail(&mnt);
+    m.umount();
+    assert_eq!(free8, free30);
+    let data = Superblock::geometry(4096, 16384, None).unwrap().data_blocks();
+    assert_eq!(free8 - avail8, data * 8 / 100);
+    assert_eq!(free30 - avail30, data * 30 / 100);
+    let d = ok(&["dumpfs", i]);
+    assert!(d.contains("last mounted sync") && d.contains("clean"), "{d}");
+    common::fuse::fsck_clean(&img);
 }

@@ -50,8 +50,10 @@ pub(crate) enum Cmd {
         image: PathBuf,
         #[arg(default_value = "mnt")]
         dir: PathBuf,
-        #[arg(long, value_enum, default_value_t = Ordering::Softdep)]
-        ordering: Ordering,
+        /// The write ordering (default: the image's, set by `sufs tunefs --ordering`; softdep
+        /// if it has none).
+        #[arg(long, value_enum)]
+        ordering: Option<Ordering>,
         /// Stay in the foreground (otherwise sufs returns once the file system is mounted).
         #[arg(short, long)]
         foreground: bool,
@@ -145,6 +147,23 @@ pub(crate) enum Cmd {
     },
     /// Print the superblock and the per-group counts.
     Dumpfs { image: PathBuf },
+    /// Change the superblock's settings of an unmounted, clean image (FreeBSD's tunefs): the
+    /// minfree reserve, the volume label, the ordering a mount uses when given none.
+    Tunefs {
+        image: PathBuf,
+        /// The share of the data blocks only root may allocate, in percent.
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=sufs::format::MAX_MINFREE as i64))]
+        minfree: Option<u8>,
+        /// The volume label (at most 32 bytes; empty clears it).
+        #[arg(long)]
+        label: Option<String>,
+        /// The ordering a mount uses when `--ordering` is not given.
+        #[arg(long, value_enum)]
+        ordering: Option<Ordering>,
+        /// Print the current settings (after the changes, if any).
+        #[arg(short = 'p')]
+        print: bool,
+    },
     /// Print an inode, a directory, a file's block map, a raw block or the superblock of an
     /// unmounted image (FreeBSD's fsdb and ffsinfo); read-only, and works on a damaged image.
     Inspect {

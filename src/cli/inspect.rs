@@ -476,6 +476,8 @@ fn print_sb(sb: &Superblock) -> usize {
     println!("write_time        {}", sb.write_time);
     println!("mount_count       {}", sb.mount_count);
     println!("minfree           {}%{}", sb.minfree_percent(), if sb.minfree.is_none() { " (default)" } else { "" });
+    println!("default_ordering  {}", sb.default_ordering);
+    println!("label             {:?}", String::from_utf8_lossy(&sb.label));
     let snaps: Vec<String> = sb.snapshots.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();
     println!("snapshots         {}", if snaps.is_empty() { "none".into() } else { snaps.join(" ") });
     0
