@@ -218,3 +218,83 @@ fn tunefs_settings_reach_the_mount() {
     assert!(d.contains("last mounted sync") && d.contains("clean"), "{d}");
     common::fuse::fsck_clean(&img);
 }
+
+/// growfs on an image file: fsck clean after, and the new space is used by a mount.
+#[test]
+fn growfs_grows_an_image_a_mount_then_fills() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("g.img");
+    let i = img.to_str().unwrap();
+    ok(&["mkfs", i, "--size", "64M"]);
+    let out = ok(&["growfs", i, "--size", "200M"]);
+    assert!(out.contains("grew from 16384 blocks (64 MiB, 1 groups) to 51200 blocks (200 MiB, 2 groups)"), "{out}");
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 200 << 20);
+    assert_eq!(sufs(&["fsck", i]).status.code(), Some(0));
+    let d = ok(&["dumpfs", i]);
+    assert!(d.contains("blocks    51200") && d.contains("groups    2 of"), "{d}");
+    // Grown again, from a partial last group.
+    ok(&["growfs", i, "--size", "300M"]);
+    assert_eq!(sufs(&["fsck", i]).status.code(), Some(0));
+    if !common::fuse::fuse_available() {
+        return;
+    }
+    let mnt = tmp.path().join("mnt");
+    let m = common::fuse::mount_fg(&img, &mnt, &[]);
+    let data = common::pattern(5, 1 << 20);
+    let mut f = std::fs::File::create(mnt.join("big")).unwrap();
+    for _ in 0..160 {
+        std::io::Write::write_all(&mut f, &data).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(std::fs::metadata(mnt.join("big")).unwrap().len(), 160 << 20, "more than the old 64 MiB");
+    m.umount();
+    common::fuse::fsck_clean(&img);
+    // Refused while mounted.
+    let m = common::fuse::mount_fg(&img, &mnt, &[]);
+    let (code, _, err) = run(&["growfs", i, "--size", "400M"]);
+    m.umount();
+    assert_eq!((code, err.contains("is mounted")), (1, true), "{err}");
+}
+
+#[test]
+fn growfs_refusals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("g.img");
+    let i = img.to_str().unwrap();
+    ok(&["mkfs", i, "--size", "64M"]);
+    for (size, why) in [("32M", "not larger"), ("64M", "not larger")] {
+        let (code, _, err) = run(&["growfs", i, "--size", size]);
+        assert_eq!((code, err.contains(why)), (1, true), "{size}: {err}");
+    }
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 64 << 20, "the file is left as it was");
+    edit_sb(&img, |sb| sb.flags &= !SB_CLEAN);
+    let (code, _, err) = run(&["growfs", i, "--size", "128M"]);
+    assert_eq!((code, err.contains("sufs fsck -y")), (1, true), "{err}");
+    edit_sb(&img, |sb| sb.flags |= SB_CLEAN);
+    // An FFS snapshot is the file system's size: refused until it is deleted.
+    ok(&["snapshot", "--on", i, "create", "s1"]);
+    let (code, _, err) = run(&["growfs", i, "--size", "128M"]);
+    assert_eq!((code, err.contains("snapshots")), (1, true), "{err}");
+    ok(&["snapshot", "--on", i, "delete", "s1"]);
+    // A volume snapshot in a br store.
+    ok(&["volume", "snapshot", "create", i, "--store", "br"]);
+    let (code, _, err) = run(&["growfs", i, "--size", "128M"]);
+    assert_eq!((code, err.contains("volume snapshot")), (1, true), "{err}");
+    ok(&["volume", "snapshot", "delete", i]);
+    ok(&["growfs", i, "--size", "128M"]);
+    // A snapshot reserve past the file system.
+    let r = tmp.path().join("r.img");
+    ok(&["mkfs", r.to_str().unwrap(), "--size", "64M", "--snapshot-reserve", "8M"]);
+    let (code, _, err) = run(&["growfs", r.to_str().unwrap(), "--size", "128M"]);
+    assert_eq!((code, err.contains("snapshot-reserve")), (1, true), "{err}");
+    let (code, _, err) = run(&["growfs", "/dev/null", "--size", "128M"]);
+    assert_eq!((code, err.contains("not an image file")), (1, true), "{err}");
+    // A block device node (the loop device's numbers; never opened). Only root may make one.
+    let node = tmp.path().join("blk");
+    let c = std::ffi::CString::new(node.to_str().unwrap()).unwrap();
+    if unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(7, 0)) } == 0 {
+        let (code, _, err) = run(&["growfs", node.to_str().unwrap(), "--size", "128M"]);
+        assert_eq!((code, err.contains("block device")), (1, true), "{err}");
+    }
+}

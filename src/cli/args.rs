@@ -164,6 +164,14 @@ pub(crate) enum Cmd {
         #[arg(short = 'p')]
         print: bool,
     },
+    /// Grow an unmounted, clean image file and its file system (FreeBSD's growfs): the last
+    /// group is extended and new groups added; a crash leaves the old or the new file system.
+    Growfs {
+        image: PathBuf,
+        /// The new size of the image, e.g. 2G (larger than the file system).
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+    },
     /// Print an inode, a directory, a file's block map, a raw block or the superblock of an
     /// unmounted image (FreeBSD's fsdb and ffsinfo); read-only, and works on a damaged image.
     Inspect {

@@ -142,6 +142,7 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
         Cmd::Tunefs { image, minfree, label, ordering, print } => {
             cmd_tunefs(&image, &Tune { minfree, label, ordering, print })
         }
+        Cmd::Growfs { image, size } => cmd_growfs(&image, size),
         Cmd::Inspect { image, what } => cmd_inspect(&image, what),
         Cmd::Sync { on } => cmd_sync(on.as_deref()).map(|_| 0),
         Cmd::Shutdown { on, mode } => cmd_shutdown(&on, mode).map(|_| 0),

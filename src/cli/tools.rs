@@ -112,3 +112,81 @@ fn print_tune(sb: &Superblock) {
     let unset = if sb.default_ordering == format::ORDER_DEFAULT { " (the default)" } else { "" };
     println!("ordering  {}{unset}", ordering_name(default_ordering(sb)));
 }
+
+/// `sufs growfs`: extends the image file to `size` (sparse) and grows the file system into it.
+pub(crate) fn cmd_growfs(image: &Path, size: u64) -> Result<u8, Fail> {
+    use sufs::fs::growfs::{self, GrowError};
+    let meta = std::fs::metadata(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
+        return Err(Fail(
+            format!("{} is a block device, which sufs cannot grow: growfs grows image files", image.display()),
+            1,
+        ));
+    }
+    if !meta.is_file() {
+        return Err(Fail(format!("{} is not an image file", image.display()), 1));
+    }
+    let _lock = inspect::refuse_mounted(image, true)?;
+    let (dev, sb) = open_image(image, false)?;
+    refuse_unclean(image, &sb)?;
+    refuse_reserve(image, dev, &sb)?;
+    let bs = sb.block_size as u64;
+    let g = growfs::plan(&sb, size / bs).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let file = std::fs::OpenOptions::new().write(true).open(image)?;
+    let old_len = meta.len();
+    file.set_len(g.new.num_blocks * bs).map_err(|e| Fail(format!("extending {}: {e}", image.display()), 8))?;
+    let dev = FileDevice::open(image, bs as usize, true)?;
+    match growfs::grow(&dev, true) {
+        Ok(g) => {
+            print_growth(image, &g);
+            Ok(0)
+        }
+        Err(GrowError::Refused(m)) => {
+            // Nothing was written: the file goes back to its size.
+            file.set_len(old_len).map_err(|e| Fail(format!("{}: {m}; shrinking back: {e}", image.display()), 8))?;
+            Err(Fail(format!("{}: {m}", image.display()), 1))
+        }
+        Err(e) => Err(Fail(format!("{}: growfs failed: {e} (run `sufs fsck -y`)", image.display()), 8)),
+    }
+}
+
+/// Refuses an image with blocks past its file system (`mkfs --snapshot-reserve`) or with a
+/// volume snapshot: growing would overwrite the reserve, or change the volume under its snapshot.
+fn refuse_reserve(image: &Path, dev: FileDevice, sb: &Superblock) -> Result<(), Fail> {
+    if dev.num_blocks() > sb.num_blocks {
+        return Err(Fail(
+            format!(
+                "{} holds {} blocks past its file system (a --snapshot-reserve for a volume snapshot): growfs would overwrite them",
+                image.display(),
+                dev.num_blocks() - sb.num_blocks
+            ),
+            1,
+        ));
+    }
+    let dev: std::sync::Arc<dyn BlockDevice> = std::sync::Arc::new(dev);
+    let found = sufs::volume::VolumeDevice::open(dev, sufs::volume::PoolOptions::default())
+        .map_err(|e| Fail(format!("{}: looking for a volume snapshot: {e}", image.display()), 8))?;
+    if found.is_some() {
+        return Err(Fail(
+            format!("{} has a volume snapshot: delete it first (sufs volume snapshot delete)", image.display()),
+            1,
+        ));
+    }
+    Ok(())
+}
+
+fn print_growth(image: &Path, g: &sufs::fs::growfs::Growth) {
+    let mib = |sb: &Superblock| (sb.num_blocks * sb.block_size as u64) >> 20;
+    println!(
+        "{}: grew from {} blocks ({} MiB, {} groups) to {} blocks ({} MiB, {} groups); {} blocks and {} inodes free",
+        image.display(),
+        g.old.num_blocks,
+        mib(&g.old),
+        g.old.ngroups,
+        g.new.num_blocks,
+        mib(&g.new),
+        g.new.ngroups,
+        g.new.free_blocks,
+        g.new.free_inodes
+    );
+}
