@@ -115,6 +115,14 @@ fn inspect_refuses_bad_numbers_and_survives_damage() {
     let junk = vec![0xabu8; 4096];
     dev.write_batch(&[WriteReq { bno: root_block, data: &junk }, WriteReq { bno: ib, data: &buf }], WriteKind::Sync)
         .unwrap();
+    // The double indirect block of `dind` names itself.
+    let dind = layout.nodes.values().find(|n| n.paths.iter().any(|p| p == "/d1/sub/dind")).expect("dind").ino;
+    let (db, doff) = sb.inode_location(dind);
+    dev.read_block(db, &mut buf).unwrap();
+    let dbl = sufs::format::Dinode::decode(&buf[doff..doff + 256]).ib[1];
+    dev.read_block(dbl, &mut buf).unwrap();
+    buf[0..8].copy_from_slice(&dbl.to_le_bytes());
+    dev.write_batch(&[WriteReq { bno: dbl, data: &buf }], WriteKind::Sync).unwrap();
     let mut hdr = vec![0u8; 4096];
     dev.read_block(1, &mut hdr).unwrap();
     hdr[100] ^= 0xff;
@@ -127,6 +135,9 @@ fn inspect_refuses_bad_numbers_and_survives_damage() {
     let (code, out, _) = run(&["inspect", i, "bmap", &ind.to_string()]);
     assert_eq!(code, 0);
     assert!(out.contains("lbn 0: bad pointer"), "{out}");
+    let (code, out, _) = run(&["inspect", i, "bmap", &dind.to_string()]);
+    assert_eq!(code, 0);
+    assert!(out.contains(&format!("indirect block {dbl} (level 1) is already in the map")), "{out}");
     let (code, out, _) = run(&["inspect", i, "block", "300"]);
     assert_eq!(code, 0);
     assert!(out.contains("bitmap: unreadable"), "{out}");

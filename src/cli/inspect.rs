@@ -194,6 +194,8 @@ enum MapItem {
     Indirect(u32, u64, u64),
     /// A pointer that names no data block: level, logical block, value.
     Bad(u32, u64, u64),
+    /// An indirect block met a second time (not followed again): level, logical block, block.
+    Repeated(u32, u64, u64),
 }
 
 /// Walks the block map of `di` over its first `nblocks` logical blocks.
@@ -263,6 +265,11 @@ fn walk_indirect(
         out.push(MapItem::Bad(lvl, start, p));
         return Ok(());
     }
+    if out.iter().any(|i| matches!(i, MapItem::Indirect(_, b, _) if *b == p)) {
+        // A damaged map may name one indirect block again (even itself): not walked twice.
+        out.push(MapItem::Repeated(lvl, start, p));
+        return Ok(());
+    }
     out.push(MapItem::Indirect(lvl, p, start));
     let mut buf = vec![0u8; img.sb.block_size as usize];
     img.dev.read_block(p, &mut buf).map_err(|e| Fail(format!("reading indirect block {p}: {e}"), 8))?;
@@ -308,6 +315,10 @@ fn print_bmap(img: &Image, ino: u32) -> Result<usize, Fail> {
                 problems += 1;
                 println!("  lbn {l}: bad pointer {p} (level {lvl}): not a data block");
             }
+            MapItem::Repeated(lvl, l, p) => {
+                problems += 1;
+                println!("  lbn {l}: bad pointer: indirect block {p} (level {lvl}) is already in the map");
+            }
         }
     }
     Ok(problems)
@@ -349,6 +360,7 @@ fn dir_entries_of(img: &Image, ino: u32) -> Result<(Vec<format::DirEntry>, Vec<S
             }
             MapItem::Hole(l, _) => problems.push(format!("a hole at lbn {l}")),
             MapItem::Bad(_, l, p) => problems.push(format!("lbn {l}: bad pointer {p}")),
+            MapItem::Repeated(_, l, p) => problems.push(format!("lbn {l}: indirect block {p} repeated")),
             MapItem::Indirect(..) => {}
         }
     }
