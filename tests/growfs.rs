@@ -129,3 +129,39 @@ fn refusals() {
     let dev = MemDevice::from_blocks(4096, image(full, full + 5, None));
     assert!(matches!(growfs::grow(&dev, true), Err(GrowError::Refused(m)) if m.contains("too little")));
 }
+
+/// The one mixed state through the commands: `fsck` reports it (exit 4, no violation), `fsck -p`
+/// sets the header back (exit 1), and then the image is the old file system, clean; growfs
+/// runs again once the file is cut back to it.
+#[test]
+fn an_interrupted_growfs_through_the_commands() {
+    let base = image(16384, 20000, None);
+    let rec = RecordingDevice::new(MemDevice::from_blocks(4096, base.clone()));
+    growfs::grow(&rec, true).unwrap();
+    let dev = MemDevice::from_blocks(4096, base);
+    for r in rec.log() {
+        let Record::Write { bno, data } = r else { continue };
+        dev.write_batch(&[WriteReq { bno, data: &data }], WriteKind::Sync).unwrap();
+        if fsck::check(&dev).unwrap().findings.iter().any(|f| matches!(f, Finding::GrowInterrupted { .. })) {
+            break;
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("i.img");
+    let i = img.to_str().unwrap();
+    sufs::dev::write_sparse_image::<sufs::dev::DevError>(&img, 20000, 4096, |b, buf| dev.read_block(b, buf), |_| true)
+        .unwrap();
+    let out = common::sufs(&["fsck", i]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("Allowed: cylinder group 0: the header holds 3616 free blocks past"), "{text}");
+    assert!(text.contains("0 violations"), "{text}");
+    assert_eq!(common::sufs(&["fsck", "-p", i]).status.code(), Some(1));
+    assert_eq!(common::sufs(&["fsck", i]).status.code(), Some(0));
+    assert!(common::ok(&["dumpfs", i]).contains("blocks    16384"));
+    let out = common::sufs(&["growfs", i, "--size", "100M"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("truncate -s 67108864"), "{out:?}");
+    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(16384 * 4096).unwrap();
+    common::ok(&["growfs", i, "--size", "100M"]);
+    assert_eq!(common::sufs(&["fsck", i]).status.code(), Some(0));
+}

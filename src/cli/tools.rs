@@ -156,9 +156,12 @@ fn refuse_reserve(image: &Path, dev: FileDevice, sb: &Superblock) -> Result<(), 
     if dev.num_blocks() > sb.num_blocks {
         return Err(Fail(
             format!(
-                "{} holds {} blocks past its file system (a --snapshot-reserve for a volume snapshot): growfs would overwrite them",
+                "{} holds {} blocks past its file system (a --snapshot-reserve for a volume snapshot): growfs would overwrite them \
+                 (if they are left from an interrupted growfs, cut the file to the file system first: truncate -s {} {})",
                 image.display(),
-                dev.num_blocks() - sb.num_blocks
+                dev.num_blocks() - sb.num_blocks,
+                sb.num_blocks * sb.block_size as u64,
+                image.display()
             ),
             1,
         ));
