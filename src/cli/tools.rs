@@ -65,7 +65,9 @@ pub(crate) fn write_superblock(dev: &dyn BlockDevice, sb: &Superblock) -> Result
     dev.write_batch(&[WriteReq { bno: 0, data: &buf }], WriteKind::Sync).map_err(op)?;
     dev.read_block(0, &mut buf).map_err(op)?;
     let back = Superblock::decode(&buf).map_err(|e| Fail(format!("the superblock written reads back as {e}"), 8))?;
-    assert_eq!(&back, sb, "the superblock reads back as written");
+    if back != *sb {
+        return Err(Fail("the superblock reads back other than written".into(), 8));
+    }
     Ok(())
 }
 
