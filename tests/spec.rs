@@ -53,12 +53,19 @@ struct Sb {
     free_inodes: u64,
     ndirs: u64,
     mount_count: u32,
+    /// 0: not set (soft updates), 1 softdep, 2 sync, 3 async.
+    ordering: u8,
+    /// The label: the bytes of its field before the first NUL.
+    label: Vec<u8>,
     snapshots: Vec<u32>,
 }
 
 fn superblock(b: &[u8]) -> Sb {
     assert_eq!(u32_at(b, 252), crc32c(&[&b[..252]]), "superblock CRC32C over bytes 0-251");
-    assert!(b[94..96].iter().chain(&b[176..252]).all(|&x| x == 0), "reserved superblock bytes are zero");
+    assert!(b[95] == 0 && b[208..252].iter().all(|&x| x == 0), "reserved superblock bytes are zero");
+    assert!(b[94] <= 3, "the default ordering is 0-3");
+    let label: Vec<u8> = b[176..208].iter().copied().take_while(|&c| c != 0).collect();
+    assert!(b[176 + label.len()..208].iter().all(|&x| x == 0), "the label is NUL-padded");
     assert!(b[92] == 1 || b[92..94] == [0, 0], "minfree_set is 0 or 1, and minfree 0 when unset");
     assert!(b[93] <= 99, "minfree is at most 99%");
     Sb {
@@ -74,6 +81,8 @@ fn superblock(b: &[u8]) -> Sb {
         free_inodes: u64_at(b, 48),
         ndirs: u64_at(b, 56),
         mount_count: u32_at(b, 88),
+        ordering: b[94],
+        label,
         snapshots: (0..20).map(|i| u32_at(b, 96 + 4 * i)).collect(),
     }
 }
@@ -204,6 +213,10 @@ fn compare_with_dumpfs(path: &Path, sb: &Sb, img: &[u8]) {
     assert_eq!(flags.contains("async"), sb.flags & 4 != 0, "{flags}");
     assert_eq!(flags.contains("needs fsck"), sb.flags & 8 != 0, "{flags}");
     assert_eq!(num(field(&dump, "mounts")), sb.mount_count as u64);
+    let label = field(&dump, "label");
+    assert_eq!(label, if sb.label.is_empty() { "(none)".into() } else { String::from_utf8_lossy(&sb.label) });
+    let ordering = ["softdep (the default)", "softdep", "sync", "async"][sb.ordering as usize];
+    assert_eq!(field(&dump, "ordering"), format!("{ordering} for a mount given none"));
     let snaps: Vec<u32> = sb.snapshots.iter().copied().filter(|&s| s != 0).collect();
     let listed = field(&dump, "snapshots");
     if snaps.is_empty() {
@@ -236,6 +249,24 @@ fn compare_with_dumpfs(path: &Path, sb: &Sb, img: &[u8]) {
 fn crc32c_is_the_castagnoli_crc() {
     assert_eq!(crc32c(&[b"123456789"]), 0xE306_9283);
     assert_eq!(crc32c(&[b"1234", b"56789"]), 0xE306_9283);
+}
+
+/// `sufs tunefs`'s settings at the offsets SPEC.md gives: minfree, the default ordering and the
+/// label, under the superblock's checksum.
+#[test]
+fn tuned_settings_read_as_spec_md_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.img");
+    let p = path.to_str().unwrap();
+    ok(&["mkfs", p, "--size", "64M"]);
+    let sb = superblock(&std::fs::read(&path).unwrap()[..4096]);
+    assert_eq!((sb.ordering, sb.label.len()), (0, 0), "a fresh image has neither");
+    ok(&["tunefs", p, "--minfree", "12", "--label", "vol", "--ordering", "async"]);
+    let img = std::fs::read(&path).unwrap();
+    let sb = superblock(&img[..4096]);
+    assert_eq!(img[92..95], [1, 12, 3]);
+    assert_eq!((sb.ordering, &sb.label[..]), (3, &b"vol"[..]));
+    compare_with_dumpfs(&path, &sb, &img);
 }
 
 /// A fresh two-group image read by the offsets of SPEC.md: superblock, its copy, the group

@@ -50,8 +50,10 @@ pub(crate) enum Cmd {
         image: PathBuf,
         #[arg(default_value = "mnt")]
         dir: PathBuf,
-        #[arg(long, value_enum, default_value_t = Ordering::Softdep)]
-        ordering: Ordering,
+        /// The write ordering (default: the image's, set by `sufs tunefs --ordering`; softdep
+        /// if it has none).
+        #[arg(long, value_enum)]
+        ordering: Option<Ordering>,
         /// Stay in the foreground (otherwise sufs returns once the file system is mounted).
         #[arg(short, long)]
         foreground: bool,
@@ -145,6 +147,38 @@ pub(crate) enum Cmd {
     },
     /// Print the superblock and the per-group counts.
     Dumpfs { image: PathBuf },
+    /// Change the superblock's settings of an unmounted, clean image (FreeBSD's tunefs): the
+    /// minfree reserve, the volume label, the ordering a mount uses when given none.
+    Tunefs {
+        image: PathBuf,
+        /// The share of the data blocks only root may allocate, in percent.
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=sufs::format::MAX_MINFREE as i64))]
+        minfree: Option<u8>,
+        /// The volume label (at most 32 bytes; empty clears it).
+        #[arg(long)]
+        label: Option<String>,
+        /// The ordering a mount uses when `--ordering` is not given.
+        #[arg(long, value_enum)]
+        ordering: Option<Ordering>,
+        /// Print the current settings (after the changes, if any).
+        #[arg(short = 'p')]
+        print: bool,
+    },
+    /// Grow an unmounted, clean image file and its file system (FreeBSD's growfs): the last
+    /// group is extended and new groups added; a crash leaves the old or the new file system.
+    Growfs {
+        image: PathBuf,
+        /// The new size of the image, e.g. 2G (larger than the file system).
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+    },
+    /// Print an inode, a directory, a file's block map, a raw block or the superblock of an
+    /// unmounted image (FreeBSD's fsdb and ffsinfo); read-only, and works on a damaged image.
+    Inspect {
+        image: PathBuf,
+        #[command(subcommand)]
+        what: super::InspectCmd,
+    },
     /// Write every delayed write of a mount (or of every sufs mount) and return once it is on
     /// disk. sync(1) does not reach a FUSE file system; this does.
     Sync {

@@ -130,7 +130,7 @@ pub(crate) fn cmd_volume(op: SnapCmd) -> Result<(), Fail> {
                 return spawn_daemon(&image, &dir, own_args(), false);
             }
             let m = MountArgs {
-                ordering: Ordering::Softdep,
+                ordering: Some(Ordering::Softdep),
                 foreground,
                 stats: None,
                 cache: 128 << 20,

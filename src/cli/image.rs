@@ -242,6 +242,12 @@ pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
         sb.reserved_blocks(),
         if sb.minfree.is_none() { ", the default" } else { "" }
     );
+    println!("label     {}", if sb.label.is_empty() { "(none)".into() } else { String::from_utf8_lossy(&sb.label) });
+    let unset = if sb.default_ordering == format::ORDER_DEFAULT { " (the default)" } else { "" };
+    println!(
+        "ordering  {}{unset} for a mount given none",
+        format!("{:?}", super::default_ordering(&sb)).to_lowercase()
+    );
     let mut flags = Vec::new();
     if sb.flags & format::SB_CLEAN != 0 {
         flags.push("clean");

@@ -14,13 +14,17 @@ mod args;
 mod bench;
 mod control;
 mod image;
+mod inspect;
 mod mount;
+mod tools;
 
 pub(crate) use args::*;
 pub(crate) use bench::*;
 pub(crate) use control::*;
 pub(crate) use image::*;
+pub(crate) use inspect::*;
 pub(crate) use mount::*;
+pub(crate) use tools::*;
 
 /// An error for the user: a message and an exit code.
 pub(crate) struct Fail(pub(crate) String, pub(crate) u8);
@@ -93,7 +97,7 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
                 sync.interval = Duration::from_secs(i.max(1));
             }
             let m = MountArgs {
-                ordering: opts.ordering.unwrap_or(ordering),
+                ordering: opts.ordering.or(ordering),
                 foreground,
                 stats,
                 cache: opts.cache.unwrap_or(cache),
@@ -135,6 +139,11 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             cmd_fsck(&image, &fsck::Options { mode, force, superblock })
         }
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
+        Cmd::Tunefs { image, minfree, label, ordering, print } => {
+            cmd_tunefs(&image, &Tune { minfree, label, ordering, print })
+        }
+        Cmd::Growfs { image, size } => cmd_growfs(&image, size),
+        Cmd::Inspect { image, what } => cmd_inspect(&image, what),
         Cmd::Sync { on } => cmd_sync(on.as_deref()).map(|_| 0),
         Cmd::Shutdown { on, mode } => cmd_shutdown(&on, mode).map(|_| 0),
         Cmd::Br { on, op } => cmd_br(&on, op).map(|_| 0),

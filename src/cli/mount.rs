@@ -73,7 +73,8 @@ pub(crate) fn helper_main(args: &[String]) -> ExitCode {
 }
 
 pub(crate) struct MountArgs {
-    pub(crate) ordering: Ordering,
+    /// The ordering asked for; None: the image's default (`sufs tunefs --ordering`).
+    pub(crate) ordering: Option<Ordering>,
     pub(crate) foreground: bool,
     pub(crate) stats: Option<PathBuf>,
     pub(crate) cache: u64,
@@ -171,6 +172,7 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let recovery = if ro { Recovery::None } else { mount_gate(image, &sb, args.force)? };
     let writeback = args.opts.writeback_cache.unwrap_or(false);
     let clock: Arc<dyn Clock> = Arc::new(if writeback { RealClock::coarse() } else { RealClock::new() });
+    let ordering = ordering.unwrap_or_else(|| default_ordering(&sb));
     let opts = MountOptions { ordering, cache_blocks: (cache / sb.block_size as u64) as usize, readonly: ro };
     let Stack { dev, vol, can_write } =
         volume_stack(image, Arc::new(dev), opts.cache_blocks as u64, ro, snapshot, writable)?;

@@ -24,8 +24,25 @@ pub struct Superblock {
     /// The reserve only root may allocate from, in percent of the data blocks; None (an image
     /// made before the field) is `DEFAULT_MINFREE`.
     pub minfree: Option<u8>,
+    /// The ordering a mount uses when none is given (`ORDER_*`); `ORDER_DEFAULT` (an image made
+    /// before the field, or never tuned) is soft updates.
+    pub default_ordering: u8,
+    /// The volume label (`sufs tunefs --label`): at most `MAX_LABEL` bytes, no NUL; empty
+    /// when unset (an image made before the field).
+    pub label: Vec<u8>,
     pub snapshots: [u32; MAX_SNAPSHOTS],
 }
+
+/// `default_ordering`: not set, a mount without `--ordering` runs soft updates.
+pub const ORDER_DEFAULT: u8 = 0;
+/// `default_ordering`: soft updates.
+pub const ORDER_SOFTDEP: u8 = 1;
+/// `default_ordering`: synchronous metadata writes.
+pub const ORDER_SYNC: u8 = 2;
+/// `default_ordering`: no ordering.
+pub const ORDER_ASYNC: u8 = 3;
+/// The longest volume label, in bytes.
+pub const MAX_LABEL: usize = 32;
 
 /// FFS's default minfree: 8% of the data blocks are for root.
 pub const DEFAULT_MINFREE: u8 = 8;
@@ -50,6 +67,8 @@ const SB_WTIME: usize = 80;
 const SB_MNTCOUNT: usize = 88;
 const SB_MINFREE_SET: usize = 92; // u8: 1 if SB_MINFREE holds the reserve
 const SB_MINFREE: usize = 93; // u8: percent
+const SB_ORDERING: usize = 94; // u8: ORDER_*
+const SB_LABEL: usize = 176; // MAX_LABEL bytes, NUL-padded
 const SB_SNAPS: usize = 96; // 20 * u32 = 80 bytes
 const SB_CRC: usize = 252;
 pub const SB_SIZE: usize = 256;
@@ -170,6 +189,8 @@ impl Superblock {
                     write_time: 0,
                     mount_count: 0,
                     minfree: None,
+                    default_ordering: ORDER_DEFAULT,
+                    label: Vec::new(),
                     snapshots: [0; MAX_SNAPSHOTS],
                 };
                 sb.check_geometry()?;
@@ -221,6 +242,12 @@ impl Superblock {
         if self.minfree.is_some_and(|m| m > MAX_MINFREE) {
             return bad(format!("minfree {}% (at most {MAX_MINFREE})", self.minfree_percent()));
         }
+        if self.default_ordering > ORDER_ASYNC {
+            return bad(format!("default ordering {} (at most {ORDER_ASYNC})", self.default_ordering));
+        }
+        if self.label.len() > MAX_LABEL || self.label.contains(&0) {
+            return bad("the label is longer than 32 bytes or holds a NUL".into());
+        }
         if self.total_inodes() <= LOST_FOUND_INO as u64 {
             return bad("too few inodes".into());
         }
@@ -248,6 +275,9 @@ impl Superblock {
             buf[SB_MINFREE_SET] = 1;
             buf[SB_MINFREE] = m;
         }
+        buf[SB_ORDERING] = self.default_ordering;
+        assert!(self.label.len() <= MAX_LABEL, "label of {} bytes", self.label.len());
+        buf[SB_LABEL..SB_LABEL + self.label.len()].copy_from_slice(&self.label);
         for (i, s) in self.snapshots.iter().enumerate() {
             put_u32(buf, SB_SNAPS + 4 * i, *s);
         }
@@ -291,11 +321,18 @@ impl Superblock {
             write_time: get_i64(buf, SB_WTIME),
             mount_count: get_u32(buf, SB_MNTCOUNT),
             minfree: (buf[SB_MINFREE_SET] != 0).then_some(buf[SB_MINFREE]),
+            default_ordering: buf[SB_ORDERING],
+            label: label_at(&buf[SB_LABEL..SB_LABEL + MAX_LABEL]),
             snapshots,
         };
         sb.check_geometry()?;
         Ok(sb)
     }
+}
+
+/// The label in its NUL-padded field: the bytes before the first NUL.
+fn label_at(field: &[u8]) -> Vec<u8> {
+    field.iter().take_while(|&&c| c != 0).copied().collect()
 }
 
 #[cfg(test)]
@@ -311,6 +348,8 @@ mod tests {
         sb.created = 1_700_000_000;
         sb.snapshots[3] = 99;
         sb.minfree = Some(5);
+        sb.default_ordering = ORDER_SYNC;
+        sb.label = b"volume-1".to_vec();
         sb
     }
 
@@ -328,6 +367,13 @@ mod tests {
             assert_eq!((back.minfree, back.minfree_percent()), (m, pct));
         }
         assert_eq!(buf[SB_MINFREE_SET..SB_MINFREE + 1], [1, 0]);
+        // An image made before the label and the default ordering reads as neither set.
+        let s = Superblock { label: Vec::new(), default_ordering: ORDER_DEFAULT, ..sb.clone() };
+        s.encode(&mut buf);
+        assert!(buf[SB_ORDERING] == 0 && buf[SB_LABEL..SB_CRC].iter().all(|&b| b == 0));
+        let full = Superblock { label: vec![b'x'; MAX_LABEL], ..sb.clone() };
+        full.encode(&mut buf);
+        assert_eq!(Superblock::decode(&buf).unwrap(), full);
     }
 
     #[test]

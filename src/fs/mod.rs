@@ -177,6 +177,8 @@ use hidden::{HiddenName, HiddenNames};
 // A forced shutdown (FS_IOC_SHUTDOWN) lives in its own file inside `fs`: it stops the
 // writes of the cache and the superblock.
 pub mod shutdown;
+// growfs: growing an unmounted file system into more of its device, as mkfs lays groups out.
+pub mod growfs;
 
 // The operations, one file per concern; each adds methods to `Fs`.
 mod bmap;

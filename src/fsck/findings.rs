@@ -23,6 +23,13 @@ pub enum Finding {
     BadSuperblock {
         what: String,
     },
+    /// The last group's header says `extra` blocks more than the superblock gives it, all free:
+    /// a growfs interrupted before it wrote the superblock (`fs::growfs`). Repair sets the
+    /// header back to the superblock's size.
+    GrowInterrupted {
+        cg: u32,
+        extra: u32,
+    },
     /// A group header that does not decode, or whose size disagrees with the superblock.
     BadCgHeader {
         cg: u32,
@@ -172,7 +179,8 @@ impl Finding {
             | UnreferencedInode { .. }
             | LinkCountTooHigh { .. }
             | BlockCountWrong { .. }
-            | SummaryWrong { .. } => Class::Allowed,
+            | SummaryWrong { .. }
+            | GrowInterrupted { .. } => Class::Allowed,
             // The two windows of a directory rename to another parent, which FFS cannot make
             // atomic: the link counts are raised first, so neither leaves a count too low.
             DirMultiplyLinked { names: 2, .. }
@@ -212,6 +220,10 @@ impl fmt::Display for Finding {
         match self {
             BadSuperblock { what } => write!(f, "superblock: {what}"),
             BadCgHeader { cg, what } => write!(f, "cylinder group {cg}: bad header: {what}"),
+            GrowInterrupted { cg, extra } => write!(
+                f,
+                "cylinder group {cg}: the header holds {extra} free blocks past the superblock's end (an interrupted growfs)"
+            ),
             CgCountWrong { cg, what, stored, actual } => {
                 write!(f, "cylinder group {cg}: {what} count {stored}, should be {actual}")
             }

@@ -26,6 +26,13 @@ impl Scan<'_> {
             let buf = self.read(sb.cg_header_block(cg))?;
             let h = match CgHeader::decode(&buf, cg) {
                 Ok(h) if h.nblocks == sb.cg_blocks(cg) && h.ninodes == sb.inodes_per_group => Some(h),
+                Ok(mut h) if let Some(extra) = crate::fs::growfs::grown_tail(&sb, cg, &h, &buf) => {
+                    self.findings.push(Finding::GrowInterrupted { cg, extra });
+                    // Checked as the superblock sizes the group: the extra blocks are free.
+                    h.nblocks -= extra;
+                    h.free_blocks -= extra;
+                    Some(h)
+                }
                 Ok(h) => {
                     self.findings.push(Finding::BadCgHeader {
                         cg,

@@ -85,7 +85,8 @@ fn header_votes(dev: &dyn BlockDevice, sb: &Superblock) -> Result<(u32, u32)> {
     for cg in 0..sb.ngroups {
         dev.read_block(sb.cg_header_block(cg), &mut buf)?;
         if let Ok(h) = CgHeader::decode(&buf, cg) {
-            if h.nblocks == sb.cg_blocks(cg) && h.ninodes == sb.inodes_per_group {
+            let grown = crate::fs::growfs::grown_tail(sb, cg, &h, &buf).is_some();
+            if grown || (h.nblocks == sb.cg_blocks(cg) && h.ninodes == sb.inodes_per_group) {
                 agree += 1;
             } else {
                 disagree += 1;

@@ -1,0 +1,496 @@
+//! `sufs inspect`: FreeBSD's fsdb/ffsinfo for an unmounted image, read-only. Prints an inode, a
+//! directory, a file's block map, a raw block or the superblock; every value read from the disk
+//! is checked where it is used, so a damaged image gets messages, not a panic.
+
+use std::path::Path;
+use sufs::dev::{BlockDevice, FileDevice};
+use sufs::format::{self, CgHeader, Dinode, Superblock};
+
+use super::*;
+
+/// What `sufs inspect` prints.
+#[derive(clap::Subcommand)]
+pub(crate) enum InspectCmd {
+    /// An inode's fields.
+    Inode { ino: u64 },
+    /// A directory's entries: a path from the root, or an inode number.
+    Dir { target: String },
+    /// A file's block map: logical to physical runs, holes, indirect blocks.
+    Bmap { ino: u64 },
+    /// A raw block as hex, with its group and what the bitmap says of it.
+    Block { bno: u64 },
+    /// The superblock's fields.
+    Sb,
+}
+
+/// An opened image: the device and its superblock.
+struct Image {
+    /// The image, opened read-only with the file system's block size.
+    dev: FileDevice,
+    /// The primary superblock (decoded and checked).
+    sb: Superblock,
+}
+
+/// Refuses an image a mount holds (the mount keeps an exclusive lock on the image file).
+pub(crate) fn refuse_mounted(image: &Path, exclusive: bool) -> Result<std::fs::File, Fail> {
+    let f = std::fs::File::open(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let locked = if exclusive { f.try_lock() } else { f.try_lock_shared() };
+    if locked.is_err() {
+        return Err(Fail(format!("{} is mounted (or in use); unmount it first", image.display()), 1));
+    }
+    Ok(f)
+}
+
+pub(crate) fn cmd_inspect(image: &Path, what: InspectCmd) -> Result<u8, Fail> {
+    let _lock = refuse_mounted(image, false)?;
+    let (dev, sb) = open_image(image, false)
+        .map_err(|Fail(m, _)| Fail(format!("{m} (the superblock is unreadable: try `sufs fsck -b N`)"), 8))?;
+    let img = Image { dev, sb };
+    let problems = match what {
+        InspectCmd::Inode { ino } => print_inode(&img, inode_number(&img.sb, ino)?)?,
+        InspectCmd::Dir { target } => print_dir(&img, &target)?,
+        InspectCmd::Bmap { ino } => print_bmap(&img, inode_number(&img.sb, ino)?)?,
+        InspectCmd::Block { bno } => print_block(&img, bno)?,
+        InspectCmd::Sb => print_sb(&img.sb),
+    };
+    if problems > 0 {
+        println!("{problems} problems found (run `sufs fsck` on the image)");
+    }
+    Ok(0)
+}
+
+/// An inode number given by the user, checked against the geometry.
+fn inode_number(sb: &Superblock, ino: u64) -> Result<u32, Fail> {
+    if ino >= sb.total_inodes() {
+        return Err(Fail(format!("inode {ino} is out of range (the file system has {})", sb.total_inodes()), 1));
+    }
+    Ok(ino as u32)
+}
+
+fn read_inode(img: &Image, ino: u32) -> Result<Dinode, Fail> {
+    let (bno, off) = img.sb.inode_location(ino);
+    let mut buf = vec![0u8; img.sb.block_size as usize];
+    img.dev.read_block(bno, &mut buf).map_err(|e| Fail(format!("reading inode {ino}: {e}"), 8))?;
+    Ok(Dinode::decode(&buf[off..off + format::DINODE_SIZE]))
+}
+
+fn type_name(mode: u16) -> &'static str {
+    match mode & format::S_IFMT {
+        format::S_IFREG => "regular file",
+        format::S_IFDIR => "directory",
+        format::S_IFLNK => "symlink",
+        format::S_IFIFO => "fifo",
+        format::S_IFCHR => "character device",
+        format::S_IFBLK => "block device",
+        format::S_IFSOCK => "socket",
+        0 => "free",
+        _ => "unknown type",
+    }
+}
+
+fn dtype_name(t: u8) -> &'static str {
+    match t {
+        format::DT_REG => "file",
+        format::DT_DIR => "dir",
+        format::DT_LNK => "symlink",
+        format::DT_FIFO => "fifo",
+        format::DT_CHR => "chr",
+        format::DT_BLK => "blk",
+        format::DT_SOCK => "sock",
+        _ => "unknown",
+    }
+}
+
+fn flag_names(flags: u32) -> String {
+    let names = [
+        (format::DI_IMMUTABLE, "immutable"),
+        (format::DI_SNAPSHOT, "snapshot"),
+        (format::DI_UNMOVABLE, "unmovable"),
+        (format::DI_APPEND, "append"),
+        (format::DI_NODUMP, "nodump"),
+        (format::DI_NOATIME, "noatime"),
+    ];
+    let mut v: Vec<&str> = names.iter().filter(|(b, _)| flags & b != 0).map(|(_, n)| *n).collect();
+    if v.is_empty() {
+        v.push("none");
+    }
+    format!("{flags:#x} ({})", v.join(", "))
+}
+
+/// Prints an inode; returns the problems seen.
+fn print_inode(img: &Image, ino: u32) -> Result<usize, Fail> {
+    let di = read_inode(img, ino)?;
+    let mut problems = 0;
+    let cg = img.sb.cg_of_inode(ino);
+    let bit = bitmap_bit(img, cg, CgHeader::inode_map_offset(), (ino % img.sb.inodes_per_group) as usize)?;
+    problems += bit.is_err() as usize;
+    println!("inode      {ino} (group {cg}; bitmap: {})", bit_text(&bit));
+    println!("mode       {:#o} ({})", di.mode, type_name(di.mode));
+    println!("nlink      {}", di.nlink);
+    println!("uid/gid    {}/{}", di.uid, di.gid);
+    println!("size       {}", di.size);
+    println!("blocks     {}", di.blocks);
+    for (name, s, ns) in [
+        ("atime", di.atime, di.atime_ns),
+        ("mtime", di.mtime, di.mtime_ns),
+        ("ctime", di.ctime, di.ctime_ns),
+        ("birthtime", di.btime, di.btime_ns),
+    ] {
+        let bad = if ns >= format::NSEC_PER_SEC { "  (bad: nanoseconds past 10^9)" } else { "" };
+        problems += !bad.is_empty() as usize;
+        println!("{name:<10} {s}.{ns:09}{bad}");
+    }
+    println!("flags      {}", flag_names(di.flags));
+    println!("generation {}", di.generation);
+    println!("rdev       {:#x}", di.rdev);
+    println!("direct     {:?}", di.db);
+    println!("indirect   {:?}", di.ib);
+    problems += print_ext_area(img, &di)?;
+    Ok(problems)
+}
+
+/// Prints the extended-attribute area: its size, blocks and the attributes' names.
+fn print_ext_area(img: &Image, di: &Dinode) -> Result<usize, Fail> {
+    println!("extsize    {} (blocks {:?})", di.extsize, di.extb);
+    if di.extsize == 0 {
+        return Ok(0);
+    }
+    let bs = img.sb.block_size as usize;
+    let nblocks = (di.extsize as usize).div_ceil(bs);
+    if nblocks > format::NXADDR {
+        println!("  bad: the area is larger than its {} block pointers", format::NXADDR);
+        return Ok(1);
+    }
+    let mut area = vec![0u8; nblocks * bs];
+    for (i, &b) in di.extb[..nblocks].iter().enumerate() {
+        if !img.sb.is_data_block(b) {
+            println!("  bad: attribute block {b} is not a data block");
+            return Ok(1);
+        }
+        img.dev.read_block(b, &mut area[i * bs..(i + 1) * bs]).map_err(|e| Fail(e.to_string(), 8))?;
+    }
+    match format::decode_ext_area(&area[..di.extsize as usize]) {
+        Ok(attrs) => {
+            for a in attrs {
+                println!("  xattr ns {} {} ({} bytes)", a.namespace, String::from_utf8_lossy(&a.name), a.value.len());
+            }
+            Ok(0)
+        }
+        Err(e) => {
+            println!("  bad attribute area: {e}");
+            Ok(1)
+        }
+    }
+}
+
+/// One entry of a block map walk.
+enum MapItem {
+    /// Logical blocks `[0]..[0]+[2]` are at physical `[1]..`.
+    Data(u64, u64, u64),
+    /// Logical blocks `[0]..[0]+[1]` are holes.
+    Hole(u64, u64),
+    /// An indirect block of the given level (1 single, 2 double, 3 triple) at `[1]`, mapping
+    /// from logical `[2]`.
+    Indirect(u32, u64, u64),
+    /// A pointer that names no data block: level, logical block, value.
+    Bad(u32, u64, u64),
+    /// An indirect block met a second time (not followed again): level, logical block, block.
+    Repeated(u32, u64, u64),
+}
+
+/// Walks the block map of `di` over its first `nblocks` logical blocks.
+fn walk_map(img: &Image, di: &Dinode, nblocks: u64) -> Result<Vec<MapItem>, Fail> {
+    let mut out = Vec::new();
+    for (i, &p) in di.db.iter().enumerate() {
+        if (i as u64) < nblocks {
+            leaf(img, &mut out, i as u64, p);
+        }
+    }
+    let ppb = img.sb.ptrs_per_block();
+    let mut start = format::NDADDR as u64;
+    let mut span = ppb;
+    for (lvl, &p) in di.ib.iter().enumerate() {
+        if start < nblocks {
+            walk_indirect(img, &mut out, lvl as u32 + 1, p, start, span, nblocks)?;
+        }
+        start += span;
+        span = span.saturating_mul(ppb);
+    }
+    Ok(out)
+}
+
+/// Adds one data pointer for logical block `lbn`, merging runs.
+fn leaf(img: &Image, out: &mut Vec<MapItem>, lbn: u64, p: u64) {
+    if p == 0 {
+        return hole(out, lbn, 1);
+    }
+    if !img.sb.is_data_block(p) {
+        return out.push(MapItem::Bad(0, lbn, p));
+    }
+    if let Some(MapItem::Data(l, b, n)) = out.last_mut() {
+        if *l + *n == lbn && *b + *n == p {
+            *n += 1;
+            return;
+        }
+    }
+    out.push(MapItem::Data(lbn, p, 1));
+}
+
+fn hole(out: &mut Vec<MapItem>, lbn: u64, len: u64) {
+    if let Some(MapItem::Hole(l, n)) = out.last_mut() {
+        if *l + *n == lbn {
+            *n += len;
+            return;
+        }
+    }
+    out.push(MapItem::Hole(lbn, len));
+}
+
+/// Walks an indirect block of level `lvl` mapping `span` logical blocks from `start`.
+fn walk_indirect(
+    img: &Image,
+    out: &mut Vec<MapItem>,
+    lvl: u32,
+    p: u64,
+    start: u64,
+    span: u64,
+    nblocks: u64,
+) -> Result<(), Fail> {
+    let len = span.min(nblocks - start);
+    if p == 0 {
+        hole(out, start, len);
+        return Ok(());
+    }
+    if !img.sb.is_data_block(p) {
+        out.push(MapItem::Bad(lvl, start, p));
+        return Ok(());
+    }
+    if out.iter().any(|i| matches!(i, MapItem::Indirect(_, b, _) if *b == p)) {
+        // A damaged map may name one indirect block again (even itself): not walked twice.
+        out.push(MapItem::Repeated(lvl, start, p));
+        return Ok(());
+    }
+    out.push(MapItem::Indirect(lvl, p, start));
+    let mut buf = vec![0u8; img.sb.block_size as usize];
+    img.dev.read_block(p, &mut buf).map_err(|e| Fail(format!("reading indirect block {p}: {e}"), 8))?;
+    let child = span / img.sb.ptrs_per_block();
+    for i in 0..img.sb.ptrs_per_block() as usize {
+        let c = format::ind_get(&buf, i);
+        let s = start + i as u64 * child;
+        if s >= nblocks {
+            break;
+        }
+        if lvl == 1 {
+            leaf(img, out, s, c);
+        } else {
+            walk_indirect(img, out, lvl - 1, c, s, child, nblocks)?;
+        }
+    }
+    Ok(())
+}
+
+/// Prints a file's block map; returns the problems seen.
+fn print_bmap(img: &Image, ino: u32) -> Result<usize, Fail> {
+    let di = read_inode(img, ino)?;
+    let bs = img.sb.block_size as u64;
+    let nblocks = di.size.div_ceil(bs).min(img.sb.max_file_size() / bs);
+    println!(
+        "inode {ino}: {}, size {}, {} logical blocks, {} blocks held",
+        type_name(di.mode),
+        di.size,
+        nblocks,
+        di.blocks
+    );
+    if di.is_symlink() && di.blocks == 0 {
+        println!("  (a short symlink: its target is in the inode)");
+        return Ok(0);
+    }
+    let mut problems = 0;
+    for item in walk_map(img, &di, nblocks)? {
+        match item {
+            MapItem::Data(l, b, n) => println!("  lbn {l}..{}  -> blocks {b}..{}", l + n - 1, b + n - 1),
+            MapItem::Hole(l, n) => println!("  lbn {l}..{}  hole", l + n - 1),
+            MapItem::Indirect(lvl, b, l) => println!("  indirect level {lvl} at block {b} (from lbn {l})"),
+            MapItem::Bad(lvl, l, p) => {
+                problems += 1;
+                println!("  lbn {l}: bad pointer {p} (level {lvl}): not a data block");
+            }
+            MapItem::Repeated(lvl, l, p) => {
+                problems += 1;
+                println!("  lbn {l}: bad pointer: indirect block {p} (level {lvl}) is already in the map");
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// The inode of a directory given as a number or a path from the root.
+fn dir_inode(img: &Image, target: &str) -> Result<u32, Fail> {
+    if let Ok(n) = target.parse::<u64>() {
+        return inode_number(&img.sb, n);
+    }
+    let mut ino = format::ROOT_INO;
+    for part in target.split('/').filter(|p| !p.is_empty()) {
+        let entries = dir_entries_of(img, ino)?.0;
+        let found = entries.iter().find(|e| e.ino != 0 && e.name == part.as_bytes());
+        let e = found.ok_or_else(|| Fail(format!("{target}: no entry {part} in directory inode {ino}"), 1))?;
+        ino = inode_number(&img.sb, e.ino as u64)?;
+    }
+    Ok(ino)
+}
+
+/// A directory's live entries, and the problems met reading its blocks.
+fn dir_entries_of(img: &Image, ino: u32) -> Result<(Vec<format::DirEntry>, Vec<String>), Fail> {
+    let di = read_inode(img, ino)?;
+    if !di.is_dir() {
+        return Err(Fail(format!("inode {ino} is not a directory ({})", type_name(di.mode)), 1));
+    }
+    let bs = img.sb.block_size as u64;
+    let nblocks = di.size.div_ceil(bs).min(img.sb.max_file_size() / bs);
+    let mut entries = Vec::new();
+    let mut problems = Vec::new();
+    let mut buf = vec![0u8; bs as usize];
+    for item in walk_map(img, &di, nblocks)? {
+        match item {
+            MapItem::Data(l, b, n) => {
+                for i in 0..n {
+                    img.dev.read_block(b + i, &mut buf).map_err(|e| Fail(e.to_string(), 8))?;
+                    read_dir_block(&buf, l + i, &mut entries, &mut problems);
+                }
+            }
+            MapItem::Hole(l, _) => problems.push(format!("a hole at lbn {l}")),
+            MapItem::Bad(_, l, p) => problems.push(format!("lbn {l}: bad pointer {p}")),
+            MapItem::Repeated(_, l, p) => problems.push(format!("lbn {l}: indirect block {p} repeated")),
+            MapItem::Indirect(..) => {}
+        }
+    }
+    Ok((entries, problems))
+}
+
+/// Reads the entries of one directory block, chunk by chunk, so that a bad chunk loses only
+/// itself.
+fn read_dir_block(buf: &[u8], lbn: u64, entries: &mut Vec<format::DirEntry>, problems: &mut Vec<String>) {
+    for (c, chunk) in buf.chunks(format::DIRBLKSIZ).enumerate() {
+        for r in format::dir_iter(chunk) {
+            match r {
+                Ok(e) if e.ino != 0 => entries.push(e.to_owned()),
+                Ok(_) => {}
+                Err(e) => problems.push(format!("lbn {lbn} chunk {c}: {e}")),
+            }
+        }
+    }
+}
+
+fn print_dir(img: &Image, target: &str) -> Result<usize, Fail> {
+    let ino = dir_inode(img, target)?;
+    let (entries, problems) = dir_entries_of(img, ino)?;
+    println!("directory inode {ino}: {} entries", entries.len());
+    println!("{:>10} {:<8} name", "inode", "type");
+    for e in &entries {
+        let bad = if img.sb.is_valid_inode(e.ino) || e.ino == format::ROOT_INO { "" } else { "  (bad inode number)" };
+        println!("{:>10} {:<8} {}{bad}", e.ino, dtype_name(e.dtype), String::from_utf8_lossy(&e.name));
+    }
+    for p in &problems {
+        println!("bad: {p}");
+    }
+    Ok(problems.len())
+}
+
+/// What block `bno` of group `cg` is, by its place in the group.
+fn block_role(sb: &Superblock, bno: u64) -> String {
+    let cg = sb.cg_of_block(bno);
+    let start = sb.cg_start(cg);
+    match bno - start {
+        0 if cg == 0 => "the primary superblock".into(),
+        0 => "a superblock copy".into(),
+        1 => "the group header".into(),
+        _ if bno < sb.cg_data_start(cg) => {
+            let first =
+                (bno - sb.cg_itable_block(cg)) * sb.inodes_per_block() as u64 + cg as u64 * sb.inodes_per_group as u64;
+            format!("inode table (inodes {first}..{})", first + sb.inodes_per_block() as u64 - 1)
+        }
+        _ => "a data block".into(),
+    }
+}
+
+fn print_block(img: &Image, bno: u64) -> Result<usize, Fail> {
+    let sb = &img.sb;
+    if bno >= img.dev.num_blocks() {
+        return Err(Fail(format!("block {bno} is past the device's end ({} blocks)", img.dev.num_blocks()), 1));
+    }
+    let mut problems = 0;
+    if bno >= sb.num_blocks {
+        println!("block {bno}: past the file system's end ({} blocks)", sb.num_blocks);
+    } else {
+        let cg = sb.cg_of_block(bno);
+        println!("block {bno}: group {cg}, {}", block_role(sb, bno));
+        let off = CgHeader::block_map_offset(sb.inodes_per_group);
+        let bit = bitmap_bit(img, cg, off, (bno - sb.cg_start(cg)) as usize)?;
+        problems += bit.is_err() as usize;
+        println!("bitmap: {}", bit_text(&bit));
+    }
+    let mut buf = vec![0u8; sb.block_size as usize];
+    img.dev.read_block(bno, &mut buf).map_err(|e| Fail(e.to_string(), 8))?;
+    hexdump(&buf);
+    Ok(problems)
+}
+
+/// Bit `i` of the bitmap at byte `off` of group `cg`'s header: Ok(in use), or why the header
+/// cannot be trusted.
+fn bitmap_bit(img: &Image, cg: u32, off: usize, i: usize) -> Result<Result<bool, String>, Fail> {
+    let mut hdr = vec![0u8; img.sb.block_size as usize];
+    img.dev.read_block(img.sb.cg_header_block(cg), &mut hdr).map_err(|e| Fail(e.to_string(), 8))?;
+    Ok(CgHeader::decode(&hdr, cg).map(|_| hdr[off + i / 8] & (1 << (i % 8)) != 0).map_err(|e| e.to_string()))
+}
+
+fn bit_text(bit: &Result<bool, String>) -> String {
+    match bit {
+        Ok(true) => "in use".into(),
+        Ok(false) => "free".into(),
+        Err(e) => format!("unreadable ({e})"),
+    }
+}
+
+/// Prints bytes as hex and ASCII, 16 a line; a run of lines equal to the one before is a `*`.
+fn hexdump(buf: &[u8]) {
+    let mut last: Option<&[u8]> = None;
+    let mut starred = false;
+    for (i, line) in buf.chunks(16).enumerate() {
+        if last == Some(line) {
+            if !starred {
+                println!("*");
+                starred = true;
+            }
+            continue;
+        }
+        last = Some(line);
+        starred = false;
+        let hex: Vec<String> = line.iter().map(|b| format!("{b:02x}")).collect();
+        let text: String =
+            line.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }).collect();
+        println!("{:08x}  {}  |{text}|", i * 16, hex.join(" "));
+    }
+    println!("{:08x}", buf.len());
+}
+
+fn print_sb(sb: &Superblock) -> usize {
+    println!("block_size        {}", sb.block_size);
+    println!("num_blocks        {}", sb.num_blocks);
+    println!("blocks_per_group  {}", sb.blocks_per_group);
+    println!("inodes_per_group  {}", sb.inodes_per_group);
+    println!("ngroups           {}", sb.ngroups);
+    println!("flags             {:#x}", sb.flags);
+    println!("free_blocks       {}", sb.free_blocks);
+    println!("free_inodes       {}", sb.free_inodes);
+    println!("ndirs             {}", sb.ndirs);
+    println!("created           {}", sb.created);
+    println!("mount_time        {}", sb.mount_time);
+    println!("write_time        {}", sb.write_time);
+    println!("mount_count       {}", sb.mount_count);
+    println!("minfree           {}%{}", sb.minfree_percent(), if sb.minfree.is_none() { " (default)" } else { "" });
+    println!("default_ordering  {}", sb.default_ordering);
+    println!("label             {:?}", String::from_utf8_lossy(&sb.label));
+    let snaps: Vec<String> = sb.snapshots.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();
+    println!("snapshots         {}", if snaps.is_empty() { "none".into() } else { snaps.join(" ") });
+    0
+}

@@ -1,0 +1,197 @@
+//! FreeBSD's tunefs and growfs for an unmounted, clean image: `sufs tunefs` changes the
+//! superblock's settings, `sufs growfs` grows the image and the file system.
+
+use std::path::Path;
+use sufs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
+use sufs::format::{self, Superblock};
+use sufs::fs::Ordering;
+
+use super::*;
+
+/// What `sufs tunefs` changes and prints.
+pub(crate) struct Tune {
+    /// The new minfree reserve, in percent.
+    pub(crate) minfree: Option<u8>,
+    /// The new volume label ("" clears it).
+    pub(crate) label: Option<String>,
+    /// The new default ordering of a mount.
+    pub(crate) ordering: Option<Ordering>,
+    /// Print the settings.
+    pub(crate) print: bool,
+}
+
+/// The ordering a mount of `sb` uses when none is given.
+pub(crate) fn default_ordering(sb: &Superblock) -> Ordering {
+    match sb.default_ordering {
+        format::ORDER_SYNC => Ordering::Sync,
+        format::ORDER_ASYNC => Ordering::Async,
+        _ => Ordering::Softdep,
+    }
+}
+
+fn ordering_code(o: Ordering) -> u8 {
+    match o {
+        Ordering::Softdep => format::ORDER_SOFTDEP,
+        Ordering::Sync => format::ORDER_SYNC,
+        Ordering::Async => format::ORDER_ASYNC,
+    }
+}
+
+fn ordering_name(o: Ordering) -> &'static str {
+    match o {
+        Ordering::Softdep => "softdep",
+        Ordering::Sync => "sync",
+        Ordering::Async => "async",
+    }
+}
+
+/// Refuses an image that was not unmounted cleanly or that a mount found damaged.
+pub(crate) fn refuse_unclean(image: &Path, sb: &Superblock) -> Result<(), Fail> {
+    if sb.flags & format::SB_NEEDS_FSCK != 0 {
+        return Err(Fail(format!("{} is marked as needing fsck: run `sufs fsck -y` first", image.display()), 1));
+    }
+    if sb.flags & format::SB_CLEAN == 0 {
+        return Err(Fail(format!("{} was not unmounted cleanly: run `sufs fsck -y` first", image.display()), 1));
+    }
+    Ok(())
+}
+
+/// Writes the primary superblock (the rest of block 0 kept) and reads it back.
+pub(crate) fn write_superblock(dev: &dyn BlockDevice, sb: &Superblock) -> Result<(), Fail> {
+    let op = |e: sufs::dev::DevError| Fail(format!("writing the superblock: {e}"), 8);
+    let mut buf = vec![0u8; dev.block_size()];
+    dev.read_block(0, &mut buf).map_err(op)?;
+    sb.encode(&mut buf);
+    dev.write_batch(&[WriteReq { bno: 0, data: &buf }], WriteKind::Sync).map_err(op)?;
+    dev.read_block(0, &mut buf).map_err(op)?;
+    let back = Superblock::decode(&buf).map_err(|e| Fail(format!("the superblock written reads back as {e}"), 8))?;
+    if back != *sb {
+        return Err(Fail("the superblock reads back other than written".into(), 8));
+    }
+    Ok(())
+}
+
+pub(crate) fn cmd_tunefs(image: &Path, t: &Tune) -> Result<u8, Fail> {
+    let changes = t.minfree.is_some() || t.label.is_some() || t.ordering.is_some();
+    if !changes && !t.print {
+        return Err(Fail("nothing to do: give --minfree, --label, --ordering or -p".into(), 1));
+    }
+    let _lock = inspect::refuse_mounted(image, changes)?;
+    let (dev, mut sb): (FileDevice, Superblock) = open_image(image, changes)?;
+    if changes {
+        refuse_unclean(image, &sb)?;
+        apply(&mut sb, t)?;
+        write_superblock(&dev, &sb)?;
+    }
+    if t.print {
+        print_tune(&sb);
+    }
+    Ok(0)
+}
+
+/// Applies the changes to `sb`, checking the label.
+fn apply(sb: &mut Superblock, t: &Tune) -> Result<(), Fail> {
+    if let Some(m) = t.minfree {
+        assert!(m <= format::MAX_MINFREE, "clap holds minfree to its range");
+        sb.minfree = Some(m);
+    }
+    if let Some(l) = &t.label {
+        if l.len() > format::MAX_LABEL || l.contains('\0') {
+            return Err(Fail(format!("label {l:?}: at most {} bytes and no NUL", format::MAX_LABEL), 1));
+        }
+        sb.label = l.as_bytes().to_vec();
+    }
+    if let Some(o) = t.ordering {
+        sb.default_ordering = ordering_code(o);
+    }
+    sb.check_geometry().map_err(|e| Fail(format!("refused: {e}"), 1))
+}
+
+fn print_tune(sb: &Superblock) {
+    let unset = if sb.minfree.is_none() { " (the default)" } else { "" };
+    println!("minfree   {}%{unset} ({} blocks for root)", sb.minfree_percent(), sb.reserved_blocks());
+    println!("label     {}", if sb.label.is_empty() { "(none)".into() } else { String::from_utf8_lossy(&sb.label) });
+    let unset = if sb.default_ordering == format::ORDER_DEFAULT { " (the default)" } else { "" };
+    println!("ordering  {}{unset}", ordering_name(default_ordering(sb)));
+}
+
+/// `sufs growfs`: extends the image file to `size` (sparse) and grows the file system into it.
+pub(crate) fn cmd_growfs(image: &Path, size: u64) -> Result<u8, Fail> {
+    use sufs::fs::growfs::{self, GrowError};
+    let meta = std::fs::metadata(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
+        return Err(Fail(
+            format!("{} is a block device, which sufs cannot grow: growfs grows image files", image.display()),
+            1,
+        ));
+    }
+    if !meta.is_file() {
+        return Err(Fail(format!("{} is not an image file", image.display()), 1));
+    }
+    let _lock = inspect::refuse_mounted(image, true)?;
+    let (dev, sb) = open_image(image, false)?;
+    refuse_unclean(image, &sb)?;
+    refuse_reserve(image, dev, &sb)?;
+    let bs = sb.block_size as u64;
+    let g = growfs::plan(&sb, size / bs).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
+    let file = std::fs::OpenOptions::new().write(true).open(image)?;
+    let old_len = meta.len();
+    file.set_len(g.new.num_blocks * bs).map_err(|e| Fail(format!("extending {}: {e}", image.display()), 8))?;
+    let dev = FileDevice::open(image, bs as usize, true)?;
+    match growfs::grow(&dev, true) {
+        Ok(g) => {
+            print_growth(image, &g);
+            Ok(0)
+        }
+        Err(GrowError::Refused(m)) => {
+            // Nothing was written: the file goes back to its size.
+            file.set_len(old_len).map_err(|e| Fail(format!("{}: {m}; shrinking back: {e}", image.display()), 8))?;
+            Err(Fail(format!("{}: {m}", image.display()), 1))
+        }
+        Err(e) => Err(Fail(format!("{}: growfs failed: {e} (run `sufs fsck -y`)", image.display()), 8)),
+    }
+}
+
+/// Refuses an image with blocks past its file system (`mkfs --snapshot-reserve`) or with a
+/// volume snapshot: growing would overwrite the reserve, or change the volume under its snapshot.
+fn refuse_reserve(image: &Path, dev: FileDevice, sb: &Superblock) -> Result<(), Fail> {
+    if dev.num_blocks() > sb.num_blocks {
+        return Err(Fail(
+            format!(
+                "{} holds {} blocks past its file system (a --snapshot-reserve for a volume snapshot): growfs would overwrite them \
+                 (if they are left from an interrupted growfs, cut the file to the file system first: truncate -s {} {})",
+                image.display(),
+                dev.num_blocks() - sb.num_blocks,
+                sb.num_blocks * sb.block_size as u64,
+                image.display()
+            ),
+            1,
+        ));
+    }
+    let dev: std::sync::Arc<dyn BlockDevice> = std::sync::Arc::new(dev);
+    let found = sufs::volume::VolumeDevice::open(dev, sufs::volume::PoolOptions::default())
+        .map_err(|e| Fail(format!("{}: looking for a volume snapshot: {e}", image.display()), 8))?;
+    if found.is_some() {
+        return Err(Fail(
+            format!("{} has a volume snapshot: delete it first (sufs volume snapshot delete)", image.display()),
+            1,
+        ));
+    }
+    Ok(())
+}
+
+fn print_growth(image: &Path, g: &sufs::fs::growfs::Growth) {
+    let mib = |sb: &Superblock| (sb.num_blocks * sb.block_size as u64) >> 20;
+    println!(
+        "{}: grew from {} blocks ({} MiB, {} groups) to {} blocks ({} MiB, {} groups); {} blocks and {} inodes free",
+        image.display(),
+        g.old.num_blocks,
+        mib(&g.old),
+        g.old.ngroups,
+        g.new.num_blocks,
+        mib(&g.new),
+        g.new.ngroups,
+        g.new.free_blocks,
+        g.new.free_inodes
+    );
+}
