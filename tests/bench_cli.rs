@@ -85,7 +85,7 @@ fn peers_bench_prints_table_plots_and_json() {
             "--peers",
             "sufs-softdep,sufs-async,nofs",
             "--workloads",
-            "files,copy,andrew,postmark,mail,stall",
+            "files,copy,andrew,postmark,mail,stall,read",
         ])
         .args(["--files", "30", "--tree-files", "8", "--andrew-files", "6", "--postmark-files", "20"])
         .args(["--mail-messages", "10", "--stall-mb", "4", "--stall-secs", "0.3"])
@@ -109,18 +109,22 @@ fn peers_bench_prints_table_plots_and_json() {
         "| mail | mail x4 | 40 |",
         "| stall | write 4 MiB | 4 |",
         "| stall | create: worst |",
+        // The tree (6 files, a subdirectory, in t0) listed, stat'ed and read cold.
+        "| read | list | 8 |",
+        "| read | stat | 8 |",
+        "| read | read | 6 |",
         "softdep / sufs-async",
         "skipped nofs",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
-    for w in ["files", "copy", "andrew", "postmark", "mail", "stall"] {
+    for w in ["files", "copy", "andrew", "postmark", "mail", "stall", "read"] {
         let svg = std::fs::read_to_string(out.join(format!("peers-{w}.svg"))).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("sufs-softdep"), "{w}");
     }
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 12);
+    assert_eq!(runs.len(), 14);
     assert!(runs.iter().all(|r| r["writes"]["blocks"].as_u64().unwrap() > 0), "{v}");
     // Every request the mount served is counted: a create, a stat and a removal of 30 files
     // take at least 30 each.

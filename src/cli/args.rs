@@ -344,13 +344,19 @@ pub(crate) struct PeersArgs {
     /// File systems, comma-separated (default: all of them). A sufs peer may name an update
     /// policy after its ordering: sufs-softdep-pu, sufs-softdep-aipu, sufs-sync-wt (without one,
     /// the mount's default, aipu), and a transport last: sufs-softdep-classic, sufs-softdep-uring
-    /// (without one, the mount's default: io_uring when the kernel offers it).
-    #[arg(long, value_delimiter = ',', default_value = "sufs-softdep,sufs-sync,sufs-async,fuse2fs,ext4-kernel")]
+    /// (without one, the mount's default: io_uring when the kernel offers it). fuse-ufs (FreeBSD's
+    /// UFS2, mounted read-only) runs only the read workload.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "sufs-softdep,sufs-sync,sufs-async,fuse2fs,ext4-kernel,fuse-ufs"
+    )]
     pub(crate) peers: Vec<String>,
     /// Workloads, comma-separated. Two long ones are off this default list: parallel (the
     /// files, a large file written and read cold, and mail, from 1, 2 and 4 threads) and coldread
-    /// (Mogul's cold reads behind a steady writer, 60 s a file system).
-    #[arg(long, value_delimiter = ',', default_value = "files,copy,andrew,postmark,fio,mail,stall")]
+    /// (Mogul's cold reads behind a steady writer, 60 s a file system). read: the copy's trees put
+    /// on the file system, then listed, stat'ed and read with every cache cold.
+    #[arg(long, value_delimiter = ',', default_value = "files,copy,andrew,postmark,fio,mail,stall,read")]
     pub(crate) workloads: Vec<String>,
     /// Multiply every count and size below (but the image's) by this.
     #[arg(long, default_value_t = 1.0)]
@@ -423,8 +429,8 @@ pub(crate) struct PeersArgs {
 pub(crate) enum BenchCmd {
     /// The same workloads (many empty files; real trees copied; Andrew-like; PostMark-
     /// like; fio; mail delivery with fsync, alone and four at once; creates behind a burst of writes;
-    /// and, when named, parallel and coldread) through the mounts of sufs softdep, sync and async, fuse2fs and kernel ext4 on
-    /// a loop device, each on a fresh image; a table, plots and JSON.
+    /// a tree read cold; and, when named, parallel and coldread) through the mounts of sufs softdep, sync and async, fuse2fs
+    /// and kernel ext4 on a loop device, and fuse-ufs (the read only), each on a fresh image; a table, plots and JSON.
     Peers(PeersArgs),
     /// The Block Register paper's Figure 2: a volume snapshot with the reserved store and with the
     /// br store, side by side: 4 KiB direct writes and unpack-then-delete, on the simulated disk

@@ -103,6 +103,12 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
             o.par_files, o.par_mb, o.par_messages
         );
     }
+    if has("read") {
+        println!(
+            "read: the copy's trees ({} files) put on each file system (fuse-ufs: by makefs), listed, stat'ed and read cold",
+            o.tree_files
+        );
+    }
     if has("coldread") {
         println!(
             "coldread: {:.0} s of cold reads of 32 KiB files, 10 ms apart, behind a writer at {} MiB/s",
@@ -112,7 +118,7 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
     if let Some(c) = o.sufs_cache {
         println!("sufs mounts: --cache {} MiB", c >> 20);
     }
-    if (has("parallel") || has("coldread")) && !sufs::bench_peers::drops_page_cache() {
+    if (has("parallel") || has("coldread") || has("read")) && !sufs::bench_peers::drops_page_cache() {
         println!(
             "not root: the page cache is not dropped before cold reads (they follow a remount, but may find \
              the image file's pages in the kernel's cache)"

@@ -4,7 +4,9 @@
 //! trees copied in and removed; the Andrew-like phases of `bench`; a PostMark-like mail-server
 //! load; fio's sequential and random 4 KiB reads and writes on a large file; and (in
 //! `concurrent`) the same kinds of work from 1, 2 and 4 threads, and Mogul's cold reads behind
-//! a steady writer. A sufs peer may name its update policy (`sufs-softdep-pu`).
+//! a steady writer; and a tree listed, stat'ed and read cold, which fuse-ufs (FreeBSD's UFS2
+//! through FUSE, mounted read-only) also runs, on an image makefs made of the same tree. A
+//! sufs peer may name its update policy (`sufs-softdep-pu`).
 //!
 //! Every number is measured, never made up: a peer that cannot run here (no fuse2fs, not root
 //! for a loop device, no fio) is listed with the reason and left out. Device writes come from
@@ -30,16 +32,28 @@ mod concurrent;
 /// very end for the kernel's writeback cache (`sufs-softdep-uring-wbc`, `-o writeback_cache`);
 /// without them it has the mount's defaults (aipu; io_uring when the kernel offers it; no
 /// writeback cache).
-pub const PEERS: [&str; 5] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel"];
+pub const PEERS: [&str; 6] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel", "fuse-ufs"];
 /// The update policies a sufs peer's name may end in.
 pub const POLICIES: [&str; 3] = ["pu", "aipu", "wt"];
 /// The transports a sufs peer's name may end in.
 pub const TRANSPORTS: [&str; 2] = ["classic", "uring"];
 /// The workloads, in order.
-pub const WORKLOADS: [&str; 9] =
-    ["files", "copy", "andrew", "postmark", "fio", "mail", "stall", "parallel", "coldread"];
+pub const WORKLOADS: [&str; 10] =
+    ["files", "copy", "andrew", "postmark", "fio", "mail", "stall", "read", "parallel", "coldread"];
 /// The workloads run when none are named: all but the long `parallel` and `coldread`.
-pub const DEFAULT_WORKLOADS: [&str; 7] = ["files", "copy", "andrew", "postmark", "fio", "mail", "stall"];
+pub const DEFAULT_WORKLOADS: [&str; 8] = ["files", "copy", "andrew", "postmark", "fio", "mail", "stall", "read"];
+/// The workloads fuse-ufs runs. It is mounted read-only, its default: its write support
+/// (`-o rw`, 0.6.0) calls itself experimental, and here stopped making files in a directory
+/// at 2,046 and panicked in its block allocator while a copied tree was removed.
+const READ_ONLY_WORKLOADS: [&str; 1] = ["read"];
+/// The read workload's tree in the root: only it is listed, whatever else a file system keeps
+/// there (lost+found, .snap).
+const READ_TREE: &str = "tree";
+/// makefs's options for fuse-ufs's image. Debian's makefs (20190105) writes the UFS2 superblock
+/// at 8 KiB, and fuse-ufs looks for it only at 64 KiB, where FreeBSD's newfs puts it; makefs
+/// also writes a copy at the start of every cylinder group, the first at `sblkno` fragments,
+/// which 64 KiB blocks of 8 KiB fragments place at 64 KiB.
+const MAKEFS_UFS2: &str = "version=2,bsize=65536,fsize=8192";
 
 /// A sufs peer: its ordering, update policy and transport (`None`: the mount's default).
 struct SufsPeer<'a> {
@@ -270,7 +284,12 @@ fn unavailable(peer: &str) -> Option<String> {
         "fuse2fs" if !fuse => Some("/dev/fuse is missing".into()),
         "fuse2fs" if !which("fuse2fs") => Some("fuse2fs is not installed (Debian: apt-get install fuse2fs)".into()),
         "fuse2fs" | "ext4-kernel" if !which("mkfs.ext4") => Some("mkfs.ext4 is not installed (e2fsprogs)".into()),
-        "fuse2fs" | "ext4-kernel" if !is_root() || !which("losetup") => {
+        "fuse-ufs" if !fuse => Some("/dev/fuse is missing".into()),
+        "fuse-ufs" if !which("fuse-ufs") => {
+            Some("fuse-ufs is not installed (cargo install fuse-ufs, which needs libfuse3-dev and pkg-config)".into())
+        }
+        "fuse-ufs" if !which("makefs") => Some("makefs is not installed (Debian: apt-get install makefs)".into()),
+        "fuse2fs" | "ext4-kernel" | "fuse-ufs" if !is_root() || !which("losetup") => {
             Some("needs root and losetup for a loop device (its writes are counted there)".into())
         }
         p if !PEERS.contains(&p) => Some(format!(
@@ -337,7 +356,10 @@ struct Mounted {
     exe: PathBuf,
 }
 
-fn fresh(peer: &str, o: &PeersOptions) -> Result<Mounted, BenchError> {
+/// A fresh image of `peer` mounted; with `tree`, the tree is on it (copied in through the mount,
+/// or made into fuse-ufs's image by makefs), every cache is cold (`remount`) and the writes and
+/// messages of putting it there are not counted.
+fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, BenchError> {
     let img = o.dir.join(format!("peers-{peer}.img"));
     let dir = o.dir.join(format!("peers-{peer}.mnt"));
     let stats = o.dir.join(format!("peers-{peer}.json"));
@@ -358,6 +380,13 @@ fn fresh(peer: &str, o: &PeersOptions) -> Result<Mounted, BenchError> {
     };
     if sufs_peer(peer).is_some() {
         fresh_image(&img, o.image_size)?;
+    } else if peer == "fuse-ufs" {
+        let tree = tree.ok_or_else(|| run_err("fuse-ufs", "runs only on a tree made by makefs"))?;
+        let size = format!("{}", o.image_size);
+        cmd("makefs", Command::new("makefs").args(["-t", "ffs", "-o", MAKEFS_UFS2, "-s", &size]).arg(&img).arg(tree))?;
+        let lp = Loop::attach(&img)?;
+        let before = loop_writes(&lp.0)?;
+        m.lp = Some((lp, before));
     } else {
         let file = std::fs::File::create(&img).map_err(|e| run_err("image", e))?;
         file.set_len(o.image_size).map_err(|e| run_err("image", e))?;
@@ -372,6 +401,13 @@ fn fresh(peer: &str, o: &PeersOptions) -> Result<Mounted, BenchError> {
         m.lp = Some((lp, before));
     }
     m.mount(o)?;
+    if let Some(tree) = tree {
+        if peer != "fuse-ufs" {
+            copy_tree(tree, &m.dir, &mut Vec::new(), usize::MAX).map_err(io)?;
+        }
+        m.remount(o)?;
+        m.forget_writes()?;
+    }
     Ok(m)
 }
 
@@ -403,9 +439,10 @@ impl Mounted {
             return Ok(());
         }
         let dev = self.lp.as_ref().map(|(lp, _)| lp.0.clone()).ok_or_else(|| run_err("loop device", "missing"))?;
-        if self.peer == "fuse2fs" {
+        if self.peer == "fuse2fs" || self.peer == "fuse-ufs" {
+            // fuse-ufs mounts read-only unless told `-o rw`.
             let f = FuseMount::spawn(&self.dir, vec!["umount".into()], |d| {
-                let mut c = Command::new("fuse2fs");
+                let mut c = Command::new(&self.peer);
                 c.arg(&dev).arg(d).arg("-f");
                 c.stderr(std::process::Stdio::null());
                 c
@@ -445,6 +482,17 @@ impl Mounted {
         let dropped = drop_page_cache();
         self.mount(o)?;
         Ok(dropped)
+    }
+
+    /// Counts the writes and messages from now on (after the tree of the read workload is put
+    /// on the file system).
+    fn forget_writes(&mut self) -> Result<(), BenchError> {
+        self.earlier = (0, 0, 0);
+        self.earlier_messages = 0;
+        if let Some((lp, before)) = &mut self.lp {
+            *before = loop_writes(&lp.0)?;
+        }
+        Ok(())
     }
 
     /// sufs's writes (blocks, requests, sync blocks) from the statistics of its last unmount.
@@ -519,6 +567,11 @@ fn io(e: std::io::Error) -> BenchError {
     run_err("file call on the mount", e)
 }
 
+/// A failed file call on `path`.
+fn at(path: &Path, e: std::io::Error) -> BenchError {
+    run_err(&format!("{} on the mount", path.display()), e)
+}
+
 fn timed<T>(
     phases: &mut Vec<Phase>,
     name: &str,
@@ -590,13 +643,8 @@ fn files(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn Fn
 fn copy(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
     on("copy");
     let n = timed(phases, "copy", || {
-        let mut files = Vec::new();
-        for (k, t) in o.trees.iter().enumerate() {
-            let to = root.join(format!("t{k}"));
-            std::fs::create_dir(&to).map_err(io)?;
-            copy_tree(t, &to, &mut files, o.tree_files).map_err(io)?;
-        }
-        Ok((files.len(), files.len() as u64))
+        let n = copy_trees(&o.trees, root, o.tree_files).map_err(io)?;
+        Ok((n, n as u64))
     })?;
     on("remove");
     timed(phases, "remove", || {
@@ -604,6 +652,46 @@ fn copy(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnM
             std::fs::remove_dir_all(root.join(format!("t{k}"))).map_err(io)?;
         }
         Ok(((), n as u64))
+    })
+}
+
+/// A tree already on the file system (`fresh`), with every cache cold: every directory listed,
+/// from the root down; every name stat'ed (after dropping the kernel's dentries and inodes,
+/// where allowed, so that the file system answers); every regular file read whole. The
+/// operations are names listed, names stat'ed and files read.
+fn read(root: &Path, _o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
+    on("list");
+    let (names, files) = timed(phases, "list", || {
+        let (mut names, mut files, mut dirs) = (Vec::new(), Vec::new(), vec![root.join(READ_TREE)]);
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).map_err(|e| at(&d, e))? {
+                let e = e.map_err(|e| at(&d, e))?;
+                let ft = e.file_type().map_err(|x| at(&e.path(), x))?;
+                if ft.is_dir() {
+                    dirs.push(e.path());
+                } else if ft.is_file() {
+                    files.push(e.path());
+                }
+                names.push(e.path());
+            }
+        }
+        let n = names.len() as u64;
+        Ok(((names, files), n))
+    })?;
+    on("stat");
+    drop_dentries();
+    timed(phases, "stat", || {
+        for p in &names {
+            std::fs::symlink_metadata(p).map_err(|e| at(p, e))?;
+        }
+        Ok(((), names.len() as u64))
+    })?;
+    on("read");
+    timed(phases, "read", || {
+        for f in &files {
+            std::fs::read(f).map_err(|e| at(f, e))?;
+        }
+        Ok(((), files.len() as u64))
     })
 }
 
@@ -824,10 +912,22 @@ fn workload(name: &str) -> Option<Work> {
         "fio" => fio,
         "mail" => mail,
         "stall" => stall,
+        "read" => read,
         "parallel" => return Some(Work::Cold(concurrent::parallel)),
         "coldread" => return Some(Work::Cold(concurrent::coldread)),
         _ => return None,
     }))
+}
+
+/// Copies at most `limit` files of `trees` into `dir`, tree k into `dir/tK`; returns how many.
+fn copy_trees(trees: &[PathBuf], dir: &Path, limit: usize) -> std::io::Result<usize> {
+    let mut files = Vec::new();
+    for (k, t) in trees.iter().enumerate() {
+        let to = dir.join(format!("t{k}"));
+        std::fs::create_dir_all(&to)?;
+        copy_tree(t, &to, &mut files, limit)?;
+    }
+    Ok(files.len())
 }
 
 /// Reads the trees once, so that the first file system copied to does not pay for cold reads.
@@ -861,6 +961,15 @@ pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>))
     }
     std::fs::create_dir_all(&o.dir).map_err(|e| run_err("work directory", e))?;
     let mut runs = Vec::new();
+    // The read workload's tree: the source trees' first `tree_files` files, as `copy` takes
+    // them, in one directory (`READ_TREE` of `staged`) that makefs makes an image of and the
+    // others copy in.
+    let staged = o.dir.join("peers-read-tree");
+    let _ = std::fs::remove_dir_all(&staged);
+    if o.workloads.iter().any(|w| w == "read") && !peers.is_empty() {
+        copy_trees(&o.trees, &staged.join(READ_TREE), o.tree_files)
+            .map_err(|e| run_err("the read workload's tree", e))?;
+    }
     for w in &o.workloads {
         let Some(f) = workload(w) else {
             skipped.push((w.clone(), format!("unknown workload (one of {})", WORKLOADS.join(", "))));
@@ -876,8 +985,13 @@ pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>))
             _ => {}
         }
         for p in &peers {
+            if p == "fuse-ufs" && !READ_ONLY_WORKLOADS.contains(&w.as_str()) {
+                skipped.push((format!("{p} {w}"), "mounted read-only: it runs only the read workload".into()));
+                continue;
+            }
             let mut phases = Vec::new();
-            let r = fresh(p, o).and_then(|mut m| {
+            let tree = (w == "read").then_some(staged.as_path());
+            let r = fresh(p, o, tree).and_then(|mut m| {
                 let root = m.dir.clone();
                 let on = &mut |ph: &str| progress(w, p, Some(ph));
                 match f {
@@ -897,6 +1011,7 @@ pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>))
             progress(w, p, None);
         }
     }
+    let _ = std::fs::remove_dir_all(&staged);
     Ok(PeersReport { options: o.clone(), runs, skipped })
 }
 
@@ -1039,7 +1154,7 @@ impl PeersReport {
         let mut s = String::new();
         let Some(me) = self.reference() else { return s };
         let peers = self.peers();
-        let others: Vec<&str> = ["fuse2fs", "ext4-kernel", "sufs-async"]
+        let others: Vec<&str> = ["fuse2fs", "ext4-kernel", "fuse-ufs", "sufs-async"]
             .into_iter()
             .filter(|p| peers.contains(p))
             .chain(
