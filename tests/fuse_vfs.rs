@@ -448,3 +448,80 @@ fn chattr_changes_the_ctime_stat_shows() {
     m.umount();
     fsck_clean(&img);
 }
+
+/// `open(2)` of `path` with `flags`: Ok, or the errno.
+fn open_errno(path: &Path, flags: i32) -> Result<(), i32> {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let fd = unsafe { libc::open(c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    unsafe { libc::close(fd) };
+    Ok(())
+}
+
+/// `chattr` through FS_IOC_SETFLAGS on a file opened for reading.
+fn set_inode_flags(path: &Path, flags: libc::c_long) {
+    const FS_IOC_SETFLAGS: libc::c_ulong = 0x4008_6602;
+    let f = fs::File::open(path).unwrap();
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SETFLAGS, &flags) };
+    assert_eq!(r, 0, "FS_IOC_SETFLAGS {}: {}", path.display(), std::io::Error::last_os_error());
+}
+
+/// What FreeBSD and Linux refuse at open (EPERM): any open for writing or truncating of an
+/// immutable file; an open of an append-only file for writing without O_APPEND, or with
+/// O_TRUNC. Reading opens of both and appending opens of the append-only file succeed.
+fn check_opens_of_flagged_files(immutable: &Path, append: &Path) {
+    use libc::{O_APPEND, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY};
+    for (flags, what) in [
+        (O_WRONLY, "O_WRONLY"),
+        (O_RDWR, "O_RDWR"),
+        (O_WRONLY | O_APPEND, "O_WRONLY|O_APPEND"),
+        (O_RDONLY | O_TRUNC, "O_RDONLY|O_TRUNC"),
+    ] {
+        assert_eq!(open_errno(immutable, flags), Err(libc::EPERM), "{what} of an immutable file");
+    }
+    assert_eq!(open_errno(immutable, O_RDONLY), Ok(()));
+    assert_eq!(fs::read(immutable).unwrap(), b"frozen");
+    for (flags, what) in [
+        (O_WRONLY, "O_WRONLY"),
+        (O_RDWR, "O_RDWR"),
+        (O_WRONLY | O_TRUNC, "O_WRONLY|O_TRUNC"),
+        (O_WRONLY | O_APPEND | O_TRUNC, "O_WRONLY|O_APPEND|O_TRUNC"),
+    ] {
+        assert_eq!(open_errno(append, flags), Err(libc::EPERM), "{what} of an append-only file");
+    }
+    assert_eq!(open_errno(append, O_RDONLY), Ok(()));
+    let mut f = fs::OpenOptions::new().append(true).open(append).unwrap();
+    std::io::Write::write_all(&mut f, b"more\n").unwrap();
+    drop(f);
+    assert!(fs::read(append).unwrap().starts_with(b"log\nmore\n"));
+}
+
+/// generic/079's opens: an immutable or append-only file refuses a writer at open, not only
+/// at its first write, in this mount and the next.
+#[test]
+fn immutable_and_append_only_files_refuse_writers_at_open() {
+    if !root() {
+        return;
+    }
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let (immutable, append) = (mnt.join("immutable"), mnt.join("append"));
+    fs::write(&immutable, b"frozen").unwrap();
+    fs::write(&append, b"log\n").unwrap();
+    const FS_IMMUTABLE_FL: libc::c_long = 0x10;
+    const FS_APPEND_FL: libc::c_long = 0x20;
+    set_inode_flags(&immutable, FS_IMMUTABLE_FL);
+    set_inode_flags(&append, FS_APPEND_FL);
+    check_opens_of_flagged_files(&immutable, &append);
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    check_opens_of_flagged_files(&immutable, &append);
+    set_inode_flags(&immutable, 0);
+    set_inode_flags(&append, 0);
+    assert_eq!(open_errno(&immutable, libc::O_WRONLY), Ok(()));
+    assert_eq!(open_errno(&append, libc::O_WRONLY | libc::O_TRUNC), Ok(()));
+    m.umount();
+    fsck_clean(&img);
+}

@@ -17,10 +17,13 @@
 //! by sufs (`fs::perm`, called from each handler through `SufsFuse::check`). Every request is
 //! counted by opcode (`fs::messages`).
 //!
-//! Files and directories open without a message where the kernel supports it and checks
-//! permissions (OPEN, CREATE and OPENDIR answer ENOSYS once): an inode then lives while the kernel counts lookups of it
-//! (each entry answered holds it, FORGET lets go), which is also what keeps a file unlinked
-//! while open. Changes made through the control channel are told to the kernel
+//! Directories open without a message where the kernel supports it and checks permissions
+//! (OPENDIR answers ENOSYS once). Files open through OPEN (or CREATE), so that an open for
+//! writing of an immutable file, or of an append-only one without O_APPEND, fails at open as
+//! on FreeBSD and Linux: the kernel's choice of opening without a message holds for every file
+//! of the mount, and FUSE tells the kernel no inode flags it could check itself. An inode lives
+//! while the kernel counts lookups of it (each entry answered holds it, FORGET lets go) or a
+//! handle is open, which is also what keeps a file unlinked while open. Changes made through the control channel are told to the kernel
 //! (`stale_sink`), since it would otherwise keep the names and attributes it had.
 
 use std::collections::HashSet;
@@ -124,13 +127,15 @@ pub fn stale_sink(notifier: fuser::Notifier) -> crate::ctl::StaleSink {
 
 pub struct SufsFuse {
     fs: SharedFs,
-    /// Files and directories are used without OPEN and RELEASE (the kernel supports it, and
-    /// checks permissions): a create is then LOOKUP and MKNOD, a read of a known file READ
-    /// alone. (Linux 6.18 also sends a GETATTR of the directory before each create or unlink
-    /// in a directory just changed: it drops the directory's mode with its times and asks
-    /// again for the path walk's permission check; later kernels keep the mode,
-    /// `FUSE_STATX_MODDIR`. docs/performance.md, "Messages per operation".)
-    no_open: bool,
+    /// Directories are used without OPENDIR and RELEASEDIR (the kernel supports it, and checks
+    /// permissions): a listing is READDIR(PLUS) alone. Files always open through OPEN or
+    /// CREATE (the module's comment says why): a create is LOOKUP, CREATE and RELEASE, an open
+    /// and close of a known file OPEN and RELEASE. (Linux 6.18 also sends a GETATTR of the
+    /// directory before each create or unlink in a directory just changed: it drops the
+    /// directory's mode with its times and asks again for the path walk's permission check;
+    /// later kernels keep the mode, `FUSE_STATX_MODDIR`. docs/performance.md, "Messages per
+    /// operation".)
+    no_opendir: bool,
     /// Whether a file's cached pages survive a close and a new open. Not under `strictatime`:
     /// the kernel reads through its page cache without telling sufs, so there every open goes
     /// through OPEN, drops the cached pages, and its first read reaches sufs and the atime.
@@ -147,9 +152,9 @@ pub struct SufsFuse {
     /// The kernel's writeback cache asked for (`-o writeback_cache`): it then keeps written
     /// pages and sends them in large writes (at close, fsync, or its own writeback after 30 s),
     /// and keeps a regular file's size, mtime and ctime itself, sending the times with SETATTR.
-    /// Files are then opened through OPEN, so that an immutable or append-only file refuses a
-    /// writer at open, as Linux does: the kernel would otherwise take writes into its cache
-    /// that sufs can only refuse at close.
+    /// Files open through OPEN on every mount, so an immutable or append-only file refuses a
+    /// writer at open, before the kernel could take writes into its cache that sufs could
+    /// only refuse at close.
     writeback: bool,
     /// Files whose pages, written back, sufs refused for want of space (ENOSPC), until the
     /// writer is told at its next write(2) (`getattr`): the kernel takes writes into its
@@ -166,7 +171,7 @@ impl SufsFuse {
         let refused = Mutex::new(HashSet::new());
         SufsFuse {
             fs,
-            no_open: false,
+            no_opendir: false,
             keep_cache: true,
             msgs,
             checks,
@@ -554,9 +559,10 @@ impl Filesystem for SufsFuse {
         // (`kill_suidgid`): without this the kernel asks for `security.capability` (GETXATTR)
         // before every write, which made 4 KiB writes three times slower.
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
-        // Zero-message opens: OPEN, CREATE and OPENDIR answer ENOSYS once, and the kernel then
-        // opens files and directories itself and sends no RELEASE; an inode's lifetime is its
-        // lookup count (`entry`, `forget`). Saves a round trip per create and two per open.
+        // Zero-message opens of directories: OPENDIR answers ENOSYS once, and the kernel then
+        // opens directories itself and sends no RELEASEDIR. Saves two round trips per listing.
+        // Files are not opened so (`no_opendir`): FUSE_NO_OPEN_SUPPORT would save OPEN and
+        // RELEASE per open, but an immutable file would then open for writing.
         self.keep_cache = lock(&self.fs).atime_policy().mode != AtimeMode::Strictatime;
         if self.writeback {
             if let Err(e) = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE) {
@@ -565,10 +571,8 @@ impl Filesystem for SufsFuse {
             }
         }
         // Not where sufs checks permissions: an open without a message could check nothing.
-        self.no_open = self.keep_cache
-            && !self.checks
-            && !self.writeback
-            && config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        self.no_opendir =
+            self.keep_cache && !self.checks && config.capabilities().contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         log::info!("writeback cache {}", if self.writeback { "on" } else { "off" });
         // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
         // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
@@ -905,9 +909,6 @@ impl Filesystem for SufsFuse {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.msgs.count(Op::Open);
-        if self.no_open {
-            return reply.error(Errno::ENOSYS);
-        }
         let mut fs = lock(&self.fs);
         let write = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
         let append = flags.0 & libc::O_APPEND != 0;
@@ -1032,7 +1033,7 @@ impl Filesystem for SufsFuse {
     /// follows an OPENDIR then, and the kernel may serve a listing again from its cache).
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.msgs.count(Op::Opendir);
-        if self.no_open {
+        if self.no_opendir {
             return reply.error(Errno::ENOSYS);
         }
         let mut fs = lock(&self.fs);
@@ -1368,10 +1369,6 @@ impl Filesystem for SufsFuse {
         reply: ReplyCreate,
     ) {
         self.msgs.count(Op::Create);
-        if self.no_open {
-            // The kernel makes the file with MKNOD instead (and opens it without a message).
-            return reply.error(Errno::ENOSYS);
-        }
         let mut fs = lock(&self.fs);
         let r = from_fuse(parent).and_then(|p| {
             self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
