@@ -197,7 +197,7 @@ pub fn run(paper: Paper, o: &PapersOptions, progress: &mut dyn FnMut(&str)) -> P
 fn fmt_value(v: Option<f64>) -> String {
     match v {
         None => "—".to_string(),
-        Some(x) if x == 0.0 => "0".to_string(),
+        Some(0.0) => "0".to_string(),
         Some(x) if x.abs() >= 1000.0 => format!("{x:.0}"),
         Some(x) if x.abs() >= 10.0 => format!("{x:.1}"),
         Some(x) if x.abs() >= 0.1 => format!("{x:.2}"),
