@@ -59,6 +59,9 @@ pub struct CacheStats {
     pub misses: u64,
     /// Modifications of a buffer that was already dirty (writes saved by delaying).
     pub redirties: u64,
+    /// Clean buffers made dirty: the writes a 4.3BSD kernel charges to a process (`ru_oublock`
+    /// counts a block when it becomes a delayed write, not again when it is modified again).
+    pub dirtied: u64,
     pub evictions: u64,
     /// Buffers changed (or dropped) while a write of theirs was in flight: they stayed dirty.
     pub changed_in_flight: u64,
@@ -242,6 +245,7 @@ impl Cache {
         match b.dirty_since {
             Some(_) => self.stats.redirties += 1,
             None => {
+                self.stats.dirtied += 1;
                 // The clock is read only here: most modifications find the buffer dirty already.
                 let now = self.clock.now_ns();
                 b.dirty_since = Some(now);

@@ -491,6 +491,12 @@ pub struct DiskModel {
     pub boundary: u64,
     /// Media transfer rate, MB/s.
     pub transfer_mb_s: f64,
+    /// Whether a request for the next block, issued as soon as the previous one is done,
+    /// streams under the head (a drive that reads ahead or a driver that chains requests).
+    /// When false it arrives after the block's start has passed and waits most of a
+    /// revolution: a 1990s SCSI drive fed one request at a time by a driver that neither sorts
+    /// nor chains, as Mogul's were (§4: 600 queued writes took 8-9 s, about 15 ms each).
+    pub streams: bool,
 }
 
 impl DiskModel {
@@ -507,6 +513,31 @@ impl DiskModel {
             long_b: 0.0035,
             boundary: 400,
             transfer_mb_s: 4.0,
+            streams: true,
+        }
+    }
+
+    /// A DEC RZ58 as the paper's Table 4-1 has it and as its driver fed it: 18 ms average
+    /// access, one request at a time, so that writes of neighbouring blocks miss a revolution.
+    pub fn rz58_unchained() -> DiskModel {
+        DiskModel { name: "rz58-unchained", streams: false, ..Self::rz58() }
+    }
+
+    /// A DEC RZ57 (1.0 GB, 3600 RPM), the paper's slower system (Table 4-1: 23 ms average
+    /// access, 2.2 MB/s): 8.3 ms average rotational latency and 3.7 ms to move 8 KiB, so about
+    /// 11 ms average seek; fed one request at a time like `rz58_unchained`.
+    pub fn rz57() -> DiskModel {
+        DiskModel {
+            name: "rz57",
+            cylinders: 1925,
+            rpm: 3600.0,
+            short_a: 4.0,
+            short_b: 0.3,
+            long_a: 7.3,
+            long_b: 0.0065,
+            boundary: 400,
+            transfer_mb_s: 2.2,
+            streams: false,
         }
     }
 
@@ -522,6 +553,7 @@ impl DiskModel {
             long_b: 0.000135,
             boundary: 3000,
             transfer_mb_s: 150.0,
+            streams: true,
         }
     }
 
@@ -529,6 +561,8 @@ impl DiskModel {
         match name {
             "rz58" => Some(Self::rz58()),
             "modern" => Some(Self::modern()),
+            "rz57" => Some(Self::rz57()),
+            "rz58-unchained" => Some(Self::rz58_unchained()),
             _ => None,
         }
     }
@@ -625,9 +659,13 @@ impl<D: BlockDevice> ModelDevice<D> {
         let bytes = self.inner.block_size() as f64;
         let transfer_ms = bytes / (self.model.transfer_mb_s * 1e6) * 1e3;
         // The next block, asked for as soon as the previous one is done, streams under the head.
-        let streaming = st.last_bno == Some(bno.wrapping_sub(1)) && start == st.free_at;
-        let ms = if streaming {
+        let next = st.last_bno == Some(bno.wrapping_sub(1)) && start == st.free_at;
+        let ms = if next && self.model.streams {
             transfer_ms
+        } else if next {
+            // The request came just after the block's start had passed under the head: a whole
+            // revolution goes by before it comes round again.
+            self.model.rotation_ms() + transfer_ms
         } else {
             let seek = self.model.seek_ms(cyl.abs_diff(st.head_cyl));
             let rot = st.rng.gen::<f64>() * self.model.rotation_ms();

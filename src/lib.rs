@@ -18,7 +18,7 @@ pub mod mount;
 pub use mount::{ctl, fuse, helper, syncer};
 pub mod sim;
 // The crash tester and the benchmarks keep their short paths too.
-pub use sim::{bench, bench_br, bench_peers, crashtest};
+pub use sim::{bench, bench_br, bench_peers, crashtest, papers};
 pub mod softdep;
 pub mod uring;
 pub mod volume;

@@ -507,6 +507,25 @@ pub(crate) enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// The three papers' tables and figures, each row with the paper's value beside sufs's:
+    /// writes OUT/soft-updates.md, mogul.md, block-register.md with their JSON and SVGs. Exit 1
+    /// when one of a paper's qualitative claims does not hold on this run.
+    Papers {
+        /// One paper (soft-updates, mogul, block-register); all three when absent.
+        #[arg(long, value_parser = ["soft-updates", "softdep", "mogul", "block-register", "br"])]
+        paper: Option<String>,
+        /// Minutes instead of an hour: every run scaled down.
+        #[arg(long)]
+        quick: bool,
+        /// Where the pages go.
+        #[arg(long, default_value = "docs/papers")]
+        out: PathBuf,
+        /// Where image files go.
+        #[arg(long, default_value = "/var/tmp")]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 pub(crate) fn workload_names() -> clap::builder::PossibleValuesParser {

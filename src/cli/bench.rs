@@ -50,6 +50,26 @@ pub(crate) fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<Path
     Ok(())
 }
 
+/// `sufs bench papers`: each paper's page written; exit 1 when a claim does not hold.
+pub(crate) fn cmd_bench_papers(paper: Option<&str>, o: &sufs::papers::PapersOptions) -> Result<u8, Fail> {
+    use sufs::papers::{self, Paper};
+    let which: Vec<Paper> = match paper {
+        Some(name) => vec![Paper::from_name(name).ok_or_else(|| Fail::from(format!("no paper named {name}")))?],
+        None => Paper::ALL.to_vec(),
+    };
+    let mut failed = 0;
+    for p in which {
+        let page = papers::run(p, o, &mut |s: &str| eprintln!("{}: {s}", p.name()))?;
+        let md = papers::write_page(&page, &o.out)?;
+        println!("{}: {} rows, {} claims, written to {}", p.name(), page.rows.len(), page.claims.len(), md.display());
+        for c in page.failed() {
+            println!("{}: claim does not hold: {} (measured: {})", p.name(), c.text, c.measured);
+            failed += 1;
+        }
+    }
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
 pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
     use sufs::bench_peers::{run, PeersOptions};
     let o = PeersOptions {

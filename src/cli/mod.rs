@@ -176,6 +176,10 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
         Cmd::Bench { which: Some(BenchCmd::UpdatePolicy { trials, seconds, disk, seed, out, json }), .. } => {
             cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
         }
+        Cmd::Bench { which: Some(BenchCmd::Papers { paper, quick, out, dir, seed }), .. } => {
+            let o = sufs::papers::PapersOptions { quick, out, dir, seed };
+            cmd_bench_papers(paper.as_deref(), &o)
+        }
         Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update } => {
             let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ..Default::default() };
             cmd_crashtest(ordering, &workload, seed, &opts)

@@ -33,6 +33,11 @@ pub struct UpdateBenchOptions {
     pub cache_blocks: usize,
     /// CPU time of one read request, so that cache hits still take time.
     pub read_cpu_us: u64,
+    /// Blocks of the file the reader reads at random; 0 for four times the cache.
+    pub read_blocks: u64,
+    /// The writer's file in a directory of its own, which the allocator places in another
+    /// cylinder group, away from the reader's file (as two unrelated files usually are).
+    pub writer_apart: bool,
     pub seed: u64,
 }
 
@@ -45,6 +50,8 @@ impl Default for UpdateBenchOptions {
             block_size: 8192,
             cache_blocks: 1228,
             read_cpu_us: 500,
+            read_blocks: 0,
+            writer_apart: false,
             seed: 1,
         }
     }
@@ -101,10 +108,14 @@ struct Trial {
     blocks_written: u64,
 }
 
-fn new_fs(
+/// A fresh sufs on a simulated 1.38 GB disk of the `disk` model with a `cache_blocks` buffer
+/// cache, on a simulated clock; metadata ordered by `ordering` (the experiments use `Sync`, as
+/// FFS orders its metadata).
+pub(crate) fn new_fs(
     disk: &DiskModel,
     bs: u32,
     cache_blocks: usize,
+    ordering: Ordering,
     seed: u64,
 ) -> FsResult<(Fs, Arc<SimClock>, Arc<ModelDevice<MemDevice>>)> {
     let clock = Arc::new(SimClock::new());
@@ -113,20 +124,21 @@ fn new_fs(
     let d: Arc<dyn BlockDevice> = dev.clone();
     mkfs(d.clone(), &MkfsOptions { block_size: bs, zeroed: true, ..Default::default() }, clock.wall())?;
     let c: Arc<dyn Clock> = clock.clone();
-    let fs = Fs::mount(d, MountOptions { ordering: Ordering::Sync, cache_blocks, readonly: false }, c)?;
+    let fs = Fs::mount(d, MountOptions { ordering, cache_blocks, readonly: false }, c)?;
     Ok((fs, clock, dev))
 }
 
 fn run_trial(cfg: UpdateConfig, o: &UpdateBenchOptions, seed: u64) -> FsResult<Trial> {
-    let (mut fs, clock, dev) = new_fs(&o.disk, o.block_size, o.cache_blocks, seed)?;
+    let (mut fs, clock, dev) = new_fs(&o.disk, o.block_size, o.cache_blocks, Ordering::Sync, seed)?;
     fs.set_async_full_blocks(cfg.async_full_blocks);
     let bs = o.block_size as u64;
-    let read_blocks = o.cache_blocks as u64 * 4;
+    let read_blocks = if o.read_blocks > 0 { o.read_blocks } else { o.cache_blocks as u64 * 4 };
     let half = (o.cache_blocks / 2) as u64;
     let block = vec![0x5au8; bs as usize];
     // Setup, not measured: the file to read (four times the cache) and the file to write.
     let (rino, _) = fs.create(ROOT_INO, b"read", 0o644, 0, 0)?;
-    let (wino, _) = fs.create(ROOT_INO, b"write", 0o644, 0, 0)?;
+    let wdir = if o.writer_apart { fs.mkdir(ROOT_INO, b"writer", 0o755, 0, 0)?.0 } else { ROOT_INO };
+    let (wino, _) = fs.create(wdir, b"write", 0o644, 0, 0)?;
     let chunk = vec![0x11u8; 64 * bs as usize];
     for i in (0..read_blocks).step_by(64) {
         fs.write(rino, i * bs, &chunk)?;
@@ -320,9 +332,9 @@ fn line_plot(
     root.present().map_err(|x| e(&x))
 }
 
-/// Writes the histogram (Mogul's Figures 4-3/4-4) and the burst sizes (Figure 4-7) as SVG.
-pub fn update_policy_plots(rs: &[UpdateResult], dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+/// The read response times of `rs` as an SVG line per configuration: reads per log2 bucket
+/// (Mogul's Figures 4-3 and 4-4).
+pub(crate) fn histogram_plot(path: &Path, title: &str, rs: &[UpdateResult]) -> Result<(), String> {
     let hist: Vec<(String, Vec<(f64, f64)>)> = rs
         .iter()
         .map(|r| {
@@ -330,13 +342,13 @@ pub fn update_policy_plots(rs: &[UpdateResult], dir: &Path) -> Result<(), String
             (r.label.clone(), pts.collect())
         })
         .collect();
-    line_plot(
-        &dir.join("update-policy-histogram.svg"),
-        "Read response time (reads per log2 bucket)",
-        ("response time bucket: 0 = <1 ms, k = [2^(k-1), 2^k) ms", 21.0),
-        "reads",
-        &hist,
-    )?;
+    line_plot(path, title, ("response time bucket: 0 = <1 ms, k = [2^(k-1), 2^k) ms", 21.0), "reads", &hist)
+}
+
+/// Writes the histogram (Mogul's Figures 4-3/4-4) and the burst sizes (Figure 4-7) as SVG.
+pub fn update_policy_plots(rs: &[UpdateResult], dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    histogram_plot(&dir.join("update-policy-histogram.svg"), "Read response time (reads per log2 bucket)", rs)?;
     let bursts: Vec<(String, Vec<(f64, f64)>)> = rs
         .iter()
         .map(|r| {
@@ -369,7 +381,7 @@ pub struct BuildResult {
 pub fn kernel_build(disk: &DiskModel, units: u32, seed: u64) -> FsResult<Vec<BuildResult>> {
     let mut out = Vec::new();
     for policy in [UpdatePolicy::Wt, UpdatePolicy::Pu, UpdatePolicy::Aipu] {
-        let (mut fs, clock, _dev) = new_fs(disk, 8192, 1228, seed)?;
+        let (mut fs, clock, _dev) = new_fs(disk, 8192, 1228, Ordering::Sync, seed)?;
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
         let (src, _) = fs.mkdir(ROOT_INO, b"obj", 0o755, 0, 0)?;
         let (log, _) = fs.create(ROOT_INO, b"build.log", 0o644, 0, 0)?;

@@ -8,3 +8,4 @@ pub mod bench;
 pub mod bench_br;
 pub mod bench_peers;
 pub mod crashtest;
+pub mod papers;

@@ -1,0 +1,9 @@
+//! Soft updates (McKusick & Ganger 1999), reproduced: the paper's tables and figures beside sufs's.
+
+use super::{PResult, Page, Paper, PapersOptions};
+
+/// Runs the paper's evaluation and returns its page.
+pub fn page(o: &PapersOptions, progress: &mut dyn FnMut(&str)) -> PResult<Page> {
+    progress("softdep: nothing yet");
+    Ok(Page::new(Paper::SoftUpdates, "Soft updates (McKusick & Ganger 1999), reproduced", o))
+}
