@@ -186,7 +186,8 @@ pub fn write_sparse_image<E: From<DevError>>(
     Ok(written)
 }
 
-fn check_range(bno: u64, nblocks: u64) -> DevResult<()> {
+/// An error if block `bno` is past the end of a device of `nblocks` blocks.
+pub fn check_range(bno: u64, nblocks: u64) -> DevResult<()> {
     if bno >= nblocks {
         Err(DevError::OutOfRange { bno, nblocks })
     } else {

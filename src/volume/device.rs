@@ -182,6 +182,14 @@ impl VolumeDevice {
         }
     }
 
+    /// Every exception: the origin block, the physical block of its copy in the store, and the
+    /// copy's store index (the order the copies were made in).
+    pub fn exception_blocks(&self) -> Vec<(u64, u64, u64)> {
+        let mut st = self.lock();
+        let ex: Vec<(u64, u64)> = st.exceptions.iter().map(|(&o, &i)| (o, i)).collect();
+        ex.into_iter().filter_map(|(o, i)| Some((o, st.map.phys(i)?, i))).collect()
+    }
+
     /// Blocks of the origin the snapshot covers.
     pub fn origin_blocks(&self) -> u64 {
         self.lock().header.origin_blocks
