@@ -7,4 +7,5 @@
 pub mod bench;
 pub mod bench_br;
 pub mod bench_peers;
+pub mod bench_scale;
 pub mod crashtest;
