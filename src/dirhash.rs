@@ -15,7 +15,68 @@ use crate::format::{dir_iter, DirError};
 #[derive(Debug, Default)]
 pub struct DirHash {
     names: HashMap<Box<[u8]>, (u64, u32)>,
-    slack: Vec<u32>,
+    slack: SlackTree,
+}
+
+/// The largest free record space of each block, in a tree of maxima over the blocks, so that
+/// the first block with room for a new entry is found in O(log n) (FreeBSD's dirhash keeps the
+/// first block of each free-space bucket, `dh_firstfree`, to the same end): a directory of a
+/// million entries has thousands of blocks, and a scan of them all per create made filling it
+/// quadratic.
+///
+/// Invariant: `t[cap + i]` is block `i`'s slack for `i < len` and 0 past it, and every inner
+/// node `t[k]` (1 <= k < cap) is the larger of `t[2k]` and `t[2k + 1]`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct SlackTree {
+    len: usize,
+    /// Leaves: a power of two at least `len` (0 while empty).
+    cap: usize,
+    t: Vec<u32>,
+}
+
+impl SlackTree {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Block `i`'s slack is `s` (blocks up to `i` that were not there have none).
+    fn set(&mut self, i: usize, s: u32) {
+        if i >= self.cap {
+            self.grow((i + 1).next_power_of_two());
+        }
+        self.len = self.len.max(i + 1);
+        let mut k = self.cap + i;
+        self.t[k] = s;
+        while k > 1 {
+            k /= 2;
+            self.t[k] = self.t[2 * k].max(self.t[2 * k + 1]);
+        }
+    }
+
+    fn grow(&mut self, cap: usize) {
+        assert!(cap.is_power_of_two() && cap > self.cap);
+        let mut t = vec![0; 2 * cap];
+        t[cap..cap + self.len].copy_from_slice(&self.t[self.cap..self.cap + self.len]);
+        for k in (1..cap).rev() {
+            t[k] = t[2 * k].max(t[2 * k + 1]);
+        }
+        self.cap = cap;
+        self.t = t;
+    }
+
+    /// The first block whose slack is at least `need` (> 0).
+    fn first_at_least(&self, need: u32) -> Option<usize> {
+        assert!(need > 0);
+        if self.cap == 0 || self.t[1] < need {
+            return None;
+        }
+        let mut k = 1;
+        while k < self.cap {
+            k = if self.t[2 * k] >= need { 2 * k } else { 2 * k + 1 };
+        }
+        debug_assert!(k - self.cap < self.len);
+        Some(k - self.cap)
+    }
 }
 
 /// Directories with at least this many blocks are indexed.
@@ -46,7 +107,7 @@ impl DirHash {
     ) -> Result<(), DirError> {
         debug_assert_eq!(lbn as usize, self.slack.len());
         let Some(block) = block else {
-            self.slack.push(0);
+            self.slack.set(lbn as usize, 0);
             return Ok(());
         };
         let mut best = 0;
@@ -57,7 +118,7 @@ impl DirHash {
                 self.names.insert(e.name.into(), (lbn, e.offset as u32));
             }
         }
-        self.slack.push(best);
+        self.slack.set(lbn as usize, best);
         Ok(())
     }
 
@@ -67,7 +128,7 @@ impl DirHash {
 
     /// The first block with room for an entry needing `need` bytes.
     pub fn block_with_room(&self, need: usize) -> Option<u64> {
-        self.slack.iter().position(|&s| s as usize >= need).map(|i| i as u64)
+        self.slack.first_at_least(need as u32).map(|i| i as u64)
     }
 
     pub fn blocks(&self) -> u64 {
@@ -97,11 +158,7 @@ impl DirHash {
     }
 
     pub fn set_slack(&mut self, lbn: u64, s: u32) {
-        let i = lbn as usize;
-        if i >= self.slack.len() {
-            self.slack.resize(i + 1, 0);
-        }
-        self.slack[i] = s;
+        self.slack.set(lbn as usize, s);
     }
 
     pub fn len(&self) -> usize {
@@ -156,5 +213,26 @@ mod tests {
         r.add_block(1, Some(&blocks[1])).unwrap();
         assert_eq!(r.names, h.names);
         assert_eq!(r.slack, h.slack);
+    }
+
+    /// The tree finds what a scan of the blocks in order finds, as blocks come and change.
+    #[test]
+    fn slack_tree_finds_the_first_block_with_room() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let mut tree = SlackTree::default();
+        let mut plain: Vec<u32> = Vec::new();
+        for _ in 0..5000 {
+            let i = rng.gen_range(0..plain.len() + 2);
+            let s = rng.gen_range(0..4096);
+            if i >= plain.len() {
+                plain.resize(i + 1, 0);
+            }
+            plain[i] = s;
+            tree.set(i, s);
+            assert_eq!(tree.len(), plain.len());
+            let need = rng.gen_range(1..4200);
+            assert_eq!(tree.first_at_least(need), plain.iter().position(|&x| x >= need));
+        }
     }
 }

@@ -487,6 +487,43 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "both", value_parser = ["lib", "fuse", "both"])]
         through: String,
     },
+    /// Terabyte images and millions of files: mkfs, mount and fsck of an empty sparse image
+    /// beside mkfs.ext4 and e2fsck; creates, lookups, listing and removal of `--files` files
+    /// through the library, in a tree and in one directory, with each step's peak resident
+    /// memory and soft updates' peak dependency count; fsck of the tree beside e2fsck of the
+    /// same tree on ext4.
+    Scale {
+        /// Size of the empty sparse image.
+        #[arg(long, value_parser = parse_size, default_value = "1T")]
+        size: u64,
+        /// Files created, checked and removed.
+        #[arg(long, default_value_t = 1_000_000)]
+        files: usize,
+        /// Where the images go (and the tree `mkfs.ext4 -d` copies).
+        #[arg(long, default_value = "/var/tmp")]
+        dir: PathBuf,
+        /// Also write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// One library step of `bench scale`, run by it in a child process (its own resident
+    /// memory); prints what it measured as one JSON line.
+    #[command(hide = true)]
+    ScaleStep {
+        image: PathBuf,
+        #[arg(long, value_enum)]
+        step: sufs::sim::bench_scale::Step,
+        #[arg(long, value_enum)]
+        layout: sufs::sim::bench_scale::Layout,
+        #[arg(long)]
+        files: usize,
+        /// Buffer cache in blocks.
+        #[arg(long, default_value_t = 32768)]
+        cache_blocks: usize,
+        /// Soft updates' memory bound (dependency structures).
+        #[arg(long)]
+        softdep_limit: Option<usize>,
+    },
     /// Mogul 1994 §4.1: read response time under PU and AIPU, with delayed and async full-block
     /// writes; and the kernel-build-like workload's blocks written per policy (Table 4-3).
     UpdatePolicy {

@@ -321,3 +321,32 @@ pub(crate) fn cmd_crashtest(ordering: Ordering, workload: &str, seed: u64, opts:
         Ok(1)
     }
 }
+
+pub(crate) fn cmd_bench_scale(size: u64, files: usize, dir: &Path, json: Option<PathBuf>) -> Result<(), Fail> {
+    use sufs::sim::bench_scale::{files_image_size, human, run, ScaleOptions};
+    let o = ScaleOptions { exe: std::env::current_exe()?, dir: dir.to_path_buf(), size, files };
+    println!(
+        "sufs bench scale: an empty {} image; {files} files through the library on a {} image, in a tree and in \
+         one directory; images in {}",
+        human(size),
+        human(files_image_size(files)),
+        dir.display()
+    );
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    let r = run(&o, &mut |what| bar.set_message(what.to_string())).map_err(|e| Fail(e.to_string(), 1))?;
+    bar.finish_and_clear();
+    for (what, why) in &r.skipped {
+        println!("skipped {what}: {why}");
+    }
+    println!("\n{}", r.table());
+    if !r.lookup_probes.is_empty() {
+        let probes: Vec<String> = r.lookup_probes.iter().map(|(n, us)| format!("{n} entries: {us:.2} µs")).collect();
+        println!("warm lookup in one directory (dirhash): {}", probes.join(", "));
+    }
+    if let Some(j) = json {
+        std::fs::write(&j, serde_json::to_string_pretty(&r)?).map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
+        println!("json: {}", j.display());
+    }
+    Ok(())
+}

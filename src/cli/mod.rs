@@ -180,6 +180,18 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             let o = sufs::papers::PapersOptions { quick, out, dir, seed };
             cmd_bench_papers(paper.as_deref(), &o)
         }
+        Cmd::Bench { which: Some(BenchCmd::Scale { size, files, dir, json }), .. } => {
+            cmd_bench_scale(size, files, &dir, json).map(|_| 0)
+        }
+        Cmd::Bench {
+            which: Some(BenchCmd::ScaleStep { image, step, layout, files, cache_blocks, softdep_limit }),
+            ..
+        } => {
+            let r = sufs::sim::bench_scale::step(&image, step, layout, files, cache_blocks, softdep_limit)
+                .map_err(|e| Fail(e.to_string(), 1))?;
+            println!("{}", serde_json::to_string(&r)?);
+            Ok(0)
+        }
         Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update } => {
             let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ..Default::default() };
             cmd_crashtest(ordering, &workload, seed, &opts)

@@ -236,6 +236,13 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let mut fs = lock(&shared);
     fs.unmount().map_err(|e| Fail(format!("unmount of {} failed: {e}", image.display()), 1))?;
     report_unmount(image, &fs.stats(), stats)?;
+    if let Some(sd) = fs.softdep_stats() {
+        // The memory bound's witness: the most dependency structures counted at once.
+        println!(
+            "sufs: soft updates: at most {} dependency structures at once (bound {softdep_limit}), {} roll-backs, {} tasks run",
+            sd.max_deps, sd.rollbacks, sd.tasks_run
+        );
+    }
     drop(lock_file);
     run
 }

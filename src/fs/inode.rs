@@ -171,6 +171,9 @@ impl Fs {
         // Whether the inode is on disk decides what its freeing waits for.
         self.land_flight()?;
         let is_dir = d.is_dir();
+        // Its name's directory goes with it (else a million files looked up and removed leave
+        // a million entries behind).
+        self.incore.name_dir.remove(&ino);
         let mut then = then;
         if is_dir {
             self.dirhash.remove(&ino);

@@ -441,6 +441,8 @@ pub struct Fs {
     ops: u64,
     /// When soft updates' structures are counted next (the memory bound), in operations.
     next_count_at: u64,
+    /// The last count: (operations done then, structures counted).
+    last_count: (u64, usize),
     /// Renames between their call and the disk: hidden old names, deferred removals, namesakes.
     renames: rename::Renames,
     /// Where the next new data block should go (a Block Register placement hint), once.
@@ -508,6 +510,7 @@ impl Fs {
             softdep_limit: 200_000,
             ops: 0,
             next_count_at: 0,
+            last_count: (0, 0),
             br_hint: None,
             snapshots: snapshot::Snapshots::default(),
             flight: None,

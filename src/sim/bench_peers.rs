@@ -261,11 +261,11 @@ pub struct PeersReport {
     pub skipped: Vec<(String, String)>,
 }
 
-fn which(prog: &str) -> bool {
+pub(crate) fn which(prog: &str) -> bool {
     std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file())).unwrap_or(false)
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
@@ -302,7 +302,7 @@ fn unavailable(peer: &str) -> Option<String> {
     }
 }
 
-fn cmd(what: &str, c: &mut Command) -> Result<String, BenchError> {
+pub(crate) fn cmd(what: &str, c: &mut Command) -> Result<String, BenchError> {
     let out = c.output().map_err(|e| run_err(what, e))?;
     if !out.status.success() {
         return Err(BenchError::Run(format!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim())));

@@ -7,5 +7,6 @@
 pub mod bench;
 pub mod bench_br;
 pub mod bench_peers;
+pub mod bench_scale;
 pub mod crashtest;
 pub mod papers;
