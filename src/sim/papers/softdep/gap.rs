@@ -159,7 +159,7 @@ fn round(ordering: Ordering, device: &'static str, work: &GapWork, src: &Source,
     let m = Machine { cache_blocks: 32768, block_size: 4096, full_blocks_async: false, ..Machine::paper() };
     let img = dir.join(format!("softdep-gap-{ordering}.img"));
     let mut w = match device {
-        "image" => World::image(ordering, &m, &img, 1 << 30)?,
+        "image" => World::image(ordering, &m, &img, 1 << 30, true)?,
         _ => World::mem(ordering, &m, 1 << 30)?,
     };
     let phases = std::thread::scope(|s| {

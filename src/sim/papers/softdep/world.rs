@@ -233,12 +233,14 @@ impl World {
         World::new(ordering, m, d, c, Time::Sim { clock, dev })
     }
 
-    /// A fresh file system on a durable image file of `bytes` at `path` (removed at `finish`).
-    pub fn image(ordering: Ordering, m: &Machine, path: &Path, bytes: u64) -> PResult<World> {
+    /// A fresh file system on an image file of `bytes` at `path`, durable (each batch ends in
+    /// `fdatasync`) unless `durable` is false (`--quick`, where only the path is exercised).
+    pub fn image(ordering: Ordering, m: &Machine, path: &Path, bytes: u64, durable: bool) -> PResult<World> {
         let _ = std::fs::remove_file(path);
         FileDevice::create(path, bytes).map_err(crate::fs::FsError::from)?;
-        let d: Arc<dyn BlockDevice> =
-            Arc::new(FileDevice::open(path, m.block_size as usize, true).map_err(crate::fs::FsError::from)?);
+        let mut f = FileDevice::open(path, m.block_size as usize, true).map_err(crate::fs::FsError::from)?;
+        f.set_durable(durable);
+        let d: Arc<dyn BlockDevice> = Arc::new(f);
         let c: Arc<dyn Clock> = Arc::new(RealClock::new());
         World::new(ordering, m, d, c, Time::Real { start: Instant::now() })
     }
