@@ -138,10 +138,9 @@ pub fn page(o: &PapersOptions, progress: &mut dyn FnMut(&str)) -> PResult<Page> 
     let img_build = image_all(tasks::build, &m, &is, o, "system build", progress)?;
     let img_mail = image_all(tasks::mail, &m, &is, o, "mail server", progress)?;
     page.setup.push(format!(
-        "**Image files.** Each task also runs on a durable image file in `{}` (a write batch is on the medium \
-         when `fdatasync` returns, as in a mount), in real time, with no CPU model and no pauses, at a smaller \
+        "**Image files.** Each task also runs on a durable image file in the `--dir` directory (a write batch is on \
+         the medium when `fdatasync` returns, as in a mount), in real time, with no CPU model and no pauses, at a smaller \
          scale: {} Andrew runs, {} copies of /etc, {} finds; {} programs of {} sources; {} messages.{}",
-        o.dir.display(),
         is.andrew_runs,
         is.etc_cycles,
         is.finds,
