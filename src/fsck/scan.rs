@@ -112,6 +112,10 @@ pub(super) struct Scan<'a> {
     pub(super) replace_primary: bool,
     pub(super) cgs: Vec<Option<CgHeader>>,
     pub(super) cg_bufs: Vec<Vec<u8>>,
+    /// Per group, the header's count of initialized inodes when it is valid (all of them in a
+    /// version 1 image), and the inodes pass 1 read (from the start of the table).
+    pub(super) initialized: Vec<Option<u32>>,
+    pub(super) scanned: Vec<u32>,
     pub(super) inodes: BTreeMap<u32, Ino>,
     /// Metadata blocks and every block some inode owns.
     pub(super) owned: Bits,
@@ -153,6 +157,8 @@ impl<'a> Scan<'a> {
             replace_primary: choice.why.is_some(),
             cgs: Vec::new(),
             cg_bufs: Vec::new(),
+            initialized: Vec::new(),
+            scanned: Vec::new(),
             inodes: BTreeMap::new(),
             owned: Bits::new(sb.num_blocks),
             findings: Vec::new(),

@@ -108,7 +108,7 @@ fn setup(
     let fs_blocks = if kind == StoreKind::Reserved { n - n / 5 } else { n };
     mkfs(
         Arc::new(PrefixDevice { inner: raw.clone(), blocks: fs_blocks }),
-        &MkfsOptions { zeroed: true, ..Default::default() },
+        &MkfsOptions { ..Default::default() },
         (1, 0),
     )?;
     let mut fs =

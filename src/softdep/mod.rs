@@ -67,6 +67,10 @@ pub struct Softdep {
     pending_names: HashMap<u32, u32>,
     /// The directory each block with entries belongs to (for fsync's walk up to the root).
     block_dir: HashMap<u64, u32>,
+    /// Inode blocks initialized (zeroed in the cache) but not yet written, per group, with the
+    /// epoch of their initialization: the group header's copy counts no inode from the first
+    /// of them on (UFS2's barrier write of a newly initialized inode block, as a roll-back).
+    inits: HashMap<u32, std::collections::BTreeMap<u64, Epoch>>,
 }
 
 impl Softdep {
@@ -86,6 +90,7 @@ impl Softdep {
             writes_seen: 0,
             pending_names: HashMap::new(),
             block_dir: HashMap::new(),
+            inits: HashMap::new(),
         }
     }
 
@@ -117,6 +122,7 @@ impl Softdep {
     /// Nothing is pending: every change is on disk and every work item has run.
     pub fn is_idle(&self) -> bool {
         self.tasks.is_empty()
+            && self.inits.is_empty()
             && self.pagedeps.is_empty()
             && self.indirdeps.is_empty()
             && self.newblks.is_empty()
@@ -133,6 +139,26 @@ impl Softdep {
     /// not be clear yet, and an allocator that finds it clear is reading a damaged bitmap.
     pub fn inode_busy(&self, ino: u32) -> bool {
         self.inodedeps.get(&ino).is_some_and(|d| !d.bufwait.is_empty() || !d.inowait.is_empty())
+    }
+
+    /// Inode blocks `bnos` of group `cg` were initialized (zeroed in the cache) and the
+    /// header's count is about to cover them: the header's copies count only up to the first of
+    /// them not yet written (`roll_back_inits`).
+    pub fn init_inode_blocks(&mut self, cg: u32, bnos: &[u64]) {
+        let epoch = self.tick();
+        let pending = self.inits.entry(cg).or_default();
+        for &b in bnos {
+            assert!(self.sb.cg_of_block(b) == cg, "inode block {b} initialized for group {cg}");
+            let twice = pending.insert(b, epoch);
+            assert!(twice.is_none(), "inode block {b} initialized twice");
+        }
+    }
+
+    /// The inodes of group `cg` the disk holds initialized, if some initialized block is not
+    /// written yet: those before the first such block.
+    fn durable_initialized(&self, cg: u32) -> Option<u32> {
+        let first = *self.inits.get(&cg)?.keys().next()?;
+        Some((first - self.sb.cg_itable_block(cg)) as u32 * self.sb.inodes_per_block())
     }
 
     /// A newly allocated inode: written as free until its bitmap bit is on disk.
