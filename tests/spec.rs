@@ -130,7 +130,10 @@ fn group(sb: &Sb, img: &[u8], g: u64) -> (u64, u64, u64, u64) {
     }
     // Version 2: the initialized inodes, whole inode blocks of the table, cover every inode in use.
     let initialized = u32_at(h, 36) as u64;
-    assert!(initialized <= sb.ipg && initialized.is_multiple_of(sb.bsize / 256), "group {g}: initialized {initialized}");
+    assert!(
+        initialized <= sb.ipg && initialized.is_multiple_of(sb.bsize / 256),
+        "group {g}: initialized {initialized}"
+    );
     assert!((initialized..sb.ipg).all(|i| !bit(imap, i)), "group {g}: no inode in use past the initialized ones");
     assert!(h[40..60].iter().all(|&x| x == 0), "group {g}: reserved header bytes are zero");
     (free_blocks, free_inodes, u32_at(h, 24) as u64, initialized)
