@@ -276,6 +276,7 @@ const CG_FIELDS: &[(&str, usize, usize)] = &[
     ("free inodes", 20, 4),
     ("directories", 24, 4),
     ("block rotor", 28, 4),
+    ("initialized inodes", 36, 4),
 ];
 const INODE_FIELDS: &[(&str, usize, usize)] = &[
     ("mode", 0, 2),

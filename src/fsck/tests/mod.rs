@@ -5,6 +5,7 @@ mod counts;
 mod crash;
 mod dirs;
 mod inodes;
+mod lazy;
 mod modes;
 
 use super::*;
