@@ -633,7 +633,8 @@ impl Fs {
         Ok(())
     }
 
-    /// The batches `write_delayed` writes `bnos` in (see there), in order.
+    /// The batches `write_delayed` writes `bnos` in (see there), in order: an inode block
+    /// initialized since its last write may be in two of them.
     pub fn plan_delayed(&self, mut bnos: Vec<u64>, batch: usize) -> Vec<Vec<u64>> {
         let Some(sd) = self.hooks.softdep.as_ref() else {
             bnos.sort_unstable();
@@ -650,7 +651,11 @@ impl Fs {
                 2
             }
         };
-        let mut keyed: Vec<(u8, u64)> = bnos.into_iter().map(|b| (class(b), b)).collect();
+        // Inode blocks initialized since their last write go first as well (their new inodes
+        // rolled back to free, so the copy is the zeros), so that the group headers after them
+        // carry the raised count and the new inodes' bits; then again as inode blocks.
+        let mut keyed: Vec<(u8, u64)> = bnos.iter().filter(|&&b| sd.init_pending(b)).map(|&b| (0, b)).collect();
+        keyed.extend(bnos.into_iter().map(|b| (class(b) + 1, b)));
         keyed.sort_unstable();
         let mut plan = Vec::new();
         for group in keyed.chunk_by(|a, b| a.0 == b.0) {

@@ -25,6 +25,24 @@ impl Bits {
     pub(super) fn count(&self) -> u64 {
         self.0.iter().map(|w| w.count_ones() as u64).sum()
     }
+    /// Bits `64 * w .. 64 * w + 64`, bit `i` of the word standing for number `64 * w + i`.
+    pub(super) fn word(&self, w: u64) -> u64 {
+        self.0.get(w as usize).copied().unwrap_or(0)
+    }
+}
+
+/// Bits `64 * w .. 64 * w + 64` of an on-disk bitmap (bit `i` is bit `i % 8` of byte `i / 8`,
+/// so eight bytes read little-endian), the bits at or past `nbits` cleared.
+pub(super) fn map_word(map: &[u8], w: usize, nbits: usize) -> u64 {
+    let lo = w * 8;
+    let mut bytes = [0u8; 8];
+    let avail = map.len().saturating_sub(lo).min(8);
+    bytes[..avail].copy_from_slice(&map[lo..lo + avail]);
+    let word = u64::from_le_bytes(bytes);
+    match nbits.saturating_sub(w * 64) {
+        n if n >= 64 => word,
+        n => word & ((1u64 << n) - 1),
+    }
 }
 
 /// Where a block pointer lives: an inode slot (0..12 direct, 12..15 indirect) or an entry of an

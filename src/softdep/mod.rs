@@ -154,6 +154,11 @@ impl Softdep {
         }
     }
 
+    /// Whether inode block `bno` was initialized and not yet written since.
+    pub fn init_pending(&self, bno: u64) -> bool {
+        self.inits.get(&self.sb.cg_of_block(bno)).is_some_and(|p| p.contains_key(&bno))
+    }
+
     /// The inodes of group `cg` the disk holds initialized, if some initialized block is not
     /// written yet: those before the first such block.
     fn durable_initialized(&self, cg: u32) -> Option<u32> {
