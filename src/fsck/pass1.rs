@@ -59,8 +59,10 @@ impl Scan<'_> {
                     None
                 }
             };
+            let map = &buf[CgHeader::inode_map_offset()..];
+            let used = crate::alloc::last_set(map, sb.inodes_per_group as usize).map_or(0, |i| i as u32 + 1);
+            self.map_used.push(used.next_multiple_of(sb.inodes_per_block()));
             self.cgs.push(h);
-            self.cg_bufs.push(buf);
             for b in sb.cg_start(cg)..sb.cg_data_start(cg) {
                 self.owned.set(b);
             }
@@ -114,9 +116,7 @@ impl Scan<'_> {
         let Some(h) = &self.cgs[cg as usize] else {
             return (None, ipg);
         };
-        let map = &self.cg_bufs[cg as usize][CgHeader::inode_map_offset()..];
-        let used = crate::alloc::last_set(map, ipg as usize).map_or(0, |i| i as u32 + 1);
-        let used = used.next_multiple_of(sb.inodes_per_block());
+        let used = self.map_used[cg as usize];
         let stored = sb.initialized_inodes(h.initialized);
         if stored.is_none() {
             let what = format!("{} initialized inodes: not a whole number of inode blocks of the table", h.initialized);

@@ -50,7 +50,13 @@ impl Scan<'_> {
         let Some(h) = &self.cgs[cg as usize] else {
             return computed;
         };
-        let buf = &self.cg_bufs[cg as usize];
+        let buf = match self.read(sb.cg_header_block(cg)) {
+            Ok(buf) => buf,
+            Err(e) => {
+                found.push(Finding::BadCgHeader { cg, what: format!("read again: {e}") });
+                return computed;
+            }
+        };
         let (free_i, leaked_i, dirs) = self.check_inode_map(cg, &buf[CgHeader::inode_map_offset()..], found);
         let free_b = self.check_block_map(cg, &buf[CgHeader::block_map_offset(ipg)..], found);
         if h.free_blocks as u64 != free_b {

@@ -208,7 +208,7 @@ impl Scan<'_> {
             tfb += h.free_blocks as u64;
             tfi += h.free_inodes as u64;
             tnd += h.ndirs as u64;
-            if buf != self.cg_bufs[cg as usize] {
+            if buf != self.read(sb.cg_header_block(cg))? {
                 ws.get(sb.cg_header_block(cg))?.copy_from_slice(&buf);
             }
         }

@@ -128,8 +128,11 @@ pub(super) struct Scan<'a> {
     pub(super) sb_block: Vec<u8>,
     /// The primary superblock was not used as it is: repair writes it anew.
     pub(super) replace_primary: bool,
+    /// The group headers that decode and agree with the superblock (their blocks are read
+    /// again where the bitmaps are needed, so that fsck's memory is the block map's).
     pub(super) cgs: Vec<Option<CgHeader>>,
-    pub(super) cg_bufs: Vec<Vec<u8>>,
+    /// Per group, the inodes up to the last one its inode map shows in use, in whole blocks.
+    pub(super) map_used: Vec<u32>,
     /// Per group, the header's count of initialized inodes when it is valid (all of them in a
     /// version 1 image), and the inodes pass 1 read (from the start of the table).
     pub(super) initialized: Vec<Option<u32>>,
@@ -174,7 +177,7 @@ impl<'a> Scan<'a> {
             sb_block: choice.raw0.clone(),
             replace_primary: choice.why.is_some(),
             cgs: Vec::new(),
-            cg_bufs: Vec::new(),
+            map_used: Vec::new(),
             initialized: Vec::new(),
             scanned: Vec::new(),
             inodes: BTreeMap::new(),
