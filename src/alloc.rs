@@ -16,6 +16,9 @@ pub struct CgSum {
     pub free_blocks: u32,
     pub free_inodes: u32,
     pub ndirs: u32,
+    /// Inodes whose blocks are initialized (the header's `initialized`, all of them in an old
+    /// image): no inode at or past it is read or handed out before its block is initialized.
+    pub initialized: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +61,8 @@ impl Alloc {
                 return Err(FormatError::BadCg { cg, what: "free counts larger than the group".into() }.into());
             }
             let (free_blocks, free_inodes) = Self::check_maps(cache, sb, cg, &h, &mut damage)?;
-            sums.push(CgSum { free_blocks, free_inodes, ndirs: h.ndirs });
+            let initialized = Self::check_initialized(cache, sb, cg, &h, &mut damage)?;
+            sums.push(CgSum { free_blocks, free_inodes, ndirs: h.ndirs, initialized });
         }
         Ok(Alloc { sums, damage, frees: 0 })
     }
@@ -109,6 +113,44 @@ impl Alloc {
         Ok((fb, fi))
     }
 
+    /// The header's count of initialized inodes must be a whole number of inode blocks within
+    /// the table; one that is not is damage, and is taken as the blocks up to the last inode the
+    /// bitmap shows in use (in memory and in the header buffer). Returns the count.
+    fn check_initialized(
+        cache: &mut Cache,
+        sb: &Superblock,
+        cg: u32,
+        h: &CgHeader,
+        damage: &mut Vec<String>,
+    ) -> Result<u32, AllocError> {
+        if let Some(n) = sb.initialized_inodes(h.initialized) {
+            return Ok(n);
+        }
+        let buf = cache.modify(sb.cg_header_block(cg))?;
+        let map = &buf[CgHeader::inode_map_offset()..];
+        let used = last_set(map, sb.inodes_per_group as usize).map_or(0, |i| i as u32 + 1);
+        let n = used.next_multiple_of(sb.inodes_per_block());
+        damage.push(format!("group {cg}: {} initialized inodes (taken as {n})", h.initialized));
+        cg_set_initialized(buf, n);
+        Ok(n)
+    }
+
+    /// Inodes of group `cg` whose blocks are initialized.
+    pub fn initialized(&self, cg: u32) -> u32 {
+        self.sums[cg as usize].initialized
+    }
+
+    /// Records that group `cg`'s inode blocks up to inode `n` are initialized (their zeroed
+    /// buffers are already in the cache: the caller orders their writes before the header's).
+    pub fn set_initialized(&mut self, cache: &mut Cache, sb: &Superblock, cg: u32, n: u32) -> Result<(), AllocError> {
+        let s = &mut self.sums[cg as usize];
+        assert!(n > s.initialized && n <= sb.inodes_per_group, "group {cg}: {} initialized, then {n}", s.initialized);
+        assert!(n.is_multiple_of(sb.inodes_per_block()), "a whole number of inode blocks");
+        s.initialized = n;
+        cg_set_initialized(cache.modify(sb.cg_header_block(cg))?, n);
+        Ok(())
+    }
+
     /// Blocks freed since the mount.
     pub fn frees(&self) -> u64 {
         self.frees
@@ -156,7 +198,12 @@ impl Alloc {
             let buf = cache.modify(sb.cg_header_block(cg))?;
             let (brot, irot) = cg_get_rotors(buf);
             let map = &mut buf[CgHeader::inode_map_offset()..];
-            let Some(idx) = find_clear(map, sb.inodes_per_group as usize, irot as usize) else {
+            // Initialized inodes first, then the first block past them (FreeBSD's
+            // ffs_nodealloccg): the table is initialized in order as it fills.
+            let ipg = sb.inodes_per_group as usize;
+            let reach = (self.sums[cg as usize].initialized + sb.inodes_per_block()).min(sb.inodes_per_group);
+            let found = find_clear(map, reach as usize, irot as usize).or_else(|| find_clear(map, ipg, irot as usize));
+            let Some(idx) = found else {
                 // The count said there was room: the header lies.
                 return Err(FormatError::BadCg { cg, what: "free inode count exceeds the bitmap".into() }.into());
             };
@@ -280,6 +327,16 @@ pub fn count_clear(map: &[u8], nbits: usize) -> usize {
     nbits - set - tail
 }
 
+/// The last set bit among the first `nbits` bits of `map`.
+pub fn last_set(map: &[u8], nbits: usize) -> Option<usize> {
+    let full = nbits / 8;
+    if let Some(i) = (full * 8..nbits).rev().find(|&i| bit_get(map, i)) {
+        return Some(i);
+    }
+    let byte = map[..full].iter().rposition(|&b| b != 0)?;
+    Some(byte * 8 + 7 - map[byte].leading_zeros() as usize)
+}
+
 /// First clear bit at or after `from` (wrapping), among the first `nbits` bits.
 pub fn find_clear(map: &[u8], nbits: usize, from: usize) -> Option<usize> {
     let from = if from >= nbits { 0 } else { from };
@@ -300,6 +357,14 @@ pub fn find_clear(map: &[u8], nbits: usize, from: usize) -> Option<usize> {
     scan(from, nbits).or_else(|| scan(0, from))
 }
 
+/// The free blocks and inodes of new group `cg` (`init_cg_block`'s counts): all but the
+/// group's metadata blocks, and in group 0 all but the reserved inodes.
+pub fn new_cg_counts(sb: &Superblock, cg: u32) -> (u32, u32) {
+    let meta = (sb.cg_data_start(cg) - sb.cg_start(cg)) as u32;
+    let reserved = if cg == 0 { FIRST_INO } else { 0 };
+    (sb.cg_blocks(cg) - meta, sb.inodes_per_group - reserved)
+}
+
 /// Builds the header block of group `cg` for a new file system: metadata blocks (superblock
 /// copy, header, inode table) marked used, everything else free.
 pub fn init_cg_block(sb: &Superblock, cg: u32, buf: &mut [u8]) {
@@ -310,23 +375,24 @@ pub fn init_cg_block(sb: &Superblock, cg: u32, buf: &mut [u8]) {
     for i in 0..meta {
         bit_set(&mut buf[bmap_off..], i, true);
     }
-    let mut free_inodes = sb.inodes_per_group;
     if cg == 0 {
         // Inodes 0 and 1 are never handed out.
         for i in 0..FIRST_INO as usize {
             bit_set(&mut buf[CgHeader::inode_map_offset()..], i, true);
         }
-        free_inodes -= FIRST_INO;
     }
+    let (free_blocks, free_inodes) = new_cg_counts(sb, cg);
     CgHeader {
         cg,
         nblocks,
         ninodes: sb.inodes_per_group,
-        free_blocks: nblocks - meta as u32,
+        free_blocks,
         free_inodes,
         ndirs: 0,
         block_rotor: meta as u32,
         inode_rotor: 0,
+        // Nothing is initialized: the allocator initializes the inode blocks as it reaches them.
+        initialized: 0,
     }
     .encode(buf);
     CgHeader::seal(buf);

@@ -14,6 +14,8 @@ pub mod format;
 pub mod fs;
 pub mod fsck;
 pub mod mount;
+// Progress bars of mkfs, fsck and growfs on a terminal.
+pub mod progress;
 // The mount's parts keep their short paths (`sufs::fuse`, `sufs::ctl`, ...).
 pub use mount::{ctl, fuse, helper, syncer};
 pub mod sim;

@@ -104,9 +104,9 @@ impl Sb {
     }
 }
 
-/// A group header as SPEC.md lays it out: (free blocks, free inodes, dirs), its bitmaps checked
-/// against its counts.
-fn group(sb: &Sb, img: &[u8], g: u64) -> (u64, u64, u64) {
+/// A group header as SPEC.md lays it out: (free blocks, free inodes, dirs, initialized inodes),
+/// its bitmaps checked against its counts.
+fn group(sb: &Sb, img: &[u8], g: u64) -> (u64, u64, u64, u64) {
     let h = sb.block(img, g * sb.bpg + 1);
     assert_eq!(&h[0..4], b"FSGC", "group {g} magic");
     assert_eq!(u32_at(h, 0), 0x4347_5346);
@@ -128,7 +128,15 @@ fn group(sb: &Sb, img: &[u8], g: u64) -> (u64, u64, u64) {
     if g == 0 {
         assert!(bit(imap, 0) && bit(imap, 1), "inodes 0 and 1 are never free");
     }
-    (free_blocks, free_inodes, u32_at(h, 24) as u64)
+    // Version 2: the initialized inodes, whole inode blocks of the table, cover every inode in use.
+    let initialized = u32_at(h, 36) as u64;
+    assert!(
+        initialized <= sb.ipg && initialized.is_multiple_of(sb.bsize / 256),
+        "group {g}: initialized {initialized}"
+    );
+    assert!((initialized..sb.ipg).all(|i| !bit(imap, i)), "group {g}: no inode in use past the initialized ones");
+    assert!(h[40..60].iter().all(|&x| x == 0), "group {g}: reserved header bytes are zero");
+    (free_blocks, free_inodes, u32_at(h, 24) as u64, initialized)
 }
 
 /// A dinode as SPEC.md lays it out (the fields the tests look at).
@@ -235,8 +243,8 @@ fn compare_with_dumpfs(path: &Path, sb: &Sb, img: &[u8]) {
     let (mut fb, mut fi, mut nd) = (0, 0, 0);
     for (g, row) in table.iter().enumerate() {
         let g = g as u64;
-        let (b, i, d) = group(sb, img, g);
-        assert_eq!(row, &vec![g, g * sb.bpg, b, i, d], "group {g}");
+        let (b, i, d, inited) = group(sb, img, g);
+        assert_eq!(row, &vec![g, g * sb.bpg, b, i, d, inited], "group {g}");
         (fb, fi, nd) = (fb + b, fi + i, nd + d);
     }
     // A clean image's summary counts are exact: the sums of the groups'.
@@ -279,7 +287,7 @@ fn a_fresh_image_reads_as_spec_md_says() {
     let img = std::fs::read(&path).unwrap();
     let sb = superblock(&img[..4096]);
     assert_eq!(&img[..8], b"1SFFSFUS");
-    assert_eq!((sb.magic, sb.version, sb.bsize), (0x5355_4653_4646_5331, 1, 4096));
+    assert_eq!((sb.magic, sb.version, sb.bsize), (0x5355_4653_4646_5331, 2, 4096));
     assert_eq!(sb.nblocks * sb.bsize, 120 << 20);
     assert_eq!(sb.ngroups, sb.nblocks.div_ceil(sb.bpg));
     assert_eq!(sb.ngroups, 2, "120 MiB makes two groups (the test reads a copy)");
@@ -317,7 +325,11 @@ fn a_fresh_image_reads_as_spec_md_says() {
     );
     let lf = inode(&sb, &img, 3);
     assert_eq!((lf.mode, lf.nlink, lf.size, lf.blocks, lf.db[0]), (0o040700, 2, sb.bsize, 1, first + 1));
-    assert!((0..sb.ngroups * sb.ipg).filter(|&i| i > 3).all(|i| inode(&sb, &img, i).mode == 0), "others free");
+    // Only the first two inode blocks of group 0 are initialized (the allocator's step); the
+    // rest of the tables were never written.
+    let ipb = sb.bsize / 256;
+    assert_eq!((group(&sb, &img, 0).3, group(&sb, &img, 1).3), (2 * ipb, 0), "initialized inodes");
+    assert!((4..2 * ipb).all(|i| inode(&sb, &img, i).mode == 0), "the other initialized inodes are free");
 
     // The root's directory block, byte for byte as SPEC.md shows it, then its records.
     let rb = sb.block(&img, root.db[0]);

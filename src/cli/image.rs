@@ -55,14 +55,8 @@ pub(crate) fn cmd_mkfs(
         let blocks = dev.num_blocks() - keep;
         dev = Arc::new(PrefixDevice { inner: dev, blocks });
     }
-    let opts = MkfsOptions {
-        block_size,
-        inodes,
-        uid: unsafe { libc::getuid() },
-        gid: unsafe { libc::getgid() },
-        zeroed: !existed,
-        minfree,
-    };
+    let opts =
+        MkfsOptions { block_size, inodes, uid: unsafe { libc::getuid() }, gid: unsafe { libc::getgid() }, minfree };
     mkfs(dev, &opts, RealClock::new().wall())
         .map_err(|e| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1))
 }
@@ -224,7 +218,7 @@ pub(crate) fn cmd_fsck(image: &Path, opts: &fsck::Options) -> Result<u8, Fail> {
 
 pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
     let (dev, sb) = open_image(image, false)?;
-    println!("magic     {:#x}  version {}", format::MAGIC, format::VERSION);
+    println!("magic     {:#x}  version {}", format::MAGIC, sb.version);
     println!("bsize     {}", sb.block_size);
     println!("blocks    {} ({} MiB)", sb.num_blocks, (sb.num_blocks * sb.block_size as u64) >> 20);
     println!(
@@ -269,13 +263,19 @@ pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
     let snaps: Vec<String> = sb.snapshots.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();
     println!("snapshots {}", if snaps.is_empty() { "none".into() } else { snaps.join(" ") });
     println!();
-    println!("{:>5} {:>12} {:>10} {:>10} {:>8}", "group", "first block", "free blks", "free inos", "dirs");
+    // `inited`: the inodes whose blocks are initialized (all of them in a version 1 image).
+    let row = |cols: [&dyn std::fmt::Display; 6]| {
+        println!("{:>5} {:>12} {:>10} {:>10} {:>8} {:>8}", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5])
+    };
+    row([&"group", &"first block", &"free blks", &"free inos", &"dirs", &"inited"]);
     let mut buf = vec![0u8; sb.block_size as usize];
     for cg in 0..sb.ngroups {
         dev.read_block(sb.cg_header_block(cg), &mut buf)?;
         match format::CgHeader::decode(&buf, cg) {
             Ok(h) => {
-                println!("{:>5} {:>12} {:>10} {:>10} {:>8}", cg, sb.cg_start(cg), h.free_blocks, h.free_inodes, h.ndirs)
+                let inited =
+                    sb.initialized_inodes(h.initialized).map_or(format!("bad:{}", h.initialized), |n| n.to_string());
+                row([&cg, &sb.cg_start(cg), &h.free_blocks, &h.free_inodes, &h.ndirs, &inited])
             }
             Err(e) => println!("{:>5} {:>12} {e}", cg, sb.cg_start(cg)),
         }

@@ -42,6 +42,7 @@ pub(crate) fn main() -> ExitCode {
     if name.as_deref() == Some(helper::HELPER_NAME) {
         return helper_main(&args[1..]);
     }
+    sufs::progress::enable_on_terminal();
     finish(run(Cli::parse(), &args[1..]))
 }
 

@@ -18,6 +18,11 @@ pub struct CgHeader {
     /// Allocation rotors: where the last block / inode search ended.
     pub block_rotor: u32,
     pub inode_rotor: u32,
+    /// Inodes whose blocks are initialized (zeroed), from the start of the inode table: a
+    /// multiple of inodes per block (UFS2's `cg_initediblk`). Blocks past it hold anything and
+    /// are never read; the allocator initializes them as it reaches them. Zero, and meaningless,
+    /// in a version 1 image (`Superblock::initialized_inodes`).
+    pub initialized: u32,
 }
 
 const CG_O_MAGIC: usize = 0;
@@ -29,6 +34,7 @@ const CG_O_FREEI: usize = 20;
 const CG_O_NDIRS: usize = 24;
 const CG_O_BROTOR: usize = 28;
 const CG_O_IROTOR: usize = 32;
+const CG_O_INITED: usize = 36;
 const CG_O_CRC: usize = 60;
 
 impl CgHeader {
@@ -53,6 +59,7 @@ impl CgHeader {
         put_u32(buf, CG_O_NDIRS, self.ndirs);
         put_u32(buf, CG_O_BROTOR, self.block_rotor);
         put_u32(buf, CG_O_IROTOR, self.inode_rotor);
+        put_u32(buf, CG_O_INITED, self.initialized);
     }
 
     pub fn decode(buf: &[u8], cg: u32) -> Result<CgHeader, FormatError> {
@@ -77,6 +84,7 @@ impl CgHeader {
             ndirs: get_u32(buf, CG_O_NDIRS),
             block_rotor: get_u32(buf, CG_O_BROTOR),
             inode_rotor: get_u32(buf, CG_O_IROTOR),
+            initialized: get_u32(buf, CG_O_INITED),
         };
         if h.cg != cg {
             return Err(FormatError::BadCg { cg, what: format!("header says group {}", h.cg) });
@@ -115,6 +123,12 @@ pub fn cg_get_ndirs(buf: &[u8]) -> u32 {
 pub fn cg_set_ndirs(buf: &mut [u8], v: u32) {
     put_u32(buf, CG_O_NDIRS, v)
 }
+pub fn cg_get_initialized(buf: &[u8]) -> u32 {
+    get_u32(buf, CG_O_INITED)
+}
+pub fn cg_set_initialized(buf: &mut [u8], v: u32) {
+    put_u32(buf, CG_O_INITED, v)
+}
 pub fn cg_get_rotors(buf: &[u8]) -> (u32, u32) {
     (get_u32(buf, CG_O_BROTOR), get_u32(buf, CG_O_IROTOR))
 }
@@ -149,6 +163,7 @@ mod tests {
             ndirs: 2,
             block_rotor: 7,
             inode_rotor: 8,
+            initialized: 32,
         };
         let mut buf = vec![0u8; 4096];
         h.encode(&mut buf);

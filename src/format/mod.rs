@@ -28,7 +28,12 @@ pub use volume::*;
 pub use xattr::*;
 
 pub const MAGIC: u64 = 0x5355_4653_4646_5331; // "SUFSFFS1"
-pub const VERSION: u32 = 1;
+/// The format version mkfs writes: 2, whose group headers count their initialized inode blocks
+/// (`CgHeader::initialized`, UFS2's `cg_initediblk`).
+pub const VERSION: u32 = 2;
+/// The first version: every inode table was written whole by mkfs, and the group headers'
+/// `initialized` field is zero and means nothing. Still read and written.
+pub const VERSION_EAGER: u32 = 1;
 pub const CG_MAGIC: u32 = 0x4347_5346; // "FSGC"
 pub const DINODE_SIZE: usize = 256;
 pub const NDADDR: usize = 12;
@@ -109,7 +114,7 @@ pub const DT_SOCK: u8 = 12;
 pub enum FormatError {
     #[error("bad magic number {0:#x}: not a sufs image")]
     BadMagic(u64),
-    #[error("unsupported format version {0} (this sufs reads version {VERSION})")]
+    #[error("unsupported format version {0} (this sufs reads versions {VERSION_EAGER} and {VERSION})")]
     BadVersion(u32),
     #[error("superblock checksum mismatch (stored {stored:#x}, computed {computed:#x})")]
     BadChecksum { stored: u32, computed: u32 },

@@ -8,6 +8,9 @@ use super::*;
 /// mount recomputes them from the cylinder groups (as FFS does with soft updates).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
+    /// `VERSION` (lazily initialized inode tables) or `VERSION_EAGER` (an image made before
+    /// them: every inode block is initialized).
+    pub version: u32,
     pub block_size: u32,
     pub num_blocks: u64,
     pub blocks_per_group: u32,
@@ -76,6 +79,20 @@ pub const SB_SIZE: usize = 256;
 impl Superblock {
     pub fn inodes_per_block(&self) -> u32 {
         self.block_size / DINODE_SIZE as u32
+    }
+    /// Whether the group headers count the initialized inodes (version 2); an older image's
+    /// inode tables are all initialized.
+    pub fn lazy_inodes(&self) -> bool {
+        self.version >= VERSION
+    }
+    /// The inodes of group `cg` that are initialized, from the header's `initialized` field
+    /// `stored` as read from disk: all of them in an old image; else `stored` if it is valid (a
+    /// multiple of inodes per block, at most `inodes_per_group`), None if it is not.
+    pub fn initialized_inodes(&self, stored: u32) -> Option<u32> {
+        if !self.lazy_inodes() {
+            return Some(self.inodes_per_group);
+        }
+        (stored <= self.inodes_per_group && stored.is_multiple_of(self.inodes_per_block())).then_some(stored)
     }
     pub fn inode_table_blocks(&self) -> u32 {
         self.inodes_per_group.div_ceil(self.inodes_per_block())
@@ -175,6 +192,7 @@ impl Superblock {
             let last = num_blocks - (ngroups - 1) * bpg;
             if bpg + ipg <= bits && 2 + itable < last.min(bpg) && ipg <= u32::MAX as u64 / ngroups {
                 let sb = Superblock {
+                    version: VERSION,
                     block_size,
                     num_blocks,
                     blocks_per_group: bpg as u32,
@@ -257,7 +275,7 @@ impl Superblock {
     pub fn encode(&self, buf: &mut [u8]) {
         buf[..SB_SIZE].fill(0);
         put_u64(buf, SB_MAGIC, MAGIC);
-        put_u32(buf, SB_VERSION, VERSION);
+        put_u32(buf, SB_VERSION, self.version);
         put_u32(buf, SB_BSIZE, self.block_size);
         put_u64(buf, SB_NBLOCKS, self.num_blocks);
         put_u32(buf, SB_BPG, self.blocks_per_group);
@@ -294,7 +312,7 @@ impl Superblock {
             return Err(FormatError::BadMagic(magic));
         }
         let version = get_u32(buf, SB_VERSION);
-        if version != VERSION {
+        if version != VERSION && version != VERSION_EAGER {
             return Err(FormatError::BadVersion(version));
         }
         let stored = get_u32(buf, SB_CRC);
@@ -307,6 +325,7 @@ impl Superblock {
             *s = get_u32(buf, SB_SNAPS + 4 * i);
         }
         let sb = Superblock {
+            version,
             block_size: get_u32(buf, SB_BSIZE),
             num_blocks: get_u64(buf, SB_NBLOCKS),
             blocks_per_group: get_u32(buf, SB_BPG),

@@ -384,7 +384,7 @@ mod tests {
 
     fn mounted(ordering: Ordering) -> (Arc<MemDevice>, Fs) {
         let dev = Arc::new(MemDevice::new(4096, 16384));
-        mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+        mkfs(dev.clone(), &MkfsOptions { ..Default::default() }, (1, 0)).unwrap();
         let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
         let fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
         (dev, fs)

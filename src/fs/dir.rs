@@ -291,6 +291,7 @@ impl Fs {
         if ino != ROOT_INO {
             return Err(FsError::Corrupt(format!("root got inode {ino}")));
         }
+        self.init_inode_blocks(ino)?;
         let (s, ns) = self.now();
         let mut d = Dinode::new(S_IFDIR | 0o755, 2, uid, gid, (s, ns), 1);
         self.init_dir_block(ino, &mut d, ROOT_INO)?;

@@ -6,8 +6,9 @@
 //! The order makes every crash state a consistent file system, the old or the new one:
 //! 1. the primary superblock, old geometry, marked unclean (a crash from here on leaves an
 //!    image `sufs mount` refuses until `sufs fsck -y`, which finds nothing to fix but step 3);
-//! 2. the new groups, past the old end (nothing reads them yet): header, inode table, a
-//!    superblock copy with the new geometry;
+//! 2. the new groups, past the old end (nothing reads them yet): header and a superblock copy
+//!    with the new geometry (in a version 2 image their inode tables are left to the allocator,
+//!    as mkfs leaves them; a version 1 image's are written zeroed);
 //! 3. the extended last group's header (its new blocks free): against the old superblock this is
 //!    the one mixed state, which fsck reports as `Allowed` (an interrupted growfs) and repairs;
 //! 4. the primary superblock with the new geometry and counts and the flags it had: the commit;
@@ -94,16 +95,20 @@ pub fn check_growable(dev: &dyn BlockDevice) -> GrowResult<Superblock> {
 }
 
 /// Grows the file system on `dev` to the device's end. `zeroed`: the blocks past the old end
-/// read as zeros (a file just extended), so the new inode tables need no writing.
+/// read as zeros (a file just extended), so a version 1 image's new inode tables need no
+/// writing (a version 2 image's are never written).
 pub fn grow(dev: &dyn BlockDevice, zeroed: bool) -> GrowResult<Growth> {
     let old = check_growable(dev)?;
     let mut g = plan(&old, dev.num_blocks())?;
     write_sb(dev, 0, &Superblock { flags: 0, ..old.clone() })?;
     let (mut free_b, mut free_i) = (old.free_blocks, old.free_inodes);
+    let bar = crate::progress::Bar::new("growfs", (g.new.ngroups - old.ngroups) as u64).with_message("new groups");
     for cg in old.ngroups..g.new.ngroups {
-        let (b, i) = init_group(dev, &g.new, cg, zeroed)?;
+        let (b, i) = init_group(dev, &g.new, cg, zeroed || g.new.lazy_inodes())?;
         (free_b, free_i) = (free_b + b, free_i + i);
+        bar.inc(1);
     }
+    drop(bar);
     if let Some((before, after)) = g.extended {
         extend_last(dev, &g.new, old.ngroups - 1, before, after)?;
         free_b += (after - before) as u64;
@@ -126,13 +131,14 @@ fn write_sb(dev: &dyn BlockDevice, bno: u64, sb: &Superblock) -> GrowResult<()> 
     Ok(())
 }
 
-/// Initialises new group `cg` as mkfs does; returns its free blocks and inodes.
-fn init_group(dev: &dyn BlockDevice, sb: &Superblock, cg: u32, zeroed: bool) -> GrowResult<(u64, u64)> {
+/// Initialises new group `cg` as mkfs does (`skip_table`: its inode table is not written);
+/// returns its free blocks and inodes.
+fn init_group(dev: &dyn BlockDevice, sb: &Superblock, cg: u32, skip_table: bool) -> GrowResult<(u64, u64)> {
     assert!(cg > 0, "group 0 is never new");
     let mut buf = vec![0u8; dev.block_size()];
     init_cg_block(sb, cg, &mut buf);
     let h = CgHeader::decode(&buf, cg)?;
-    if !zeroed {
+    if !skip_table {
         let zero = vec![0u8; dev.block_size()];
         let itable = sb.cg_itable_block(cg);
         let reqs: Vec<WriteReq> =
@@ -141,8 +147,10 @@ fn init_group(dev: &dyn BlockDevice, sb: &Superblock, cg: u32, zeroed: bool) -> 
             dev.write_batch(chunk, WriteKind::Sync)?;
         }
     }
-    dev.write_batch(&[WriteReq { bno: sb.cg_header_block(cg), data: &buf }], WriteKind::Sync)?;
-    write_sb(dev, sb.cg_start(cg), sb)?;
+    let mut copy = vec![0u8; dev.block_size()];
+    sb.encode(&mut copy);
+    let reqs = [WriteReq { bno: sb.cg_start(cg), data: &copy }, WriteReq { bno: sb.cg_header_block(cg), data: &buf }];
+    dev.write_batch(&reqs, WriteKind::Sync)?;
     Ok((h.free_blocks as u64, h.free_inodes as u64))
 }
 

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Inode blocks a group's table is initialized by at a time, ahead of the allocator (FreeBSD's
+/// newfs initializes two blocks per group; here the allocator does it from the first inode).
+const INIT_AHEAD: u32 = 2;
+
 /// The in-core inode state beside the cache's dinodes (FreeBSD keeps it in `struct inode`):
 /// who holds an inode open, which inodes lost their last name while open, where generations
 /// come from, and the link drops that removed directories still wait for.
@@ -52,6 +56,10 @@ impl Fs {
         // Every operation reads an inode: after a shutdown, this is where each one fails.
         self.check_live()?;
         self.check_ino(ino)?;
+        if ino % self.sb.inodes_per_group >= self.alloc.initialized(self.sb.cg_of_inode(ino)) {
+            // Past the group's initialized inode blocks: free, whatever the block holds.
+            return Ok(Dinode::default());
+        }
         let (bno, off) = self.sb.inode_location(ino);
         let buf = self.read_inode_block(bno)?;
         Ok(Dinode::decode(&buf[off..off + DINODE_SIZE]))
@@ -148,6 +156,7 @@ impl Fs {
                 self.damaged(format!("inode bitmap shows reserved inode {ino} free"));
                 continue;
             }
+            self.init_inode_blocks(ino)?;
             let old = self.iget_raw(ino)?;
             if !old.is_free() {
                 self.damaged(format!("inode bitmap shows inode {ino} free while it is in use"));
@@ -160,6 +169,40 @@ impl Fs {
             }
         }
         Err(self.damaged(format!("{MAX_BAD_ALLOCS} inodes in a row were wrongly free in the bitmaps")))
+    }
+
+    /// Makes sure the block of inode `ino` and the block after it are initialized (UFS2's lazy
+    /// inode initialization, FreeBSD's ffs_nodealloccg): the next `INIT_AHEAD` blocks of the
+    /// group's inode table are zeroed in the cache, ordered before the group header that counts
+    /// them (soft updates roll the count back in the header's copy until they are on disk;
+    /// `sync` writes them at once; `async` orders nothing), and the count is raised.
+    pub(super) fn init_inode_blocks(&mut self, ino: u32) -> FsResult<()> {
+        let (ipb, ipg) = (self.sb.inodes_per_block(), self.sb.inodes_per_group);
+        let cg = self.sb.cg_of_inode(ino);
+        let have = self.alloc.initialized(cg);
+        let need = ((ino % ipg) / ipb * ipb + 2 * ipb).min(ipg);
+        if have >= need {
+            return Ok(());
+        }
+        let upto = need.max(have + INIT_AHEAD * ipb).min(ipg);
+        let first = self.sb.cg_itable_block(cg) + (have / ipb) as u64;
+        let bnos: Vec<u64> = (first..first + ((upto - have) / ipb) as u64).collect();
+        for &b in &bnos {
+            self.cache.create(b);
+        }
+        match self.ordering {
+            Ordering::Sync => {
+                // Not `write_bufs`, which writes the dirty headers first: the header that
+                // counts these blocks goes after them.
+                self.land_flight()?;
+                self.snap_cow(&bnos)?;
+                self.cache.write(&bnos, WriteKind::Sync, &mut self.hooks)?;
+            }
+            Ordering::Softdep => self.sd().expect("soft updates").init_inode_blocks(cg, &bnos),
+            Ordering::Async => {}
+        }
+        self.alloc.set_initialized(&mut self.cache, &self.sb, cg, upto)?;
+        Ok(())
     }
 
     // ---------------------------------------------------------------- block map

@@ -208,19 +208,23 @@ pub struct MkfsOptions {
     /// Owner of the root directory.
     pub uid: u32,
     pub gid: u32,
-    /// The device already reads as zeros (a new sparse image): skip zeroing the inode tables.
-    pub zeroed: bool,
     /// The space only root may allocate from, in percent of the data blocks (None: 8%).
     pub minfree: Option<u8>,
 }
 
 impl Default for MkfsOptions {
     fn default() -> Self {
-        MkfsOptions { block_size: 4096, inodes: None, uid: 0, gid: 0, zeroed: false, minfree: None }
+        MkfsOptions { block_size: 4096, inodes: None, uid: 0, gid: 0, minfree: None }
     }
 }
 
-/// Makes a file system on `dev`: cylinder groups, the root directory and lost+found.
+/// Groups whose superblock copy and header mkfs writes in one batch (one `fdatasync`).
+const MKFS_BATCH_GROUPS: u32 = 512;
+
+/// Makes a file system on `dev`: cylinder groups, the root directory and lost+found. Only each
+/// group's superblock copy and header are written (two adjacent blocks): no inode table, whose
+/// blocks the allocator initializes as it reaches them (`CgHeader::initialized`), so whatever
+/// the device held before is never read. Group 0, whose superblock is the primary, goes last.
 pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions, now: (i64, u32)) -> FsResult<Superblock> {
     let bs = opts.block_size as usize;
     if dev.block_size() != bs {
@@ -229,33 +233,32 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions, now: (i64, u32)) -> F
     let mut sb = Superblock::geometry(opts.block_size, dev.num_blocks(), opts.inodes)?;
     sb.created = now.0;
     sb.minfree = opts.minfree;
-    let mut buf = vec![0u8; bs];
-    let zero = vec![0u8; bs];
-    let mut free_blocks = 0u64;
-    let mut free_inodes = 0u64;
-    for cg in 0..sb.ngroups {
-        crate::alloc::init_cg_block(&sb, cg, &mut buf);
-        let h = CgHeader::decode(&buf, cg)?;
-        free_blocks += h.free_blocks as u64;
-        free_inodes += h.free_inodes as u64;
-        dev.write_batch(&[WriteReq { bno: sb.cg_header_block(cg), data: &buf }], WriteKind::Sync)?;
-        if !opts.zeroed {
-            let itable = sb.cg_itable_block(cg);
-            let reqs: Vec<WriteReq> =
-                (0..sb.inode_table_blocks() as u64).map(|i| WriteReq { bno: itable + i, data: &zero }).collect();
-            for chunk in reqs.chunks(256) {
-                dev.write_batch(chunk, WriteKind::Sync)?;
-            }
-        }
-    }
-    sb.free_blocks = free_blocks;
-    sb.free_inodes = free_inodes;
+    let counts: Vec<(u32, u32)> = (0..sb.ngroups).map(|cg| crate::alloc::new_cg_counts(&sb, cg)).collect();
+    sb.free_blocks = counts.iter().map(|c| c.0 as u64).sum();
+    sb.free_inodes = counts.iter().map(|c| c.1 as u64).sum();
     sb.flags = SB_CLEAN;
-    for cg in 0..sb.ngroups {
-        let mut b = vec![0u8; bs];
-        sb.encode(&mut b);
-        dev.write_batch(&[WriteReq { bno: sb.cg_start(cg), data: &b }], WriteKind::Sync)?;
+    let bar = crate::progress::Bar::new("mkfs", sb.ngroups as u64).with_message("groups");
+    let order: Vec<u32> = (1..sb.ngroups).chain([0]).collect();
+    let mut bufs = vec![0u8; 2 * bs * MKFS_BATCH_GROUPS as usize];
+    for batch in order.chunks(MKFS_BATCH_GROUPS as usize) {
+        for (&cg, pair) in batch.iter().zip(bufs.chunks_exact_mut(2 * bs)) {
+            let (copy, header) = pair.split_at_mut(bs);
+            copy.fill(0);
+            sb.encode(copy);
+            crate::alloc::init_cg_block(&sb, cg, header);
+        }
+        let reqs: Vec<WriteReq> = batch
+            .iter()
+            .zip(bufs.chunks_exact(2 * bs))
+            .flat_map(|(&cg, pair)| {
+                let (copy, header) = pair.split_at(bs);
+                [WriteReq { bno: sb.cg_start(cg), data: copy }, WriteReq { bno: sb.cg_header_block(cg), data: header }]
+            })
+            .collect();
+        dev.write_batch(&reqs, WriteKind::Sync)?;
+        bar.inc(batch.len() as u64);
     }
+    drop(bar);
     // Root and lost+found, made through the file system itself so they follow its rules.
     let clock: Arc<dyn Clock> = Arc::new(FixedClock(now));
     let mut fs = Fs::mount(dev, MountOptions { ordering: Ordering::Sync, cache_blocks: 1024, readonly: false }, clock)?;
@@ -633,7 +636,8 @@ impl Fs {
         Ok(())
     }
 
-    /// The batches `write_delayed` writes `bnos` in (see there), in order.
+    /// The batches `write_delayed` writes `bnos` in (see there), in order: an inode block
+    /// initialized since its last write may be in two of them.
     pub fn plan_delayed(&self, mut bnos: Vec<u64>, batch: usize) -> Vec<Vec<u64>> {
         let Some(sd) = self.hooks.softdep.as_ref() else {
             bnos.sort_unstable();
@@ -650,7 +654,11 @@ impl Fs {
                 2
             }
         };
-        let mut keyed: Vec<(u8, u64)> = bnos.into_iter().map(|b| (class(b), b)).collect();
+        // Inode blocks initialized since their last write go first as well (their new inodes
+        // rolled back to free, so the copy is the zeros), so that the group headers after them
+        // carry the raised count and the new inodes' bits; then again as inode blocks.
+        let mut keyed: Vec<(u8, u64)> = bnos.iter().filter(|&&b| sd.init_pending(b)).map(|&b| (0, b)).collect();
+        keyed.extend(bnos.into_iter().map(|b| (class(b) + 1, b)));
         keyed.sort_unstable();
         let mut plan = Vec::new();
         for group in keyed.chunk_by(|a, b| a.0 == b.0) {

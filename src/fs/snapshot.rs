@@ -837,7 +837,7 @@ mod tests {
     fn snapshot_keeps_the_frozen_tree_through_overwrites_frees_and_remount() {
         for ordering in [Ordering::Softdep, Ordering::Sync, Ordering::Async] {
             let dev = Arc::new(MemDevice::new(4096, 16384));
-            mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+            mkfs(dev.clone(), &MkfsOptions { ..Default::default() }, (1, 0)).unwrap();
             let mut fs = mount(&dev, ordering);
             fill(&mut fs, 1);
             fs.sync_all().unwrap();
@@ -907,7 +907,7 @@ mod tests {
     #[test]
     fn several_snapshots_claim_and_hand_over_blocks() {
         let dev = Arc::new(MemDevice::new(4096, 16384));
-        mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+        mkfs(dev.clone(), &MkfsOptions { ..Default::default() }, (1, 0)).unwrap();
         let mut fs = mount(&dev, Ordering::Softdep);
         fill(&mut fs, 3);
         let base_tree = tree(&mut fs);

@@ -208,7 +208,7 @@ impl Scan<'_> {
             tfb += h.free_blocks as u64;
             tfi += h.free_inodes as u64;
             tnd += h.ndirs as u64;
-            if buf != self.cg_bufs[cg as usize] {
+            if buf != self.read(sb.cg_header_block(cg))? {
                 ws.get(sb.cg_header_block(cg))?.copy_from_slice(&buf);
             }
         }
@@ -256,12 +256,13 @@ impl Scan<'_> {
                 free_b += 1;
             }
         }
-        let (mut free_i, mut dirs) = (0u32, 0u32);
+        let (mut free_i, mut dirs, mut used) = (0u32, 0u32, 0u32);
         for idx in 0..ipg {
             let ino = cg * ipg + idx;
             let mode = modes.get(&ino);
             if ino < FIRST_INO || mode.is_some() {
                 bit_set(&mut buf[CgHeader::inode_map_offset()..], idx as usize, true);
+                used = idx + 1;
             } else {
                 free_i += 1;
             }
@@ -269,6 +270,14 @@ impl Scan<'_> {
                 dirs += 1;
             }
         }
+        // The blocks of every inode left in use are initialized; a valid count above that
+        // stays (its blocks were initialized by the allocator). A version 1 header keeps 0.
+        let initialized = if sb.lazy_inodes() {
+            let stored = self.initialized[cg as usize].unwrap_or(0);
+            stored.max(used.next_multiple_of(sb.inodes_per_block()))
+        } else {
+            0
+        };
         let meta = (sb.cg_data_start(cg) - start) as u32;
         let (brot, irot) = match &self.cgs[cg as usize] {
             Some(h) => (h.block_rotor, h.inode_rotor),
@@ -283,6 +292,7 @@ impl Scan<'_> {
             ndirs: dirs,
             block_rotor: brot,
             inode_rotor: irot,
+            initialized,
         };
         h.encode(&mut buf);
         CgHeader::seal(&mut buf);

@@ -25,6 +25,24 @@ impl Bits {
     pub(super) fn count(&self) -> u64 {
         self.0.iter().map(|w| w.count_ones() as u64).sum()
     }
+    /// Bits `64 * w .. 64 * w + 64`, bit `i` of the word standing for number `64 * w + i`.
+    pub(super) fn word(&self, w: u64) -> u64 {
+        self.0.get(w as usize).copied().unwrap_or(0)
+    }
+}
+
+/// Bits `64 * w .. 64 * w + 64` of an on-disk bitmap (bit `i` is bit `i % 8` of byte `i / 8`,
+/// so eight bytes read little-endian), the bits at or past `nbits` cleared.
+pub(super) fn map_word(map: &[u8], w: usize, nbits: usize) -> u64 {
+    let lo = w * 8;
+    let mut bytes = [0u8; 8];
+    let avail = map.len().saturating_sub(lo).min(8);
+    bytes[..avail].copy_from_slice(&map[lo..lo + avail]);
+    let word = u64::from_le_bytes(bytes);
+    match nbits.saturating_sub(w * 64) {
+        n if n >= 64 => word,
+        n => word & ((1u64 << n) - 1),
+    }
 }
 
 /// Where a block pointer lives: an inode slot (0..12 direct, 12..15 indirect) or an entry of an
@@ -110,8 +128,15 @@ pub(super) struct Scan<'a> {
     pub(super) sb_block: Vec<u8>,
     /// The primary superblock was not used as it is: repair writes it anew.
     pub(super) replace_primary: bool,
+    /// The group headers that decode and agree with the superblock (their blocks are read
+    /// again where the bitmaps are needed, so that fsck's memory is the block map's).
     pub(super) cgs: Vec<Option<CgHeader>>,
-    pub(super) cg_bufs: Vec<Vec<u8>>,
+    /// Per group, the inodes up to the last one its inode map shows in use, in whole blocks.
+    pub(super) map_used: Vec<u32>,
+    /// Per group, the header's count of initialized inodes when it is valid (all of them in a
+    /// version 1 image), and the inodes pass 1 read (from the start of the table).
+    pub(super) initialized: Vec<Option<u32>>,
+    pub(super) scanned: Vec<u32>,
     pub(super) inodes: BTreeMap<u32, Ino>,
     /// Metadata blocks and every block some inode owns.
     pub(super) owned: Bits,
@@ -152,7 +177,9 @@ impl<'a> Scan<'a> {
             sb_block: choice.raw0.clone(),
             replace_primary: choice.why.is_some(),
             cgs: Vec::new(),
-            cg_bufs: Vec::new(),
+            map_used: Vec::new(),
+            initialized: Vec::new(),
+            scanned: Vec::new(),
             inodes: BTreeMap::new(),
             owned: Bits::new(sb.num_blocks),
             findings: Vec::new(),

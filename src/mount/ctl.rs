@@ -436,7 +436,7 @@ mod tests {
     #[test]
     fn requests_round_trip_and_errors_come_back() {
         let dev = Arc::new(MemDevice::new(4096, 4096));
-        mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+        mkfs(dev.clone(), &MkfsOptions { ..Default::default() }, (1, 0)).unwrap();
         let fs = Fs::mount(dev, MountOptions::default(), Arc::new(SimClock::new())).unwrap();
         let shared: SharedFs = Arc::new(Mutex::new(fs));
         let dir = tempfile::tempdir().unwrap();

@@ -122,7 +122,7 @@ pub(crate) fn new_fs(
     let nblocks = 1_380_000_000 / bs as u64;
     let dev = Arc::new(ModelDevice::new(MemDevice::new(bs as usize, nblocks), disk.clone(), clock.clone(), seed));
     let d: Arc<dyn BlockDevice> = dev.clone();
-    mkfs(d.clone(), &MkfsOptions { block_size: bs, zeroed: true, ..Default::default() }, clock.wall())?;
+    mkfs(d.clone(), &MkfsOptions { block_size: bs, ..Default::default() }, clock.wall())?;
     let c: Arc<dyn Clock> = clock.clone();
     let fs = Fs::mount(d, MountOptions { ordering, cache_blocks, readonly: false }, c)?;
     Ok((fs, clock, dev))
@@ -572,7 +572,7 @@ fn ordering_run(ordering: Ordering, workdir: &Path, work: &OrderingWork) -> FsRe
     let _ = std::fs::remove_file(&img);
     crate::dev::FileDevice::create(&img, 1 << 30)?;
     let dev: Arc<dyn BlockDevice> = Arc::new(crate::dev::FileDevice::open(&img, 4096, true)?);
-    mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, crate::clock::RealClock::new().wall())?;
+    mkfs(dev.clone(), &MkfsOptions { ..Default::default() }, crate::clock::RealClock::new().wall())?;
     let clock: Arc<dyn Clock> = Arc::new(crate::clock::RealClock::new());
     let mut fs = Fs::mount(dev.clone(), MountOptions { ordering, cache_blocks: 32768, readonly: false }, clock)?;
     let st0 = dev.stats();
@@ -781,7 +781,7 @@ pub(crate) fn fresh_image(img: &Path, size: u64) -> FsResult<()> {
     let _ = std::fs::remove_file(img);
     crate::dev::FileDevice::create(img, size)?;
     let dev = crate::dev::FileDevice::open(img, 4096, true)?;
-    mkfs(Arc::new(dev), &MkfsOptions { zeroed: true, ..Default::default() }, crate::clock::RealClock::new().wall())?;
+    mkfs(Arc::new(dev), &MkfsOptions { ..Default::default() }, crate::clock::RealClock::new().wall())?;
     Ok(())
 }
 

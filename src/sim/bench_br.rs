@@ -166,11 +166,7 @@ impl SimBase {
         let dev = Arc::new(SparseDevice::new(4096, blocks));
         let raw: Arc<dyn BlockDevice> = dev.clone();
         let fs_blocks = if kind == StoreKind::Reserved { blocks - blocks / 5 } else { blocks };
-        mkfs(
-            Arc::new(PrefixDevice { inner: raw.clone(), blocks: fs_blocks }),
-            &MkfsOptions { zeroed: true, ..Default::default() },
-            (1, 0),
-        )?;
+        mkfs(Arc::new(PrefixDevice { inner: raw.clone(), blocks: fs_blocks }), &MkfsOptions::default(), (1, 0))?;
         let file = make_big_file(raw.clone(), file_blocks, 0)?;
         VolumeDevice::create(raw.clone(), kind, POOL, 1)?;
         drop(raw);
@@ -270,11 +266,7 @@ const HEAD_REQUESTS: usize = 400;
 fn setup_image(dev: Arc<dyn BlockDevice>, kind: StoreKind, file_blocks: u64) -> R<Setup> {
     let n = dev.num_blocks();
     let fs_blocks = if kind == StoreKind::Reserved { n - n / 5 } else { n };
-    mkfs(
-        Arc::new(PrefixDevice { inner: dev.clone(), blocks: fs_blocks }),
-        &MkfsOptions { zeroed: true, ..Default::default() },
-        (1, 0),
-    )?;
+    mkfs(Arc::new(PrefixDevice { inner: dev.clone(), blocks: fs_blocks }), &MkfsOptions::default(), (1, 0))?;
     make_big_file(dev.clone(), file_blocks, 0x5a)?;
     VolumeDevice::create(dev.clone(), kind, POOL, 1)?;
     let vol = VolumeDevice::open(dev, POOL)?.ok_or(VolumeError::NoSnapshot)?;

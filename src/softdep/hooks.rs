@@ -17,6 +17,9 @@ impl Softdep {
         if bno % self.sb.blocks_per_group as u64 == 1 {
             let cg = self.sb.cg_of_block(bno);
             inf.bmsafe = self.bmsafemap.get(&cg).map(|m| (m.inodedeps.clone(), m.newblks.clone()));
+            if let Some(durable) = self.durable_initialized(cg) {
+                self.roll_back_inits(cg, durable, copy, &mut inf);
+            }
         }
         inf.first_contents = self.newblks.contains_key(&bno);
         if self.is_inode_block(bno) {
@@ -53,6 +56,15 @@ impl Softdep {
         if let Some((inos, blks)) = inf.bmsafe {
             self.bitmaps_written(bno, inos, blks);
         }
+        // An initialized inode block's zeros (a write prepared after its initialization).
+        if let Some(pending) = self.inits.get_mut(&self.sb.cg_of_block(bno)) {
+            if pending.get(&bno).is_some_and(|&e| e < inf.epoch) {
+                pending.remove(&bno);
+                if pending.is_empty() {
+                    self.inits.remove(&self.sb.cg_of_block(bno));
+                }
+            }
+        }
         // A new block's first contents.
         if inf.first_contents {
             if let Some(n) = self.newblks.get_mut(&bno) {
@@ -81,6 +93,31 @@ impl Softdep {
             self.inodedeps.retain(|_, d| !d.idle());
         }
         inf.rolled_back
+    }
+
+    /// A group header's copy while some of its initialized inode blocks are not on disk: it
+    /// counts only the `durable` inodes before the first of them, and the inodes allocated past
+    /// that go out free (their bits clear, the counts with them) and stay waiting in the
+    /// bmsafemap, so that no header on disk claims an inode block the disk does not hold zeroed.
+    fn roll_back_inits(&self, cg: u32, durable: u32, copy: &mut [u8], inf: &mut Inflight) {
+        assert!(cg_get_initialized(copy) > durable, "group {cg}: an initialized block pending past the count");
+        cg_set_initialized(copy, durable);
+        let first = cg * self.sb.inodes_per_group;
+        let map_off = CgHeader::inode_map_offset();
+        let (mut freed, mut dirs) = (0, 0);
+        for idx in durable..self.sb.inodes_per_group {
+            if bit_get(&copy[map_off..], idx as usize) {
+                bit_set(&mut copy[map_off..], idx as usize, false);
+                freed += 1;
+                dirs += self.inodedeps.get(&(first + idx)).is_some_and(|d| d.is_dir) as u32;
+            }
+        }
+        cg_set_free_inodes(copy, cg_get_free_inodes(copy) + freed);
+        cg_set_ndirs(copy, cg_get_ndirs(copy).saturating_sub(dirs));
+        if let Some((inos, _)) = inf.bmsafe.as_mut() {
+            inos.retain(|&i| i % self.sb.inodes_per_group < durable);
+        }
+        inf.rolled_back = true;
     }
 
     /// An inode block's copy (FreeBSD's initiate_write_inodeblock): a dinode not yet allocated

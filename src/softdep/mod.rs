@@ -67,6 +67,10 @@ pub struct Softdep {
     pending_names: HashMap<u32, u32>,
     /// The directory each block with entries belongs to (for fsync's walk up to the root).
     block_dir: HashMap<u64, u32>,
+    /// Inode blocks initialized (zeroed in the cache) but not yet written, per group, with the
+    /// epoch of their initialization: the group header's copy counts no inode from the first
+    /// of them on (UFS2's barrier write of a newly initialized inode block, as a roll-back).
+    inits: HashMap<u32, std::collections::BTreeMap<u64, Epoch>>,
 }
 
 impl Softdep {
@@ -86,6 +90,7 @@ impl Softdep {
             writes_seen: 0,
             pending_names: HashMap::new(),
             block_dir: HashMap::new(),
+            inits: HashMap::new(),
         }
     }
 
@@ -117,6 +122,7 @@ impl Softdep {
     /// Nothing is pending: every change is on disk and every work item has run.
     pub fn is_idle(&self) -> bool {
         self.tasks.is_empty()
+            && self.inits.is_empty()
             && self.pagedeps.is_empty()
             && self.indirdeps.is_empty()
             && self.newblks.is_empty()
@@ -133,6 +139,31 @@ impl Softdep {
     /// not be clear yet, and an allocator that finds it clear is reading a damaged bitmap.
     pub fn inode_busy(&self, ino: u32) -> bool {
         self.inodedeps.get(&ino).is_some_and(|d| !d.bufwait.is_empty() || !d.inowait.is_empty())
+    }
+
+    /// Inode blocks `bnos` of group `cg` were initialized (zeroed in the cache) and the
+    /// header's count is about to cover them: the header's copies count only up to the first of
+    /// them not yet written (`roll_back_inits`).
+    pub fn init_inode_blocks(&mut self, cg: u32, bnos: &[u64]) {
+        let epoch = self.tick();
+        let pending = self.inits.entry(cg).or_default();
+        for &b in bnos {
+            assert!(self.sb.cg_of_block(b) == cg, "inode block {b} initialized for group {cg}");
+            let twice = pending.insert(b, epoch);
+            assert!(twice.is_none(), "inode block {b} initialized twice");
+        }
+    }
+
+    /// Whether inode block `bno` was initialized and not yet written since.
+    pub fn init_pending(&self, bno: u64) -> bool {
+        self.inits.get(&self.sb.cg_of_block(bno)).is_some_and(|p| p.contains_key(&bno))
+    }
+
+    /// The inodes of group `cg` the disk holds initialized, if some initialized block is not
+    /// written yet: those before the first such block.
+    fn durable_initialized(&self, cg: u32) -> Option<u32> {
+        let first = *self.inits.get(&cg)?.keys().next()?;
+        Some((first - self.sb.cg_itable_block(cg)) as u32 * self.sb.inodes_per_block())
     }
 
     /// A newly allocated inode: written as free until its bitmap bit is on disk.
@@ -606,6 +637,42 @@ mod tests {
         sd.before_write(bno, &mut copy);
         let again = sd.after_write(bno);
         (copy, again)
+    }
+
+    /// A group header counting inode blocks not yet written goes out counting only those
+    /// before them, the inodes past them free (bits, free count and directory count), and the
+    /// new inode stays waiting for its bitmap; once the blocks are written, the header carries
+    /// the count and the inode.
+    #[test]
+    fn a_header_counts_initialized_inode_blocks_only_once_they_are_on_disk() {
+        let (sb, mut sd) = setup();
+        let ipb = sb.inodes_per_block();
+        let cg = 1;
+        let hb = sb.cg_header_block(cg);
+        let mut header = vec![0u8; 4096];
+        crate::alloc::init_cg_block(&sb, cg, &mut header);
+        let blocks = [sb.cg_itable_block(cg), sb.cg_itable_block(cg) + 1];
+        sd.init_inode_blocks(cg, &blocks);
+        cg_set_initialized(&mut header, 2 * ipb);
+        let (idx, ino) = (ipb + 3, cg * sb.inodes_per_group + ipb + 3);
+        bit_set(&mut header[CgHeader::inode_map_offset()..], idx as usize, true);
+        let free = cg_get_free_inodes(&header) - 1;
+        cg_set_free_inodes(&mut header, free);
+        cg_set_ndirs(&mut header, 1);
+        sd.new_inode(ino, true);
+        // The second block is written first: the count stops at it.
+        write(&mut sd, blocks[1], &[0u8; 4096]);
+        let (copy, again) = write(&mut sd, hb, &header);
+        assert!(again, "the header stays dirty");
+        assert_eq!(cg_get_initialized(&copy), 0);
+        assert!(!bit_get(&copy[CgHeader::inode_map_offset()..], idx as usize));
+        assert_eq!((cg_get_free_inodes(&copy), cg_get_ndirs(&copy)), (sb.inodes_per_group, 0));
+        assert!(!sd.inodedeps[&ino].bitmap_done(), "the inode still waits for its bitmap");
+        write(&mut sd, blocks[0], &[0u8; 4096]);
+        let (copy, again) = write(&mut sd, hb, &header);
+        assert!(!again && copy == header, "all of it goes once the blocks are on disk");
+        assert!(sd.inodedeps[&ino].bitmap_done());
+        assert!(sd.inits.is_empty());
     }
 
     fn dirent_ino(block: &[u8], off: usize) -> u32 {

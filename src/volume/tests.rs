@@ -45,7 +45,7 @@ fn mount(dev: Arc<dyn BlockDevice>) -> Fs {
 fn volume(kind: StoreKind, fs_blocks: u64) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(4096, N));
     let prefix = Arc::new(PrefixDevice { inner: dev.clone(), blocks: fs_blocks });
-    mkfs(prefix, &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+    mkfs(prefix, &MkfsOptions { ..Default::default() }, (1, 0)).unwrap();
     let mut fs = mount(dev.clone());
     fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
     for i in 0..40u64 {

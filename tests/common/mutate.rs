@@ -25,7 +25,7 @@ pub const IMAGE_BLOCKS: u64 = 30000;
 /// and an unlink; cleanly unmounted.
 pub fn workload_image() -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(4096, IMAGE_BLOCKS));
-    mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1_700_000_000, 0)).expect("mkfs");
+    mkfs(dev.clone(), &MkfsOptions { ..Default::default() }, (1_700_000_000, 0)).expect("mkfs");
     let d: Arc<dyn BlockDevice> = dev.clone();
     let mut fs = Fs::mount(
         d,
@@ -276,6 +276,7 @@ const CG_FIELDS: &[(&str, usize, usize)] = &[
     ("free inodes", 20, 4),
     ("directories", 24, 4),
     ("block rotor", 28, 4),
+    ("initialized inodes", 36, 4),
 ];
 const INODE_FIELDS: &[(&str, usize, usize)] = &[
     ("mode", 0, 2),

@@ -5,6 +5,7 @@ mod counts;
 mod crash;
 mod dirs;
 mod inodes;
+mod lazy;
 mod modes;
 
 use super::*;
@@ -188,7 +189,7 @@ fn repair_converges(dev: &Arc<MemDevice>, files: u64) -> Report {
 /// An image of two cylinder groups, so that there is a superblock copy (at block 25792).
 fn two_groups() -> (Arc<MemDevice>, u64) {
     let dev = Arc::new(MemDevice::new(4096, 30000));
-    let s = mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (0, 0)).unwrap();
+    let s = mkfs(dev.clone(), &MkfsOptions { ..Default::default() }, (0, 0)).unwrap();
     assert_eq!(s.ngroups, 2);
     let mut fs = mount(&dev, Ordering::Sync);
     let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();

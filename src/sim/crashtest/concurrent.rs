@@ -285,7 +285,7 @@ pub fn record(ordering: Ordering, seed: u64, opts: &CrashOptions) -> Result<Reco
         move |source| CrashError::Fs { what: format!("{CONCURRENT} ({ordering}, seed {seed}): {what}"), source }
     };
     let dev = Arc::new(MemDevice::new(BS, opts.blocks));
-    let mk = MkfsOptions { inodes: Some((opts.blocks / 8).max(256)), zeroed: true, ..Default::default() };
+    let mk = MkfsOptions { inodes: Some((opts.blocks / 8).max(256)), ..Default::default() };
     mkfs(dev.clone(), &mk, (946_684_800, 0)).map_err(fail("mkfs".into()))?;
     let clock = Arc::new(SimClock::new());
     let mut rng = SmallRng::seed_from_u64(seed);

@@ -38,7 +38,7 @@ pub use summary::Summary;
 pub use work::Work;
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 19] = [
+pub const WORKLOADS: [&str; 20] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -58,6 +58,7 @@ pub const WORKLOADS: [&str; 19] = [
     "rename-whiteout",
     "xattr",
     "falloc",
+    "lazy-inodes",
 ];
 
 /// The block size of every recorded image.

@@ -119,9 +119,11 @@ pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions
         let what = format!("{workload} ({ordering}, seed {seed}): {what}");
         move |source| CrashError::Fs { what, source }
     };
-    let dev = Arc::new(MemDevice::new(BS, opts.blocks));
-    let mk = MkfsOptions { inodes: Some((opts.blocks / 8).max(256)), zeroed: true, ..Default::default() };
-    mkfs(dev.clone(), &mk, (946_684_800, 0)).map_err(fail("mkfs"))?;
+    let blocks = wl.blocks(opts.blocks);
+    let dev = Arc::new(MemDevice::new(BS, blocks));
+    let mk = MkfsOptions { inodes: Some((blocks / 8).max(256)), ..Default::default() };
+    let sb = mkfs(dev.clone(), &mk, (946_684_800, 0)).map_err(fail("mkfs"))?;
+    wl.age_device(&dev, &sb);
     let clock = Arc::new(SimClock::new());
     let mut rng = SmallRng::seed_from_u64(seed);
     let mount = |d: Arc<dyn BlockDevice>, cache_blocks| {

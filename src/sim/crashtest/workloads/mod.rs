@@ -2,7 +2,8 @@
 //! deterministic function of the seed. One file per family: `names` (creates, removes, trees,
 //! hard links), `renames`, `data` (growth into indirect blocks, truncation, fsync), `br` (Block
 //! Register reservations), `snapshot`, `xattr` (extended attributes), `falloc` (fallocate and
-//! inode flags); `Mix` interleaves the first eight.
+//! inode flags), `inodes` (lazy inode initialization over several groups); `Mix` interleaves
+//! the first eight.
 
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -16,6 +17,7 @@ use super::WORKLOADS;
 mod br;
 mod data;
 mod falloc;
+mod inodes;
 mod names;
 mod renames;
 mod snapshot;
@@ -24,6 +26,7 @@ mod xattr;
 use br::BrWork;
 use data::{FsyncWork, GrowIndirect, Truncate};
 use falloc::FallocWork;
+use inodes::LazyInodes;
 use names::{CreateMany, HardLinks, LinkFsync, MkdirRmdir, RemoveTree};
 use renames::{AncestorRename, RenameBack, RenameOver, RenameStorm, RenameWhiteout, SwapFsync};
 use snapshot::SnapWork;
@@ -32,6 +35,12 @@ use xattr::XattrWork;
 
 /// A workload: a setup that is not recorded, then steps, each one or a few operations.
 pub(super) trait Workload {
+    /// Blocks of the image the workload runs on, at least `default` (the option's).
+    fn blocks(&self, default: u64) -> u64 {
+        default
+    }
+    /// Makes the new image's device look used before (what was never written holds old data).
+    fn age_device(&self, _dev: &crate::dev::MemDevice, _sb: &crate::format::Superblock) {}
     fn setup(&mut self, w: &mut Work) -> FsResult<()>;
     /// One step; false when there is nothing left to do.
     fn step(&mut self, w: &mut Work) -> FsResult<bool>;
@@ -57,6 +66,7 @@ pub(super) fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>>
         "snapshot" => Box::new(SnapWork::default()),
         "xattr" => Box::new(XattrWork::default()),
         "falloc" => Box::new(FallocWork::default()),
+        "lazy-inodes" => Box::new(LazyInodes::default()),
         "mix" => {
             let each = (ops / 8).max(4);
             let subs = WORKLOADS[..8].iter().filter_map(|n| make_workload(n, each)).map(|w| (w, true)).collect();

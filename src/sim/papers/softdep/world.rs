@@ -55,6 +55,8 @@ impl Machine {
                 long_b: 0.0009,
                 boundary: 1000,
                 transfer_mb_s: 12.0,
+                // A SCSI drive of 1999 reads ahead into its track buffer.
+                streams: true,
             },
             disk_bytes: 4_500_000_000,
             block_size: 8192,
@@ -260,7 +262,7 @@ impl World {
         clock: Arc<dyn Clock>,
         time: Time,
     ) -> PResult<World> {
-        let mk = MkfsOptions { block_size: m.block_size, zeroed: true, ..Default::default() };
+        let mk = MkfsOptions { block_size: m.block_size, ..Default::default() };
         mkfs(dev.clone(), &mk, clock.wall())?;
         let opts = MountOptions { ordering, cache_blocks: m.cache_blocks, readonly: false };
         let mut fs = Fs::mount(dev.clone(), opts, clock)?;
