@@ -89,6 +89,16 @@ impl<'a> Iterator for DirIter<'a> {
     }
 }
 
+/// The record starting at `off`, an offset an index (dirhash) holds for it: read in place, with
+/// the same checks as a walk, instead of walking the block up to it (a walk touches half a block
+/// of memory per lookup, which in a directory of a million entries is mostly cache misses).
+pub fn dir_entry_at(block: &[u8], off: usize) -> Result<DirRef<'_>, DirError> {
+    if !off.is_multiple_of(4) || off + DIRENT_HDR > block.len() {
+        return Err(DirError { offset: off, what: "offset is not a record's" });
+    }
+    dirent_at(block, off, off / DIRBLKSIZ * DIRBLKSIZ)
+}
+
 /// Parses every entry (live or empty) of a directory block, checking the chunk structure.
 pub fn dir_entries(block: &[u8]) -> Result<Vec<DirEntry>, DirError> {
     dir_iter(block).map(|r| r.map(|e| e.to_owned())).collect()
@@ -235,6 +245,20 @@ mod tests {
         let at = dir_find_space(&b, MAXNAMLEN).unwrap().unwrap();
         dir_insert(&mut b, at, 7, DT_DIR, &long).unwrap();
         assert!(dir_entries(&b).unwrap().iter().any(|e| e.name == long));
+    }
+
+    #[test]
+    fn an_entry_is_read_in_place_at_its_offset() {
+        let mut b = vec![0u8; 4096];
+        dir_init_block(&mut b);
+        let at = dir_find_space(&b, 3).unwrap().unwrap();
+        let off = dir_insert(&mut b, at, 7, 1, b"abc").unwrap();
+        let e = dir_entry_at(&b, off).unwrap();
+        assert_eq!((e.ino, e.name), (7, &b"abc"[..]));
+        assert_eq!(dir_iter(&b).map(|e| e.unwrap()).find(|e| e.offset == off).unwrap().name, b"abc");
+        assert!(dir_entry_at(&b, off + 2).is_err(), "not a multiple of 4");
+        assert!(dir_entry_at(&b, 4096).is_err(), "past the block");
+        assert!(dir_entry_at(&b, 4092).is_err(), "a header past the block");
     }
 
     #[test]

@@ -53,14 +53,9 @@ impl Fs {
             let Some((lbn, off)) = self.dirhash[&dir].get(name) else { return Ok(None) };
             let (bno, _) = self.bmap(dir, d, lbn, false)?;
             let buf = self.cache.read(bno)?;
-            for e in dir_iter(buf) {
-                let e = e?;
-                if e.offset == off {
-                    assert!(e.ino != 0 && e.name == name, "dirhash of directory {dir} is stale");
-                    return Ok(Some(Slot { bno, lbn, off, ino: e.ino }));
-                }
-            }
-            panic!("dirhash of directory {dir} names a missing entry");
+            let e = dir_entry_at(buf, off)?;
+            assert!(e.ino != 0 && e.name == name, "dirhash of directory {dir} is stale");
+            return Ok(Some(Slot { bno, lbn, off, ino: e.ino }));
         }
         self.scan_dir(dir, d, |e| e.name == name)
     }
