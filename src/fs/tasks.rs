@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// Structures a task is taken to make when it runs (`run_tasks_bounded`): a removal that
+/// releases an inode makes its record, a freeblks and a freefile.
+const TASK_DEPS: usize = 3;
+
+/// A list this short runs at once, without counting: the bound's slack.
+const TASK_CHUNK_MIN: usize = 64;
+
 impl Fs {
     /// Runs the task list: work that completed writes made possible (soft updates' dirrem,
     /// freeblks and freefile).
@@ -16,6 +23,8 @@ impl Fs {
             // again only after some have completed.
             let stamp = (self.hooks.softdep.as_ref().map_or(0, |s| s.writes_completed()), self.renames.hidden_removed);
             if self.renames.deferred_old_names.is_empty() || stamp == self.renames.deferred_tried_at {
+                assert_eq!(self.tasks_queued(), 0, "run_tasks drains the task list");
+                self.tasks_left_at = None;
                 return Ok(());
             }
             self.renames.deferred_tried_at = stamp;
@@ -23,6 +32,49 @@ impl Fs {
                 self.run_task(t)?;
             }
         }
+    }
+
+    /// Runs the task list within soft updates' memory bound, as FreeBSD's
+    /// `softdep_process_worklist` takes its work list in bounded batches: a written directory
+    /// block completes all its removals at once, and each removal that runs makes about
+    /// `TASK_DEPS` structures (the released inode's record, its freeblks and freefile) that only
+    /// a later write retires. So a long list runs in chunks, each as long as the room left under
+    /// the bound allows, the structures counted afresh before each; what does not fit stays
+    /// queued (tasks are delayed work) until a write lets the chunk's structures retire. A short
+    /// list runs at once, uncounted. Returns the tasks left queued. Callers that need the list
+    /// drained (fsync, sync, unmount, snapshots) use `run_tasks`.
+    pub fn run_tasks_bounded(&mut self) -> FsResult<usize> {
+        let limit = self.softdep_limit;
+        loop {
+            let Some(sd) = self.hooks.softdep.as_mut() else { return Ok(0) };
+            let queued = sd.tasks.len();
+            if queued <= TASK_CHUNK_MIN {
+                self.run_tasks()?;
+                return Ok(self.tasks_queued());
+            }
+            // Nothing retired since the list was last left for want of room: counting again
+            // would find none (structures retire only when writes complete).
+            let stamp = sd.writes_completed();
+            if self.tasks_left_at == Some(stamp) {
+                return Ok(queued);
+            }
+            let room = limit.saturating_sub(sd.count()) / TASK_DEPS;
+            if room < TASK_CHUNK_MIN {
+                self.tasks_left_at = Some(stamp);
+                return Ok(queued);
+            }
+            self.tasks_left_at = None;
+            for _ in 0..room.min(queued) {
+                let Some(t) = self.sd().and_then(|s| s.tasks.pop()) else { break };
+                self.hooks.softdep.as_mut().expect("softdep").stats.tasks_run += 1;
+                self.run_task(t)?;
+            }
+        }
+    }
+
+    /// Tasks queued on the work list.
+    pub(super) fn tasks_queued(&self) -> usize {
+        self.hooks.softdep.as_ref().map_or(0, |s| s.tasks.len())
     }
 
     /// Soft updates hold freed blocks and inodes until the nullified pointers are on disk; when
@@ -174,7 +226,14 @@ impl Fs {
 
     /// Keeps the cache within its size: when it is full of dirty buffers, the oldest are written.
     pub(super) fn balance(&mut self) -> FsResult<()> {
-        self.run_tasks()?;
+        if self.run_tasks_bounded()? > 0 {
+            // Tasks wait for room under the bound: writes retire what the last chunk made, by
+            // the flusher (outside the lock) or, without one, here.
+            match &self.flusher {
+                Some(f) => f.request(),
+                None => self.sync_all()?,
+            }
+        }
         self.ops += 1;
         let limit = self.softdep_limit;
         if self.ops >= self.next_count_at {
