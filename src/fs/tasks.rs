@@ -298,3 +298,49 @@ impl Fs {
 
     // ---------------------------------------------------------------- inodes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::dev::MemDevice;
+    use crate::fs::{mkfs, MkfsOptions, MountOptions};
+
+    /// A directory block's write completes hundreds of removals at once: their tasks run a
+    /// chunk at a time within the bound, the rest left queued for after the next write, and
+    /// `sync_all` still drains them all.
+    #[test]
+    fn removals_completed_at_once_run_within_the_bound() {
+        let dev = Arc::new(MemDevice::new(4096, 16384));
+        mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 4096, readonly: false };
+        let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();
+        let limit = 1000;
+        fs.set_softdep_limit(limit);
+        // Served by nobody: the bound only asks for writes, which this test makes itself.
+        fs.attach_flusher();
+        let free0 = fs.statfs().ffree;
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        for i in 0..500 {
+            fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        fs.sync_all().unwrap();
+        for i in 0..500 {
+            fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+        }
+        // The flusher's rounds: each write lets the last chunk's structures retire and the
+        // next chunk run.
+        let mut deferred = 0;
+        for _ in 0..50 {
+            fs.flush_all().unwrap();
+            let count = fs.hooks.softdep.as_mut().unwrap().count();
+            assert!(count <= limit + TASK_DEPS * TASK_CHUNK_MIN, "{count} structures against a bound of {limit}");
+            deferred = deferred.max(fs.tasks_queued());
+        }
+        assert!(deferred > TASK_CHUNK_MIN, "the removals past the room waited ({deferred} at most)");
+        assert_eq!(fs.tasks_queued(), 0, "writes drained the list");
+        fs.rmdir(ROOT_INO, b"d").unwrap();
+        fs.sync_all().unwrap();
+        assert_eq!(fs.statfs().ffree, free0, "every inode freed");
+    }
+}
