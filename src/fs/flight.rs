@@ -167,11 +167,13 @@ impl Fs {
         self.flusher.get_or_insert_with(Default::default).clone()
     }
 
-    /// True if a flush is wanted: soft updates' structures past half their bound, or dirty
-    /// buffers past half the cache (the background flusher writes until neither holds).
+    /// True if a flush is wanted: soft updates' structures past half their bound, tasks left
+    /// queued for want of room under it (`run_tasks_bounded`), or dirty buffers past half the
+    /// cache (the background flusher writes until none holds).
     pub fn flush_wanted(&mut self) -> bool {
         let limit = self.softdep_limit;
         self.cache.dirty_count() > self.cache.capacity() / 2
+            || self.tasks_left_at.is_some()
             || self.hooks.softdep.as_mut().is_some_and(|s| s.count() > limit / 2)
     }
 

@@ -446,6 +446,9 @@ pub struct Fs {
     next_count_at: u64,
     /// The last count: (operations done then, structures counted).
     last_count: (u64, usize),
+    /// The writes completed when `run_tasks_bounded` last left tasks queued for want of room
+    /// (None: it has not since it last ran some).
+    tasks_left_at: Option<u64>,
     /// Renames between their call and the disk: hidden old names, deferred removals, namesakes.
     renames: rename::Renames,
     /// Where the next new data block should go (a Block Register placement hint), once.
@@ -514,6 +517,7 @@ impl Fs {
             ops: 0,
             next_count_at: 0,
             last_count: (0, 0),
+            tasks_left_at: None,
             br_hint: None,
             snapshots: snapshot::Snapshots::default(),
             flight: None,
@@ -710,16 +714,26 @@ impl Fs {
         // directory per level), so the rounds go on while they have something to write; the
         // chain is never longer than the number of inodes.
         let max_rounds = self.sb.total_inodes() + 64;
+        // The task list runs within the memory bound (`run_tasks_bounded`), a chunk a round, the
+        // writes between retiring what each chunk made.
         for _ in 0..max_rounds {
-            self.run_tasks()?;
+            self.run_tasks_bounded()?;
+            self.sample_deps();
             let wrote = self.flush_all()?;
-            self.run_tasks()?;
+            self.sample_deps();
             let idle =
                 self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle()) && self.renames.deferred_old_names.is_empty();
             if idle && self.cache.dirty_count() == 0 {
+                assert_eq!(self.tasks_queued(), 0, "sync_all drains the task list");
                 return Ok(());
             }
             if wrote == 0 && self.cache.dirty_count() == 0 {
+                // Nothing to write, yet tasks wait for room: what holds the room does not
+                // retire by writing; the list is drained whatever it makes.
+                if self.tasks_queued() > 0 {
+                    self.run_tasks()?;
+                    continue;
+                }
                 break;
             }
         }
@@ -758,6 +772,14 @@ impl Fs {
             "dependencies did not drain: nothing left to write (held: {held:?}; deferred names: {:?}; hidden: {:?})",
             self.renames.deferred_old_names, self.renames.hidden
         )))
+    }
+
+    /// Counts soft updates' structures, for the peak they report (`max_deps`): where many
+    /// tasks ran at once, between the counts the memory bound makes.
+    fn sample_deps(&mut self) {
+        if let Some(s) = self.hooks.softdep.as_mut() {
+            s.count();
+        }
     }
 
     /// A block from the bitmaps, checked before it is handed out: a bitmap that shows a
@@ -849,7 +871,7 @@ impl Fs {
         let all: Vec<u64> = self.cache.dirty_oldest_first().map(|(_, b)| b).collect();
         let n = all.len();
         self.write_delayed(all, 1024)?;
-        self.run_tasks()?;
+        self.run_tasks_bounded()?;
         Ok(n)
     }
 
@@ -865,7 +887,7 @@ impl Fs {
             .collect();
         let n = ready.len();
         self.write_delayed(ready, 1024)?;
-        self.run_tasks()?;
+        self.run_tasks_bounded()?;
         Ok(n)
     }
 
@@ -891,7 +913,7 @@ impl Fs {
         for chunk in meta.chunks(1024) {
             self.write_bufs(chunk, WriteKind::Async)?;
         }
-        self.run_tasks()?;
+        self.run_tasks_bounded()?;
         Ok(meta.len())
     }
 }

@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// Structures a task is taken to make when it runs (`run_tasks_bounded`): a removal that
+/// releases an inode makes its record, a freeblks and a freefile.
+const TASK_DEPS: usize = 3;
+
+/// A list this short runs at once, without counting: the bound's slack.
+const TASK_CHUNK_MIN: usize = 64;
+
 impl Fs {
     /// Runs the task list: work that completed writes made possible (soft updates' dirrem,
     /// freeblks and freefile).
@@ -16,6 +23,8 @@ impl Fs {
             // again only after some have completed.
             let stamp = (self.hooks.softdep.as_ref().map_or(0, |s| s.writes_completed()), self.renames.hidden_removed);
             if self.renames.deferred_old_names.is_empty() || stamp == self.renames.deferred_tried_at {
+                assert_eq!(self.tasks_queued(), 0, "run_tasks drains the task list");
+                self.tasks_left_at = None;
                 return Ok(());
             }
             self.renames.deferred_tried_at = stamp;
@@ -23,6 +32,49 @@ impl Fs {
                 self.run_task(t)?;
             }
         }
+    }
+
+    /// Runs the task list within soft updates' memory bound, as FreeBSD's
+    /// `softdep_process_worklist` takes its work list in bounded batches: a written directory
+    /// block completes all its removals at once, and each removal that runs makes about
+    /// `TASK_DEPS` structures (the released inode's record, its freeblks and freefile) that only
+    /// a later write retires. So a long list runs in chunks, each as long as the room left under
+    /// the bound allows, the structures counted afresh before each; what does not fit stays
+    /// queued (tasks are delayed work) until a write lets the chunk's structures retire. A short
+    /// list runs at once, uncounted. Returns the tasks left queued. Callers that need the list
+    /// drained (fsync, sync, unmount, snapshots) use `run_tasks`.
+    pub fn run_tasks_bounded(&mut self) -> FsResult<usize> {
+        let limit = self.softdep_limit;
+        loop {
+            let Some(sd) = self.hooks.softdep.as_mut() else { return Ok(0) };
+            let queued = sd.tasks.len();
+            if queued <= TASK_CHUNK_MIN {
+                self.run_tasks()?;
+                return Ok(self.tasks_queued());
+            }
+            // Nothing retired since the list was last left for want of room: counting again
+            // would find none (structures retire only when writes complete).
+            let stamp = sd.writes_completed();
+            if self.tasks_left_at == Some(stamp) {
+                return Ok(queued);
+            }
+            let room = limit.saturating_sub(sd.count()) / TASK_DEPS;
+            if room < TASK_CHUNK_MIN {
+                self.tasks_left_at = Some(stamp);
+                return Ok(queued);
+            }
+            self.tasks_left_at = None;
+            for _ in 0..room.min(queued) {
+                let Some(t) = self.sd().and_then(|s| s.tasks.pop()) else { break };
+                self.hooks.softdep.as_mut().expect("softdep").stats.tasks_run += 1;
+                self.run_task(t)?;
+            }
+        }
+    }
+
+    /// Tasks queued on the work list.
+    pub(super) fn tasks_queued(&self) -> usize {
+        self.hooks.softdep.as_ref().map_or(0, |s| s.tasks.len())
     }
 
     /// Soft updates hold freed blocks and inodes until the nullified pointers are on disk; when
@@ -174,7 +226,14 @@ impl Fs {
 
     /// Keeps the cache within its size: when it is full of dirty buffers, the oldest are written.
     pub(super) fn balance(&mut self) -> FsResult<()> {
-        self.run_tasks()?;
+        if self.run_tasks_bounded()? > 0 {
+            // Tasks wait for room under the bound: writes retire what the last chunk made, by
+            // the flusher (outside the lock) or, without one, here.
+            match &self.flusher {
+                Some(f) => f.request(),
+                None => self.sync_all()?,
+            }
+        }
         self.ops += 1;
         let limit = self.softdep_limit;
         if self.ops >= self.next_count_at {
@@ -238,4 +297,50 @@ impl Fs {
     }
 
     // ---------------------------------------------------------------- inodes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::dev::MemDevice;
+    use crate::fs::{mkfs, MkfsOptions, MountOptions};
+
+    /// A directory block's write completes hundreds of removals at once: their tasks run a
+    /// chunk at a time within the bound, the rest left queued for after the next write, and
+    /// `sync_all` still drains them all.
+    #[test]
+    fn removals_completed_at_once_run_within_the_bound() {
+        let dev = Arc::new(MemDevice::new(4096, 16384));
+        mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 4096, readonly: false };
+        let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();
+        let limit = 1000;
+        fs.set_softdep_limit(limit);
+        // Served by nobody: the bound only asks for writes, which this test makes itself.
+        fs.attach_flusher();
+        let free0 = fs.statfs().ffree;
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        for i in 0..500 {
+            fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        fs.sync_all().unwrap();
+        for i in 0..500 {
+            fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+        }
+        // The flusher's rounds: each write lets the last chunk's structures retire and the
+        // next chunk run.
+        let mut deferred = 0;
+        for _ in 0..50 {
+            fs.flush_all().unwrap();
+            let count = fs.hooks.softdep.as_mut().unwrap().count();
+            assert!(count <= limit + TASK_DEPS * TASK_CHUNK_MIN, "{count} structures against a bound of {limit}");
+            deferred = deferred.max(fs.tasks_queued());
+        }
+        assert!(deferred > TASK_CHUNK_MIN, "the removals past the room waited ({deferred} at most)");
+        assert_eq!(fs.tasks_queued(), 0, "writes drained the list");
+        fs.rmdir(ROOT_INO, b"d").unwrap();
+        fs.sync_all().unwrap();
+        assert_eq!(fs.statfs().ffree, free0, "every inode freed");
+    }
 }

@@ -147,7 +147,7 @@ impl Sweeper {
         for chunk in plan {
             Fs::write_in_flight(fs, &chunk, WriteKind::Async)?;
         }
-        lock(fs).run_tasks()
+        lock(fs).run_tasks_bounded().map(|_| ())
     }
 
     /// The background flush (`FlushRequest`): every dirty buffer, in flights outside the lock,
