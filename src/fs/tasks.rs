@@ -312,7 +312,7 @@ mod tests {
     #[test]
     fn removals_completed_at_once_run_within_the_bound() {
         let dev = Arc::new(MemDevice::new(4096, 16384));
-        mkfs(dev.clone(), &MkfsOptions { zeroed: true, ..Default::default() }, (1, 0)).unwrap();
+        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
         let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 4096, readonly: false };
         let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();
         let limit = 1000;
