@@ -15,10 +15,7 @@ impl Fs {
     /// freeblks and freefile).
     pub fn run_tasks(&mut self) -> FsResult<()> {
         loop {
-            while let Some(t) = self.hooks.softdep.as_mut().and_then(|s| s.tasks.pop()) {
-                self.hooks.softdep.as_mut().expect("softdep").stats.tasks_run += 1;
-                self.run_task(t)?;
-            }
+            while self.run_next_task()? {}
             // Deferred old names: only writes can make their paths durable, so they are tried
             // again only after some have completed.
             let stamp = (self.hooks.softdep.as_ref().map_or(0, |s| s.writes_completed()), self.renames.hidden_removed);
@@ -65,11 +62,20 @@ impl Fs {
             }
             self.tasks_left_at = None;
             for _ in 0..room.min(queued) {
-                let Some(t) = self.sd().and_then(|s| s.tasks.pop()) else { break };
-                self.hooks.softdep.as_mut().expect("softdep").stats.tasks_run += 1;
-                self.run_task(t)?;
+                if !self.run_next_task()? {
+                    break;
+                }
             }
         }
+    }
+
+    /// Takes the next task off the work list and runs it; false when the list is empty.
+    fn run_next_task(&mut self) -> FsResult<bool> {
+        let Some(sd) = self.hooks.softdep.as_mut() else { return Ok(false) };
+        let Some(t) = sd.tasks.pop() else { return Ok(false) };
+        sd.stats.tasks_run += 1;
+        self.run_task(t)?;
+        Ok(true)
     }
 
     /// Tasks queued on the work list.
