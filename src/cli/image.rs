@@ -2,13 +2,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use sufs::clock::{Clock, RealClock};
-use sufs::ctl::{self};
-use sufs::dev::{BlockDevice, FileDevice};
-use sufs::format::Superblock;
-use sufs::fs::{mkfs, MkfsOptions};
-use sufs::volume::PrefixDevice;
-use sufs::{format, fsck, snapshot};
+use sufs_fs::clock::{Clock, RealClock};
+use sufs_fs::dev::{BlockDevice, FileDevice};
+use sufs_fs::format::Superblock;
+use sufs_fs::fs::{mkfs, MkfsOptions};
+use sufs_fs::volume::PrefixDevice;
+use sufs_fs::{format, fsck, snapshot};
+use sufs_mount::ctl::{self};
 
 use super::*;
 
@@ -91,14 +91,14 @@ pub(crate) fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Su
 /// live file system. Exit 0 nothing found, 1 adjusted, 4 violations found (nothing adjusted).
 /// `mounted`: the mount's own file system, when the mount process checks itself (it reads the
 /// snapshot in memory: through its own mount it would hold the mount busy, and wait on itself).
-pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>) -> Result<u8, Fail> {
+pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::SharedFs>) -> Result<u8, Fail> {
     use ctl::Request;
     let t = std::time::Instant::now();
     let name = format!("fsck.{}", std::process::id());
     // In the mount's own process the requests go to the file system itself: its control channel
     // may not be there yet, or no longer (a mount that is being unmounted).
     let call = |req: Request| match &mounted {
-        Some(fs) => ctl::execute(&mut sufs::fs::lock(fs), req).map_err(|e| Fail(e.to_string(), 1)),
+        Some(fs) => ctl::execute(&mut sufs_fs::fs::lock(fs), req).map_err(|e| Fail(e.to_string(), 1)),
         None => control(on, req),
     };
     call(Request::SnapshotCreate { name: name.clone() })?;
