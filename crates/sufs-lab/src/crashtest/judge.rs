@@ -7,29 +7,17 @@ use std::sync::Arc;
 
 use sufs_fs::clock::SimClock;
 use sufs_fs::format::ROOT_INO;
-use sufs_fs::fs::{Fs, FsError, FsResult, MountOptions, Ordering};
+use sufs_fs::fs::{Fs, FsError, FsResult};
 use sufs_fs::fsck::{self, Class, Finding};
 
 use super::promise::{reachable_inodes, resolve, Promise, PromiseKind};
 use super::recorder::{CrashImage, CrashState, Recording};
-use super::summary::Summary;
+use super::summary::{Summary, Verdict};
 use super::workloads::{tree_digest, xattr_digest};
-use super::CrashError;
-
-/// One verdict on a crash state.
-#[derive(Debug, Clone)]
-pub struct Verdict {
-    pub class: Class,
-    pub kind: String,
-    pub text: String,
-}
+use super::{readonly, CrashError};
 
 fn finding_kind(f: &Finding) -> String {
     format!("{f:?}").chars().take_while(|c| c.is_alphanumeric()).collect()
-}
-
-pub(super) fn readonly() -> MountOptions {
-    MountOptions { ordering: Ordering::Sync, cache_blocks: 256, readonly: true }
 }
 
 /// The digest of the frozen tree of snapshot `name` on a crash image.

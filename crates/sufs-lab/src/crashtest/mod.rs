@@ -19,7 +19,7 @@
 
 use thiserror::Error;
 
-use sufs_fs::fs::{FsError, Ordering};
+use sufs_fs::fs::{FsError, MountOptions, Ordering};
 use sufs_fs::policy::UpdatePolicy;
 
 mod concurrent;
@@ -31,10 +31,9 @@ mod work;
 mod workloads;
 
 pub use concurrent::CONCURRENT;
-pub use judge::Verdict;
 pub use promise::{Promise, PromiseKind};
-pub use recorder::{record, CrashImage, CrashState, Recording};
-pub use summary::Summary;
+pub use recorder::{CrashImage, CrashState, Recording};
+pub use summary::{Summary, Verdict};
 pub use work::Work;
 
 /// The workloads, in the order `all` runs them.
@@ -104,6 +103,21 @@ impl Default for CrashOptions {
     fn default() -> Self {
         CrashOptions { subsets: 8, ops: 80, cache_blocks: 64, blocks: 8192, end: End::Auto, update: None }
     }
+}
+
+/// Runs `workload` over a recording device and returns its log: the concurrent workload through
+/// its own recorder (`concurrent`), every other one through `recorder`.
+pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions) -> Result<Recording, CrashError> {
+    if workload == CONCURRENT {
+        return concurrent::record(ordering, seed, opts);
+    }
+    recorder::record(ordering, workload, seed, opts)
+}
+
+/// The mount the judge and the workloads look at a crash image with: read-only, `sync`
+/// ordering (nothing is written), a small cache.
+fn readonly() -> MountOptions {
+    MountOptions { ordering: Ordering::Sync, cache_blocks: 256, readonly: true }
 }
 
 /// Records `workload` under `ordering` and judges every crash state.

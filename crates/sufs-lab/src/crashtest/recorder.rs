@@ -110,12 +110,15 @@ pub struct Recording {
     pub(super) promises: Vec<Interval>,
 }
 
-/// Runs `workload` over a recording device: mkfs and setup (not recorded), then the workload on a
-/// fresh mount with a small cache, ending with or without unmount.
-pub fn record(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions) -> Result<Recording, CrashError> {
-    if workload == super::CONCURRENT {
-        return super::concurrent::record(ordering, seed, opts);
-    }
+/// Runs `workload` (one of the sequential ones) over a recording device: mkfs and setup (not
+/// recorded), then the workload on a fresh mount with a small cache, ending with or without
+/// unmount.
+pub(super) fn record(
+    ordering: Ordering,
+    workload: &str,
+    seed: u64,
+    opts: &CrashOptions,
+) -> Result<Recording, CrashError> {
     let mut wl = make_workload(workload, opts.ops).ok_or_else(|| CrashError::UnknownWorkload(workload.into()))?;
     let fail = |what: &str| {
         let what = format!("{workload} ({ordering}, seed {seed}): {what}");

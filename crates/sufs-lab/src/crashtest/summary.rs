@@ -6,8 +6,15 @@ use std::fmt;
 
 use sufs_fs::fsck::Class;
 
-use super::judge::Verdict;
 use super::recorder::{CrashState, Recording};
+
+/// One verdict on a crash state.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    pub class: Class,
+    pub kind: String,
+    pub text: String,
+}
 
 /// What the crash states of one workload showed.
 #[derive(Debug, Clone, Default)]

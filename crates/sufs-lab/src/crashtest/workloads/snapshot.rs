@@ -9,8 +9,8 @@ use sufs_fs::clock::SimClock;
 use sufs_fs::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
 use sufs_fs::fs::{Fs, FsResult};
 
-use super::super::judge::readonly;
 use super::super::promise::{Promise, PromiseKind};
+use super::super::readonly;
 use super::super::work::Work;
 use super::{pick, tree_digest, Workload};
 
