@@ -1066,33 +1066,54 @@ impl Filesystem for SufsFuse {
         reply.ok();
     }
 
+    /// Entries with their attributes. An entry whose inode does not read (a name left naming a
+    /// free inode, a number out of range) is damage met by this listing: it is left out
+    /// (logged, the image marked for fsck) and the listing goes on, so that one bad name does
+    /// not hide the directory; a lookup of that name still fails. A reply is never empty
+    /// while entries remain, or the kernel would take it for the end of the directory.
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         self.msgs.count(Op::Readdirplus);
         let mut fs = lock(&self.fs);
-        let entries = match from_fuse(ino).and_then(|i| fs.readdir(i, offset, 256).map_err(errno)) {
-            Ok(e) => e,
+        let dir = match from_fuse(ino) {
+            Ok(i) => i,
             Err(e) => return reply.error(e),
         };
         let bs = fs.sb.block_size;
-        for e in entries {
-            let d = match fs.getattr(e.ino) {
-                Ok(d) => d,
-                Err(err) => return reply.error(errno(err)),
+        let mut offset = offset;
+        let mut added = false;
+        'fill: while !added {
+            let entries = match fs.readdir(dir, offset, 256) {
+                Ok(e) if e.is_empty() => break,
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(e)),
             };
-            let full = reply.add(
-                to_fuse(e.ino),
-                e.next,
-                OsStr::from_bytes(&e.name),
-                ttl(&d),
-                &attr(e.ino, &d, bs),
-                Generation(d.generation as u64),
-            );
-            if full {
-                break;
-            }
-            // The kernel counts a lookup for every entry but "." and ".." (`entry`).
-            if e.name != b"." && e.name != b".." {
-                fs.hold(e.ino, 1);
+            for e in entries {
+                offset = e.next;
+                let d = match fs.getattr(e.ino) {
+                    Ok(d) => d,
+                    Err(err @ (FsError::Stale(_) | FsError::Corrupt(_))) => {
+                        let name = String::from_utf8_lossy(&e.name).into_owned();
+                        fs.damaged(format!("directory {dir}: entry {name:?} names inode {}: {err}", e.ino));
+                        continue;
+                    }
+                    Err(err) => return reply.error(errno(err)),
+                };
+                let full = reply.add(
+                    to_fuse(e.ino),
+                    e.next,
+                    OsStr::from_bytes(&e.name),
+                    ttl(&d),
+                    &attr(e.ino, &d, bs),
+                    Generation(d.generation as u64),
+                );
+                if full {
+                    break 'fill;
+                }
+                added = true;
+                // The kernel counts a lookup for every entry but "." and ".." (`entry`).
+                if e.name != b"." && e.name != b".." {
+                    fs.hold(e.ino, 1);
+                }
             }
         }
         reply.ok();
