@@ -121,6 +121,66 @@ fn symlink_with_a_huge_size_fails_readlink_and_asks_for_fsck() {
     }
 }
 
+/// A directory whose size reads far past its blocks (2^40 with one block): each walk of it
+/// would step through 2^28 holes under the lock. The size is checked where it is used: a lookup
+/// in it fails with EIO at once, the image is marked for fsck, other directories work, and
+/// fsck -y gives it its size back. (The smaller size comes first: old code, which walked every
+/// hole, answered "not found" for it in a second instead of taking minutes.)
+#[test]
+fn directory_with_a_huge_size_fails_its_requests_and_asks_for_fsck() {
+    for size in [1u64 << 30, 1 << 40, u64::MAX] {
+        let dev = new_image(4096);
+        let t = populate(&dev);
+        modify_inode(&dev, t.e, |d| d.size = size);
+        let mut fs = mount(&dev, Ordering::Softdep, 256);
+        assert!(matches!(fs.lookup(t.e, b"x1"), Err(FsError::Corrupt(_))), "size {size}: lookup");
+        assert!(matches!(fs.lookup(t.e, b"absent"), Err(FsError::Corrupt(_))), "size {size}: lookup");
+        assert!(matches!(fs.readdir(t.e, 0, 64), Err(FsError::Corrupt(_))), "size {size}: readdir");
+        assert!(matches!(fs.create(t.e, b"new", 0o644, 0, 0), Err(FsError::Corrupt(_))), "size {size}: create");
+        // The rest of the file system goes on.
+        let f = resolve(&mut fs, "d/f").unwrap();
+        assert_eq!(fs.read(f, 0, 10_000).unwrap(), pattern(1, 6000));
+        let (n, _) = fs.create(t.d, b"beside", 0o644, 0, 0).unwrap();
+        fs.write(n, 0, b"still works").unwrap();
+        assert_eq!(fs.readdir(t.d, 0, 64).unwrap().len(), 5, "size {size}: . .. f e beside");
+        fs.unmount().unwrap();
+        drop(fs);
+        assert!(needs_fsck(&dev), "size {size}: the superblock asks for fsck");
+        let r = sufs_fs::fsck::repair(&*dev).unwrap();
+        assert!(!r.findings.is_empty(), "size {size}");
+        assert_clean(&dev);
+        let mut fs = mount(&dev, Ordering::Softdep, 256);
+        untouched_files_read(&mut fs, &t);
+        fs.unmount().unwrap();
+    }
+}
+
+/// A file whose size reads past the largest file the geometry allows (2^50 with two blocks):
+/// served as it is, `cat` would read zeros for ever. Its reads fail with EIO, the image is
+/// marked for fsck, and fsck -y cuts the size back to its blocks, whose bytes are kept.
+#[test]
+fn file_with_a_size_past_the_largest_file_fails_reads_and_asks_for_fsck() {
+    for size in [1u64 << 50, u64::MAX] {
+        let dev = new_image(4096);
+        let t = populate(&dev);
+        modify_inode(&dev, t.f, |d| d.size = size);
+        let mut fs = mount(&dev, Ordering::Softdep, 256);
+        assert!(matches!(fs.read(t.f, 0, 4096), Err(FsError::Corrupt(_))), "size {size}");
+        assert!(matches!(fs.read(t.f, 1 << 45, 4096), Err(FsError::Corrupt(_))), "size {size}");
+        assert!(matches!(fs.read(t.big, 0, 4096), Ok(b) if b == pattern(7, 4096 * 20)[..4096]));
+        fs.unmount().unwrap();
+        drop(fs);
+        assert!(needs_fsck(&dev), "size {size}: the superblock asks for fsck");
+        sufs_fs::fsck::repair(&*dev).unwrap();
+        assert_clean(&dev);
+        let mut fs = mount(&dev, Ordering::Softdep, 256);
+        let got = fs.read(t.f, 0, 1 << 20).unwrap();
+        assert_eq!(got.len(), 8192, "size {size}: cut back to its two blocks");
+        assert_eq!(got[..6000], pattern(1, 6000)[..], "size {size}");
+        fs.unmount().unwrap();
+    }
+}
+
 #[test]
 fn file_with_no_links_but_a_name_is_not_freed() {
     for ordering in ORDERINGS {
@@ -524,4 +584,56 @@ fn large_directories_sharing_blocks_crosswise() {
         }
         let _ = fs.unmount();
     }
+}
+
+/// One entry naming a free inode, through a real mount: a listing of its directory (the
+/// kernel's READDIRPLUS, which carries each entry's attributes) lists every other name, with
+/// the bad one left out and the image marked for fsck; a lookup of that name fails with EIO;
+/// fsck -y removes the entry. (Old code failed the whole listing with ESTALE.)
+#[test]
+fn dangling_entry_leaves_the_rest_of_the_listing() {
+    use common::fuse::{fsck_clean, fuse_available, mount_fg};
+    use std::collections::BTreeSet;
+    if !fuse_available() {
+        return;
+    }
+    let dev = new_image(16384);
+    let t = populate(&dev);
+    let x5 = {
+        let mut fs = mount(&dev, Ordering::Softdep, 256);
+        let x = resolve(&mut fs, "d/e/x5").unwrap();
+        fs.unmount().unwrap();
+        x
+    };
+    // Freed in its inode (the bitmap, whose counts the mount checks, left as it was).
+    modify_inode(&dev, x5, |d| *d = Dinode { generation: d.generation, ..Default::default() });
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, mnt) = (tmp.path().join("img"), tmp.path().join("mnt"));
+    let mut bytes = vec![0u8; 4096 * dev.num_blocks() as usize];
+    for (b, block) in bytes.chunks_mut(4096).enumerate() {
+        dev.read_block(b as u64, block).unwrap();
+    }
+    std::fs::write(&img, &bytes).unwrap();
+    let list = |dir: &std::path::Path| -> BTreeSet<String> {
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect()
+    };
+    let others: BTreeSet<String> = (0..20).filter(|&i| i != 5).map(|i| format!("x{i}")).collect();
+
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(list(&mnt.join("d/e")), others, "the listing goes on past the bad entry");
+    let err = std::fs::metadata(mnt.join("d/e/x5")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert_eq!(std::fs::read(mnt.join("d/e/x7")).unwrap(), pattern(107, 100));
+    m.umount();
+    let mut buf = vec![0u8; 4096];
+    std::io::Read::read_exact(&mut std::fs::File::open(&img).unwrap(), &mut buf).unwrap();
+    assert_ne!(Superblock::decode(&buf).unwrap().flags & SB_NEEDS_FSCK, 0, "marked for fsck");
+
+    let out = sufs(&["fsck", "-y", img.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "fsck -y repairs: {}", String::from_utf8_lossy(&out.stdout));
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(list(&mnt.join("d/e")), others);
+    m.umount();
+    let _ = t;
 }

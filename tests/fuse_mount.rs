@@ -250,12 +250,7 @@ fn sufs_checks_answer_as_the_kernel_does() {
         ("mv tmp/rootfile tmp/moved", false),
     ];
     for opts in [&[][..], &["-o", "permissions=sufs"][..]] {
-        let t = tempfile::tempdir().unwrap();
-        fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
-        let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
-        mkfs(&img, "64M");
-        let m = mount_fg(&img, &mnt, opts);
-        fs::set_permissions(&mnt, fs::Permissions::from_mode(0o755)).unwrap();
+        let (_t, img, mnt, m) = common::fuse::public_mount(opts);
         for (name, mode) in [("t700", 0o700), ("t701", 0o701)] {
             fs::copy("/bin/true", mnt.join(name)).unwrap();
             fs::set_permissions(mnt.join(name), fs::Permissions::from_mode(mode)).unwrap();

@@ -243,12 +243,7 @@ fn acls_enforced(opts: &[&str]) {
     if !fuse_available() || !tool("setfattr", "attr") || !tool("setfacl", "acl") {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
-    mkfs(&img, "64M");
-    let m = mount_fg(&img, &mnt, opts);
-    fs::set_permissions(&mnt, fs::Permissions::from_mode(0o755)).unwrap();
+    let (_t, img, mnt, m) = common::fuse::public_mount(opts);
     let f = mnt.join("f");
     let fs_ = f.to_str().unwrap();
     fs::write(&f, b"secret").unwrap();

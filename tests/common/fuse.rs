@@ -43,6 +43,20 @@ pub fn small_mount() -> Option<(tempfile::TempDir, PathBuf, PathBuf, Mounted)> {
     Some((t, img, mnt, m))
 }
 
+/// A 64 MiB image mounted (in the foreground, with `opts`) where every user may reach it: a new
+/// temporary directory (kept alive by the first member) and the mount's root of mode 0755, for
+/// tests that act as another user against root's mount.
+pub fn public_mount(opts: &[&str]) -> (tempfile::TempDir, PathBuf, PathBuf, Mounted) {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    let m = mount_fg(&img, &mnt, opts);
+    fs::set_permissions(&mnt, fs::Permissions::from_mode(0o755)).unwrap();
+    (t, img, mnt, m)
+}
+
 pub fn is_mounted(dir: &Path) -> bool {
     let dir = fs::canonicalize(dir).unwrap();
     fs::read_to_string("/proc/self/mountinfo")

@@ -14,7 +14,8 @@
 //! idle CPUs poll, two threads cost little (0.28-0.34 s against 0.27-0.30 s).
 //!
 //! Permissions are checked by the kernel (`default_permissions`), or with `-o permissions=sufs`
-//! by sufs (`fs::perm`, called from each handler through `SufsFuse::check`). Every request is
+//! by sufs (`fs::perm`, called from each handler through `SufsFuse::check`; the kernel then
+//! keeps no name, `NO_TTL`, so that each walk asks for search permission). Every request is
 //! counted by opcode (`fs::messages`).
 //!
 //! Directories open without a message where the kernel supports it and checks permissions
@@ -67,6 +68,13 @@ fn ttl(d: &Dinode) -> &'static Duration {
         &TTL
     }
 }
+
+/// How long the kernel may keep a name where sufs checks permissions (`-o permissions=sufs`):
+/// not at all. Without `default_permissions` the kernel checks no search permission on a path
+/// walk; sufs checks it when asked for the name (LOOKUP), and a cached name is not asked for.
+/// Kept, a name that root looked up in a directory of mode 0700 would let any user walk to the
+/// file below it. So every walk of every name reaches sufs; attributes may still be kept.
+const NO_TTL: Duration = Duration::ZERO;
 
 /// Every change to a file's data goes through this mount, where the kernel keeps its page cache
 /// coherent itself; so a file's cached pages survive a close and a new open.
@@ -483,15 +491,27 @@ impl SufsFuse {
     /// while the kernel may still use it.
     fn entry(&self, fs: &mut Fs, reply: ReplyEntry, ino: u32, d: &Dinode) {
         fs.hold(ino, 1);
-        reply.entry(ttl(d), &attr(ino, d, fs.sb.block_size), Generation(d.generation as u64));
+        let a = attr(ino, d, fs.sb.block_size);
+        reply.entry_with_ttls(ttl(d), self.name_ttl(d), &a, Generation(d.generation as u64));
+    }
+
+    /// How long the kernel may keep a name naming `d` (a negative one: `Dinode::default()`):
+    /// as long as its attributes, unless sufs checks permissions (`NO_TTL`).
+    fn name_ttl(&self, d: &Dinode) -> &'static Duration {
+        if self.checks {
+            &NO_TTL
+        } else {
+            ttl(d)
+        }
     }
 
     /// A name that is not there: an entry without an inode (number 0), which the kernel keeps
     /// as a negative entry for `TTL`, so that looking the name up again costs no round trip.
     /// A name made through this mount replaces it in the kernel's cache; one made through the
     /// control channel is told to the kernel (`stale_sink`, `ctl::Stale::Entry`).
-    fn negative_entry(reply: ReplyEntry) {
-        reply.entry(&TTL, &attr(0, &Dinode::default(), 0), Generation(0));
+    fn negative_entry(&self, reply: ReplyEntry) {
+        let none = Dinode::default();
+        reply.entry_with_ttls(&TTL, self.name_ttl(&none), &attr(0, &none, 0), Generation(0));
     }
 
     /// The group of a new node: the parent's when the parent is set-group-ID, as BSD and
@@ -644,7 +664,7 @@ impl Filesystem for SufsFuse {
         });
         match r {
             Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
-            Err(Errno::ENOENT) if name.as_bytes() != b"." => Self::negative_entry(reply),
+            Err(Errno::ENOENT) if name.as_bytes() != b"." => self.negative_entry(reply),
             Err(e) => reply.error(e),
         }
     }
@@ -1065,33 +1085,55 @@ impl Filesystem for SufsFuse {
         reply.ok();
     }
 
+    /// Entries with their attributes. An entry whose inode does not read (a name left naming a
+    /// free inode, a number out of range) is damage met by this listing: it is left out
+    /// (logged, the image marked for fsck) and the listing goes on, so that one bad name does
+    /// not hide the directory; a lookup of that name still fails. A reply is never empty
+    /// while entries remain, or the kernel would take it for the end of the directory.
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         self.msgs.count(Op::Readdirplus);
         let mut fs = lock(&self.fs);
-        let entries = match from_fuse(ino).and_then(|i| fs.readdir(i, offset, 256).map_err(errno)) {
-            Ok(e) => e,
+        let dir = match from_fuse(ino) {
+            Ok(i) => i,
             Err(e) => return reply.error(e),
         };
         let bs = fs.sb.block_size;
-        for e in entries {
-            let d = match fs.getattr(e.ino) {
-                Ok(d) => d,
-                Err(err) => return reply.error(errno(err)),
+        let mut offset = offset;
+        let mut added = false;
+        'fill: while !added {
+            let entries = match fs.readdir(dir, offset, 256) {
+                Ok(e) if e.is_empty() => break,
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(e)),
             };
-            let full = reply.add(
-                to_fuse(e.ino),
-                e.next,
-                OsStr::from_bytes(&e.name),
-                ttl(&d),
-                &attr(e.ino, &d, bs),
-                Generation(d.generation as u64),
-            );
-            if full {
-                break;
-            }
-            // The kernel counts a lookup for every entry but "." and ".." (`entry`).
-            if e.name != b"." && e.name != b".." {
-                fs.hold(e.ino, 1);
+            for e in entries {
+                offset = e.next;
+                let d = match fs.getattr(e.ino) {
+                    Ok(d) => d,
+                    Err(err @ (FsError::Stale(_) | FsError::Corrupt(_))) => {
+                        let name = String::from_utf8_lossy(&e.name).into_owned();
+                        fs.damaged(format!("directory {dir}: entry {name:?} names inode {}: {err}", e.ino));
+                        continue;
+                    }
+                    Err(err) => return reply.error(errno(err)),
+                };
+                // One time-to-live for the name and its attributes: the name's.
+                let full = reply.add(
+                    to_fuse(e.ino),
+                    e.next,
+                    OsStr::from_bytes(&e.name),
+                    self.name_ttl(&d),
+                    &attr(e.ino, &d, bs),
+                    Generation(d.generation as u64),
+                );
+                if full {
+                    break 'fill;
+                }
+                added = true;
+                // The kernel counts a lookup for every entry but "." and ".." (`entry`).
+                if e.name != b"." && e.name != b".." {
+                    fs.hold(e.ino, 1);
+                }
             }
         }
         reply.ok();
@@ -1383,8 +1425,9 @@ impl Filesystem for SufsFuse {
         match r {
             Ok((ino, d)) => {
                 fs.hold(ino, 1);
+                // One time-to-live for the name and its attributes: the name's.
                 reply.created(
-                    ttl(&d),
+                    self.name_ttl(&d),
                     &attr(ino, &d, fs.sb.block_size),
                     Generation(d.generation as u64),
                     FileHandle(0),

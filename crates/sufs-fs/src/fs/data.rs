@@ -90,6 +90,16 @@ impl Fs {
         if d.is_dir() {
             return Err(FsError::IsDir);
         }
+        // A size past the largest file the block map addresses is damage (2^50 with two
+        // blocks): served as it is, a reader would get zeros for ever. A snapshot's size is the
+        // file system's, checked when the mount takes it up.
+        if d.size > self.sb.max_file_size() && d.flags & DI_SNAPSHOT == 0 {
+            return Err(self.damaged(format!(
+                "inode {ino} has size {} past the largest file ({})",
+                d.size,
+                self.sb.max_file_size()
+            )));
+        }
         let out = if off >= d.size {
             Vec::new()
         } else if d.flags & DI_UNMOVABLE != 0 {

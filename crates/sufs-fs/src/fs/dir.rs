@@ -22,9 +22,28 @@ impl Fs {
         Ok(d)
     }
 
+    /// The blocks directory `dir`'s size spans, checked where the size is used: every walk of
+    /// a directory runs to its size, so a damaged one (2^40 bytes with one block) would walk
+    /// 2^28 holes under the lock on each lookup. A directory's size is at most the largest
+    /// file the block map addresses, and spans no more blocks than the directory holds
+    /// (`blocks`, which counts each of its data blocks; soft updates roll a directory's size
+    /// back with its new block's pointer, never its block count), which in turn are no more
+    /// than the file system's data blocks. Past that, the request fails with EIO and the image
+    /// is marked for fsck (which cuts the size back to the blocks).
+    pub(super) fn dir_blocks(&mut self, dir: u32, d: &Dinode) -> FsResult<u64> {
+        let nblocks = d.size.div_ceil(self.sb.block_size as u64);
+        if d.size > self.sb.max_file_size() || nblocks > d.blocks || d.blocks > self.sb.data_blocks() {
+            return Err(self.damaged(format!(
+                "directory {dir} has size {} ({nblocks} blocks) but holds {} blocks",
+                d.size, d.blocks
+            )));
+        }
+        Ok(nblocks)
+    }
+
     /// Builds the name index of a large directory if it has none.
     pub(super) fn dirhash_ensure(&mut self, dir: u32, d: &mut Dinode) -> FsResult<bool> {
-        let nblocks = d.size.div_ceil(self.sb.block_size as u64);
+        let nblocks = self.dir_blocks(dir, d)?;
         if self.dirhash.contains_key(&dir) {
             return Ok(true);
         }
@@ -67,8 +86,7 @@ impl Fs {
         d: &mut Dinode,
         pred: impl Fn(&DirRef) -> bool,
     ) -> FsResult<Option<Slot>> {
-        let bs = self.sb.block_size as u64;
-        for lbn in 0..d.size.div_ceil(bs) {
+        for lbn in 0..self.dir_blocks(dir, d)? {
             let (bno, _) = self.bmap(dir, d, lbn, false)?;
             if bno == 0 {
                 continue;
@@ -229,7 +247,7 @@ impl Fs {
         dtype: u8,
     ) -> FsResult<(u64, usize)> {
         let bs = self.sb.block_size as u64;
-        let nblocks = d.size.div_ceil(bs);
+        let nblocks = self.dir_blocks(dir, d)?;
         let indexed = self.dirhash_ensure(dir, d)?;
         let candidates = if indexed {
             let h = &self.dirhash[&dir];
@@ -324,7 +342,7 @@ impl Fs {
         let bs = self.sb.block_size as u64;
         let mut out = Vec::new();
         let first_lbn = offset.saturating_sub(1) / bs;
-        for lbn in first_lbn..d.size.div_ceil(bs) {
+        for lbn in first_lbn..self.dir_blocks(dir, &d)? {
             let (bno, _) = self.bmap(dir, &mut d, lbn, false)?;
             if bno == 0 {
                 continue;
