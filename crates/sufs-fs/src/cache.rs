@@ -36,8 +36,10 @@ pub trait WriteHooks {
     fn write_failed(&mut self, _bno: u64) {}
 }
 
-/// Hooks that change nothing.
+/// Hooks that change nothing (the cache's own tests).
+#[cfg(test)]
 pub struct NoHooks;
+#[cfg(test)]
 impl WriteHooks for NoHooks {
     fn before_write(&mut self, _: u64, _: &mut [u8]) {}
     fn after_write(&mut self, _: u64) -> bool {
@@ -115,9 +117,6 @@ impl Prepared {
     pub fn len(&self) -> usize {
         self.copies.len()
     }
-    pub fn contains(&self, bno: u64) -> bool {
-        self.copies.iter().any(|(b, _)| *b == bno)
-    }
 }
 
 impl Cache {
@@ -145,9 +144,6 @@ impl Cache {
         self.down = true;
     }
 
-    pub fn block_size(&self) -> usize {
-        self.bs
-    }
     pub fn device(&self) -> &Arc<dyn BlockDevice> {
         &self.dev
     }

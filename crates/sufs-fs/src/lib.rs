@@ -3,20 +3,20 @@
 //! Register (Depoutovitch & Warkentin). Everything here runs in-process on an image file or in
 //! memory; nothing here knows of FUSE, the mount or the benchmarks (docs/DESIGN.md, "Crates").
 
-pub mod alloc;
+pub(crate) mod alloc;
 pub use fs::br;
 pub use fs::mountopt;
 pub use fs::snapshot;
-pub mod cache;
+pub(crate) mod cache;
 pub mod clock;
 pub mod dev;
-pub mod dirhash;
-pub mod fixed_hash;
+pub(crate) mod dirhash;
+pub(crate) mod fixed_hash;
 pub mod format;
 pub mod fs;
 pub mod fsck;
 pub mod policy;
 // Progress bars of mkfs, fsck and growfs on a terminal.
 pub mod progress;
-pub mod softdep;
+pub(crate) mod softdep;
 pub mod volume;

@@ -82,6 +82,7 @@ pub struct NewBlk {
 /// A new block pointer in a dinode.
 #[derive(Debug, Clone, Copy)]
 pub struct AllocDirect {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
     pub wk: WorkList,
     pub slot: PtrSlot,
     /// First logical block the pointer maps (for the size roll-back of a directory).
@@ -96,6 +97,7 @@ pub struct AllocDirect {
 /// A new block pointer in an indirect block.
 #[derive(Debug, Clone, Copy)]
 pub struct AllocIndir {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
     pub wk: WorkList,
     pub idx: usize,
     pub bno: u64,
@@ -104,6 +106,7 @@ pub struct AllocIndir {
 /// An indirect block with new pointers not yet safe to write.
 #[derive(Debug)]
 pub struct IndirDep {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
     pub wk: WorkList,
     pub allocindirs: HashMap<usize, AllocIndir>,
     /// The block as last handed to the device: every pointer in it complete. Present while the
@@ -318,6 +321,7 @@ impl DirAdd {
 /// A removed entry: its work items run once a write after the removal is on disk.
 #[derive(Debug)]
 pub struct DirRem {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
     pub wk: WorkList,
     pub epoch: Epoch,
     pub tasks: Vec<Task>,
@@ -325,6 +329,7 @@ pub struct DirRem {
 
 #[derive(Debug)]
 pub struct PageDep {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
     pub wk: WorkList,
     pub diradds: Vec<DirAdd>,
     pub dirrems: Vec<DirRem>,
@@ -339,6 +344,7 @@ impl Default for PageDep {
 /// A cylinder group's bitmap block: the new inodes and blocks waiting for it to reach disk.
 #[derive(Debug)]
 pub struct BmSafeMap {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
     pub wk: WorkList,
     pub inodedeps: Vec<u32>,
     pub newblks: Vec<u64>,
