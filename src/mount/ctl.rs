@@ -26,10 +26,11 @@ use thiserror::Error;
 
 use crate::br::{BrRun, Reservation};
 use crate::format::ROOT_INO;
+use crate::fs::adjust::AdjustDone;
 use crate::fs::mountopt::Remount;
 use crate::fs::{lock, SharedFs};
 use crate::fs::{Fs, FsError};
-use crate::snapshot::{AdjustDone, SnapInfo};
+use crate::snapshot::SnapInfo;
 
 /// A request to the mounted file system.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,9 +69,10 @@ pub enum Request {
     SnapshotDelete {
         name: String,
     },
-    /// Background fsck's adjust: frees lost blocks and inodes, lowers link counts.
+    /// Background fsck's adjust: frees lost blocks and inodes, lowers link counts, each only
+    /// if the live file system agrees (`Fs::fsck_adjust`); the rest is refused.
     FsckAdjust {
-        adjust: crate::snapshot::Adjust,
+        adjust: crate::fs::adjust::Adjust,
     },
     /// Writes every delayed write, in soft updates' order, and answers once all of it is on
     /// disk (the kernel sends no syncfs to a FUSE server, so sync(1) never reaches a mount).
@@ -318,11 +320,14 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
     use crate::snapshot::SNAP_DIR;
     let mut dir_of = |d: &[u8]| fs.lookup(ROOT_INO, d).ok().map(|(i, _)| i);
     match req {
-        Request::BrFree { name } | Request::SnapshotDelete { name } => {
-            let dir = dir_of(if matches!(req, Request::BrFree { .. }) { BR_DIR } else { SNAP_DIR });
-            dir.map(|dir| vec![Stale::Entry { dir, name: name.as_bytes().to_vec() }, Stale::Inode(dir)])
-                .unwrap_or_default()
-        }
+        Request::BrFree { name } => dir_of(BR_DIR)
+            .map(|dir| vec![Stale::Entry { dir, name: name.as_bytes().to_vec() }, Stale::Inode(dir)])
+            .unwrap_or_default(),
+        // `/.snap` goes with the last snapshot: then the root's entry is what is stale.
+        Request::SnapshotDelete { name } => match dir_of(SNAP_DIR) {
+            Some(dir) => vec![Stale::Entry { dir, name: name.as_bytes().to_vec() }, Stale::Inode(dir)],
+            None => vec![Stale::Entry { dir: ROOT_INO, name: SNAP_DIR.to_vec() }, Stale::Inode(ROOT_INO)],
+        },
         Request::BrReserve { name, .. }
         | Request::BrExpand { name, .. }
         | Request::BrTruncate { name, .. }
@@ -344,7 +349,7 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
             }
             v
         }
-        Request::FsckAdjust { adjust } => adjust.links.iter().map(|&(i, _)| Stale::Inode(i)).collect(),
+        Request::FsckAdjust { adjust } => adjust.links.iter().map(|l| Stale::Inode(l.ino)).collect(),
         Request::Ping
         | Request::BrQuery { .. }
         | Request::BrList
