@@ -39,7 +39,7 @@ fn help_describes_br_and_volume_each_by_its_own_words() {
     let help = String::from_utf8_lossy(&out.stdout);
     let line = |cmd: &str| {
         help.lines()
-            .find(|l| l.trim_start().split_whitespace().next() == Some(cmd))
+            .find(|l| l.split_whitespace().next() == Some(cmd))
             .unwrap_or_else(|| panic!("no {cmd} in {help}"))
             .to_string()
     };

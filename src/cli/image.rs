@@ -136,7 +136,16 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>
     let done = if adjust == snapshot::Adjust::default() {
         None
     } else {
-        Some(call(Request::FsckAdjust { adjust })?.into_adjusted().map_err(super::control::answer)?)
+        // In pieces, each well under the control channel's longest line.
+        let mut done = snapshot::AdjustDone::default();
+        for req in ctl::adjust_requests(adjust) {
+            let d = call(req)?.into_adjusted().map_err(super::control::answer)?;
+            done.blocks_freed += d.blocks_freed;
+            done.inodes_freed += d.inodes_freed;
+            done.links_lowered += d.links_lowered;
+            done.skipped += d.skipped;
+        }
+        Some(done)
     };
     println!(
         "{}: background fsck: snapshot {:.3} s, check {:.3} s, total {:.3} s; {} files, {} directories, {} blocks used; {} findings ({} left for a full fsck); adjusted: {}",
