@@ -9,6 +9,8 @@ pub mod cache;
 pub mod clock;
 pub mod dev;
 pub mod dirhash;
+// The files sufs makes: 0600, never through another user's link.
+pub mod files;
 pub mod fixed_hash;
 pub mod format;
 pub mod fs;

@@ -163,7 +163,16 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>
     let done = if adjust.is_empty() {
         None
     } else {
-        Some(call(Request::FsckAdjust { adjust })?.into_adjusted().map_err(super::control::answer)?)
+        // In pieces, each well under the control channel's longest line.
+        let mut done = snapshot::AdjustDone::default();
+        for req in ctl::adjust_requests(adjust) {
+            let d = call(req)?.into_adjusted().map_err(super::control::answer)?;
+            done.blocks_freed += d.blocks_freed;
+            done.inodes_freed += d.inodes_freed;
+            done.links_lowered += d.links_lowered;
+            done.skipped += d.skipped;
+        }
+        Some(done)
     };
     for why in done.iter().flat_map(|d| &d.refusals) {
         println!("refused: {why}");
