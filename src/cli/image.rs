@@ -164,13 +164,15 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>
         None
     } else {
         // In pieces, each well under the control channel's longest line.
-        let mut done = snapshot::AdjustDone::default();
+        let mut done = sufs::fs::adjust::AdjustDone::default();
         for req in ctl::adjust_requests(adjust) {
             let d = call(req)?.into_adjusted().map_err(super::control::answer)?;
             done.blocks_freed += d.blocks_freed;
             done.inodes_freed += d.inodes_freed;
             done.links_lowered += d.links_lowered;
-            done.skipped += d.skipped;
+            done.refused += d.refused;
+            let room = sufs::fs::adjust::MAX_REFUSALS_LISTED.saturating_sub(done.refusals.len());
+            done.refusals.extend(d.refusals.into_iter().take(room));
         }
         Some(done)
     };

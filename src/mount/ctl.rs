@@ -34,7 +34,7 @@ use thiserror::Error;
 
 use crate::br::{BrRun, Reservation};
 use crate::format::ROOT_INO;
-use crate::fs::adjust::AdjustDone;
+use crate::fs::adjust::{Adjust, AdjustDone};
 use crate::fs::mountopt::Remount;
 use crate::fs::{lock, SharedFs};
 use crate::fs::{Fs, FsError};
@@ -181,14 +181,14 @@ pub const MAX_LINE: usize = 4 << 20;
 pub const MAX_CONNECTIONS: usize = 32;
 
 /// The most items (blocks, inodes, link counts) in one `FsckAdjust` request: a block number is
-/// at most 21 bytes of JSON, a link count pair 24, so a piece is under 2 MiB, half of `MAX_LINE`.
-pub const ADJUST_ITEMS: usize = 65_536;
+/// at most 21 bytes of JSON, an inode with its generation 43, a link count 54, so a piece is
+/// under 2 MiB, half of `MAX_LINE`.
+pub const ADJUST_ITEMS: usize = 32_768;
 
 /// `adjust` as requests of at most `ADJUST_ITEMS` items each, in its order (blocks, unreferenced
 /// inodes, leaked inodes, link counts): each item is checked against the live state on its own,
 /// so the pieces do what the whole would.
-pub fn adjust_requests(adjust: crate::snapshot::Adjust) -> Vec<Request> {
-    use crate::snapshot::Adjust;
+pub fn adjust_requests(adjust: Adjust) -> Vec<Request> {
     let n = ADJUST_ITEMS;
     let mut out: Vec<Adjust> = Vec::new();
     out.extend(adjust.blocks.chunks(n).map(|c| Adjust { blocks: c.to_vec(), ..Default::default() }));
@@ -689,12 +689,14 @@ mod tests {
 
     #[test]
     fn a_big_adjust_goes_in_pieces_under_the_longest_line() {
-        use crate::snapshot::Adjust;
+        use crate::fs::adjust::{InodeRef, LinkAdjust};
         let big = Adjust {
             blocks: (0..200_000).map(|b| u64::MAX - b).collect(),
-            unreferenced: vec![7, 8],
+            unreferenced: vec![InodeRef { ino: 7, generation: u32::MAX }, InodeRef { ino: 8, generation: 1 }],
             leaked_inodes: vec![],
-            links: (0..70_000).map(|i| (u32::MAX - i, u32::MAX)).collect(),
+            links: (0..70_000)
+                .map(|i| LinkAdjust { ino: u32::MAX - i, generation: u32::MAX, delta: u32::MAX })
+                .collect(),
         };
         let reqs = adjust_requests(big.clone());
         let mut back = Adjust::default();
@@ -707,7 +709,7 @@ mod tests {
             back.links.extend(&adjust.links);
         }
         assert_eq!(back, big, "every item once, in order");
-        assert_eq!(reqs.len(), 4 + 1 + 2);
+        assert_eq!(reqs.len(), 7 + 1 + 3);
     }
 
     #[test]
