@@ -28,3 +28,22 @@ fn mkfs_refuses_sizes_too_small_with_a_message() {
     let out = sufs(&["fsck", img.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+/// `sufs --help` describes each command by its own doc comment: `br` is the Block Register,
+/// `volume` the volume snapshot (a doc comment above the wrong variant once put the Block
+/// Register's words on `volume` and none on `br`).
+#[test]
+fn help_describes_br_and_volume_each_by_its_own_words() {
+    let out = sufs(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = |cmd: &str| {
+        help.lines()
+            .find(|l| l.split_whitespace().next() == Some(cmd))
+            .unwrap_or_else(|| panic!("no {cmd} in {help}"))
+            .to_string()
+    };
+    assert!(line("br").contains("Block Register"), "{}", line("br"));
+    let volume = line("volume");
+    assert!(volume.contains("volume snapshot") && !volume.contains("Block Register"), "{volume}");
+}

@@ -232,10 +232,47 @@ fn background_fsck_repairs_a_mounted_file_system_while_a_writer_works() {
     assert!(text.contains("1 blocks freed") && text.contains("1 link counts lowered"), "{text}");
     assert!(text.contains("1 inodes freed"), "{text}");
     assert!(writes > 0);
-    assert!(!mnt.join(".snap").read_dir().unwrap().any(|_| true), "its snapshot is gone");
+    assert!(!mnt.join(".snap").exists(), "its snapshot is gone, and /.snap with it");
     // A second run finds nothing.
     let out = sufs(&["fsck", "--background", img_s]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    drop(guard);
+    let f = ok(&["fsck", img_s]);
+    assert!(f.contains(" 0 findings"), "{f}");
+}
+
+/// A background fsck of a file system too full for its snapshot is not started: it says why,
+/// and leaves no snapshot (nor `/.snap`) behind; a snapshot made later makes `/.snap` again.
+#[test]
+fn background_fsck_without_room_for_its_snapshot_leaves_nothing_behind() {
+    use std::io::Write;
+    if !fuse_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (img, mnt) = mkfs_and_mount(dir.path());
+    let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    let guard = Unmount(&mnt, true);
+    // Fill the file system, then give back a few blocks: room for /.snap and the snapshot's
+    // inode, not for its map.
+    let mut f = fs::File::create(mnt.join("fill")).unwrap();
+    let chunk = vec![5u8; 1 << 20];
+    while f.write_all(&chunk).and_then(|_| f.sync_all()).is_ok() {}
+    drop(f);
+    let len = fs::metadata(mnt.join("fill")).unwrap().len();
+    fs::OpenOptions::new().write(true).open(mnt.join("fill")).unwrap().set_len(len - 6 * 4096).unwrap();
+    let out = sufs(&["fsck", "--background", mnt_s]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("background fsck not started") && text.contains("no room for a snapshot"), "{text}");
+    assert!(!mnt.join(".snap").exists(), "nothing left behind: {text}");
+    assert!(ok(&["snapshot", "--on", mnt_s, "list"]).trim().is_empty());
+    // With room again, a snapshot makes /.snap anew, and its deletion removes it.
+    fs::remove_file(mnt.join("fill")).unwrap();
+    ok(&["snapshot", "--on", mnt_s, "create", "s"]);
+    assert!(mnt.join(".snap/s").exists());
+    ok(&["snapshot", "--on", mnt_s, "delete", "s"]);
+    assert!(!mnt.join(".snap").exists());
     drop(guard);
     let f = ok(&["fsck", img_s]);
     assert!(f.contains(" 0 findings"), "{f}");

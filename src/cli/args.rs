@@ -195,12 +195,14 @@ pub(crate) enum Cmd {
         #[arg(long, value_enum, default_value_t = Shutdown::Nologflush)]
         mode: Shutdown,
     },
-    /// The Block Register: reservations of free blocks for other components, on an unmounted
-    /// image or (through its control channel, IMAGE.ctl) a mounted file system.
+    /// The volume under the file system: its copy-on-write volume snapshot (take, status,
+    /// export, mount, delete) on an unmounted image.
     Volume {
         #[command(subcommand)]
         op: VolumeCmd,
     },
+    /// The Block Register: reservations of free blocks for other components, on an unmounted
+    /// image or (through its control channel, IMAGE.ctl) a mounted file system.
     Br {
         /// An image file (mounted or not) or the directory it is mounted on.
         #[arg(long, global = true, default_value = "sufs.img")]

@@ -45,7 +45,8 @@ pub(crate) fn cmd_bench_br(o: &sufs_lab::bench_br::BrBenchOptions, json: Option<
         );
     }
     if let Some(p) = json {
-        std::fs::write(&p, serde_json::to_string_pretty(&r)?)?;
+        sufs_fs::files::write_private(&p, serde_json::to_string_pretty(&r)?.as_bytes())
+            .map_err(|e| Fail(format!("{}: {e}", p.display()), 1))?;
     }
     Ok(())
 }
@@ -182,7 +183,8 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         println!("plot: {}", p.display());
     }
     if let Some(j) = a.json {
-        std::fs::write(&j, serde_json::to_string_pretty(&r)?).map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
+        sufs_fs::files::write_private(&j, serde_json::to_string_pretty(&r)?.as_bytes())
+            .map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
         println!("json: {}", j.display());
     }
     Ok(())
@@ -298,7 +300,8 @@ pub(crate) fn cmd_bench_update(
     println!("\nplots: {}/update-policy-histogram.svg, {}/update-policy-bursts.svg", out.display(), out.display());
     if let Some(j) = json {
         let v = serde_json::json!({ "update_policy": results, "kernel_build": build });
-        std::fs::write(&j, serde_json::to_string_pretty(&v)?).map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
+        sufs_fs::files::write_private(&j, serde_json::to_string_pretty(&v)?.as_bytes())
+            .map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
     }
     Ok(())
 }
@@ -345,7 +348,8 @@ pub(crate) fn cmd_bench_scale(size: u64, files: usize, dir: &Path, json: Option<
         println!("warm lookup in one directory (dirhash): {}", probes.join(", "));
     }
     if let Some(j) = json {
-        std::fs::write(&j, serde_json::to_string_pretty(&r)?).map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
+        sufs_fs::files::write_private(&j, serde_json::to_string_pretty(&r)?.as_bytes())
+            .map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
         println!("json: {}", j.display());
     }
     Ok(())

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use sufs_fs::clock::{Clock, RealClock};
 use sufs_fs::dev::{BlockDevice, FileDevice};
 use sufs_fs::format::Superblock;
+use sufs_fs::fs::adjust::Adjust;
 use sufs_fs::fs::{mkfs, MkfsOptions};
 use sufs_fs::volume::PrefixDevice;
 use sufs_fs::{format, fsck, snapshot};
@@ -87,10 +88,36 @@ pub(crate) fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Su
     Ok((dev, sb))
 }
 
+/// The snapshot a background fsck checks, deleted when this goes out of scope whatever happened
+/// (a failed check, an error on the way), and by `delete` on the ordinary path.
+struct FsckSnapshot<'a> {
+    name: String,
+    call: &'a dyn Fn(ctl::Request) -> Result<ctl::Reply, Fail>,
+    deleted: bool,
+}
+
+impl FsckSnapshot<'_> {
+    fn delete(mut self) -> Result<(), Fail> {
+        self.deleted = true;
+        (self.call)(ctl::Request::SnapshotDelete { name: self.name.clone() }).map(|_| ())
+    }
+}
+
+impl Drop for FsckSnapshot<'_> {
+    fn drop(&mut self) {
+        if !self.deleted {
+            if let Err(e) = (self.call)(ctl::Request::SnapshotDelete { name: self.name.clone() }) {
+                eprintln!("sufs: background fsck: cannot delete its snapshot {}: {}", self.name, e.0);
+            }
+        }
+    }
+}
+
 /// `fsck --background`: a snapshot checked while writers go on, its lost resources handed to the
 /// live file system. Exit 0 nothing found, 1 adjusted, 4 violations found (nothing adjusted).
 /// `mounted`: the mount's own file system, when the mount process checks itself (it reads the
 /// snapshot in memory: through its own mount it would hold the mount busy, and wait on itself).
+/// The snapshot is deleted on every path; a file system without room for it is not checked.
 pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::SharedFs>) -> Result<u8, Fail> {
     use ctl::Request;
     let t = std::time::Instant::now();
@@ -101,43 +128,57 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::Shared
         Some(fs) => ctl::execute(&mut sufs_fs::fs::lock(fs), req).map_err(|e| Fail(e.to_string(), 1)),
         None => control(on, req),
     };
-    call(Request::SnapshotCreate { name: name.clone() })?;
+    // The mount refuses a snapshot it has no room for before it makes anything.
+    call(Request::SnapshotCreate { name: name.clone() })
+        .map_err(|e| Fail(format!("{}: background fsck not started: snapshot: {}", on.display(), e.0), e.1))?;
+    let snap = FsckSnapshot { name: name.clone(), call: &call, deleted: false };
     let taken = t.elapsed();
-    let report = match &mounted {
-        Some(fs) => {
-            let frozen = snapshot::FrozenDevice::new(fs.clone(), name.as_bytes())
-                .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
-            fsck::check(&frozen)
-        }
-        None => {
-            let (dev, _lock) = frozen_device(on, &name)?;
-            fsck::check(dev.as_ref())
-        }
+    let (report, adjust, other) = {
+        // `_lock`: an unmounted image's, held while its snapshot is read.
+        let (frozen, _lock): (Arc<dyn BlockDevice>, _) = match &mounted {
+            Some(fs) => (
+                Arc::new(
+                    snapshot::FrozenDevice::new(fs.clone(), name.as_bytes())
+                        .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?,
+                ),
+                None,
+            ),
+            None => frozen_device(on, &name)?,
+        };
+        let report = fsck::check(frozen.as_ref()).map_err(|e| Fail(e.to_string(), 8))?;
+        let (adjust, other) = Adjust::from_findings(&report.findings, frozen.as_ref())
+            .map_err(|e| Fail(format!("snapshot {name}: {e}"), 8))?;
+        let other = other.len();
+        (report, adjust, other)
     };
     let checked = t.elapsed();
-    call(Request::SnapshotDelete { name: name.clone() })?;
-    let report = report.map_err(|e| Fail(e.to_string(), 8))?;
-    let mut adjust = snapshot::Adjust::default();
-    let mut other = Vec::new();
+    snap.delete()?;
     for f in &report.findings {
         println!("{:?}: {f}", f.class());
-        match *f {
-            fsck::Finding::LeakedBlock { bno } => adjust.blocks.push(bno),
-            fsck::Finding::UnreferencedInode { ino, .. } => adjust.unreferenced.push(ino),
-            fsck::Finding::LeakedInode { ino } => adjust.leaked_inodes.push(ino),
-            fsck::Finding::LinkCountTooHigh { ino, stored, actual } => adjust.links.push((ino, stored - actual)),
-            _ => other.push(f),
-        }
     }
     if report.violations() > 0 {
         println!("{}: {} violations: run a full fsck on the unmounted image", on.display(), report.violations());
         return Ok(4);
     }
-    let done = if adjust == snapshot::Adjust::default() {
+    let done = if adjust.is_empty() {
         None
     } else {
-        Some(call(Request::FsckAdjust { adjust })?.into_adjusted().map_err(super::control::answer)?)
+        // In pieces, each well under the control channel's longest line.
+        let mut done = sufs_fs::fs::adjust::AdjustDone::default();
+        for req in ctl::adjust_requests(adjust) {
+            let d = call(req)?.into_adjusted().map_err(super::control::answer)?;
+            done.blocks_freed += d.blocks_freed;
+            done.inodes_freed += d.inodes_freed;
+            done.links_lowered += d.links_lowered;
+            done.refused += d.refused;
+            let room = sufs_fs::fs::adjust::MAX_REFUSALS_LISTED.saturating_sub(done.refusals.len());
+            done.refusals.extend(d.refusals.into_iter().take(room));
+        }
+        Some(done)
     };
+    for why in done.iter().flat_map(|d| &d.refusals) {
+        println!("refused: {why}");
+    }
     println!(
         "{}: background fsck: snapshot {:.3} s, check {:.3} s, total {:.3} s; {} files, {} directories, {} blocks used; {} findings ({} left for a full fsck); adjusted: {}",
         on.display(),
@@ -148,12 +189,12 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::Shared
         report.dirs,
         report.used_blocks,
         report.findings.len(),
-        other.len(),
+        other,
         match &done {
             None => "nothing".to_string(),
             Some(d) => format!(
-                "{} blocks freed, {} inodes freed, {} link counts lowered, {} left alone",
-                d.blocks_freed, d.inodes_freed, d.links_lowered, d.skipped
+                "{} blocks freed, {} inodes freed, {} link counts lowered, {} refused",
+                d.blocks_freed, d.inodes_freed, d.links_lowered, d.refused
             ),
         }
     );

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use sufs_fs::clock::{Clock, RealClock};
 use sufs_fs::dev::BlockDevice;
+use sufs_fs::files::{open_private, private_dir, write_private, Existing};
 use sufs_fs::format;
 use sufs_fs::format::Superblock;
 use sufs_fs::fs::{Fs, FsStats, MountOptions, Ordering};
@@ -236,8 +237,13 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
         r.stop();
     }
     let mut fs = lock(&shared);
-    fs.unmount().map_err(|e| Fail(format!("unmount of {} failed: {e}", image.display()), 1))?;
-    report_unmount(image, &fs.stats(), stats)?;
+    let unmounted = fs
+        .unmount()
+        .map_err(|e| Fail(format!("unmount of {} failed: {e}", image.display()), 1))
+        .and_then(|()| report_unmount(image, &fs.stats(), stats));
+    // `sufs umount` waits for this (its exit status is the unmount's).
+    ctl.unmounted(unmounted.as_ref().map(|_| ()).map_err(|Fail(m, _)| m.clone()));
+    unmounted?;
     if let Some(sd) = fs.softdep_stats() {
         // The memory bound's witness: the most dependency structures counted at once.
         println!(
@@ -374,7 +380,7 @@ fn report_unmount(image: &Path, st: &FsStats, stats: Option<PathBuf>) -> Result<
         100.0 * st.cache_hit_rate
     );
     if let Some(p) = stats {
-        std::fs::write(&p, serde_json::to_string_pretty(st)?)
+        write_private(&p, serde_json::to_string_pretty(st)?.as_bytes())
             .map_err(|e| Fail(format!("cannot write {}: {e}", p.display()), 1))?;
     }
     Ok(())
@@ -389,13 +395,8 @@ pub(crate) fn spawn_daemon(image: &Path, dir: &Path, mut args: Vec<String>, quie
     use std::io::{Read, Seek};
     use std::os::fd::FromRawFd;
     use std::os::unix::process::CommandExt;
-    let log_path = log_path(image);
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .read(true)
-        .open(&log_path)
-        .map_err(|e| Fail(format!("cannot open log {}: {e}", log_path.display()), 1))?;
+    let log_path = log_path(image)?;
+    let mut log = open_private(&log_path, Existing::Append).map_err(|e| Fail(format!("cannot open log {e}"), 1))?;
     let start = log.seek(std::io::SeekFrom::End(0))?;
     let mut fds = [0i32; 2];
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
@@ -431,22 +432,42 @@ pub(crate) fn spawn_daemon(image: &Path, dir: &Path, mut args: Vec<String>, quie
     Err(Fail(if msg.is_empty() { format!("mount failed ({status})") } else { msg.join("\n") }, 32))
 }
 
-/// Where a mount's daemon writes: beside the image, or in /var/tmp for a device.
-pub(crate) fn log_path(image: &Path) -> PathBuf {
+/// Where a device's mount logs as root: a directory only root may write to (a log in a directory
+/// everybody writes to, such as /var/tmp, could be a link another user planted).
+pub(crate) const DEVICE_LOG_DIR: &str = "/var/log/sufs";
+
+/// Where a mount's daemon writes: beside the image (`IMAGE.log`), or for a device `NAME.log` in a
+/// directory of the caller's only: `DEVICE_LOG_DIR` for root, else `$XDG_RUNTIME_DIR/sufs` or
+/// `/var/tmp/sufs-UID` (made 0700 if missing, refused if anybody else may write to it).
+pub(crate) fn log_path(image: &Path) -> Result<PathBuf, Fail> {
     if image.is_file() {
-        PathBuf::from(format!("{}.log", image.display()))
-    } else {
-        let name = image.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        PathBuf::from(format!("/var/tmp/sufs-{name}.log"))
+        return Ok(PathBuf::from(format!("{}.log", image.display())));
     }
+    let uid = unsafe { libc::geteuid() };
+    let dir = if uid == 0 {
+        PathBuf::from(DEVICE_LOG_DIR)
+    } else if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR") {
+        PathBuf::from(run).join("sufs")
+    } else {
+        PathBuf::from(format!("/var/tmp/sufs-{uid}"))
+    };
+    let dir = private_dir(&dir).map_err(|e| Fail(format!("log directory {e}"), 1))?;
+    let name = image.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok(dir.join(format!("{name}.log")))
 }
 
 /// A note on the way to a mount: on stderr, or (quiet, as the mount helper is) in the log.
 pub(crate) fn say(image: &Path, quiet: bool, msg: &str) {
     if !quiet {
         eprintln!("sufs: {msg}");
-    } else if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log_path(image)) {
-        let _ = writeln!(f, "sufs: {msg}");
+        return;
+    }
+    match log_path(image).and_then(|p| open_private(&p, Existing::Append).map_err(|e| Fail(e.to_string(), 1))) {
+        Ok(mut f) => {
+            let _ = writeln!(f, "sufs: {msg}");
+        }
+        // Nowhere safe to write it: said on stderr after all.
+        Err(Fail(why, _)) => eprintln!("sufs: {msg} (not logged: {why})"),
     }
 }
 
@@ -555,6 +576,8 @@ pub(crate) fn notify_ready() {
     }
 }
 
+/// `sufs umount DIR`: the kernel's unmount, then the daemon's (written everything and marked the
+/// image clean): its result, through the control channel, is this command's (`Request::AwaitUnmount`).
 pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
     // A snapshot mount is read-only: nothing to wait for once it is gone.
     let (abs, image) = match mount_source(dir)? {
@@ -564,6 +587,11 @@ pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
             (abs, Some(image))
         }
     };
+    // Set before the kernel's unmount: the daemon may be done an instant after it.
+    let mut watch = image.as_deref().map(|image| {
+        let sock = ctl::socket_path(Path::new(image));
+        CtlClient::connect(&sock).and_then(|mut c| c.await_unmount().map(|()| c))
+    });
     let ok = if unsafe { libc::geteuid() } == 0 {
         let c = std::ffi::CString::new(abs.as_os_str().as_encoded_bytes())?;
         // A file just closed may still hold the mount for an instant: where files are opened
@@ -590,6 +618,14 @@ pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
     // Still shown elsewhere (a second mount of the image): its daemon goes on serving.
     if sufs_mount::helper::mount_point_of(Path::new(&image)).is_some() {
         return Ok(());
+    }
+    match watch.as_mut() {
+        Some(Ok(c)) => c.unmount_result().map_err(|e| {
+            let log = log_path(Path::new(&image)).map(|p| p.display().to_string()).unwrap_or_else(|Fail(m, _)| m);
+            Fail(format!("{}: {e} (log: {log})", dir.display()), 1)
+        })?,
+        Some(Err(e)) => eprintln!("sufs: {image}: cannot learn how its unmount goes ({e}); its log says"),
+        None => {}
     }
     // The mount process holds a lock on the image until it has written everything.
     let f = std::fs::File::open(&image)?;

@@ -163,8 +163,10 @@ pub fn write_sparse_image<E: From<DevError>>(
     mut read: impl FnMut(u64, &mut [u8]) -> Result<(), E>,
     keep: impl Fn(u64) -> bool,
 ) -> Result<u64, E> {
-    FileDevice::create(out, n * bs as u64)?;
-    let dst = FileDevice::open(out, bs, true)?;
+    let file = crate::files::open_private(out, crate::files::Existing::Refuse)
+        .map_err(|e| DevError::Open(format!("cannot create {e}")))?;
+    file.set_len(n * bs as u64).map_err(|e| DevError::Open(format!("cannot size {}: {e}", out.display())))?;
+    let dst = FileDevice::from_file(file, bs, out)?;
     let mut buf = vec![0u8; bs * 256];
     let mut written = 0;
     let mut b = 0;
@@ -212,19 +214,20 @@ impl FileDevice {
             .write(writable)
             .open(path)
             .map_err(|e| DevError::Open(format!("cannot open {}: {e}", path.display())))?;
+        FileDevice::from_file(file, bs, path)
+    }
+
+    /// A device over a file already open (`path` names it in messages).
+    fn from_file(file: File, bs: usize, path: &Path) -> DevResult<FileDevice> {
         let size = device_size(&file).map_err(|e| DevError::Open(format!("cannot size {}: {e}", path.display())))?;
         Ok(FileDevice { file, bs, nblocks: size / bs as u64, durable: true, counters: Counters::default() })
     }
 
-    /// Creates (or extends) a sparse image file of `size` bytes.
+    /// Creates (or extends) a sparse image file of `size` bytes. A new image is made 0600 (it
+    /// holds every file's bytes); an existing one must be the caller's (`files::open_private`).
     pub fn create(path: &Path, size: u64) -> DevResult<()> {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| DevError::Open(format!("cannot create {}: {e}", path.display())))?;
+        let f = crate::files::open_private(path, crate::files::Existing::Image)
+            .map_err(|e| DevError::Open(format!("cannot create {e}")))?;
         let meta = f.metadata().map_err(|e| DevError::Open(e.to_string()))?;
         if meta.is_file() && meta.len() < size {
             f.set_len(size).map_err(|e| DevError::Open(format!("cannot size {}: {e}", path.display())))?;

@@ -11,6 +11,8 @@ pub(crate) mod cache;
 pub mod clock;
 pub mod dev;
 pub(crate) mod dirhash;
+// The files sufs makes: 0600, never through another user's link.
+pub mod files;
 pub(crate) mod fixed_hash;
 pub mod format;
 pub mod fs;

@@ -9,16 +9,24 @@
 //! A connection may carry many requests. Both sides are typed: the client gets a `Reply` back and
 //! turns it into what the request answers with `Reply::into_*`. To add a request, add a variant
 //! to `Request`, its answer to `Reply` (if it is a new kind) and its arm to `execute`.
+//!
+//! The mount may be shared by users who do not trust each other, so the channel keeps bounds: the
+//! socket is made with its final mode 0600 (bound inside a private directory, then moved beside
+//! the image: never an instant with a wider mode); a peer that is neither root nor the mount's
+//! owner (`SO_PEERCRED`) gets one error line and is closed; at most `MAX_CONNECTIONS` are served
+//! at once (one more gets an error line); a request line longer than `MAX_LINE` gets an error line
+//! and its connection is closed (background fsck sends its adjust in pieces of `ADJUST_ITEMS`);
+//! an `accept` that fails for want of descriptors or memory is retried after a growing pause.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,10 +34,11 @@ use thiserror::Error;
 
 use sufs_fs::br::{BrRun, Reservation};
 use sufs_fs::format::ROOT_INO;
+use sufs_fs::fs::adjust::{Adjust, AdjustDone};
 use sufs_fs::fs::mountopt::Remount;
 use sufs_fs::fs::{lock, SharedFs};
 use sufs_fs::fs::{Fs, FsError};
-use sufs_fs::snapshot::{AdjustDone, SnapInfo};
+use sufs_fs::snapshot::SnapInfo;
 
 /// A request to the mounted file system.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,9 +77,10 @@ pub enum Request {
     SnapshotDelete {
         name: String,
     },
-    /// Background fsck's adjust: frees lost blocks and inodes, lowers link counts.
+    /// Background fsck's adjust: frees lost blocks and inodes, lowers link counts, each only
+    /// if the live file system agrees (`Fs::fsck_adjust`); the rest is refused.
     FsckAdjust {
-        adjust: sufs_fs::snapshot::Adjust,
+        adjust: sufs_fs::fs::adjust::Adjust,
     },
     /// Writes every delayed write, in soft updates' order, and answers once all of it is on
     /// disk (the kernel sends no syncfs to a FUSE server, so sync(1) never reaches a mount).
@@ -89,6 +99,10 @@ pub enum Request {
     /// The mount's statistics as `sufs mount --stats` writes them at unmount (`FsStats`: the
     /// device, the cache, and the FUSE messages served by opcode), while it runs.
     Stats,
+    /// `sufs umount`, before it unmounts: the one request answered twice. At once `Watching`;
+    /// then, once the mount's daemon has unmounted the file system (written everything and
+    /// marked it clean, or failed to), `Unmounted` or the error that made the unmount fail.
+    AwaitUnmount,
 }
 
 /// The answer to a request, one variant per kind of answer (several requests share one).
@@ -117,6 +131,10 @@ pub enum Reply {
     Mount(Remount),
     /// `Stats`: `FsStats` as JSON.
     Stats { stats: Value },
+    /// `AwaitUnmount`'s first answer: the unmount's result will follow on this connection.
+    Watching,
+    /// `AwaitUnmount`'s second answer: the file system was unmounted and marked clean.
+    Unmounted,
 }
 
 /// `Reply::into_NAME`: the answer as the one kind `NAME` expects, or a protocol error.
@@ -151,6 +169,33 @@ reply_into! {
     into_written: Written { blocks } => blocks, u64;
     into_mount: Mount(m) => m, Remount;
     into_stats: Stats { stats } => stats, Value;
+    into_watching: Watching {} => (), ();
+    into_unmounted: Unmounted {} => (), ();
+}
+
+/// The longest request line a mount reads (4 MiB): far above any request but a background fsck's
+/// adjust, which is sent in pieces of `ADJUST_ITEMS` (each under 2 MiB as JSON).
+pub const MAX_LINE: usize = 4 << 20;
+
+/// Connections served at once; one more gets an error line and is closed.
+pub const MAX_CONNECTIONS: usize = 32;
+
+/// The most items (blocks, inodes, link counts) in one `FsckAdjust` request: a block number is
+/// at most 21 bytes of JSON, an inode with its generation 43, a link count 54, so a piece is
+/// under 2 MiB, half of `MAX_LINE`.
+pub const ADJUST_ITEMS: usize = 32_768;
+
+/// `adjust` as requests of at most `ADJUST_ITEMS` items each, in its order (blocks, unreferenced
+/// inodes, leaked inodes, link counts): each item is checked against the live state on its own,
+/// so the pieces do what the whole would.
+pub fn adjust_requests(adjust: Adjust) -> Vec<Request> {
+    let n = ADJUST_ITEMS;
+    let mut out: Vec<Adjust> = Vec::new();
+    out.extend(adjust.blocks.chunks(n).map(|c| Adjust { blocks: c.to_vec(), ..Default::default() }));
+    out.extend(adjust.unreferenced.chunks(n).map(|c| Adjust { unreferenced: c.to_vec(), ..Default::default() }));
+    out.extend(adjust.leaked_inodes.chunks(n).map(|c| Adjust { leaked_inodes: c.to_vec(), ..Default::default() }));
+    out.extend(adjust.links.chunks(n).map(|c| Adjust { links: c.to_vec(), ..Default::default() }));
+    out.into_iter().map(|adjust| Request::FsckAdjust { adjust }).collect()
 }
 
 #[derive(Debug, Error)]
@@ -195,10 +240,37 @@ pub enum Stale {
 /// Where a mount's control channel reports what its requests made stale.
 pub type StaleSink = Box<dyn Fn(&[Stale]) + Send + Sync>;
 
+/// The result of the mount's unmount, for the connections waiting for it (`AwaitUnmount`).
+#[derive(Default)]
+struct Outcome {
+    /// The result once the daemon has unmounted (None before), and how many waiting connections
+    /// have not been sent it yet.
+    state: Mutex<(Option<Result<(), String>>, usize)>,
+    changed: Condvar,
+}
+
+impl Outcome {
+    fn state(&self) -> std::sync::MutexGuard<'_, (Option<Result<(), String>>, usize)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What the connections' threads share.
+struct Shared {
+    fs: SharedFs,
+    stale: Arc<OnceLock<StaleSink>>,
+    outcome: Arc<Outcome>,
+    /// Connections being served, at most `MAX_CONNECTIONS`.
+    active: AtomicUsize,
+    /// The mount's owner (the daemon's user): with root, the only user served.
+    owner: u32,
+}
+
 /// A running control channel; `stop` (or drop) closes it and removes the socket.
 pub struct CtlServer {
     path: PathBuf,
     stale: Arc<OnceLock<StaleSink>>,
+    outcome: Arc<Outcome>,
     /// The listening socket (owned by the thread), shut down to stop it.
     fd: RawFd,
     stop: Arc<AtomicBool>,
@@ -210,39 +282,24 @@ impl CtlServer {
     /// mount that died is replaced; one another mount still serves is not.
     pub fn start(path: &Path, fs: SharedFs) -> Result<CtlServer, CtlError> {
         let io = |source| CtlError::Io { path: path.to_path_buf(), source };
-        if path.exists() {
-            if UnixStream::connect(path).is_ok() {
-                return Err(io(std::io::Error::new(std::io::ErrorKind::AddrInUse, "another mount serves it")));
-            }
-            std::fs::remove_file(path).map_err(io)?;
+        if path.exists() && UnixStream::connect(path).is_ok() {
+            return Err(io(std::io::Error::new(std::io::ErrorKind::AddrInUse, "another mount serves it")));
         }
-        let listener = UnixListener::bind(path).map_err(io)?;
+        let listener = bind_private(path).map_err(io)?;
         let fd = listener.as_raw_fd();
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let stale: Arc<OnceLock<StaleSink>> = Arc::new(OnceLock::new());
-        let sink = stale.clone();
+        let outcome = Arc::new(Outcome::default());
+        // SAFETY: geteuid cannot fail and touches no memory.
+        let owner = unsafe { libc::geteuid() };
+        let shared =
+            Arc::new(Shared { fs, stale: stale.clone(), outcome: outcome.clone(), active: AtomicUsize::new(0), owner });
         let thread = std::thread::Builder::new()
             .name("sufs-ctl".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if flag.load(Ordering::Acquire) {
-                        break;
-                    }
-                    match conn {
-                        Ok(c) => {
-                            let (fs, sink) = (fs.clone(), sink.clone());
-                            let _ = std::thread::Builder::new()
-                                .name("sufs-ctl-conn".into())
-                                .spawn(move || serve(c, &fs, &sink));
-                        }
-                        Err(e) => log::warn!("control channel: accept: {e}"),
-                    }
-                }
-            })
+            .spawn(move || accept_loop(listener, &flag, &shared))
             .map_err(io)?;
-        Ok(CtlServer { path: path.to_path_buf(), stale, fd, stop, thread: Some(thread) })
+        Ok(CtlServer { path: path.to_path_buf(), stale, outcome, fd, stop, thread: Some(thread) })
     }
 
     /// From now on, what each request changed is reported to `sink` (once; a later call is
@@ -265,51 +322,219 @@ impl CtlServer {
         let _ = t.join();
         let _ = std::fs::remove_file(&self.path);
     }
+
+    /// The daemon has unmounted the file system (`result`: the error that made the unmount
+    /// fail): tells every connection waiting for it (`AwaitUnmount`), and waits, 10 seconds at
+    /// most, until each has been sent it. Only the first call's result counts.
+    pub fn unmounted(&self, result: Result<(), String>) {
+        let mut st = self.outcome.state();
+        if st.0.is_none() {
+            st.0 = Some(result);
+        }
+        self.outcome.changed.notify_all();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while st.1 > 0 {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
+            st = self.outcome.changed.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
 }
 
 impl Drop for CtlServer {
     fn drop(&mut self) {
         self.stop();
+        self.unmounted(Err("the mount ended before its file system was unmounted".into()));
     }
 }
 
-/// Serves one connection until the peer closes it.
-fn serve(conn: UnixStream, fs: &SharedFs, sink: &OnceLock<StaleSink>) {
+/// Binds a listening socket at `path` whose mode is 0600 from its first instant: bound in a new
+/// directory of mode 0700 beside it (nobody else can reach the socket there while its mode is
+/// set), then renamed into place (the socket is its inode: it keeps listening under the new name).
+fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::DirBuilderExt;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    let mut dir = path.as_os_str().to_owned();
+    dir.push(format!(".{}.{nanos}", std::process::id()));
+    let dir = PathBuf::from(dir);
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    let tmp = dir.join("s");
+    let bound = UnixListener::bind(&tmp).and_then(|l| {
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&tmp, path)?;
+        Ok(l)
+    });
+    if bound.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    let _ = std::fs::remove_dir(&dir);
+    bound
+}
+
+/// Accepts connections until `stop` is set. An accept that fails (no descriptor left: EMFILE,
+/// ENFILE; no memory) is retried after a pause that doubles up to a second, and said once per
+/// run of failures, not once per try.
+fn accept_loop(listener: UnixListener, stop: &AtomicBool, sh: &Arc<Shared>) {
+    let mut pause = Duration::ZERO;
+    let mut failed = 0u64;
+    for conn in listener.incoming() {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        match conn {
+            Ok(c) => {
+                if failed > 0 {
+                    log::warn!("control channel: accepting again after {failed} failed accepts");
+                }
+                (failed, pause) = (0, Duration::ZERO);
+                admit(c, sh);
+            }
+            Err(e) => {
+                if failed == 0 {
+                    log::warn!("control channel: accept: {e} (trying again after pauses of up to a second)");
+                }
+                failed += 1;
+                pause = (pause * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                std::thread::sleep(pause);
+            }
+        }
+    }
+}
+
+/// The user at the other end of a connection (`SO_PEERCRED`: who connected, as the kernel saw it).
+fn peer_uid(c: &UnixStream) -> std::io::Result<u32> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for the call, `len` is `cred`'s size.
+    let r = unsafe {
+        libc::getsockopt(
+            c.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast::<libc::c_void>(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// An error answer as a line.
+fn error_line(message: &str, errno: i32) -> String {
+    let mut text = serde_json::json!({ "error": message, "errno": errno }).to_string();
+    text.push('\n');
+    text
+}
+
+/// Serves a new connection in a thread of its own, or refuses it with one error line: a peer
+/// that is neither root nor the mount's owner, or one connection more than `MAX_CONNECTIONS`.
+fn admit(mut c: UnixStream, sh: &Arc<Shared>) {
+    let refusal = match peer_uid(&c) {
+        Ok(uid) if uid == 0 || uid == sh.owner => None,
+        Ok(uid) => Some((
+            format!(
+                "control channel: uid {uid} may not use this mount's control channel (root and uid {} may)",
+                sh.owner
+            ),
+            libc::EACCES,
+        )),
+        Err(e) => Some((format!("control channel: cannot tell who connected: {e}"), libc::EACCES)),
+    };
+    let refusal = refusal.or_else(|| {
+        (sh.active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS).then(|| {
+            sh.active.fetch_sub(1, Ordering::AcqRel);
+            (format!("control channel: {MAX_CONNECTIONS} connections are open already; try again later"), libc::EAGAIN)
+        })
+    });
+    if let Some((message, errno)) = refusal {
+        // A line into a new connection's empty buffer: the pause only guards against the odd case.
+        let _ = c.set_write_timeout(Some(Duration::from_millis(100)));
+        let _ = c.write_all(error_line(&message, errno).as_bytes());
+        return;
+    }
+    let sh2 = sh.clone();
+    let spawned = std::thread::Builder::new().name("sufs-ctl-conn".into()).spawn(move || {
+        serve(c, &sh2);
+        sh2.active.fetch_sub(1, Ordering::AcqRel);
+    });
+    if let Err(e) = spawned {
+        sh.active.fetch_sub(1, Ordering::AcqRel);
+        log::warn!("control channel: no thread for a connection: {e}");
+    }
+}
+
+/// Serves one connection until the peer closes it (or sends a line longer than `MAX_LINE`, or
+/// waits for the unmount).
+fn serve(conn: UnixStream, sh: &Shared) {
     let Ok(mut out) = conn.try_clone() else { return };
     let mut lines = BufReader::new(conn);
-    let mut line = String::new();
+    let mut line = Vec::new();
     loop {
         line.clear();
-        match lines.read_line(&mut line) {
+        match (&mut lines).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        let answer = match serde_json::from_str::<Request>(line.trim()) {
-            Ok(req) => {
-                let mut guard = lock(fs);
-                let kept = sink.get().map(|_| req.clone());
-                let r = execute(&mut guard, req);
-                let what = match &kept {
-                    Some(req) if r.is_ok() => stale_after(&mut guard, req),
-                    _ => Vec::new(),
-                };
-                drop(guard);
-                if let Some(sink) = sink.get().filter(|_| !what.is_empty()) {
-                    sink(&what);
-                }
-                match r {
-                    Ok(reply) => serde_json::json!({ "ok": reply }),
-                    Err(e) => serde_json::json!({ "error": e.to_string(), "errno": e.errno() }),
-                }
-            }
-            Err(e) => serde_json::json!({ "error": format!("bad request: {e}"), "errno": libc::EINVAL }),
+        if line.len() > MAX_LINE {
+            let _ = out.write_all(error_line(&format!("request longer than {MAX_LINE} bytes"), libc::E2BIG).as_bytes());
+            return;
+        }
+        let text = match serde_json::from_slice::<Request>(&line) {
+            Ok(Request::AwaitUnmount) => return await_unmount(&mut out, &sh.outcome),
+            Ok(req) => answer(sh, req),
+            Err(e) => error_line(&format!("bad request: {e}"), libc::EINVAL),
         };
-        let mut text = answer.to_string();
-        text.push('\n');
         if out.write_all(text.as_bytes()).is_err() {
             return;
         }
     }
+}
+
+/// Runs one request under the mount's lock and tells the kernel what it made stale; the answer
+/// as a line.
+fn answer(sh: &Shared, req: Request) -> String {
+    let mut guard = lock(&sh.fs);
+    let kept = sh.stale.get().map(|_| req.clone());
+    let r = execute(&mut guard, req);
+    let what = match &kept {
+        Some(req) if r.is_ok() => stale_after(&mut guard, req),
+        _ => Vec::new(),
+    };
+    drop(guard);
+    if let Some(sink) = sh.stale.get().filter(|_| !what.is_empty()) {
+        sink(&what);
+    }
+    match r {
+        Ok(reply) => {
+            let mut text = serde_json::json!({ "ok": reply }).to_string();
+            text.push('\n');
+            text
+        }
+        Err(e) => error_line(&e.to_string(), e.errno()),
+    }
+}
+
+/// `AwaitUnmount`: counted as a waiter, answers `Watching`; then, once the daemon has unmounted
+/// (`CtlServer::unmounted`), the result.
+fn await_unmount(out: &mut UnixStream, outcome: &Outcome) {
+    let line = |reply: Reply| format!("{}\n", serde_json::json!({ "ok": reply }));
+    let mut st = outcome.state();
+    st.1 += 1;
+    drop(st);
+    let _ = out.write_all(line(Reply::Watching).as_bytes());
+    let mut st = outcome.state();
+    while st.0.is_none() {
+        st = outcome.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+    }
+    let text = match &st.0 {
+        Some(Err(message)) => error_line(message, libc::EIO),
+        _ => line(Reply::Unmounted),
+    };
+    drop(st);
+    let _ = out.write_all(text.as_bytes());
+    outcome.state().1 -= 1;
+    outcome.changed.notify_all();
 }
 
 /// What `req`, which has just succeeded on `fs`, made stale in a kernel's caches.
@@ -318,11 +543,14 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
     use sufs_fs::snapshot::SNAP_DIR;
     let mut dir_of = |d: &[u8]| fs.lookup(ROOT_INO, d).ok().map(|(i, _)| i);
     match req {
-        Request::BrFree { name } | Request::SnapshotDelete { name } => {
-            let dir = dir_of(if matches!(req, Request::BrFree { .. }) { BR_DIR } else { SNAP_DIR });
-            dir.map(|dir| vec![Stale::Entry { dir, name: name.as_bytes().to_vec() }, Stale::Inode(dir)])
-                .unwrap_or_default()
-        }
+        Request::BrFree { name } => dir_of(BR_DIR)
+            .map(|dir| vec![Stale::Entry { dir, name: name.as_bytes().to_vec() }, Stale::Inode(dir)])
+            .unwrap_or_default(),
+        // `/.snap` goes with the last snapshot: then the root's entry is what is stale.
+        Request::SnapshotDelete { name } => match dir_of(SNAP_DIR) {
+            Some(dir) => vec![Stale::Entry { dir, name: name.as_bytes().to_vec() }, Stale::Inode(dir)],
+            None => vec![Stale::Entry { dir: ROOT_INO, name: SNAP_DIR.to_vec() }, Stale::Inode(ROOT_INO)],
+        },
         Request::BrReserve { name, .. }
         | Request::BrExpand { name, .. }
         | Request::BrTruncate { name, .. }
@@ -344,14 +572,14 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
             }
             v
         }
-        Request::FsckAdjust { adjust } => adjust.links.iter().map(|&(i, _)| Stale::Inode(i)).collect(),
+        Request::FsckAdjust { adjust } => adjust.links.iter().map(|l| Stale::Inode(l.ino)).collect(),
         Request::Ping
         | Request::BrQuery { .. }
         | Request::BrList
         | Request::SnapshotList
         | Request::Sync
         | Request::Shutdown { .. } => Vec::new(),
-        Request::Remount { .. } | Request::Stats => Vec::new(),
+        Request::Remount { .. } | Request::Stats | Request::AwaitUnmount => Vec::new(),
     }
 }
 
@@ -385,6 +613,9 @@ pub fn execute(fs: &mut Fs, req: Request) -> Result<Reply, FsError> {
         Request::Remount { changes } => Reply::Mount(fs.remount(&changes)?),
         // Plain numbers and strings: the conversion cannot fail (a NaN would become null).
         Request::Stats => Reply::Stats { stats: serde_json::to_value(fs.stats()).unwrap_or(Value::Null) },
+        Request::AwaitUnmount => {
+            return Err(FsError::Invalid("await_unmount: only a mount's control channel answers it"))
+        }
     })
 }
 
@@ -407,10 +638,33 @@ impl CtlClient {
 
     /// Sends one request and waits for its answer.
     pub fn call(&mut self, req: &Request) -> Result<Reply, CtlError> {
-        let io = |source| CtlError::Io { path: self.path.clone(), source };
         let mut text = serde_json::to_string(req).map_err(|e| CtlError::Protocol(e.to_string()))?;
         text.push('\n');
-        self.out.write_all(text.as_bytes()).map_err(io)?;
+        if let Err(source) = self.out.write_all(text.as_bytes()) {
+            // A mount that refused the connection wrote why before closing it.
+            return match self.next_answer() {
+                Err(e @ CtlError::Remote { .. }) => Err(e),
+                _ => Err(CtlError::Io { path: self.path.clone(), source }),
+            };
+        }
+        self.next_answer()
+    }
+
+    /// `sufs umount`'s watch, set before it unmounts: the mount's daemon has counted this
+    /// connection once this returns; `unmount_result` then waits for the result.
+    pub fn await_unmount(&mut self) -> Result<(), CtlError> {
+        self.call(&Request::AwaitUnmount)?.into_watching()
+    }
+
+    /// The unmount's result (after `await_unmount`): Ok once the file system is unmounted and
+    /// marked clean, the daemon's error if that failed.
+    pub fn unmount_result(&mut self) -> Result<(), CtlError> {
+        self.next_answer()?.into_unmounted()
+    }
+
+    /// Reads the next answer line.
+    fn next_answer(&mut self) -> Result<Reply, CtlError> {
+        let io = |source| CtlError::Io { path: self.path.clone(), source };
         let mut line = String::new();
         if self.lines.read_line(&mut line).map_err(io)? == 0 {
             return Err(CtlError::Protocol("the mount closed the channel".into()));
@@ -432,6 +686,31 @@ mod tests {
     use sufs_fs::clock::SimClock;
     use sufs_fs::dev::MemDevice;
     use sufs_fs::fs::{mkfs, MkfsOptions, MountOptions};
+
+    #[test]
+    fn a_big_adjust_goes_in_pieces_under_the_longest_line() {
+        use sufs_fs::fs::adjust::{InodeRef, LinkAdjust};
+        let big = Adjust {
+            blocks: (0..200_000).map(|b| u64::MAX - b).collect(),
+            unreferenced: vec![InodeRef { ino: 7, generation: u32::MAX }, InodeRef { ino: 8, generation: 1 }],
+            leaked_inodes: vec![],
+            links: (0..70_000)
+                .map(|i| LinkAdjust { ino: u32::MAX - i, generation: u32::MAX, delta: u32::MAX })
+                .collect(),
+        };
+        let reqs = adjust_requests(big.clone());
+        let mut back = Adjust::default();
+        for r in &reqs {
+            assert!(serde_json::to_string(r).unwrap().len() < MAX_LINE / 2, "a piece near the longest line");
+            let Request::FsckAdjust { adjust } = r else { panic!("{r:?}") };
+            back.blocks.extend(&adjust.blocks);
+            back.unreferenced.extend(&adjust.unreferenced);
+            back.leaked_inodes.extend(&adjust.leaked_inodes);
+            back.links.extend(&adjust.links);
+        }
+        assert_eq!(back, big, "every item once, in order");
+        assert_eq!(reqs.len(), 7 + 1 + 3);
+    }
 
     #[test]
     fn requests_round_trip_and_errors_come_back() {

@@ -71,6 +71,9 @@ pub enum FsError {
     NameTooLong,
     #[error("no space left on device")]
     NoSpace,
+    /// A snapshot refused before anything is made: its map and first copies do not fit.
+    #[error("no room for a snapshot: {needed} blocks needed, {free} free")]
+    NoSnapshotRoom { needed: u64, free: u64 },
     #[error("too many links")]
     TooManyLinks,
     #[error("file too large")]
@@ -114,7 +117,7 @@ impl FsError {
             FsError::IsDir => libc::EISDIR,
             FsError::NotEmpty => libc::ENOTEMPTY,
             FsError::NameTooLong => libc::ENAMETOOLONG,
-            FsError::NoSpace => libc::ENOSPC,
+            FsError::NoSpace | FsError::NoSnapshotRoom { .. } => libc::ENOSPC,
             FsError::TooManyLinks => libc::EMLINK,
             FsError::TooBig => libc::EFBIG,
             FsError::Invalid(_) => libc::EINVAL,
@@ -167,6 +170,8 @@ pub mod br;
 // Snapshots (§6) live in their own file inside `fs`: their copy-on-write and claiming hook
 // into its writes and frees.
 pub mod snapshot;
+// Background fsck's adjust: what a snapshot's check found lost, checked against the live state.
+pub mod adjust;
 
 // Mount options the file system applies (access times, sync, remounts) live in their own file.
 pub mod mountopt;

@@ -237,27 +237,78 @@ impl Fs {
         Ok(ind_get(self.cache.read(leaf)?, idx))
     }
 
-    /// Takes a snapshot named `name` (`/.snap/NAME`). Writers are held off by the caller's lock
-    /// (the mount's, as for any operation); everything is first written as for an unmount.
+    /// Takes a snapshot named `name` (`/.snap/NAME`, the directory made if need be). Writers
+    /// are held off by the caller's lock (the mount's, as for any operation); everything is
+    /// first written as for an unmount. A snapshot that does not fit is refused before anything
+    /// is made (`NoSnapshotRoom`); one that fails on the way is undone (`snap_abandon`).
     pub fn snapshot_create(&mut self, name: &[u8]) -> FsResult<SnapInfo> {
         self.check_writable()?;
         Self::snap_check_name(name)?;
         let slot = self.sb.snapshots.iter().position(|&i| i == 0).ok_or(FsError::Invalid("at most 20 snapshots"))?;
+        self.sync_all()?;
+        let (needed, free) = (self.snap_room(), self.alloc.free_blocks());
+        if needed > free {
+            log::warn!("snapshot {}: refused: {needed} blocks needed, {free} free", String::from_utf8_lossy(name));
+            return Err(FsError::NoSnapshotRoom { needed, free });
+        }
         let dir = self.snap_dir(true)?;
         self.sync_all()?;
-        let (ino, _) = self.create_node(dir, name, S_IFREG | 0o400, 0, 0, |_, _, d| {
+        let made = self.create_node(dir, name, S_IFREG | 0o400, 0, 0, |_, _, d| {
             d.flags |= DI_SNAPSHOT;
             Ok(())
-        })?;
-        // The empty snapshot file and its name are on disk before it gets any block.
-        self.sync_all()?;
+        });
+        let ino = match made {
+            Ok((ino, _)) => ino,
+            Err(e) => {
+                self.snap_dir_prune().unwrap_or_else(|p| log::error!("snapshot: /.snap left behind: {p}"));
+                return Err(e);
+            }
+        };
+        let mut mine = Vec::new();
+        match self.snap_make(ino, slot, &mut mine) {
+            Ok(()) => self.snap_info(name, ino),
+            Err(e) => {
+                log::warn!("snapshot {}: {e}: undone", String::from_utf8_lossy(name));
+                if let Err(u) = self.snap_abandon(dir, name, ino, &mine) {
+                    log::error!("snapshot {}: cannot undo: {u}", String::from_utf8_lossy(name));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Blocks a new snapshot takes at once, at most: its map's indirect blocks, the eager
+    /// copies (`snap_eager_copies`) and a block for `/.snap`.
+    fn snap_room(&self) -> u64 {
+        let (n, p) = (self.sb.num_blocks, self.sb.ptrs_per_block());
+        let mut map = 0;
+        let (mut base, mut span) = (NDADDR as u64, p);
+        for level in 0..NIADDR {
+            if n > base {
+                let count = (n - base).min(span);
+                // A tree of `level` over `count` entries: ceil(count / p^k) blocks at height k.
+                let mut per = p;
+                for _ in 0..=level {
+                    map += count.div_ceil(per);
+                    per = per.saturating_mul(p);
+                }
+            }
+            base += span;
+            span = span.saturating_mul(p);
+        }
+        let eager = 1 + self.sb.ngroups as u64 + self.snapshots.active.len() as u64 + 1 + NDADDR as u64;
+        map + eager + 1
+    }
+
+    /// The snapshot's blocks and map, made for its inode `ino` (empty, named, on disk), then
+    /// the inode and the superblock listing it in `slot`. The blocks allocated are in `mine`.
+    fn snap_make(&mut self, ino: u32, slot: usize, mine: &mut Vec<u64>) -> FsResult<()> {
         let n = self.sb.num_blocks;
         let mut d = self.iget(ino)?;
         let pref = self.ino_pref(ino);
-        let mut mine = Vec::new();
-        self.snap_build_tree(&mut d, n, pref, &mut mine)?;
+        self.snap_build_tree(&mut d, n, pref, mine)?;
         let snap_inos: Vec<u32> = self.snapshots.active.iter().map(|s| s.ino).chain([ino]).collect();
-        let copies = self.snap_eager_copies(&snap_inos, pref, &mut mine)?;
+        let copies = self.snap_eager_copies(&snap_inos, pref, mine)?;
         // Blocks of snapshots: never copied, and free in the frozen file system.
         let mut owned: HashSet<u64> = mine.iter().copied().collect();
         for k in 0..self.snapshots.active.len() {
@@ -270,7 +321,7 @@ impl Fs {
         // On disk in order: the bitmaps, the copies and the map; then the inode pointing at them;
         // then the superblock listing it.
         let mut first: Vec<u64> = (0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)).collect();
-        first.extend(&mine);
+        first.extend(mine.iter());
         first.sort_unstable();
         for chunk in first.chunks(1024) {
             self.write_bufs(chunk, WriteKind::Sync)?;
@@ -282,8 +333,64 @@ impl Fs {
         self.sync_all()?;
         self.sb.snapshots[slot] = ino;
         self.snapshots.active.push(active);
-        self.write_superblock()?;
-        self.snap_info(name, ino)
+        self.write_superblock()
+    }
+
+    /// Undoes a snapshot `snap_make` failed to make: once its inode points to its blocks it goes
+    /// as a snapshot is deleted; before, the blocks it took (`mine`, pointed to by nothing) are
+    /// freed and the empty file removed. `/.snap` goes too if that leaves it empty.
+    fn snap_abandon(&mut self, dir: u32, name: &[u8], ino: u32, mine: &[u64]) -> FsResult<()> {
+        let mut d = self.iget(ino)?;
+        if d.has_blocks() {
+            self.snapshot_delete(name)?;
+            return Ok(());
+        }
+        for &b in mine {
+            self.forget_block(b)?;
+            self.alloc.free_block(&mut self.cache, &self.sb, b)?;
+        }
+        d.flags &= !DI_SNAPSHOT;
+        self.snap_unlink(dir, name, ino, &d)?;
+        self.balance()?;
+        self.snap_dir_prune()?;
+        self.sync_all()
+    }
+
+    /// Removes the name of a snapshot's inode `ino`, now an ordinary file (`d`), from `/.snap`
+    /// (`dir`): it goes as a removed file does.
+    fn snap_unlink(&mut self, dir: u32, name: &[u8], ino: u32, d: &Dinode) -> FsResult<()> {
+        assert!(d.flags & DI_SNAPSHOT == 0, "snapshot {ino} unlinked while still flagged");
+        self.iput(ino, d)?;
+        let mut dd = self.dir_inode(dir)?;
+        let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
+        self.touch_mc(&mut dd);
+        self.iput(dir, &dd)?;
+        self.unlink_name(dir, &slot, name, vec![Task::DropLink(ino)])
+    }
+
+    /// Removes `/.snap` if it holds no snapshot (it is made again by the next one): a file
+    /// system that had snapshots, or a background fsck, looks as it did before.
+    fn snap_dir_prune(&mut self) -> FsResult<()> {
+        let dir = match self.snap_dir(false) {
+            Ok(d) => d,
+            Err(FsError::NotFound) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if !self.special_dir_entries(SNAP_DIR)?.is_empty() {
+            return Ok(());
+        }
+        // It is immutable, so that nobody else removes or renames it.
+        let mut d = self.iget(dir)?;
+        let flags = d.flags;
+        d.flags &= !DI_IMMUTABLE;
+        self.iput(dir, &d)?;
+        if let Err(e) = self.rmdir(ROOT_INO, SNAP_DIR) {
+            let mut d = self.iget(dir)?;
+            d.flags = flags;
+            self.iput(dir, &d)?;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// What a new snapshot copies at once, as (block, its copy): the superblock, the group
@@ -464,8 +571,8 @@ impl Fs {
     }
 
     /// Deletes a snapshot: it leaves the list at once; its blocks go as a removed file's do,
-    /// each claimed by the first remaining snapshot that has not copied it, or freed. Returns
-    /// the blocks it held.
+    /// each claimed by the first remaining snapshot that has not copied it, or freed; `/.snap`
+    /// goes with the last snapshot. Returns the blocks it held.
     pub fn snapshot_delete(&mut self, name: &[u8]) -> FsResult<u64> {
         self.check_writable()?;
         let (dir, ino, mut d) = self.snap_get_named(name)?;
@@ -501,13 +608,9 @@ impl Fs {
         }
         d.flags &= !DI_SNAPSHOT;
         let held = d.blocks;
-        self.iput(ino, &d)?;
-        let mut dd = self.dir_inode(dir)?;
-        let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
-        self.touch_mc(&mut dd);
-        self.iput(dir, &dd)?;
-        self.unlink_name(dir, &slot, name, vec![Task::DropLink(ino)])?;
+        self.snap_unlink(dir, name, ino, &d)?;
         self.balance()?;
+        self.snap_dir_prune()?;
         self.sync_all()?;
         Ok(held)
     }
@@ -614,105 +717,6 @@ impl Fs {
     /// Copy-on-write counters: blocks copied before an overwrite, blocks claimed when freed.
     pub fn snapshot_counters(&self) -> (u64, u64) {
         (self.snapshots.cow, self.snapshots.claimed)
-    }
-}
-
-/// What background fsck found on a snapshot and hands to the live file system (§6.1: FreeBSD's
-/// fsck sysctls): blocks and inodes lost at snapshot time, and link counts too high by `delta`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Adjust {
-    /// Blocks marked used that nothing owned.
-    pub blocks: Vec<u64>,
-    /// Inodes in use that no entry named: freed with their blocks.
-    pub unreferenced: Vec<u32>,
-    /// Inodes marked used whose dinode was free: their bitmap bits are cleared.
-    pub leaked_inodes: Vec<u32>,
-    /// (inode, how much its count is too high).
-    pub links: Vec<(u32, u32)>,
-}
-
-/// What an adjust did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct AdjustDone {
-    pub blocks_freed: u64,
-    pub inodes_freed: u64,
-    pub links_lowered: u64,
-    /// Items left alone (no longer in the state fsck saw: freed since, or open).
-    pub skipped: u64,
-}
-
-impl Fs {
-    /// Applies background fsck's findings to the live file system. Each change is checked against
-    /// the live state first: a block must still be marked used, an inode still in use and not
-    /// open; counts are lowered by a difference, so links made since the snapshot stay counted.
-    pub fn fsck_adjust(&mut self, a: &Adjust) -> FsResult<AdjustDone> {
-        self.check_writable()?;
-        let mut done = AdjustDone::default();
-        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
-        for &b in &a.blocks {
-            if !self.sb.is_data_block(b) {
-                return Err(FsError::Invalid("adjust: not a data block"));
-            }
-            let cg = self.sb.cg_of_block(b);
-            let used =
-                bit_get(&self.cache.read(self.sb.cg_header_block(cg))?[bmoff..], (b - self.sb.cg_start(cg)) as usize);
-            if used {
-                self.forget_block(b)?;
-                self.free_block(b)?;
-                done.blocks_freed += 1;
-            } else {
-                done.skipped += 1;
-            }
-        }
-        for &(ino, delta) in &a.links {
-            self.check_ino(ino)?;
-            let mut d = self.iget_raw(ino)?;
-            if d.is_free() || delta == 0 {
-                done.skipped += 1;
-                continue;
-            }
-            d.nlink = d.nlink.saturating_sub(delta);
-            self.touch_c(&mut d);
-            done.links_lowered += 1;
-            if d.nlink == 0 && !self.incore.open.contains_key(&ino) {
-                self.release_inode(ino, d, vec![])?;
-                done.inodes_freed += 1;
-            } else {
-                if d.nlink == 0 {
-                    self.incore.orphans.insert(ino);
-                }
-                self.iput(ino, &d)?;
-            }
-        }
-        for &ino in &a.unreferenced {
-            self.check_ino(ino)?;
-            let d = self.iget_raw(ino)?;
-            // Directories are left for a full fsck, which reconnects them.
-            if d.is_free() || d.is_dir() || self.incore.open.contains_key(&ino) || d.flags & DI_SNAPSHOT != 0 {
-                done.skipped += 1;
-                continue;
-            }
-            self.release_inode(ino, d, vec![])?;
-            done.inodes_freed += 1;
-        }
-        let imoff = CgHeader::inode_map_offset();
-        for &ino in &a.leaked_inodes {
-            self.check_ino(ino)?;
-            let cg = self.sb.cg_of_inode(ino);
-            let used = bit_get(
-                &self.cache.read(self.sb.cg_header_block(cg))?[imoff..],
-                (ino % self.sb.inodes_per_group) as usize,
-            );
-            if used && self.iget_raw(ino)?.is_free() {
-                self.alloc.free_inode(&mut self.cache, &self.sb, ino, false)?;
-                done.inodes_freed += 1;
-            } else {
-                done.skipped += 1;
-            }
-        }
-        self.balance()?;
-        self.sync_all()?;
-        Ok(done)
     }
 }
 
