@@ -216,7 +216,7 @@ fn setup_text(page: &mut Page, sc: &Scale, m: &DiskModel) {
     page.setup.push(format!(
         "**The disk model.** The paper names no disk and gives no hardware description beyond the kernel \
          version, so its disk is modelled as a 7200 RPM drive of the paper's time (Linux 3.2.1 is of January \
-         2012), the `{}` model of `src/dev.rs` (Ruemmler & Wilkes's seek curve): {} cylinders over the volume, \
+         2012), the `{}` model of `crates/sufs-fs/src/dev.rs` (Ruemmler & Wilkes's seek curve): {} cylinders over the volume, \
          {} RPM ({:.2} ms a rotation, {:.2} ms average rotational latency), seek {} + {} * sqrt(d) ms below {} \
          cylinders and {} + {} * d ms from there ({:.1} ms for a third of the stroke, {:.1} ms full stroke), \
          {} MB/s media rate; one request at a time, no drive cache, no command queueing (8 outstanding \

@@ -77,7 +77,7 @@ impl Machine {
              (§5). sufs models a 1998-99 PC server of the kind that ran FreeBSD and BSD/OS then: one SCSI disk of \
              {:.1} GB, {} RPM ({:.2} ms average rotational latency), a seek of {}+{}·√d ms below {} cylinders and \
              {}+{}·d ms from there ({} cylinders: {:.1} ms over a third of the stroke, {:.1} ms full stroke), {} MB/s \
-             at the media (the disk model of `src/dev.rs`: one FIFO queue, Ruemmler & Wilkes's seek curve; the \
+             at the media (the disk model of `crates/sufs-fs/src/dev.rs`: one FIFO queue, Ruemmler & Wilkes's seek curve; the \
              values are those of the 7200 RPM drives of the time, not of a drive the paper names); 4.4BSD FFS's \
              {} KiB blocks, a data block queued for writing as soon as it is full (4.4BSD's `bawrite` in \
              `ffs_write`); a buffer cache of {} MiB ({} blocks; such machines had 64-128 MiB of memory); {} µs of \
