@@ -136,8 +136,9 @@ pub struct MountOpts {
     /// sufs's own: preen an image left unclean (`sufs fsck -p`) before mounting it, as a boot
     /// does with fsck -p before mount: what a crash leaves is repaired, anything more refused.
     pub preen: bool,
-    /// Options for mount(8) itself or ones whose effect is always on (`defaults`, `noauto`,
-    /// `nofail`, `_netdev`, `user`, `x-*`, `comment=`, `allow_other`, ...): accepted.
+    /// Options for mount(8) itself or ones whose effect is always on or means nothing here
+    /// (`defaults`, `noauto`, `nofail`, `_netdev`, `user`, `x-*`, `comment=`, `allow_other`,
+    /// `lazytime`, `iversion`, `mand`, ...): accepted.
     pub ignored: Vec<String>,
     /// With sloppy parsing (`mount -s`), options not known: left out, with a warning.
     pub unknown: Vec<String>,
@@ -261,6 +262,14 @@ impl MountOpts {
             ("auto" | "noauto" | "nofail" | "_netdev" | "user" | "nouser" | "users" | "owner" | "group", None)
             | ("loud" | "silent", None)
             | ("comment", Some(_)) => self.ignored.push(opt.to_string()),
+            // The kernel's generic superblock options, which mean nothing more for sufs:
+            // `lazytime` (sufs keeps times in its cache and writes them with the inode, as
+            // lazytime asks; fsync and sync write them), `iversion` (FUSE keeps no change
+            // counter), `mand` (mandatory locks are gone from Linux). Accepted, as the kernel
+            // accepts them for any file system.
+            ("lazytime" | "nolazytime" | "iversion" | "noiversion" | "mand" | "nomand", None) => {
+                self.ignored.push(opt.to_string())
+            }
             // FUSE's own, which sufs sets itself; mount(8) repeats them (from the mount table)
             // on a remount.
             ("allow_other", None)
@@ -398,8 +407,13 @@ impl Fs {
 
     /// Applies a remount and answers the state after it. Read-write to read-only writes
     /// everything and marks the image clean (unless files unlinked while open are still held:
-    /// their inodes stay for the next mount to free); read-only to read-write needs a clean
-    /// image and a device opened for writing, and marks the image in use.
+    /// their inodes stay for the next mount to free); read-only to read-write needs a device
+    /// opened for writing and an image that is clean, or unclean after soft updates, and marks
+    /// the image in use. As FreeBSD's `ffs_mount` upgrades an unclean soft-updates file system
+    /// (with a warning) and refuses any other unclean one: after soft updates a crash leaves
+    /// only leaks and link counts too high, which stay until fsck and harm nothing meanwhile
+    /// (the mount gate reasons the same for a new mount, `Recovery::Background`). An image a
+    /// mount found damaged (`SB_NEEDS_FSCK`), or left unclean by `sync` or `async`, is refused.
     pub fn remount(&mut self, r: &Remount) -> FsResult<Remount> {
         if r.ordering.is_some_and(|o| o != self.ordering) {
             return Err(FsError::Invalid("the ordering cannot change on a remount"));
@@ -420,10 +434,17 @@ impl Fs {
                         "mounted from a device opened read-only: unmount and mount it read-write",
                     ));
                 }
-                if self.sb.flags & SB_NEEDS_FSCK != 0 || self.sb.flags & SB_CLEAN == 0 {
+                let unclean = self.sb.flags & SB_CLEAN == 0;
+                if self.sb.flags & SB_NEEDS_FSCK != 0 || (unclean && self.sb.flags & SB_SOFTDEP == 0) {
                     return Err(FsError::Invalid(
                         "the image was not unmounted cleanly or needs fsck: unmount, check it and mount it read-write",
                     ));
+                }
+                if unclean {
+                    log::warn!(
+                        "remounted read-write although not unmounted cleanly: its last mount had soft updates, \
+                         so what is left to repair is leaks (run sufs fsck to reclaim them)"
+                    );
                 }
                 self.readonly = false;
                 if let Err(e) = self.mark_in_use() {
@@ -536,6 +557,8 @@ mod tests {
         assert_eq!(o.sync_mode(), SyncMode { sync: false, dirsync: true });
         assert_eq!(o.atime_policy(), AtimePolicy { mode: AtimeMode::Relatime, nodiratime: true });
         assert_eq!(o.ignored, ["x-systemd.automount", "defaults", "_netdev", "user_id=0"]);
+        let generic = "lazytime,nolazytime,iversion,noiversion,mand,nomand,silent,loud,auto,noauto,nofail";
+        assert_eq!(MountOpts::parse(generic, false).unwrap().ignored.join(","), generic);
         let r = o.remount_changes();
         assert_eq!((r.readonly, r.sync, r.dirsync, r.nodiratime), (Some(false), Some(false), Some(true), Some(true)));
         assert_eq!(
