@@ -47,3 +47,26 @@ fn help_describes_br_and_volume_each_by_its_own_words() {
     let volume = line("volume");
     assert!(volume.contains("volume snapshot") && !volume.contains("Block Register"), "{volume}");
 }
+
+/// A command whose reader goes away (`sufs dumpfs IMG | head`) ends by SIGPIPE, as Unix tools
+/// do, not by a panic in `println!`.
+#[test]
+fn a_reader_that_goes_away_ends_the_command_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("big.img");
+    common::ok(&["mkfs", img.to_str().unwrap(), "--size", "64M"]);
+    // Its stdout is a pipe whose read end is closed before it starts: its first line meets it.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(common::SUFS)
+        .args(["dumpfs", img.to_str().unwrap()])
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {err}", out.status);
+}

@@ -422,3 +422,59 @@ fn minfree_reserve_is_for_root() {
     m.umount();
     fsck_clean(&img);
 }
+
+/// Set-user-ID and set-group-ID after a change by a user without CAP_FSETID (nobody, through
+/// setpriv), as Linux's `setattr_should_drop_suidgid`: set-user-ID goes always, set-group-ID
+/// where group execution is on or the user is not in the file's group. For a buffered and a
+/// direct write, a truncation and fallocate's default mode, hole punch and zero range; with
+/// and without the writeback cache. `stat` shows the mode at once (the kernel kept the mode
+/// from before a write or fallocate until a remount), and the same after a remount.
+#[test]
+fn changes_by_a_user_clear_set_id_bits_as_linux_does() {
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let ops: [(&str, &str); 6] = [
+        ("write", "printf x >> F"),
+        ("direct", "dd if=/dev/zero of=F bs=4096 count=1 oflag=direct conv=notrunc status=none"),
+        ("truncate", "truncate -s 100 F"),
+        ("falloc", "fallocate -l 64k F"),
+        ("punch", "fallocate -p -o 0 -l 4096 F"),
+        ("zero", "fallocate -z -o 0 -l 4096 F"),
+    ];
+    // (mode, group, mode after): nobody is in group 65534, not in group 0.
+    let setups = [(0o6754, 0, 0o0754), (0o6744, 0, 0o0744), (0o6744, 65534, 0o2744), (0o6754, 65534, 0o0754)];
+    let mut m = m;
+    for (round, extra) in [&[][..], &["-o", "writeback_cache"][..]].into_iter().enumerate() {
+        m.umount();
+        m = mount_fg(&img, &mnt, extra);
+        fs::set_permissions(&mnt, fs::Permissions::from_mode(0o777)).unwrap();
+        let mut want = Vec::new();
+        for (op, script) in ops {
+            for (k, &(mode, gid, after)) in setups.iter().enumerate() {
+                let p = mnt.join(format!("{op}-{k}-{round}"));
+                fs::write(&p, vec![7u8; 8192]).unwrap();
+                std::os::unix::fs::chown(&p, Some(65534), Some(gid)).unwrap();
+                fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+                let st = Command::new("setpriv")
+                    .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c"])
+                    .arg(script.replace('F', p.to_str().unwrap()))
+                    .status()
+                    .unwrap();
+                assert!(st.success(), "{op} {extra:?}");
+                // stat(1) asks for the mode alone (statx's mask), which the kernel answers
+                // from what it holds while the mode is not marked stale.
+                let out = Command::new("stat").args(["-c", "%a"]).arg(&p).output().unwrap();
+                let shown = u32::from_str_radix(String::from_utf8_lossy(&out.stdout).trim(), 8).unwrap();
+                assert_eq!(shown, after, "{op} {extra:?}: mode {mode:o} group {gid}: shown {shown:o}");
+                want.push((p, after));
+            }
+        }
+        m.umount();
+        fsck_clean(&img);
+        m = mount_fg(&img, &mnt, extra);
+        for (p, after) in want {
+            assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, after, "{} after a remount", p.display());
+        }
+    }
+    m.umount();
+    fsck_clean(&img);
+}

@@ -128,6 +128,26 @@ fn the_helper_mounts_as_mount8_calls_it() {
     assert!(text(&out).contains("unknown mount option \"bogus\""), "{}", text(&out));
 }
 
+/// The kernel's generic options (`lazytime`, `iversion`, `mand` and their negations) and
+/// mount(8)'s own are accepted by the helper, at mount and at a remount, as the kernel
+/// accepts them for any file system (fstests' generic/622 mounts with `-o lazytime`).
+#[test]
+fn generic_kernel_options_are_accepted() {
+    let Some((t, img, mnt)) = setup(true) else { return };
+    let helper = install_helper(&t.path().join("sbin"));
+    let spec = format!("sufs:{}", img.display());
+    let opts = "rw,lazytime,iversion,mand,silent,defaults,auto,user,_netdev,nofail,x-test=1";
+    let out = run(&helper, &[&spec, mnt.to_str().unwrap(), "-o", opts]);
+    assert!(out.status.success(), "{}", text(&out));
+    fs::write(mnt.join("f"), b"lazy").unwrap();
+    let remount = "remount,nolazytime,noiversion,nomand,loud,noauto,nouser";
+    let out = run(&helper, &[&spec, mnt.to_str().unwrap(), "-o", remount]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), b"lazy");
+    sufs_umount(&mnt);
+    fsck_clean(&img);
+}
+
 /// The helper in /sbin is one for the whole machine: `SUFS_MOUNT_HELPER` names the build that
 /// should serve the call, and a helper of another build hands it on.
 #[test]

@@ -241,3 +241,44 @@ fn remount_read_only_marks_clean_and_back() {
     ro.unmount().unwrap();
     assert_clean(&dev);
 }
+
+/// A read-only mount of an image left unclean becomes read-write where FFS lets it: after soft
+/// updates (a crash leaves only leaks and link counts too high), not after `sync` or `async`,
+/// nor when a mount found damage. The crash here holds a file removed while open, whose inode
+/// and blocks leak; fsck then finds leaks, no violation.
+#[test]
+fn remount_read_write_of_an_unclean_image_as_ffs_does() {
+    let clock = Arc::new(SimClock::new());
+    for ordering in [Ordering::Softdep, Ordering::Sync, Ordering::Async] {
+        let dev = new_image(4096);
+        let mut fs = mount(&dev, ordering, &clock, false);
+        let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+        fs.write(f, 0, &[1u8; 20_000]).unwrap();
+        fs.open(f, true).unwrap();
+        fs.unlink(ROOT_INO, b"f").unwrap();
+        fs.sync_all().unwrap();
+        let crashed = crash_copy(&dev);
+        let mut ro = mount(&crashed, ordering, &clock, true);
+        ro.allow_remount_rw(true);
+        let r = ro.remount(&Remount { readonly: Some(false), ..Default::default() });
+        if ordering != Ordering::Softdep {
+            assert!(r.is_err(), "{ordering}: an unclean {ordering} image needs fsck first");
+            continue;
+        }
+        r.unwrap();
+        let (g, _) = ro.create(ROOT_INO, b"g", 0o644, 0, 0).unwrap();
+        ro.write(g, 0, b"after the crash").unwrap();
+        ro.unmount().unwrap();
+        no_violations(&crashed);
+        let mut again = mount(&crashed, ordering, &clock, true);
+        assert_eq!(again.read(g, 0, 100).unwrap(), b"after the crash");
+    }
+    // An image a mount marked for fsck stays read-only.
+    let dev = new_image(4096);
+    let mut fs = mount(&dev, Ordering::Softdep, &clock, false);
+    let _ = fs.damaged("a test's damage".into());
+    let crashed = crash_copy(&dev);
+    let mut ro = mount(&crashed, Ordering::Softdep, &clock, true);
+    ro.allow_remount_rw(true);
+    assert!(ro.remount(&Remount { readonly: Some(false), ..Default::default() }).is_err());
+}

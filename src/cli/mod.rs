@@ -43,7 +43,21 @@ pub(crate) fn main() -> ExitCode {
         return helper_main(&args[1..]);
     }
     sufs_fs::progress::enable_on_terminal();
-    finish(run(Cli::parse(), &args[1..]))
+    let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Mount { .. }) {
+        quiet_broken_pipe();
+    }
+    finish(run(cli, &args[1..]))
+}
+
+/// A command whose reader went away (`sufs dumpfs IMG | head`) ends as Unix tools do, by
+/// SIGPIPE, instead of panicking in `println!`. Not the mount: its daemon writes to the control
+/// channel's clients, and one that hangs up must cost only its own connection (EPIPE).
+fn quiet_broken_pipe() {
+    // SAFETY: signal(2) with SIG_DFL installs no handler; it runs before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 /// The exit of a command: its code, or its message and code.

@@ -13,6 +13,9 @@
 #               FUSE connections of its mounts are aborted
 #   -c CHUNK    tests per ./check call (default 20; ./check unmounts and remounts between calls)
 #   -o OUTDIR   where the logs and summary go (default: $WORK/results/DATE-ORDERING)
+# A test during which a daemon logged an error (a line matching LOG_ERRORS, an extended regular
+# expression: an ERROR line, a panic, dependencies that did not drain, damage found) fails, with
+# those lines as its reason, even where fstests saw nothing wrong.
 # Environment: XFSTESTS and WORK as for setup.sh; UNMOUNT_WAIT (default 300): seconds a daemon
 # has to finish after the mounts are unmounted at the end of each ./check call (else it is
 # killed, and that counts against the call's tests); MAX_RSS_MB (default 2048): a daemon of the
@@ -28,7 +31,7 @@ set -uo pipefail
 WORK=${WORK:-/var/tmp/sufs-fstests}
 XFSTESTS=${XFSTESTS:-$WORK/xfstests}
 GROUP="" LIST="" PER_TEST=300 CHUNK=20 OUTDIR=""
-usage() { sed -n '7,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '7,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while getopts "g:l:t:c:o:h" o; do
   case $o in
     g) GROUP=$OPTARG;; l) LIST=$OPTARG;; t) PER_TEST=$OPTARG;; c) CHUNK=$OPTARG;; o) OUTDIR=$OPTARG;;
@@ -45,7 +48,7 @@ OUTDIR=${OUTDIR:-$WORK/results/$(date +%Y%m%d-%H%M%S)-${ORDERING:-softdep}}
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(realpath "$OUTDIR")
 # A directory used before starts over.
-rm -rf "$OUTDIR/results" "$OUTDIR"/{check.out,check.last,list,daemons,timeouts,current,unexpected,summary.txt,run.log,foreign} "$OUTDIR"/chunk.*
+rm -rf "$OUTDIR/results" "$OUTDIR"/{check.out,check.last,list,daemons,timeouts,current,unexpected,summary.txt,run.log,foreign,logmarks,logerrors} "$OUTDIR"/chunk.*
 export RESULT_BASE=$OUTDIR/results
 cd "$XFSTESTS" || exit 2
 
@@ -70,6 +73,34 @@ start=$(date +%s)
 declare -A LOGAT=()  # where each image's log stood before the run
 for dev in "$TEST_DEV" "$SCRATCH_DEV"; do LOGAT[$dev]=$(stat -c %s "${dev#sufs:}.log" 2>/dev/null || echo 0); done
 log() { echo "$(date +%T) $*" | tee -a "$OUTDIR/run.log"; }
+# What in a daemon's log counts as an error (the default's parts: env_logger's ERROR level, a
+# panic, soft updates' "dependencies did not drain", `Fs::damaged`'s "damaged:").
+LOG_ERRORS=${LOG_ERRORS:-' ERROR |panicked|did not drain|damaged: '}
+logsize() { stat -c %s "${1#sufs:}.log" 2>/dev/null || echo 0; }
+# Where both logs stood as each test began (`logmarks`: TEST OFFSET OFFSET), from the name
+# ./check prints as it starts a test; the first test of a call is marked before the call.
+markstart() { echo "$1 $(logsize "$TEST_DEV") $(logsize "$SCRATCH_DEV")" >> "$OUTDIR/logmarks"; }
+marker() {  # marker FIRST: follows check.last while ./check runs
+  local last=$1 t
+  while sleep 1; do
+    t=$(grep -Eo '^[a-z0-9]+/[0-9]+' "$OUTDIR/check.last" 2>/dev/null | tail -1)
+    [ -n "$t" ] && [ "$t" != "$last" ] && { markstart "$t"; last=$t; }
+  done
+}
+# After a call (its mounts unmounted, so the unmounts' lines count for its last test): the
+# error lines each test's window of the logs holds go to `logerrors` (TEST : LINE).
+logerrors() {
+  local t a b next na nb
+  [ -s "$OUTDIR/logmarks" ] || return 0
+  while read -r t a b; do
+    next=$(grep -A1 -E "^$t " "$OUTDIR/logmarks" | sed -n 2p)
+    if [ -n "$next" ]; then read -r _ na nb <<< "$next"; else na=$(logsize "$TEST_DEV") nb=$(logsize "$SCRATCH_DEV"); fi
+    { tail -c +$((a + 1)) "${TEST_DEV#sufs:}.log" 2>/dev/null | head -c $((na - a))
+      tail -c +$((b + 1)) "${SCRATCH_DEV#sufs:}.log" 2>/dev/null | head -c $((nb - b)); } |
+      grep -aE "$LOG_ERRORS" | cut -c1-300 | sed "s|^|$t : |" >> "$OUTDIR/logerrors"
+  done < "$OUTDIR/logmarks"
+  rm -f "$OUTDIR/logmarks"
+}
 log "$total tests, ordering ${ORDERING:-softdep}, limit ${PER_TEST}s a test; output in $OUTDIR"
 
 # Watchdog: a test script running past the limit is killed with what it started; if it is still
@@ -174,8 +205,12 @@ for dev in "$TEST_DEV" "$SCRATCH_DEV"; do preen "${dev#sufs:}" "(before the run)
 for c in "$OUTDIR"/chunk.*; do
   [ -e "$c" ] || continue
   log "$(head -1 "$c") .. $(tail -1 "$c")"
+  : > "$OUTDIR/check.last"
+  markstart "$(head -1 "$c")"
+  marker "$(head -1 "$c")" & MK=$!
   # shellcheck disable=SC2046
   ./check $(cat "$c") > "$OUTDIR/check.last" 2>&1
+  kill $MK 2>/dev/null; wait $MK 2>/dev/null
   cat "$OUTDIR/check.last" >> "$OUTDIR/check.out"
   if [ "$(verdicts "$OUTDIR/check.last")" = 0 ]; then
     log "./check stopped before its first test; it printed:"
@@ -183,6 +218,7 @@ for c in "$OUTDIR"/chunk.*; do
     tail -5 "$RESULT_BASE/check.full" 2>/dev/null | sed 's/^/    check.full: /' | tee -a "$OUTDIR/run.log"
   fi
   settle $(cat "$c")
+  logerrors
   rm -f "$c"
 done
 kill $WD 2>/dev/null
@@ -218,6 +254,12 @@ reason() {  # the first lines that differ from the golden output
     why=${WHY[$t]:-"no verdict from check (killed or interrupted)"}
     if grep -qx "$t" "$OUTDIR/timeouts" 2>/dev/null; then v=timeout; why="killed after ${PER_TEST}s"; fi
     if [ "$v" = fail ]; then r=$(reason "$t"); [ -n "$r" ] && why="$why: $r"; fi
+    # A daemon's error lines during the test fail it, whatever fstests saw.
+    errs=$(grep -F "$t : " "$OUTDIR/logerrors" 2>/dev/null | sed "s|^$t : ||")
+    if [ -n "$errs" ] && [ "$v" != notrun ]; then
+      [ "$v" = pass ] && { v=fail; why="daemon log"; } || why="$why; daemon log"
+      why="$why: $(echo "$errs" | wc -l) error lines: $(echo "$errs" | head -3 | tr '\n' ' ' | sed 's/ *$//')"
+    fi
     if [ -n "${XFAIL[$t]:-}" ]; then
       case $v in fail|timeout) v=xfail; why="expected (${XFAIL[$t]}): $why";; pass) v=xpass; why="passes although marked xfail (${XFAIL[$t]})";; esac
     fi

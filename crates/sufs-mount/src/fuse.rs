@@ -274,6 +274,18 @@ impl SufsFuse {
         }
     }
 
+    /// Has the kernel drop its attributes of `ino` (not its pages), after a change of mode it
+    /// does not learn from the reply: set-user-ID and set-group-ID cleared by a WRITE, whose
+    /// reply carries no attributes and after which the kernel drops only the size and times,
+    /// or by a FALLOCATE. Sent after the reply, without the lock.
+    fn mode_changed(&self, ino: u32) {
+        if let Some(n) = self.notifier.get() {
+            if let Err(e) = n.inval_inode(to_fuse(ino), -1, 0) {
+                log::warn!("telling the kernel of inode {ino}'s new mode: {e}");
+            }
+        }
+    }
+
     /// Whether `ino`'s writer is to be told of refused pages now (once).
     fn take_refused(&self, ino: u32) -> bool {
         self.refused.lock().unwrap_or_else(|e| e.into_inner()).remove(&ino)
@@ -296,7 +308,9 @@ fn settle(fs: &mut Fs, change: Change, inos: &[u32]) -> Result<(), Errno> {
 /// Clears a regular file's set-user-ID bit, and its set-group-ID bit where group execution
 /// makes it one, or where the one changing the file is not in its group (`member` false;
 /// without group execution the bit marks mandatory locking), as Linux's
-/// `setattr_should_drop_suidgid`: the kernel leaves it to sufs under FUSE_HANDLE_KILLPRIV_V2.
+/// `setattr_should_drop_suidgid`: the kernel leaves it to sufs under FUSE_HANDLE_KILLPRIV_V2
+/// (for a caller without CAP_FSETID: a WRITE it flags FUSE_WRITE_KILL_SUIDGID, a truncation,
+/// a fallocate, whose `file_modified` sends nothing to a KILLPRIV_V2 server).
 /// Returns the attributes after.
 fn kill_suidgid(fs: &mut Fs, ino: u32, d: Dinode, member: bool) -> Result<Dinode, Errno> {
     let mut mode = d.mode as u32 & 0o7777;
@@ -748,10 +762,14 @@ impl Filesystem for SufsFuse {
             }
             // With HANDLE_KILLPRIV_V2 the kernel leaves these to sufs (fuser does not pass
             // FATTR_KILL_SUIDGID): a chown always (Linux's chown_common), a truncation by
-            // anyone but root.
+            // anyone but root (set-group-ID also where the caller is not in the file's group).
+            // The reply's attributes tell the kernel.
             let chown = a.uid.is_some() || a.gid.is_some();
-            if a.mode.is_none() && (chown || (a.size.is_some() && req.uid() != 0)) {
+            if a.mode.is_none() && chown {
                 d = kill_suidgid(&mut fs, i, d, true)?;
+            } else if a.mode.is_none() && a.size.is_some() && req.uid() != 0 {
+                let member = in_group(req, d.gid);
+                d = kill_suidgid(&mut fs, i, d, member)?;
             }
             settle(&mut fs, Change::Attr, &[i])?;
             Ok((i, d))
@@ -978,6 +996,7 @@ impl Filesystem for SufsFuse {
         let writer = if self.writeback { Writer::KernelTimes } else { Writer::Kernel };
         let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let mut fs = lock(&self.fs);
+        let mut killed = false;
         let r = from_fuse(ino).and_then(|i| {
             // Pages written back come from the kernel's flusher (uid 0) or whoever made it
             // write: the file's owner stands for the writer, for root's reserve (`as_user`).
@@ -986,7 +1005,7 @@ impl Filesystem for SufsFuse {
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                 let d = fs.getattr(i).map_err(errno)?;
                 let member = in_group(req, d.gid);
-                kill_suidgid(&mut fs, i, d, member)?;
+                killed = kill_suidgid(&mut fs, i, d.clone(), member)?.mode != d.mode;
             }
             settle(&mut fs, Change::Data, &[i])?;
             // The kernel's writeback takes a short count for success and drops the rest of its
@@ -997,18 +1016,27 @@ impl Filesystem for SufsFuse {
             }
             Ok(n)
         });
-        match r {
-            Ok(n) => reply.written(n as u32),
+        let refused = match r {
+            Ok(n) => {
+                reply.written(n as u32);
+                false
+            }
             Err(e) => {
                 // The writer learns of it at its next fsync or close, and its next write(2).
                 if cached {
                     log::warn!("inode {}: {} bytes written back at {offset} refused: {e:?}", ino.0, data.len());
                 }
                 reply.error(e);
-                if cached && e == Errno::ENOSPC {
-                    drop(fs);
-                    from_fuse(ino).map(|i| self.refuse_for_space(i)).unwrap_or(());
-                }
+                cached && e == Errno::ENOSPC
+            }
+        };
+        drop(fs);
+        if let Ok(i) = from_fuse(ino) {
+            if killed {
+                self.mode_changed(i);
+            }
+            if refused {
+                self.refuse_for_space(i);
             }
         }
     }
@@ -1292,6 +1320,7 @@ impl Filesystem for SufsFuse {
         reply: ReplyEmpty,
     ) {
         self.msgs.count(Op::Fallocate);
+        let mut killed = false;
         let r = from_fuse(ino).and_then(|i| {
             let m = FallocMode::from_linux(mode).map_err(errno)?;
             // A file removed just before may hold the space until its FORGET, which another
@@ -1302,7 +1331,14 @@ impl Filesystem for SufsFuse {
                 match fs.as_user(req.uid(), |fs| fs.fallocate(i, offset, length, m)) {
                     Err(FsError::NoSpace) if tries < 10 && fs.frees_held() => tries += 1,
                     r => {
-                        r.map_err(errno)?;
+                        let d = r.map_err(errno)?;
+                        // Linux's fallocate modifies the file as a write does (`file_modified`),
+                        // which under KILLPRIV_V2 sends sufs nothing: set-user-ID and
+                        // set-group-ID go here, for a caller without CAP_FSETID.
+                        if req.uid() != 0 {
+                            let member = in_group(req, d.gid);
+                            killed = kill_suidgid(&mut fs, i, d.clone(), member)?.mode != d.mode;
+                        }
                         return settle(&mut fs, Change::Data, &[i]);
                     }
                 }
@@ -1313,6 +1349,9 @@ impl Filesystem for SufsFuse {
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
+        }
+        if killed {
+            from_fuse(ino).map(|i| self.mode_changed(i)).unwrap_or(());
         }
     }
 

@@ -47,8 +47,9 @@ pub struct MountOpts {
     /// sufs's own: preen an image left unclean (`sufs fsck -p`) before mounting it, as a boot
     /// does with fsck -p before mount: what a crash leaves is repaired, anything more refused.
     pub preen: bool,
-    /// Options for mount(8) itself or ones whose effect is always on (`defaults`, `noauto`,
-    /// `nofail`, `_netdev`, `user`, `x-*`, `comment=`, `allow_other`, ...): accepted.
+    /// Options for mount(8) itself or ones whose effect is always on or means nothing here
+    /// (`defaults`, `noauto`, `nofail`, `_netdev`, `user`, `x-*`, `comment=`, `allow_other`,
+    /// `lazytime`, `iversion`, `mand`, ...): accepted.
     pub ignored: Vec<String>,
     /// With sloppy parsing (`mount -s`), options not known: left out, with a warning.
     pub unknown: Vec<String>,
@@ -172,6 +173,14 @@ impl MountOpts {
             ("auto" | "noauto" | "nofail" | "_netdev" | "user" | "nouser" | "users" | "owner" | "group", None)
             | ("loud" | "silent", None)
             | ("comment", Some(_)) => self.ignored.push(opt.to_string()),
+            // The kernel's generic superblock options, which mean nothing more for sufs:
+            // `lazytime` (sufs keeps times in its cache and writes them with the inode, as
+            // lazytime asks; fsync and sync write them), `iversion` (FUSE keeps no change
+            // counter), `mand` (mandatory locks are gone from Linux). Accepted, as the kernel
+            // accepts them for any file system.
+            ("lazytime" | "nolazytime" | "iversion" | "noiversion" | "mand" | "nomand", None) => {
+                self.ignored.push(opt.to_string())
+            }
             // FUSE's own, which sufs sets itself; mount(8) repeats them (from the mount table)
             // on a remount.
             ("allow_other", None)
@@ -261,6 +270,8 @@ mod tests {
         assert_eq!(o.sync_mode(), SyncMode { sync: false, dirsync: true });
         assert_eq!(o.atime_policy(), AtimePolicy { mode: AtimeMode::Relatime, nodiratime: true });
         assert_eq!(o.ignored, ["x-systemd.automount", "defaults", "_netdev", "user_id=0"]);
+        let generic = "lazytime,nolazytime,iversion,noiversion,mand,nomand,silent,loud,auto,noauto,nofail";
+        assert_eq!(MountOpts::parse(generic, false).unwrap().ignored.join(","), generic);
         let r = o.remount_changes();
         assert_eq!((r.readonly, r.sync, r.dirsync, r.nodiratime), (Some(false), Some(false), Some(true), Some(true)));
         assert_eq!(

@@ -188,6 +188,19 @@ impl Fs {
         Ok(n)
     }
 
+    /// Fills the file system with a new file `name` in the root (tests): written in chunks
+    /// until one finds no space. Returns its inode.
+    #[cfg(test)]
+    pub(super) fn fill_disk(&mut self, name: &[u8]) -> u32 {
+        let (f, _) = self.create(ROOT_INO, name, 0o644, 0, 0).expect("the file that fills the disk");
+        let chunk = vec![1u8; 64 * 4096];
+        let mut off = 0;
+        while let Ok(n) = self.write(f, off, &chunk) {
+            off += n as u64;
+        }
+        f
+    }
+
     /// A write below the end of an append-only file (`d.size`), which takes writes at its end
     /// only: allowed where it leaves the file as it was, i.e. where its bytes equal the
     /// file's, or fall into a hole (EPERM otherwise). The kernel's writeback cache sends whole
@@ -226,7 +239,18 @@ impl Fs {
             let n = ((bs - boff as u64).min(end - pos)) as usize;
             let (bno, fresh) = match self.bmap(ino, d, lbn, true) {
                 Ok(x) => x,
-                Err(FsError::NoSpace) if pos > off => break,
+                Err(FsError::NoSpace) => {
+                    // The indirect blocks made for this block, which got none, are freed
+                    // again (each is empty), the inode written with its pointers as they were:
+                    // kept, they would be space held past the file's end, and with an empty
+                    // file (which is not written back below) a pointer no inode on disk ever
+                    // carries, whose dependency would never complete.
+                    self.punch_blocks(ino, d, lbn, lbn + 1)?;
+                    if pos > off {
+                        break;
+                    }
+                    return Err(FsError::NoSpace);
+                }
                 Err(e) => return Err(e),
             };
             let src = &data[(pos - off) as usize..(pos - off) as usize + n];
@@ -325,7 +349,89 @@ mod tests {
     use super::*;
     use crate::clock::SimClock;
     use crate::dev::MemDevice;
+    use crate::fs::falloc::{FallocMode, FallocOp};
     use crate::fs::{mkfs, MkfsOptions, MountOptions};
+
+    /// A 2048-block file system without a reserve, filled by a file "fill" but for `free`
+    /// blocks (its first ones, punched), everything written.
+    fn full_but(ordering: Ordering, free: u64, before: impl FnOnce(&mut Fs)) -> (Arc<MemDevice>, Fs) {
+        let dev = Arc::new(MemDevice::new(4096, 2048));
+        mkfs(dev.clone(), &MkfsOptions { minfree: Some(0), ..Default::default() }, (1, 0)).unwrap();
+        let d: Arc<dyn BlockDevice> = dev.clone();
+        let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
+        let mut fs = Fs::mount(d, opts, Arc::new(SimClock::new())).unwrap();
+        before(&mut fs);
+        let fill = fs.fill_disk(b"fill");
+        let punch = FallocMode { op: FallocOp::PunchHole, keep_size: true };
+        fs.fallocate(fill, 0, free * 4096, punch).unwrap();
+        fs.sync_all().unwrap();
+        assert_eq!(fs.statfs().bfree, free, "{ordering:?}");
+        (dev, fs)
+    }
+
+    /// Sync, unmount, and fsck finds nothing.
+    fn unmount_clean(dev: &MemDevice, mut fs: Fs, what: &str) {
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        let r = crate::fsck::check(dev).unwrap();
+        let found: Vec<String> = r.findings.iter().map(|f| f.to_string()).collect();
+        assert!(found.is_empty(), "{what}: {found:?}");
+    }
+
+    /// A write into an empty file that gets its indirect block and then finds no data block
+    /// (the disk full) leaves nothing behind: the indirect block is given back, no dependency
+    /// waits on a pointer no inode carries, and sync, unmount and fsck find everything in order.
+    /// Written at the first block past the direct ones and at the first of the double
+    /// indirect tree, with one block free and (for the double) two.
+    #[test]
+    fn a_write_that_gets_its_indirect_block_and_no_data_block_leaves_nothing() {
+        let p = 4096 / 8;
+        for ordering in [Ordering::Softdep, Ordering::Sync, Ordering::Async] {
+            for (lbn, free) in [(NDADDR as u64, 1), (NDADDR as u64 + p, 1), (NDADDR as u64 + p, 2)] {
+                let what = format!("{ordering:?} {lbn} {free}");
+                let mut f = 0;
+                let (dev, mut fs) =
+                    full_but(ordering, free, |fs| f = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap().0);
+                let r = fs.write(f, lbn * 4096, &[2u8; 4096]);
+                assert!(matches!(r, Err(FsError::NoSpace)), "{what}: {r:?}");
+                let d = fs.getattr(f).unwrap();
+                assert_eq!((d.size, d.blocks, d.ib), (0, 0, [0; NIADDR]), "{what}");
+                fs.sync_all().unwrap();
+                assert_eq!(fs.statfs().bfree, free, "{what}: the indirect blocks came back");
+                unmount_clean(&dev, fs, &what);
+            }
+        }
+    }
+
+    /// A new name in a directory of twelve full blocks, on a disk with one block free: the
+    /// directory's indirect block takes it and its thirteenth block finds none. The create
+    /// fails with ENOSPC and leaves nothing behind, as a write does.
+    #[test]
+    fn a_name_whose_directory_gets_its_indirect_block_and_no_block_leaves_nothing() {
+        let name = |i: usize| format!("{i:0>200}").into_bytes();
+        for ordering in [Ordering::Softdep, Ordering::Sync, Ordering::Async] {
+            let (mut dir, mut i) = (0, 0);
+            let (dev, mut fs) = full_but(ordering, 1, |fs| {
+                dir = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap().0;
+                while fs.getattr(dir).unwrap().size < NDADDR as u64 * 4096 {
+                    fs.create(dir, &name(i), 0o644, 0, 0).unwrap();
+                    i += 1;
+                }
+            });
+            let r = loop {
+                match fs.create(dir, &name(i), 0o644, 0, 0) {
+                    Ok(_) => i += 1,
+                    Err(e) => break e,
+                }
+            };
+            assert!(matches!(r, FsError::NoSpace), "{ordering:?}: {r:?}");
+            let d = fs.getattr(dir).unwrap();
+            assert_eq!((d.size, d.ib), (NDADDR as u64 * 4096, [0; NIADDR]), "{ordering:?}");
+            fs.sync_all().unwrap();
+            assert_eq!(fs.statfs().bfree, 1, "{ordering:?}: the indirect block came back");
+            unmount_clean(&dev, fs, &format!("{ordering:?}"));
+        }
+    }
 
     /// A read planned under the lock whose blocks are freed, handed to another file and
     /// written before its device read (which runs without the lock) is done again under the

@@ -275,7 +275,17 @@ impl Fs {
         }
         // A new block: initialised and (Sync) on disk before the inode points to it.
         let mut nd = d.clone();
-        let (bno, _) = self.bmap(dir, &mut nd, nblocks, true)?;
+        let bno = match self.bmap(dir, &mut nd, nblocks, true) {
+            Ok((bno, _)) => bno,
+            Err(FsError::NoSpace) => {
+                // Indirect blocks made for the new block, which got none, are freed again and
+                // the inode written as it was: dropped with `nd`, a pointer's dependency would
+                // never complete and the block would leak.
+                self.punch_blocks(dir, &mut nd, nblocks, nblocks + 1)?;
+                return Err(FsError::NoSpace);
+            }
+            Err(e) => return Err(e),
+        };
         let buf = self.cache.create(bno);
         dir_init_block(buf);
         let off = dir_insert(buf, 0, ino, dtype, name)?;

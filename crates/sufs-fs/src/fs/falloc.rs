@@ -350,12 +350,7 @@ mod tests {
     fn a_preallocation_that_fails_part_way_gives_its_blocks_back() {
         for ordering in [Ordering::Softdep, Ordering::Sync, Ordering::Async] {
             let (dev, mut fs) = mounted(ordering, 4096);
-            let (f, _) = fs.create(ROOT_INO, b"fill", 0o644, 0, 0).unwrap();
-            let chunk = vec![1u8; 64 * 4096];
-            let mut off = 0;
-            while let Ok(n) = fs.write(f, off, &chunk) {
-                off += n as u64;
-            }
+            let f = fs.fill_disk(b"fill");
             // Eight data blocks free, nothing else.
             let punch = FallocMode { op: FallocOp::PunchHole, keep_size: true };
             for i in 0..8 {

@@ -172,8 +172,13 @@ impl Fs {
 
     /// Applies a remount and answers the state after it. Read-write to read-only writes
     /// everything and marks the image clean (unless files unlinked while open are still held:
-    /// their inodes stay for the next mount to free); read-only to read-write needs a clean
-    /// image and a device opened for writing, and marks the image in use.
+    /// their inodes stay for the next mount to free); read-only to read-write needs a device
+    /// opened for writing and an image that is clean, or unclean after soft updates, and marks
+    /// the image in use. As FreeBSD's `ffs_mount` upgrades an unclean soft-updates file system
+    /// (with a warning) and refuses any other unclean one: after soft updates a crash leaves
+    /// only leaks and link counts too high, which stay until fsck and harm nothing meanwhile
+    /// (the mount gate reasons the same for a new mount, `Recovery::Background`). An image a
+    /// mount found damaged (`SB_NEEDS_FSCK`), or left unclean by `sync` or `async`, is refused.
     pub fn remount(&mut self, r: &Remount) -> FsResult<Remount> {
         if r.ordering.is_some_and(|o| o != self.ordering) {
             return Err(FsError::Invalid("the ordering cannot change on a remount"));
@@ -194,10 +199,17 @@ impl Fs {
                         "mounted from a device opened read-only: unmount and mount it read-write",
                     ));
                 }
-                if self.sb.flags & SB_NEEDS_FSCK != 0 || self.sb.flags & SB_CLEAN == 0 {
+                let unclean = self.sb.flags & SB_CLEAN == 0;
+                if self.sb.flags & SB_NEEDS_FSCK != 0 || (unclean && self.sb.flags & SB_SOFTDEP == 0) {
                     return Err(FsError::Invalid(
                         "the image was not unmounted cleanly or needs fsck: unmount, check it and mount it read-write",
                     ));
+                }
+                if unclean {
+                    log::warn!(
+                        "remounted read-write although not unmounted cleanly: its last mount had soft updates, \
+                         so what is left to repair is leaks (run sufs fsck to reclaim them)"
+                    );
                 }
                 self.readonly = false;
                 if let Err(e) = self.mark_in_use() {
