@@ -216,7 +216,7 @@ impl Superblock {
         loop {
             if bpg < 64 {
                 return Err(FormatError::BadGeometry(format!(
-                    "cannot fit {want_inodes} inodes in {num_blocks} blocks"
+                    "cannot fit {want_inodes} inodes in {num_blocks} blocks as {min_groups} groups or more of a multiple of 64 blocks, each with room for its superblock, header and inode table"
                 )));
             }
             let ngroups = num_blocks.div_ceil(bpg);
@@ -462,6 +462,18 @@ mod tests {
         }
         let sb = Superblock::geometry(4096, 262144, Some(1000)).unwrap();
         assert!(sb.total_inodes() >= 1000);
+        // At least two groups, so a superblock copy: half the device when one group would do.
+        for n in [128u64, 133, 8192, 16384, 25792] {
+            let sb = Superblock::geometry(4096, n, None).unwrap();
+            assert_eq!((sb.ngroups, sb.blocks_per_group as u64), (2, n.div_ceil(2).next_multiple_of(64)), "{n}");
+        }
+        assert!(Superblock::geometry(4096, 127, None).is_err());
+        // 129 blocks: a second group of 1 block, or a third one: no room for either's metadata.
+        assert!(Superblock::geometry(4096, 129, None).is_err());
+        // The old rule, for tests of images made with it: one group while the default size holds.
+        let one = Superblock::geometry_groups(4096, 16384, None, 1).unwrap();
+        assert_eq!((one.ngroups, one.blocks_per_group), (1, 25792));
+        assert_eq!(Superblock::default_inodes_per_group(4096, 16384, 1), one.inodes_per_group as u64);
         assert!(Superblock::geometry(3000, 1000, None).is_err());
         assert!(Superblock::geometry(4096, 10, None).is_err());
     }
