@@ -8,7 +8,8 @@ use common::sufs;
 #[test]
 fn mkfs_refuses_sizes_too_small_with_a_message() {
     let t = tempfile::tempdir().unwrap();
-    for size in ["0", "1", "4095", "4096", "65536"] {
+    // 256K is 64 blocks: one group of the smallest size, and mkfs makes two.
+    for size in ["0", "1", "4095", "4096", "65536", "256K"] {
         let img = t.path().join(format!("small-{size}.img"));
         let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", size]);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -21,9 +22,9 @@ fn mkfs_refuses_sizes_too_small_with_a_message() {
     std::fs::write(&img, vec![0u8; 5000]).unwrap();
     let out = sufs(&["mkfs", img.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
-    // The smallest that works.
+    // The smallest that works: two groups of 64 blocks.
     let img = t.path().join("min.img");
-    let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "256K"]);
+    let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "512K"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = sufs(&["fsck", img.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));

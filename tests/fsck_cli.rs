@@ -11,20 +11,31 @@ mod common;
 use common::{ok, sufs};
 use sufs_fs::clock::SimClock;
 use sufs_fs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
-use sufs_fs::format::{Dinode, Superblock, DINODE_SIZE, ROOT_INO};
+use sufs_fs::format::{Dinode, FormatError, Superblock, DINODE_SIZE, ROOT_INO};
 use sufs_fs::fs::{Fs, MountOptions, Ordering};
 
 /// A 120 MiB image (two cylinder groups) holding a directory of files.
 fn image(dir: &Path) -> PathBuf {
-    let p = dir.join("img");
-    ok(&["mkfs", p.to_str().unwrap(), "--size", "120M"]);
-    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(&p, 4096, true).unwrap());
-    let mut fs = Fs::mount(
+    image_of(dir, "120M")
+}
+
+/// The library's mount of the image at `p`.
+fn lib_mount(p: &Path) -> Fs {
+    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(p, 4096, true).unwrap());
+    Fs::mount(
         dev,
         MountOptions { ordering: Ordering::Sync, cache_blocks: 256, readonly: false },
         Arc::new(SimClock::new()),
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// An image made by `sufs mkfs --size SIZE` holding a directory `d` of 50 files, `f{i}` of
+/// 3000 bytes `i`.
+fn image_of(dir: &Path, size: &str) -> PathBuf {
+    let p = dir.join("img");
+    ok(&["mkfs", p.to_str().unwrap(), "--size", size]);
+    let mut fs = lib_mount(&p);
     let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
     for i in 0..50 {
         let (f, _) = fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
@@ -32,6 +43,17 @@ fn image(dir: &Path) -> PathBuf {
     }
     fs.unmount().unwrap();
     p
+}
+
+/// The files `image_of` wrote, read back through a mount.
+fn assert_files_intact(p: &Path) {
+    let mut fs = lib_mount(p);
+    let d = fs.lookup(ROOT_INO, b"d").unwrap().0;
+    for i in 0..50 {
+        let f = fs.lookup(d, format!("f{i}").as_bytes()).unwrap().0;
+        assert_eq!(fs.read(f, 0, 4000).unwrap(), vec![i as u8; 3000], "d/f{i}");
+    }
+    fs.unmount().unwrap();
 }
 
 fn edit(p: &Path, f: impl FnOnce(&FileDevice, &Superblock)) {
@@ -125,4 +147,36 @@ fn superblock_copies() {
     let (code, out) = fsck(&["-y", "-b", &copy.to_string()], &p);
     assert_eq!(code, 1, "{out}");
     assert_eq!(fsck(&[], &p).0, 0);
+}
+
+#[test]
+fn a_small_image_recovers_from_its_superblock_copy() {
+    // 32 MiB fits one group of the default size: mkfs makes two anyway, so that the second's
+    // superblock copy stands in for a damaged primary. Zeroed, then one byte of the counts
+    // flipped (the checksum fails).
+    for what in ["zeroed", "checksum"] {
+        let dir = tempfile::tempdir().unwrap();
+        let p = image_of(dir.path(), "32M");
+        let mut copy = 0;
+        edit(&p, |dev, sb| {
+            copy = sb.cg_start(1);
+            edit_block(dev, 0, |b| match what {
+                "zeroed" => b.fill(0),
+                _ => b[40] ^= 0x10, // free_blocks
+            });
+        });
+        let mut b = vec![0u8; 4096];
+        FileDevice::open(&p, 4096, false).unwrap().read_block(0, &mut b).unwrap();
+        let e = Superblock::decode(&b).unwrap_err();
+        assert!(what == "zeroed" || matches!(e, FormatError::BadChecksum { .. }), "{what}: {e}");
+        let (code, out) = fsck(&["-y"], &p);
+        assert_eq!(code, 1, "{what}: {out}");
+        assert!(out.contains(&format!("using the superblock copy at block {copy}")), "{what}: {out}");
+        let (code, out) = fsck(&["-p"], &p);
+        assert_eq!(code, 0, "{what}: marked clean: {out}");
+        assert_files_intact(&p);
+        let (code, out) = fsck(&["-f"], &p);
+        assert_eq!(code, 0, "{what}: {out}");
+        assert!(!out.contains("superblock copy"), "{what}: the primary is used again: {out}");
+    }
 }

@@ -7,15 +7,22 @@ mod common;
 
 use common::{assert_clean, mount, pattern};
 use sufs_fs::dev::{BlockDevice, MemDevice, Record, RecordingDevice, WriteKind, WriteReq};
-use sufs_fs::format::{Superblock, ROOT_INO};
+use sufs_fs::format::{Superblock, MKFS_MIN_GROUPS, ROOT_INO};
 use sufs_fs::fs::growfs::{self, GrowError};
-use sufs_fs::fs::Ordering;
+use sufs_fs::fs::{mkfs, MkfsOptions, Ordering};
 use sufs_fs::fsck::{self, Finding};
 
 /// A file system of `old` blocks holding a few files, on a device of `new` blocks whose blocks
 /// past `old` hold `fill` (a device that was not zeroed) or nothing.
 fn image(old: u64, new: u64, fill: Option<u8>) -> Vec<Option<Box<[u8]>>> {
-    let dev = common::new_image(old);
+    image_groups(old, new, fill, MKFS_MIN_GROUPS)
+}
+
+/// `image` made with at least `min_groups` groups (1: one group, as mkfs made a small image
+/// before it made two).
+fn image_groups(old: u64, new: u64, fill: Option<u8>, min_groups: u64) -> Vec<Option<Box<[u8]>>> {
+    let dev = Arc::new(MemDevice::new(4096, old));
+    mkfs(dev.clone(), &MkfsOptions { min_groups, ..Default::default() }, (1_700_000_000, 0)).unwrap();
     let mut fs = mount(&dev, Ordering::Softdep, 1024);
     let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
     for i in 0..5u64 {
@@ -40,7 +47,12 @@ fn fs_blocks(dev: &MemDevice) -> u64 {
 /// finds no violation, the file system is the old or the new one, and the only finding besides
 /// summary counts is an interrupted growfs's header, which repair fixes.
 fn grow_and_crash(old: u64, new: u64, fill: Option<u8>) -> growfs::Growth {
-    let base = image(old, new, fill);
+    grow_and_crash_groups(old, new, fill, MKFS_MIN_GROUPS)
+}
+
+/// `grow_and_crash` of an image made with at least `min_groups` groups.
+fn grow_and_crash_groups(old: u64, new: u64, fill: Option<u8>, min_groups: u64) -> growfs::Growth {
+    let base = image_groups(old, new, fill, min_groups);
     let rec = RecordingDevice::new(MemDevice::from_blocks(4096, base.clone()));
     let g = growfs::grow(&rec, fill.is_none()).expect("growfs");
     assert!(g.new.num_blocks > old);
@@ -94,15 +106,20 @@ fn fill_past(blocks: Vec<Option<Box<[u8]>>>, old: u64) {
 }
 
 #[test]
-fn extending_the_only_group_is_crash_safe() {
-    let g = grow_and_crash(16384, 20000, None);
-    assert_eq!((g.new.ngroups, g.extended), (1, Some((16384, 20000))));
+fn extending_the_last_group_is_crash_safe() {
+    // Two groups of 7552 blocks, the second 7448 long: it grows to 7552, and a third is added.
+    let g = grow_and_crash(15000, 20000, None);
+    assert_eq!((g.old.ngroups, g.new.ngroups, g.extended), (2, 3, Some((7448, 7552))));
+    // An image of one group, as mkfs made small ones before it made two: the group grows.
+    let g = grow_and_crash_groups(16384, 20000, None, 1);
+    assert_eq!((g.old.ngroups, g.new.ngroups, g.extended), (1, 1, Some((16384, 20000))));
 }
 
 #[test]
 fn new_groups_on_a_dirty_device_are_crash_safe_and_usable() {
+    // Two whole groups of 8192 blocks, then new ones of the same size.
     let g = grow_and_crash(16384, 60000, Some(0xa5));
-    assert_eq!(g.new.ngroups, 3);
+    assert_eq!((g.old.ngroups, g.new.ngroups, g.extended), (2, 8, None));
     let base = image(16384, 60000, Some(0xa5));
     let dev = MemDevice::from_blocks(4096, base);
     growfs::grow(&dev, false).unwrap();
@@ -122,11 +139,9 @@ fn refusals() {
     let dev = MemDevice::from_blocks(4096, image(16384, 16384, None));
     assert!(matches!(growfs::grow(&dev, true), Err(GrowError::Refused(m)) if m.contains("not larger")));
     // A tail too short for a group's metadata.
-    let dev = MemDevice::from_blocks(4096, image(16384, 16384 + 10, None));
-    assert!(growfs::grow(&dev, true).is_ok(), "the one group grows by 10 blocks");
-    let sb = Superblock::geometry(4096, 60000, None).unwrap();
-    let full = sb.blocks_per_group as u64;
-    let dev = MemDevice::from_blocks(4096, image(full, full + 5, None));
+    let dev = MemDevice::from_blocks(4096, image(15000, 15000 + 10, None));
+    assert!(growfs::grow(&dev, true).is_ok(), "the short last group grows by 10 blocks");
+    let dev = MemDevice::from_blocks(4096, image(16384, 16384 + 5, None));
     assert!(matches!(growfs::grow(&dev, true), Err(GrowError::Refused(m)) if m.contains("too little")));
 }
 
@@ -135,7 +150,7 @@ fn refusals() {
 /// runs again once the file is cut back to it.
 #[test]
 fn an_interrupted_growfs_through_the_commands() {
-    let base = image(16384, 20000, None);
+    let base = image(15000, 20000, None);
     let rec = RecordingDevice::new(MemDevice::from_blocks(4096, base.clone()));
     growfs::grow(&rec, true).unwrap();
     let dev = MemDevice::from_blocks(4096, base);
@@ -160,14 +175,14 @@ fn an_interrupted_growfs_through_the_commands() {
     let out = common::sufs(&["fsck", i]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(4), "{text}");
-    assert!(text.contains("Allowed: cylinder group 0: the header holds 3616 free blocks past"), "{text}");
+    assert!(text.contains("Allowed: cylinder group 1: the header holds 104 free blocks past"), "{text}");
     assert!(text.contains("0 violations"), "{text}");
     assert_eq!(common::sufs(&["fsck", "-p", i]).status.code(), Some(1));
     assert_eq!(common::sufs(&["fsck", i]).status.code(), Some(0));
-    assert!(common::ok(&["dumpfs", i]).contains("blocks    16384"));
+    assert!(common::ok(&["dumpfs", i]).contains("blocks    15000"));
     let out = common::sufs(&["growfs", i, "--size", "100M"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("truncate -s 67108864"), "{out:?}");
-    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(16384 * 4096).unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("truncate -s 61440000"), "{out:?}");
+    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(15000 * 4096).unwrap();
     common::ok(&["growfs", i, "--size", "100M"]);
     assert_eq!(common::sufs(&["fsck", i]).status.code(), Some(0));
 }

@@ -56,8 +56,14 @@ pub(crate) fn cmd_mkfs(
         let blocks = dev.num_blocks() - keep;
         dev = Arc::new(PrefixDevice { inner: dev, blocks });
     }
-    let opts =
-        MkfsOptions { block_size, inodes, uid: unsafe { libc::getuid() }, gid: unsafe { libc::getgid() }, minfree };
+    let opts = MkfsOptions {
+        block_size,
+        inodes,
+        uid: unsafe { libc::getuid() },
+        gid: unsafe { libc::getgid() },
+        minfree,
+        ..MkfsOptions::default()
+    };
     mkfs(dev, &opts, RealClock::new().wall())
         .map_err(|e| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1))
 }

@@ -49,8 +49,13 @@ pub const LOST_FOUND_INO: u32 = 3;
 pub const FIRST_INO: u32 = 2;
 pub const MIN_BLOCK_SIZE: u32 = 4096;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
-/// The fewest blocks a file system can have.
+/// The fewest blocks a file system can have (an image made before `MKFS_MIN_GROUPS` may have
+/// one group of 64).
 pub const MIN_FS_BLOCKS: u64 = 64;
+/// The fewest groups mkfs makes, so that every image has a superblock copy (at the start of its
+/// second group) for fsck to fall back on, as ext4 and FFS keep one on every image. mkfs
+/// refuses a device of fewer than `MKFS_MIN_GROUPS * 64` blocks (64 is the smallest group).
+pub const MKFS_MIN_GROUPS: u64 = 2;
 /// Bytes of a cylinder group header before its inode bitmap.
 pub const CG_HDR_SIZE: usize = 64;
 /// The longest symbolic link target sufs makes: the kernel's PATH_MAX (4096) less its NUL.

@@ -160,30 +160,63 @@ impl Superblock {
         blocks.saturating_mul(self.block_size as u64)
     }
 
-    /// Computes a geometry for a device of `num_blocks` blocks. `inodes` is the number of inodes
-    /// wanted (default: one per 16 KiB of space).
+    /// The inodes mkfs asks for by default on `num_blocks` blocks: one per 16 KiB, at least 16.
+    fn default_inodes(block_size: u32, num_blocks: u64) -> u64 {
+        (num_blocks * block_size as u64 / 16384).max(16)
+    }
+
+    /// The inodes per group mkfs gives `ngroups` groups over `num_blocks` blocks by default
+    /// (fsck's last evidence when the primary and the group headers disagree on it).
+    pub fn default_inodes_per_group(block_size: u32, num_blocks: u64, ngroups: u32) -> u64 {
+        let ipb = (block_size as usize / DINODE_SIZE) as u64;
+        Self::default_inodes(block_size, num_blocks).div_ceil(ngroups.max(1) as u64).div_ceil(ipb) * ipb
+    }
+
+    /// Computes mkfs's geometry for a device of `num_blocks` blocks. `inodes` is the number of
+    /// inodes wanted (default: one per 16 KiB of space). There are at least `MKFS_MIN_GROUPS`
+    /// groups: a device the default group size would cover in one gets groups of half its size
+    /// (rounded up to 64 blocks), so that the second group's superblock copy exists.
     pub fn geometry(block_size: u32, num_blocks: u64, inodes: Option<u64>) -> Result<Superblock, FormatError> {
+        Self::geometry_groups(block_size, num_blocks, inodes, MKFS_MIN_GROUPS)
+    }
+
+    /// `geometry` with at least `min_groups` groups. With 1 the group size alone decides, as
+    /// mkfs did before `MKFS_MIN_GROUPS`: an image up to the default group size (64 MiB of 4 KiB
+    /// blocks) has one group and no superblock copy (tests of such images).
+    pub fn geometry_groups(
+        block_size: u32,
+        num_blocks: u64,
+        inodes: Option<u64>,
+        min_groups: u64,
+    ) -> Result<Superblock, FormatError> {
         if !block_size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) {
             return Err(FormatError::BadGeometry(format!(
                 "block size {block_size} is not a power of two from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}"
             )));
         }
-        if num_blocks < MIN_FS_BLOCKS {
+        if min_groups == 0 {
+            return Err(FormatError::BadGeometry("at least one group".into()));
+        }
+        let min_blocks = min_groups.saturating_mul(64);
+        if num_blocks < min_blocks {
             return Err(FormatError::BadGeometry(format!(
-                "{num_blocks} blocks is too small (at least {MIN_FS_BLOCKS})"
+                "{num_blocks} blocks is too small (at least {min_blocks}: {min_groups} groups of 64)"
             )));
         }
         let ipb = block_size / DINODE_SIZE as u32;
         let bits = ((block_size as usize - CG_HDR_SIZE) * 8) as u64;
-        let want_inodes = inodes.unwrap_or(num_blocks * block_size as u64 / 16384).max(16);
-        // Bits in the header hold both bitmaps: bpg + ipg <= bits. Start from the ratio wanted
-        // and shrink groups until the inodes fit.
+        let want_inodes = inodes.unwrap_or(Self::default_inodes(block_size, num_blocks)).max(16);
+        // Bits in the header hold both bitmaps: bpg + ipg <= bits. Start from the ratio wanted,
+        // no larger than leaves `min_groups` groups, and shrink groups until the inodes fit.
         let ratio = (num_blocks as f64 / want_inodes as f64).max(1.0);
         let mut bpg = ((bits as f64 * ratio / (ratio + 1.0)) as u64 / 64 * 64).min(bits);
+        if min_groups > 1 {
+            bpg = bpg.min(num_blocks.div_ceil(min_groups).next_multiple_of(64));
+        }
         loop {
             if bpg < 64 {
                 return Err(FormatError::BadGeometry(format!(
-                    "cannot fit {want_inodes} inodes in {num_blocks} blocks"
+                    "cannot fit {want_inodes} inodes in {num_blocks} blocks as {min_groups} groups or more of a multiple of 64 blocks, each with room for its superblock, header and inode table"
                 )));
             }
             let ngroups = num_blocks.div_ceil(bpg);
@@ -212,6 +245,7 @@ impl Superblock {
                     snapshots: [0; MAX_SNAPSHOTS],
                 };
                 sb.check_geometry()?;
+                assert!(sb.ngroups as u64 >= min_groups, "{} groups, asked for {min_groups}", sb.ngroups);
                 return Ok(sb);
             }
             bpg = bpg * 7 / 8 / 64 * 64;
@@ -428,6 +462,18 @@ mod tests {
         }
         let sb = Superblock::geometry(4096, 262144, Some(1000)).unwrap();
         assert!(sb.total_inodes() >= 1000);
+        // At least two groups, so a superblock copy: half the device when one group would do.
+        for n in [128u64, 133, 8192, 16384, 25792] {
+            let sb = Superblock::geometry(4096, n, None).unwrap();
+            assert_eq!((sb.ngroups, sb.blocks_per_group as u64), (2, n.div_ceil(2).next_multiple_of(64)), "{n}");
+        }
+        assert!(Superblock::geometry(4096, 127, None).is_err());
+        // 129 blocks: a second group of 1 block, or a third one: no room for either's metadata.
+        assert!(Superblock::geometry(4096, 129, None).is_err());
+        // The old rule, for tests of images made with it: one group while the default size holds.
+        let one = Superblock::geometry_groups(4096, 16384, None, 1).unwrap();
+        assert_eq!((one.ngroups, one.blocks_per_group), (1, 25792));
+        assert_eq!(Superblock::default_inodes_per_group(4096, 16384, 1), one.inodes_per_group as u64);
         assert!(Superblock::geometry(3000, 1000, None).is_err());
         assert!(Superblock::geometry(4096, 10, None).is_err());
     }

@@ -195,7 +195,15 @@ mod tests {
 
     #[test]
     fn plans_extend_the_last_group_and_leave_out_a_short_tail() {
-        let old = Superblock::geometry(4096, 16384, None).unwrap();
+        // A 2-group image as mkfs makes it: whole groups of half its size are added.
+        let two = Superblock::geometry(4096, 16384, None).unwrap();
+        assert_eq!((two.ngroups, two.blocks_per_group), (2, 8192));
+        let g = plan(&two, 20000).unwrap();
+        assert_eq!((g.new.ngroups, g.extended, g.new.num_blocks), (3, None, 20000));
+        let g = plan(&Superblock::geometry(4096, 15000, None).unwrap(), 20000).unwrap();
+        assert_eq!((g.new.ngroups, g.extended), (3, Some((7448, 7552))));
+        // One group, as mkfs made a small image before it made two.
+        let old = Superblock::geometry_groups(4096, 16384, None, 1).unwrap();
         assert_eq!(old.ngroups, 1);
         let g = plan(&old, 20000).unwrap();
         assert_eq!((g.new.ngroups, g.extended), (1, Some((16384, 20000))));

@@ -215,11 +215,15 @@ pub struct MkfsOptions {
     pub gid: u32,
     /// The space only root may allocate from, in percent of the data blocks (None: 8%).
     pub minfree: Option<u8>,
+    /// The fewest cylinder groups (`Superblock::geometry_groups`; default `MKFS_MIN_GROUPS`, so
+    /// that there is a superblock copy). 1 makes a small image as mkfs did before, with one
+    /// group and no copy, for tests of such images.
+    pub min_groups: u64,
 }
 
 impl Default for MkfsOptions {
     fn default() -> Self {
-        MkfsOptions { block_size: 4096, inodes: None, uid: 0, gid: 0, minfree: None }
+        MkfsOptions { block_size: 4096, inodes: None, uid: 0, gid: 0, minfree: None, min_groups: MKFS_MIN_GROUPS }
     }
 }
 
@@ -235,7 +239,7 @@ pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions, now: (i64, u32)) -> F
     if dev.block_size() != bs {
         return Err(FsError::Invalid("device block size differs from the file system's"));
     }
-    let mut sb = Superblock::geometry(opts.block_size, dev.num_blocks(), opts.inodes)?;
+    let mut sb = Superblock::geometry_groups(opts.block_size, dev.num_blocks(), opts.inodes, opts.min_groups)?;
     sb.created = now.0;
     sb.minfree = opts.minfree;
     let counts: Vec<(u32, u32)> = (0..sb.ngroups).map(|cg| crate::alloc::new_cg_counts(&sb, cg)).collect();

@@ -210,15 +210,15 @@ impl SbChoice {
     }
 
     /// The primary as it is (`keep`) or a candidate, scored by violations; a tie goes to the
-    /// inodes per group mkfs gives this size by default, the one piece of evidence left (one
-    /// group: one header against the primary), then to the primary.
+    /// inodes per group mkfs gives this size and number of groups by default, the one piece of
+    /// evidence left when there is no copy (an image made with one group, before mkfs made two:
+    /// one header against the primary), then to the primary.
     fn best(dev: &dyn BlockDevice, keep: SbChoice, candidates: Vec<SbChoice>) -> Result<SbChoice> {
-        let primary = &keep.sb;
         let default_ipg =
-            Superblock::geometry(primary.block_size, primary.num_blocks, None).ok().map(|g| g.inodes_per_group);
+            |sb: &Superblock| Superblock::default_inodes_per_group(sb.block_size, sb.num_blocks, sb.ngroups);
         let score = |c: &SbChoice| -> Result<usize> {
             let v = Scan::run_with(dev, false, c)?.report().violations();
-            Ok(2 * v + usize::from(Some(c.sb.inodes_per_group) != default_ipg))
+            Ok(2 * v + usize::from(c.sb.inodes_per_group as u64 != default_ipg(&c.sb)))
         };
         let mut best_score = score(&keep)?;
         let mut best = keep;

@@ -17,28 +17,37 @@ fn stale_block(dev: &MemDevice, cg: u32, k: u32) {
     });
 }
 
-/// Group 0's count set to `n` (resealed).
-fn set_initialized(dev: &MemDevice, n: u32) {
-    modify_cg(dev, 0, |b, _| cg_set_initialized(b, n));
+/// Group `cg`'s count set to `n` (resealed).
+fn set_initialized(dev: &MemDevice, cg: u32, n: u32) {
+    modify_cg(dev, cg, |b, _| cg_set_initialized(b, n));
+}
+
+/// The group of the directory of 300 files, the one with the most inodes in use.
+fn busy_group(dev: &MemDevice, t: &Tree) -> u32 {
+    sb(dev).cg_of_inode(t.many)
 }
 
 #[test]
 fn the_allocator_initializes_blocks_ahead_and_fsck_reads_no_further() {
-    let (dev, _) = build();
+    let (dev, t) = build();
     let s = sb(&dev);
-    let used = check(&*dev).unwrap().used_inodes as u32;
+    let cg = busy_group(&dev, &t);
+    let header = read_cg(&dev, cg);
+    let map = &header[CgHeader::inode_map_offset()..];
+    let last = (0..s.inodes_per_group).rfind(|&i| bit_get(map, i as usize)).unwrap_or(0);
     let ipb = s.inodes_per_block();
-    let inited = cg_get_initialized(&read_cg(&dev, 0));
-    // Every inode in use (all in group 0 here) lies in the initialized blocks, one block ahead.
-    assert!(inited.is_multiple_of(ipb) && inited >= used + 2 && inited < s.inodes_per_group, "{inited} for {used}");
+    let inited = cg_get_initialized(&header);
+    // Every inode in use in the group lies in the initialized blocks, and the table's end not.
+    assert!(last > 2 * ipb, "the last inode in use in group {cg} is {last}");
+    assert!(inited.is_multiple_of(ipb) && inited > last && inited < s.inodes_per_group, "{inited} for {last}");
     // What lies past the count is never read: stale inodes there change nothing.
-    stale_block(&dev, 0, inited / ipb);
-    stale_block(&dev, 0, s.inode_table_blocks() - 1);
+    stale_block(&dev, cg, inited / ipb);
+    stale_block(&dev, cg, s.inode_table_blocks() - 1);
     let r = check(&*dev).unwrap();
     assert!(r.is_clean(), "{}", show(&r));
     let mut fs = mount(&dev, Ordering::Softdep);
     for i in 0..3 * ipb {
-        fs.create(ROOT_INO, format!("n{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        fs.create(t.many, format!("n{i}").as_bytes(), 0o644, 0, 0).unwrap();
     }
     fs.unmount().unwrap();
     let r = check(&*dev).unwrap();
@@ -53,16 +62,20 @@ fn read_cg(dev: &MemDevice, cg: u32) -> Vec<u8> {
 
 #[test]
 fn a_count_too_low_is_found_and_raised_without_losing_a_file() {
-    let (dev, _) = build();
+    let (dev, t) = build();
     let files = check(&*dev).unwrap().files;
     let ipb = sb(&dev).inodes_per_block();
-    set_initialized(&dev, ipb);
+    let cg = busy_group(&dev, &t);
+    set_initialized(&dev, cg, ipb);
     let r = check(&*dev).unwrap();
-    let f = r.findings.iter().find(|f| matches!(f, Finding::CgCountWrong { cg: 0, what: "initialized inodes", .. }));
+    let f = r
+        .findings
+        .iter()
+        .find(|f| matches!(f, Finding::CgCountWrong { cg: c, what: "initialized inodes", .. } if *c == cg));
     assert!(f.is_some_and(|f| f.class() == Class::Violation), "{}", show(&r));
     assert!(!has(&r, |f| matches!(f, Finding::DanglingEntry { .. })), "the map's inodes were read:\n{}", show(&r));
     repair_converges(&dev, files);
-    assert!(cg_get_initialized(&read_cg(&dev, 0)) > ipb);
+    assert!(cg_get_initialized(&read_cg(&dev, cg)) > ipb);
     repair_and_verify_after_use(&dev);
 }
 
@@ -83,7 +96,7 @@ fn a_count_past_the_table_or_garbage_is_reported_and_rebuilt() {
     for bad in [s.inodes_per_group + s.inodes_per_block(), 17, 0xdead_beef, u32::MAX] {
         let (dev, _) = build();
         let files = check(&*dev).unwrap().files;
-        set_initialized(&dev, bad);
+        set_initialized(&dev, 0, bad);
         // The mount takes the blocks up to the map's last inode, asks for fsck, and works.
         let mut fs = mount(&dev, Ordering::Softdep);
         let (f, _) = fs.create(ROOT_INO, b"while-damaged", 0o644, 0, 0).unwrap();

@@ -34,16 +34,31 @@ struct Tree {
     fifo: u32,
 }
 
-fn new_dev() -> Arc<MemDevice> {
+/// A fresh image of 8192 blocks made with at least `min_groups` groups (1: one group and no
+/// superblock copy, as mkfs made small images before it made two).
+fn new_dev_groups(min_groups: u64) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(4096, 8192));
-    mkfs(dev.clone(), &MkfsOptions::default(), (0, 0)).unwrap();
+    let s = mkfs(dev.clone(), &MkfsOptions { min_groups, ..Default::default() }, (0, 0)).unwrap();
+    assert_eq!(s.ngroups as u64, min_groups, "8192 blocks fit one group of the default size");
     dev
+}
+
+fn new_dev() -> Arc<MemDevice> {
+    new_dev_groups(MKFS_MIN_GROUPS)
 }
 
 /// Files, directories, hard links, a file through double indirect blocks, a directory of
 /// two blocks, renames and unlinks; cleanly unmounted.
 fn build() -> (Arc<MemDevice>, Tree) {
-    let dev = new_dev();
+    build_on(new_dev())
+}
+
+/// `build` on an image of one group, with no superblock copy.
+fn build_one_group() -> (Arc<MemDevice>, Tree) {
+    build_on(new_dev_groups(1))
+}
+
+fn build_on(dev: Arc<MemDevice>) -> (Arc<MemDevice>, Tree) {
     let mut fs = mount(&dev, Ordering::Sync);
     let (a, _) = fs.create(ROOT_INO, b"a", 0o644, 0, 0).unwrap();
     fs.write(a, 0, &[7u8; 100]).unwrap();
@@ -186,7 +201,7 @@ fn repair_converges(dev: &Arc<MemDevice>, files: u64) -> Report {
     r
 }
 
-/// An image of two cylinder groups, so that there is a superblock copy (at block 25792).
+/// An image of two cylinder groups with files in both, and its superblock copy's block.
 fn two_groups() -> (Arc<MemDevice>, u64) {
     let dev = Arc::new(MemDevice::new(4096, 30000));
     let s = mkfs(dev.clone(), &MkfsOptions { ..Default::default() }, (0, 0)).unwrap();

@@ -71,8 +71,17 @@ fn clean_flags_and_preen() {
 fn operational_errors() {
     let dev = Arc::new(MemDevice::new(4096, 256));
     assert!(matches!(check(&*dev), Err(FsckError::Superblock(_))));
-    let dev = new_dev();
+    // A primary that does not decode and no copy to fall back on: an image of one group, and
+    // one of two whose copy is damaged too.
+    let dev = new_dev_groups(1);
     modify(&dev, 0, |b| b[20] ^= 1);
+    assert!(matches!(check(&*dev), Err(FsckError::Superblock(_))));
+    assert!(matches!(repair(&*dev), Err(FsckError::Superblock(_))));
+    let dev = new_dev();
+    let copy = sb(&dev).cg_start(1);
+    modify(&dev, 0, |b| b[20] ^= 1);
+    assert!(check(&*dev).is_ok(), "the copy stands in");
+    modify(&dev, copy, |b| b[20] ^= 1);
     assert!(matches!(check(&*dev), Err(FsckError::Superblock(_))));
     assert!(matches!(repair(&*dev), Err(FsckError::Superblock(_))));
 }
@@ -125,8 +134,9 @@ fn alternate_superblock() {
     assert_eq!(r.violations(), 1, "{}", show(&r));
     repair_converges(&dev, 20);
     assert_eq!(sb(&dev).inodes_per_group, good.inodes_per_group);
-    // One group, so no copy: the header against the primary.
-    let (dev, _) = build();
+    // One group (as mkfs made small images before it made two), so no copy: the header
+    // against the primary, and the inodes per group mkfs gives one group of this size.
+    let (dev, _) = build_one_group();
     let good = sb(&dev);
     for delta in [16i64, -16] {
         let mut s = good.clone();
