@@ -27,10 +27,10 @@ use rand::{Rng, SeedableRng};
 
 use common::tree::{compare, ops, Model, Node, R};
 use common::{assert_clean, pattern, resolve};
-use sufs::clock::SimClock;
-use sufs::dev::{BlockDevice, DevResult, DevStats, MemDevice, WriteKind, WriteReq};
-use sufs::fs::{lock, mkfs, Fs, MkfsOptions, MountOptions, Ordering, SharedFs};
-use sufs::syncer::{Sweeper, SyncerOptions, UpdatePolicy};
+use sufs_fs::clock::SimClock;
+use sufs_fs::dev::{BlockDevice, DevResult, DevStats, MemDevice, WriteKind, WriteReq};
+use sufs_fs::fs::{lock, mkfs, Fs, MkfsOptions, MountOptions, Ordering, SharedFs};
+use sufs_fs::policy::{Sweeper, SyncerOptions, UpdatePolicy};
 
 const WORKERS: usize = 4;
 /// The buffer cache, in blocks: small, so that dirty buffers pass half of it all the time.
@@ -376,7 +376,7 @@ fn sync_workers_syncer_and_syncs_race() {
 /// breaks a rule or a promise; async, the negative control, is caught in every run.
 #[test]
 fn crash_states_of_concurrent_runs_are_judged() {
-    use sufs::crashtest::{self, CrashOptions, End, CONCURRENT};
+    use sufs_lab::crashtest::{self, CrashOptions, End, CONCURRENT};
     for seed in 1..=4u64 {
         let end = if seed % 2 == 1 { End::Unmount } else { End::Crash };
         let opts = CrashOptions { ops: 120, end, ..Default::default() };

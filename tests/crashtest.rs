@@ -5,12 +5,12 @@
 use std::process::Command;
 use std::sync::Arc;
 
-use sufs::clock::SimClock;
-use sufs::crashtest::{self, CrashOptions, End, Recording, WORKLOADS};
-use sufs::dev::BlockDevice;
-use sufs::format::ROOT_INO;
-use sufs::fs::{Fs, MountOptions, Ordering};
-use sufs::fsck;
+use sufs_fs::clock::SimClock;
+use sufs_fs::dev::BlockDevice;
+use sufs_fs::format::ROOT_INO;
+use sufs_fs::fs::{Fs, MountOptions, Ordering};
+use sufs_fs::fsck;
+use sufs_lab::crashtest::{self, CrashOptions, End, Recording, WORKLOADS};
 
 /// Small workloads: the whole file stays well within the test time budget in a debug build.
 fn small(ops: usize, end: End) -> CrashOptions {
@@ -112,7 +112,7 @@ fn async_breaks_promises_too() {
     assert!(s.promises.get("stable names").is_some_and(|&n| n > 0), "{s}");
 }
 
-fn mount(dev: Arc<dyn BlockDevice>) -> Result<Fs, sufs::fs::FsError> {
+fn mount(dev: Arc<dyn BlockDevice>) -> Result<Fs, sufs_fs::fs::FsError> {
     Fs::mount(
         dev,
         MountOptions { ordering: Ordering::Sync, cache_blocks: 256, readonly: false },
@@ -233,7 +233,7 @@ fn command_exit_codes() {
 
 #[test]
 fn softdep_holds_under_every_update_policy() {
-    use sufs::syncer::UpdatePolicy;
+    use sufs_fs::policy::UpdatePolicy;
     for update in [UpdatePolicy::Wt, UpdatePolicy::Pu, UpdatePolicy::Aipu] {
         for name in ["mix", "rename-storm", "swap-fsync", "ancestor-rename"] {
             let o = CrashOptions { ops: 48, end: End::Crash, update: Some(update), ..Default::default() };

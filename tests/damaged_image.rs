@@ -11,9 +11,9 @@ use std::sync::Arc;
 mod common;
 
 use common::mutate::{mutants, read_layout, workload_image, Mutant};
-use sufs::dev::MemDevice;
-use sufs::format::{LOST_FOUND_INO, ROOT_INO, S_IFDIR, S_IFMT};
-use sufs::fsck::{self, Class, Report};
+use sufs_fs::dev::MemDevice;
+use sufs_fs::format::{LOST_FOUND_INO, ROOT_INO, S_IFDIR, S_IFMT};
+use sufs_fs::fsck::{self, Class, Report};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

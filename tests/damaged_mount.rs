@@ -6,9 +6,9 @@ mod common;
 
 use common::*;
 use std::sync::Arc;
-use sufs::dev::{BlockDevice, MemDevice};
-use sufs::format::*;
-use sufs::fs::{Fs, FsError, Ordering};
+use sufs_fs::dev::{BlockDevice, MemDevice};
+use sufs_fs::format::*;
+use sufs_fs::fs::{Fs, FsError, Ordering};
 
 const ORDERINGS: [Ordering; 3] = [Ordering::Softdep, Ordering::Sync, Ordering::Async];
 
@@ -22,7 +22,7 @@ fn modify_block(dev: &MemDevice, bno: u64, f: impl FnOnce(&mut [u8])) {
     let mut buf = vec![0u8; 4096];
     dev.read_block(bno, &mut buf).unwrap();
     f(&mut buf);
-    dev.write_batch(&[sufs::dev::WriteReq { bno, data: &buf }], sufs::dev::WriteKind::Sync).unwrap();
+    dev.write_batch(&[sufs_fs::dev::WriteReq { bno, data: &buf }], sufs_fs::dev::WriteKind::Sync).unwrap();
 }
 
 fn modify_inode(dev: &MemDevice, ino: u32, f: impl FnOnce(&mut Dinode)) {
@@ -146,7 +146,7 @@ fn directory_with_a_huge_size_fails_its_requests_and_asks_for_fsck() {
         fs.unmount().unwrap();
         drop(fs);
         assert!(needs_fsck(&dev), "size {size}: the superblock asks for fsck");
-        let r = sufs::fsck::repair(&*dev).unwrap();
+        let r = sufs_fs::fsck::repair(&*dev).unwrap();
         assert!(!r.findings.is_empty(), "size {size}");
         assert_clean(&dev);
         let mut fs = mount(&dev, Ordering::Softdep, 256);
@@ -171,7 +171,7 @@ fn file_with_a_size_past_the_largest_file_fails_reads_and_asks_for_fsck() {
         fs.unmount().unwrap();
         drop(fs);
         assert!(needs_fsck(&dev), "size {size}: the superblock asks for fsck");
-        sufs::fsck::repair(&*dev).unwrap();
+        sufs_fs::fsck::repair(&*dev).unwrap();
         assert_clean(&dev);
         let mut fs = mount(&dev, Ordering::Softdep, 256);
         let got = fs.read(t.f, 0, 1 << 20).unwrap();
@@ -199,7 +199,7 @@ fn file_with_no_links_but_a_name_is_not_freed() {
         assert!(!d.is_free(), "{ordering}: inode freed while a name points at it");
         assert_eq!(d.size, 6000);
         // fsck -y gives it its link back, and the data is there.
-        let r = sufs::fsck::repair(&*dev).unwrap();
+        let r = sufs_fs::fsck::repair(&*dev).unwrap();
         assert!(!r.findings.is_empty());
         assert_clean(&dev);
         let mut fs = mount(&dev, ordering, 256);
@@ -239,7 +239,7 @@ fn block_bitmap_that_frees_the_root_directory_never_overwrites_it() {
         fs.unmount().unwrap();
         drop(fs);
         assert!(needs_fsck(&dev), "{ordering}: the wrong bitmap was noticed");
-        sufs::fsck::repair(&*dev).unwrap();
+        sufs_fs::fsck::repair(&*dev).unwrap();
         assert_clean(&dev);
     }
 }
@@ -308,7 +308,7 @@ fn inode_bitmap_that_frees_live_inodes_never_reuses_them() {
         fs.unmount().unwrap();
         drop(fs);
         assert!(needs_fsck(&dev), "{ordering}");
-        sufs::fsck::repair(&*dev).unwrap();
+        sufs_fs::fsck::repair(&*dev).unwrap();
         assert_clean(&dev);
     }
 }
@@ -485,7 +485,7 @@ fn mutant(base: &MemDevice, blocks: &[u64], seed: u64) -> (Arc<MemDevice>, Strin
     for b in 0..base.num_blocks() {
         base.read_block(b, &mut buf).unwrap();
         if buf.iter().any(|&x| x != 0) {
-            dev.write_batch(&[sufs::dev::WriteReq { bno: b, data: &buf }], sufs::dev::WriteKind::Sync).unwrap();
+            dev.write_batch(&[sufs_fs::dev::WriteReq { bno: b, data: &buf }], sufs_fs::dev::WriteKind::Sync).unwrap();
         }
     }
     let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
@@ -529,8 +529,8 @@ fn mutants_mount_and_walk_without_a_panic() {
         let ordering = ORDERINGS[(seed % 3) as usize];
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let d: Arc<dyn BlockDevice> = dev.clone();
-            let opts = sufs::fs::MountOptions { ordering, cache_blocks: 64, readonly: false };
-            let Ok(mut fs) = Fs::mount(d, opts, Arc::new(sufs::clock::SimClock::new())) else {
+            let opts = sufs_fs::fs::MountOptions { ordering, cache_blocks: 64, readonly: false };
+            let Ok(mut fs) = Fs::mount(d, opts, Arc::new(sufs_fs::clock::SimClock::new())) else {
                 return false;
             };
             walk_and_change(&mut fs);

@@ -9,10 +9,10 @@ use std::sync::Arc;
 mod common;
 
 use common::{ok, sufs};
-use sufs::clock::SimClock;
-use sufs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
-use sufs::format::{Dinode, FormatError, Superblock, DINODE_SIZE, ROOT_INO};
-use sufs::fs::{Fs, MountOptions, Ordering};
+use sufs_fs::clock::SimClock;
+use sufs_fs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
+use sufs_fs::format::{Dinode, FormatError, Superblock, DINODE_SIZE, ROOT_INO};
+use sufs_fs::fs::{Fs, MountOptions, Ordering};
 
 /// A 120 MiB image (two cylinder groups) holding a directory of files.
 fn image(dir: &Path) -> PathBuf {
@@ -96,7 +96,7 @@ fn exit_codes_preen_and_repair() {
     // Preen changes nothing and says what to run.
     edit(&p, |dev, sb| {
         let mut sb = sb.clone();
-        sb.flags &= !sufs::format::SB_CLEAN;
+        sb.flags &= !sufs_fs::format::SB_CLEAN;
         edit_block(dev, 0, |b| sb.encode(b));
         let (bno, off) = sb.inode_location(ROOT_INO);
         edit_block(dev, bno, |b| {

@@ -456,9 +456,9 @@ fn unlinked_open_files_live_until_closed() {
 }
 
 /// Changes inode `ino` of an unmounted image file through the library.
-fn damage_inode(img: &Path, ino: u32, f: impl FnOnce(&mut sufs::format::Dinode)) {
-    use sufs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
-    use sufs::format::{Dinode, Superblock, DINODE_SIZE};
+fn damage_inode(img: &Path, ino: u32, f: impl FnOnce(&mut sufs_fs::format::Dinode)) {
+    use sufs_fs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
+    use sufs_fs::format::{Dinode, Superblock, DINODE_SIZE};
     let dev = FileDevice::open(img, 4096, true).unwrap();
     let mut buf = vec![0u8; 4096];
     dev.read_block(0, &mut buf).unwrap();

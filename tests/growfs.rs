@@ -1,4 +1,4 @@
-//! growfs over any block device (`sufs::fs::growfs`): every crash state it can leave is the old
+//! growfs over any block device (`sufs_fs::fs::growfs`): every crash state it can leave is the old
 //! or the new file system, and the grown one holds files past the old end.
 
 use std::sync::Arc;
@@ -6,11 +6,11 @@ use std::sync::Arc;
 mod common;
 
 use common::{assert_clean, mount, pattern};
-use sufs::dev::{BlockDevice, MemDevice, Record, RecordingDevice, WriteKind, WriteReq};
-use sufs::format::{Superblock, MKFS_MIN_GROUPS, ROOT_INO};
-use sufs::fs::growfs::{self, GrowError};
-use sufs::fs::{mkfs, MkfsOptions, Ordering};
-use sufs::fsck::{self, Finding};
+use sufs_fs::dev::{BlockDevice, MemDevice, Record, RecordingDevice, WriteKind, WriteReq};
+use sufs_fs::format::{Superblock, MKFS_MIN_GROUPS, ROOT_INO};
+use sufs_fs::fs::growfs::{self, GrowError};
+use sufs_fs::fs::{mkfs, MkfsOptions, Ordering};
+use sufs_fs::fsck::{self, Finding};
 
 /// A file system of `old` blocks holding a few files, on a device of `new` blocks whose blocks
 /// past `old` hold `fill` (a device that was not zeroed) or nothing.
@@ -164,8 +164,14 @@ fn an_interrupted_growfs_through_the_commands() {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("i.img");
     let i = img.to_str().unwrap();
-    sufs::dev::write_sparse_image::<sufs::dev::DevError>(&img, 20000, 4096, |b, buf| dev.read_block(b, buf), |_| true)
-        .unwrap();
+    sufs_fs::dev::write_sparse_image::<sufs_fs::dev::DevError>(
+        &img,
+        20000,
+        4096,
+        |b, buf| dev.read_block(b, buf),
+        |_| true,
+    )
+    .unwrap();
     let out = common::sufs(&["fsck", i]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(4), "{text}");

@@ -243,8 +243,8 @@ fn control_channel_bounds_lines_and_connections() {
         }
     }
     let grown = threads(pid) - base;
-    assert!(grown <= sufs::ctl::MAX_CONNECTIONS, "200 connections made {grown} threads");
-    assert!(refused >= 200 - sufs::ctl::MAX_CONNECTIONS, "{refused} refused");
+    assert!(grown <= sufs_mount::ctl::MAX_CONNECTIONS, "200 connections made {grown} threads");
+    assert!(refused >= 200 - sufs_mount::ctl::MAX_CONNECTIONS, "{refused} refused");
     drop(conns);
     // Once they are closed, a connection is served again.
     let start = Instant::now();

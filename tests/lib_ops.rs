@@ -5,9 +5,9 @@ mod common;
 
 use common::*;
 use std::sync::Arc;
-use sufs::dev::{BlockDevice, MemDevice};
-use sufs::format::*;
-use sufs::fs::{FsError, Ordering, RenameFlags, SetAttr};
+use sufs_fs::dev::{BlockDevice, MemDevice};
+use sufs_fs::format::*;
+use sufs_fs::fs::{FsError, Ordering, RenameFlags, SetAttr};
 
 const ORDERINGS: [Ordering; 3] = [Ordering::Softdep, Ordering::Sync, Ordering::Async];
 
@@ -219,9 +219,9 @@ fn unlinked_open_file_lives_until_last_close() {
 #[test]
 fn corrupt_images_are_refused_at_mount() {
     use std::sync::Arc;
-    use sufs::clock::SimClock;
-    use sufs::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
-    use sufs::fs::{Fs, MountOptions};
+    use sufs_fs::clock::SimClock;
+    use sufs_fs::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
+    use sufs_fs::fs::{Fs, MountOptions};
     let try_mount = |dev: &Arc<MemDevice>| {
         let d: Arc<dyn BlockDevice> = dev.clone();
         Fs::mount(d, MountOptions::default(), Arc::new(SimClock::new())).err().map(|e| e.to_string())
@@ -302,7 +302,7 @@ fn large_directories_stay_consistent_under_the_name_index() {
             let (ino, _) = fs.create(d, format!("late-{i}").as_bytes(), 0o644, 0, 0).unwrap();
             live.insert(format!("late-{i}"), ino);
         }
-        let check = |fs: &mut sufs::fs::Fs| {
+        let check = |fs: &mut sufs_fs::fs::Fs| {
             let mut seen = std::collections::BTreeMap::new();
             for x in fs.readdir(d, 0, usize::MAX).unwrap() {
                 if x.name != b"." && x.name != b".." {
@@ -415,9 +415,9 @@ fn softdep_one_sweep_writes_new_files_without_rollbacks() {
 #[test]
 fn unlink_and_replacing_rename_change_ctime_at_once() {
     use std::sync::Arc;
-    use sufs::clock::SimClock;
-    use sufs::dev::BlockDevice;
-    use sufs::fs::{Fs, MountOptions};
+    use sufs_fs::clock::SimClock;
+    use sufs_fs::dev::BlockDevice;
+    use sufs_fs::fs::{Fs, MountOptions};
     for ordering in ORDERINGS {
         let dev = new_image(4096);
         let clock = Arc::new(SimClock::new());
@@ -624,7 +624,7 @@ fn softdep_a_new_name_is_not_hidden_behind_its_renamed_namesake() {
             Err(e) => panic!("a/x: {e}"),
         }
         drop(after);
-        assert_eq!(sufs::fsck::check(&*crashed).unwrap().violations(), 0);
+        assert_eq!(sufs_fs::fsck::check(&*crashed).unwrap().violations(), 0);
     }
     // Again in a fresh directory (the new entry lands after the hidden one), with an fsync of
     // the new file at once: it must find its name after a crash.
@@ -641,8 +641,8 @@ fn softdep_a_new_name_is_not_hidden_behind_its_renamed_namesake() {
     let x = resolve(&mut after, "b/x").unwrap();
     assert_eq!(after.read(x, 0, 10).unwrap(), b"newer", "b/x names inode {x}; the fsync'ed file is {newer}");
     drop(after);
-    let report = sufs::fsck::check(&*crashed).unwrap();
-    assert!(report.findings.iter().all(|f| f.class() == sufs::fsck::Class::Allowed), "{report:?}");
+    let report = sufs_fs::fsck::check(&*crashed).unwrap();
+    assert!(report.findings.iter().all(|f| f.class() == sufs_fs::fsck::Class::Allowed), "{report:?}");
     fs.unmount().unwrap();
     assert_clean(&dev);
 }
@@ -715,7 +715,7 @@ fn softdep_exchange_with_a_name_waiting_for_its_namesake() {
 #[test]
 fn reads_of_runs_holes_and_cached_blocks_return_the_file() {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-    use sufs::dev::{BlockDevice, DevResult, DevStats, FileDevice, WriteKind, WriteReq};
+    use sufs_fs::dev::{BlockDevice, DevResult, DevStats, FileDevice, WriteKind, WriteReq};
     /// An image file that counts read requests.
     struct Counted(FileDevice, AtomicU64);
     impl BlockDevice for Counted {
@@ -745,20 +745,20 @@ fn reads_of_runs_holes_and_cached_blocks_return_the_file() {
     FileDevice::create(&img, 64 << 20).unwrap();
     let counted = Arc::new(Counted(FileDevice::open(&img, 4096, true).unwrap(), AtomicU64::new(0)));
     let dev: Arc<dyn BlockDevice> = counted.clone();
-    sufs::fs::mkfs(dev.clone(), &sufs::fs::MkfsOptions::default(), (1_700_000_000, 0)).unwrap();
-    let opts = |cache_blocks| sufs::fs::MountOptions { ordering: Ordering::Softdep, cache_blocks, readonly: false };
-    let clock = || Arc::new(sufs::clock::SimClock::new());
+    sufs_fs::fs::mkfs(dev.clone(), &sufs_fs::fs::MkfsOptions::default(), (1_700_000_000, 0)).unwrap();
+    let opts = |cache_blocks| sufs_fs::fs::MountOptions { ordering: Ordering::Softdep, cache_blocks, readonly: false };
+    let clock = || Arc::new(sufs_fs::clock::SimClock::new());
     // The file: 3 MiB of data, a 1 MiB hole, 1 MiB of data; the model beside it.
     let mut model = pattern(7, 5 << 20);
     model[3 << 20..4 << 20].fill(0);
-    let mut fs = sufs::fs::Fs::mount(dev.clone(), opts(4096), clock()).unwrap();
+    let mut fs = sufs_fs::fs::Fs::mount(dev.clone(), opts(4096), clock()).unwrap();
     let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
     fs.write(f, 0, &model[..3 << 20]).unwrap();
     fs.write(f, 4 << 20, &model[4 << 20..]).unwrap();
     fs.unmount().unwrap();
     drop(fs);
 
-    let mut fs = sufs::fs::Fs::mount(dev.clone(), opts(1024), clock()).unwrap();
+    let mut fs = sufs_fs::fs::Fs::mount(dev.clone(), opts(1024), clock()).unwrap();
     // Some blocks in the cache before the reads: dirty ones in the middle of runs, a clean one.
     for (off, seed) in [(100 * 4096 + 5, 1u64), (300 * 4096, 2), (1030 * 4096 - 3, 3)] {
         let p = pattern(seed, 10);
@@ -823,7 +823,7 @@ fn a_full_disk_emptied_takes_its_files_again_at_once() {
     for ordering in ORDERINGS {
         let dev = new_image(2048);
         let mut fs = mount(&dev, ordering, 64);
-        let fill = |fs: &mut sufs::fs::Fs, round: u64| -> (u64, u64) {
+        let fill = |fs: &mut sufs_fs::fs::Fs, round: u64| -> (u64, u64) {
             let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
             let mut files = 0;
             // Inodes run out first (empty files), then blocks (one large file).
@@ -846,7 +846,7 @@ fn a_full_disk_emptied_takes_its_files_again_at_once() {
             }
             (files, written)
         };
-        let empty = |fs: &mut sufs::fs::Fs, files: u64| {
+        let empty = |fs: &mut sufs_fs::fs::Fs, files: u64| {
             let d = resolve(fs, "d").unwrap();
             for i in 1..files {
                 fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
@@ -918,9 +918,9 @@ fn readdir_while_renaming_ends_and_softdep_writes_no_more_than_sync() {
 /// next writes carry the same changes, ordered as before, and the image ends clean.
 #[test]
 fn failed_writes_are_retried_in_order() {
-    use sufs::clock::SimClock;
-    use sufs::dev::FaultDevice;
-    use sufs::fs::{Fs, MountOptions};
+    use sufs_fs::clock::SimClock;
+    use sufs_fs::dev::FaultDevice;
+    use sufs_fs::fs::{Fs, MountOptions};
     for ordering in [Ordering::Softdep, Ordering::Sync] {
         let mem = new_image(4096);
         let dev = Arc::new(FaultDevice::new(mem.clone()));
@@ -986,8 +986,8 @@ fn a_reused_inode_gets_another_generation_that_persists() {
 fn rename_whiteout_leaves_a_char_device_where_the_source_was() {
     for ordering in ORDERINGS {
         let dev = std::sync::Arc::new(MemDevice::new(4096, 4096));
-        let opts = sufs::fs::MkfsOptions { inodes: Some(32), ..Default::default() };
-        sufs::fs::mkfs(dev.clone(), &opts, (1_700_000_000, 0)).unwrap();
+        let opts = sufs_fs::fs::MkfsOptions { inodes: Some(32), ..Default::default() };
+        sufs_fs::fs::mkfs(dev.clone(), &opts, (1_700_000_000, 0)).unwrap();
         let mut fs = mount(&dev, ordering, 128);
         let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
         let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();

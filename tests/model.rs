@@ -7,7 +7,7 @@ mod common;
 use common::tree::{self, ops, Model, Node, R};
 use common::*;
 use proptest::prelude::*;
-use sufs::fs::{Fs, Ordering};
+use sufs_fs::fs::{Fs, Ordering};
 
 const POOL: [&str; 10] = ["d0", "d1", "d0/d2", "f0", "f1", "d0/f2", "d1/f3", "d0/d2/f4", "d1/d5", "d0/d2/d6"];
 

@@ -9,11 +9,11 @@ mod common;
 use std::sync::Arc;
 
 use common::{assert_clean, new_image};
-use sufs::clock::SimClock;
-use sufs::dev::{BlockDevice, MemDevice};
-use sufs::format::{Dinode, ROOT_INO};
-use sufs::fs::mountopt::{AtimeMode, AtimePolicy, Change, Remount, SyncMode};
-use sufs::fs::{Fs, MountOptions, Ordering};
+use sufs_fs::clock::SimClock;
+use sufs_fs::dev::{BlockDevice, MemDevice};
+use sufs_fs::format::{Dinode, ROOT_INO};
+use sufs_fs::fs::mountopt::{AtimeMode, AtimePolicy, Change, Remount, SyncMode};
+use sufs_fs::fs::{Fs, MountOptions, Ordering};
 
 const SEC: u64 = 1_000_000_000;
 const DAY: u64 = 24 * 3600 * SEC;
@@ -79,7 +79,7 @@ fn relatime_updates_after_a_change_and_once_a_day_without_writing() {
 }
 
 fn clock_wall(c: &SimClock) -> (i64, u32) {
-    use sufs::clock::Clock;
+    use sufs_fs::clock::Clock;
     c.wall()
 }
 
@@ -136,7 +136,7 @@ fn strict_no_nodir_and_read_only() {
 
 /// fsck may find what a crash leaves (leaks), but nothing that breaks the rules.
 fn no_violations(dev: &MemDevice) {
-    let report = sufs::fsck::check(dev).expect("fsck runs");
+    let report = sufs_fs::fsck::check(dev).expect("fsck runs");
     assert_eq!(report.violations(), 0, "{:?}", report.findings);
 }
 

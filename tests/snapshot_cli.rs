@@ -147,10 +147,11 @@ fn snapshots_of_a_mounted_and_an_unmounted_file_system() {
 /// made on the unmounted image through the library.
 fn damage(img: &Path) -> (u64, u32) {
     use std::sync::Arc;
-    use sufs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
-    use sufs::format::*;
+    use sufs_fs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
+    use sufs_fs::format::*;
     let dev = Arc::new(FileDevice::open(img, 4096, true).unwrap());
-    let mut fs = sufs::fs::Fs::mount(dev.clone(), Default::default(), Arc::new(sufs::clock::RealClock::new())).unwrap();
+    let mut fs =
+        sufs_fs::fs::Fs::mount(dev.clone(), Default::default(), Arc::new(sufs_fs::clock::RealClock::new())).unwrap();
     let (a, _) = fs.lookup(ROOT_INO, b"a").unwrap();
     let (orphan, _) = fs.create(ROOT_INO, b"orphan", 0o644, 0, 0).unwrap();
     fs.write(orphan, 0, &[3u8; 20000]).unwrap();

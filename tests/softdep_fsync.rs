@@ -7,9 +7,9 @@ mod common;
 
 use common::*;
 use std::sync::Arc;
-use sufs::dev::MemDevice;
-use sufs::format::ROOT_INO;
-use sufs::fs::{Ordering, RenameFlags};
+use sufs_fs::dev::MemDevice;
+use sufs_fs::format::ROOT_INO;
+use sufs_fs::fs::{Ordering, RenameFlags};
 
 const NO: RenameFlags = RenameFlags { noreplace: false, exchange: false };
 
@@ -17,9 +17,13 @@ const NO: RenameFlags = RenameFlags { noreplace: false, exchange: false };
 /// a file holding `contents`, and fsck must find no violation.
 fn assert_durable(dev: &MemDevice, path: &str, contents: &[u8]) {
     let copy = Arc::new(MemDevice::from_blocks(4096, dev.blocks()));
-    let report = sufs::fsck::check(&*copy).expect("fsck runs");
-    let bad: Vec<String> =
-        report.findings.iter().filter(|f| f.class() == sufs::fsck::Class::Violation).map(|f| f.to_string()).collect();
+    let report = sufs_fs::fsck::check(&*copy).expect("fsck runs");
+    let bad: Vec<String> = report
+        .findings
+        .iter()
+        .filter(|f| f.class() == sufs_fs::fsck::Class::Violation)
+        .map(|f| f.to_string())
+        .collect();
     assert!(bad.is_empty(), "violations after a crash: {bad:?}");
     let mut fs = mount(&copy, Ordering::Softdep, 64);
     let ino = resolve(&mut fs, path).unwrap_or_else(|e| panic!("{path} lost after its fsync: {e:?}"));

@@ -1,7 +1,7 @@
 //! docs/SPEC.md against real images: the superblock, the group headers, the root inode, the
 //! directory entries, an indirect block and a symbolic link are read from the raw bytes at the
 //! offsets SPEC.md gives, with a CRC32C of this file's own, and compared with what `sufs dumpfs`
-//! prints and with what sufs made. Nothing here goes through `sufs::format`'s parsers, so a
+//! prints and with what sufs made. Nothing here goes through `sufs_fs::format`'s parsers, so a
 //! change of the format that SPEC.md does not follow fails here.
 
 use std::path::Path;
@@ -347,9 +347,9 @@ fn a_fresh_image_reads_as_spec_md_says() {
 /// Block Register reservation and a snapshot with their flags and the superblock's list.
 #[test]
 fn files_read_as_spec_md_says() {
-    use sufs::clock::SimClock;
-    use sufs::dev::{BlockDevice, FileDevice};
-    use sufs::fs::{Fs, MountOptions, Ordering};
+    use sufs_fs::clock::SimClock;
+    use sufs_fs::dev::{BlockDevice, FileDevice};
+    use sufs_fs::fs::{Fs, MountOptions, Ordering};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.img");
     ok(&["mkfs", path.to_str().unwrap(), "--size", "64M"]);

@@ -7,14 +7,14 @@ mod common;
 
 use common::mutate::{read_layout, workload_image};
 use common::{ok, sufs};
-use sufs::dev::{write_sparse_image, BlockDevice, FileDevice, MemDevice, WriteKind, WriteReq};
-use sufs::format::{Superblock, SB_CLEAN, SB_NEEDS_FSCK};
+use sufs_fs::dev::{write_sparse_image, BlockDevice, FileDevice, MemDevice, WriteKind, WriteReq};
+use sufs_fs::format::{Superblock, SB_CLEAN, SB_NEEDS_FSCK};
 
 /// Writes a memory device to a new image file in `dir`.
 fn to_file(dev: &MemDevice, dir: &Path, name: &str) -> PathBuf {
     let p = dir.join(name);
     let bs = dev.block_size();
-    write_sparse_image::<sufs::dev::DevError>(&p, dev.num_blocks(), bs, |b, buf| dev.read_block(b, buf), |_| true)
+    write_sparse_image::<sufs_fs::dev::DevError>(&p, dev.num_blocks(), bs, |b, buf| dev.read_block(b, buf), |_| true)
         .expect("write the image");
     p
 }
@@ -105,9 +105,9 @@ fn inspect_refuses_bad_numbers_and_survives_damage() {
     // the group header's checksum broken.
     let sb = layout.sb.clone();
     let mut buf = vec![0u8; 4096];
-    let (rb, roff) = sb.inode_location(sufs::format::ROOT_INO);
+    let (rb, roff) = sb.inode_location(sufs_fs::format::ROOT_INO);
     dev.read_block(rb, &mut buf).unwrap();
-    let root_block = sufs::format::Dinode::decode(&buf[roff..roff + 256]).db[0];
+    let root_block = sufs_fs::format::Dinode::decode(&buf[roff..roff + 256]).db[0];
     let ind = layout.nodes.values().find(|n| n.paths.iter().any(|p| p == "/ind")).expect("ind").ino;
     let (ib, off) = sb.inode_location(ind);
     dev.read_block(ib, &mut buf).unwrap();
@@ -119,7 +119,7 @@ fn inspect_refuses_bad_numbers_and_survives_damage() {
     let dind = layout.nodes.values().find(|n| n.paths.iter().any(|p| p == "/d1/sub/dind")).expect("dind").ino;
     let (db, doff) = sb.inode_location(dind);
     dev.read_block(db, &mut buf).unwrap();
-    let dbl = sufs::format::Dinode::decode(&buf[doff..doff + 256]).ib[1];
+    let dbl = sufs_fs::format::Dinode::decode(&buf[doff..doff + 256]).ib[1];
     dev.read_block(dbl, &mut buf).unwrap();
     buf[0..8].copy_from_slice(&dbl.to_le_bytes());
     dev.write_batch(&[WriteReq { bno: dbl, data: &buf }], WriteKind::Sync).unwrap();

@@ -1,16 +1,16 @@
 //! The command line: every command and its arguments (clap).
 
 use clap::{Args, Parser, Subcommand};
+use fuse_uring::Transport;
 use std::path::PathBuf;
-use sufs::crashtest::{self, End};
-use sufs::fs::mountopt::parse_size;
-use sufs::fs::shutdown::Shutdown;
-use sufs::fs::Ordering;
-use sufs::fuse::DEFAULT_THREADS;
-use sufs::helper;
-use sufs::mount::transport::Transport;
-use sufs::syncer::UpdatePolicy;
-use sufs::volume::StoreKind;
+use sufs_fs::fs::shutdown::Shutdown;
+use sufs_fs::fs::Ordering;
+use sufs_fs::policy::UpdatePolicy;
+use sufs_fs::volume::StoreKind;
+use sufs_lab::crashtest::{self, End};
+use sufs_mount::fuse::DEFAULT_THREADS;
+use sufs_mount::helper;
+use sufs_mount::options::parse_size;
 
 #[derive(Parser)]
 #[command(name = "sufs", version, about = "A user-space FFS with soft updates, update policies and the Block Register")]
@@ -40,7 +40,7 @@ pub(crate) enum Cmd {
         snapshot_reserve: Option<u64>,
         /// The share of the data blocks only root may allocate, in percent (FFS's minfree;
         /// default 8).
-        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=sufs::format::MAX_MINFREE as i64))]
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=sufs_fs::format::MAX_MINFREE as i64))]
         minfree: Option<u8>,
     },
     /// Mount an image through FUSE. With no arguments: ./sufs.img (made, 1 GiB sparse, if missing)
@@ -152,7 +152,7 @@ pub(crate) enum Cmd {
     Tunefs {
         image: PathBuf,
         /// The share of the data blocks only root may allocate, in percent.
-        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=sufs::format::MAX_MINFREE as i64))]
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=sufs_fs::format::MAX_MINFREE as i64))]
         minfree: Option<u8>,
         /// The volume label (at most 32 bytes; empty clears it).
         #[arg(long)]
@@ -514,9 +514,9 @@ pub(crate) enum BenchCmd {
     ScaleStep {
         image: PathBuf,
         #[arg(long, value_enum)]
-        step: sufs::sim::bench_scale::Step,
+        step: sufs_lab::bench_scale::Step,
         #[arg(long, value_enum)]
-        layout: sufs::sim::bench_scale::Layout,
+        layout: sufs_lab::bench_scale::Layout,
         #[arg(long)]
         files: usize,
         /// Buffer cache in blocks.

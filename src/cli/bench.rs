@@ -1,13 +1,13 @@
 //! The benchmarks and the crash tester from the command line.
 
 use std::path::{Path, PathBuf};
-use sufs::crashtest::{self, CrashOptions};
-use sufs::fs::Ordering;
+use sufs_fs::fs::Ordering;
+use sufs_lab::crashtest::{self, CrashOptions};
 
 use super::*;
 
-pub(crate) fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<PathBuf>) -> Result<(), Fail> {
-    let r = sufs::bench_br::run(o)?;
+pub(crate) fn cmd_bench_br(o: &sufs_lab::bench_br::BrBenchOptions, json: Option<PathBuf>) -> Result<(), Fail> {
+    let r = sufs_lab::bench_br::run(o)?;
     println!("| device | test | reserved store | br store | br vs reserved |");
     println!("| --- | --- | --- | --- | --- |");
     for row in &r.rows {
@@ -45,15 +45,15 @@ pub(crate) fn cmd_bench_br(o: &sufs::bench_br::BrBenchOptions, json: Option<Path
         );
     }
     if let Some(p) = json {
-        sufs::files::write_private(&p, serde_json::to_string_pretty(&r)?.as_bytes())
+        sufs_fs::files::write_private(&p, serde_json::to_string_pretty(&r)?.as_bytes())
             .map_err(|e| Fail(format!("{}: {e}", p.display()), 1))?;
     }
     Ok(())
 }
 
 /// `sufs bench papers`: each paper's page written; exit 1 when a claim does not hold.
-pub(crate) fn cmd_bench_papers(paper: Option<&str>, o: &sufs::papers::PapersOptions) -> Result<u8, Fail> {
-    use sufs::papers::{self, Paper};
+pub(crate) fn cmd_bench_papers(paper: Option<&str>, o: &sufs_lab::papers::PapersOptions) -> Result<u8, Fail> {
+    use sufs_lab::papers::{self, Paper};
     let which: Vec<Paper> = match paper {
         Some(name) => vec![Paper::from_name(name).ok_or_else(|| Fail::from(format!("no paper named {name}")))?],
         None => Paper::ALL.to_vec(),
@@ -72,7 +72,7 @@ pub(crate) fn cmd_bench_papers(paper: Option<&str>, o: &sufs::papers::PapersOpti
 }
 
 pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
-    use sufs::bench_peers::{run, PeersOptions};
+    use sufs_lab::bench_peers::{run, PeersOptions};
     let o = PeersOptions {
         exe: std::env::current_exe()?,
         dir: a.dir,
@@ -139,7 +139,7 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
     if let Some(c) = o.sufs_cache {
         println!("sufs mounts: --cache {} MiB", c >> 20);
     }
-    if (has("parallel") || has("coldread") || has("read")) && !sufs::bench_peers::drops_page_cache() {
+    if (has("parallel") || has("coldread") || has("read")) && !sufs_lab::bench_peers::drops_page_cache() {
         println!(
             "not root: the page cache is not dropped before cold reads (they follow a remount, but may find \
              the image file's pages in the kernel's cache)"
@@ -183,7 +183,7 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         println!("plot: {}", p.display());
     }
     if let Some(j) = a.json {
-        sufs::files::write_private(&j, serde_json::to_string_pretty(&r)?.as_bytes())
+        sufs_fs::files::write_private(&j, serde_json::to_string_pretty(&r)?.as_bytes())
             .map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
         println!("json: {}", j.display());
     }
@@ -204,9 +204,9 @@ pub(crate) fn cmd_bench_orderings(
          {tree_files} files); a {big_mb} MiB file written and fsync'ed; median of {rounds} interleaved rounds",
         tree.display()
     );
-    let work = sufs::bench::OrderingWork { files, tree, tree_files, big_mb };
+    let work = sufs_lab::bench::OrderingWork { files, tree, tree_files, big_mb };
     if through != "fuse" {
-        let rs = sufs::bench::ordering_compare(dir, &work, rounds)?;
+        let rs = sufs_lab::bench::ordering_compare(dir, &work, rounds)?;
         print_orderings("in-process, durable image files", &rs);
     }
     if through != "lib" {
@@ -214,7 +214,7 @@ pub(crate) fn cmd_bench_orderings(
             return Err(Fail("/dev/fuse is missing: the FUSE comparison cannot run (use --through lib)".into(), 1));
         }
         let exe = std::env::current_exe()?;
-        let rs = sufs::bench::ordering_compare_fuse(&exe, dir, &work, rounds)?;
+        let rs = sufs_lab::bench::ordering_compare_fuse(&exe, dir, &work, rounds)?;
         print_orderings("through the FUSE mount", &rs);
     }
     Ok(())
@@ -223,16 +223,16 @@ pub(crate) fn cmd_bench_orderings(
 /// One table of `sufs bench orderings`, with the paper's ratios: time over the paper's phases
 /// (create, remove and the Andrew-like ones) and over all of them, creates, removes and writes
 /// against sync.
-pub(crate) fn print_orderings(title: &str, rs: &[sufs::bench::OrderingResult]) {
+pub(crate) fn print_orderings(title: &str, rs: &[sufs_lab::bench::OrderingResult]) {
     println!("\n{title}:");
     print!("{:<9}", "ordering");
     for (name, _) in &rs[0].phases {
         print!(" {:>10}", name);
     }
     println!(" {:>10} {:>12} {:>12}", "total s", "sync writes", "async writes");
-    let total = |r: &sufs::bench::OrderingResult| r.phases.iter().map(|p| p.1).sum::<f64>();
+    let total = |r: &sufs_lab::bench::OrderingResult| r.phases.iter().map(|p| p.1).sum::<f64>();
     // The paper's phases: everything before the large file.
-    let paper = |r: &sufs::bench::OrderingResult| r.phases.iter().take(6).map(|p| p.1).sum::<f64>();
+    let paper = |r: &sufs_lab::bench::OrderingResult| r.phases.iter().take(6).map(|p| p.1).sum::<f64>();
     for r in rs {
         print!("{:<9}", r.ordering);
         for (_, t) in &r.phases {
@@ -242,7 +242,7 @@ pub(crate) fn print_orderings(title: &str, rs: &[sufs::bench::OrderingResult]) {
     }
     let by = |name: &str| rs.iter().find(|r| r.ordering == name);
     if let (Some(s), Some(a), Some(d)) = (by("sync"), by("async"), by("softdep")) {
-        let phase = |r: &sufs::bench::OrderingResult, i: usize| r.phases[i].1.max(1e-9);
+        let phase = |r: &sufs_lab::bench::OrderingResult, i: usize| r.phases[i].1.max(1e-9);
         println!(
             "softdep vs async: {:.2}x the time over the paper's phases (create to compile), {:.2}x over all; \
              vs sync: creates {:.1}x faster, removes {:.1}x faster, {:.0}% fewer writes",
@@ -263,8 +263,8 @@ pub(crate) fn cmd_bench_update(
     out: &Path,
     json: Option<PathBuf>,
 ) -> Result<(), Fail> {
-    use sufs::bench;
-    let disk = sufs::dev::DiskModel::by_name(disk)
+    use sufs_lab::bench;
+    let disk = sufs_fs::dev::DiskModel::by_name(disk)
         .ok_or_else(|| Fail(format!("unknown disk model {disk:?} (rz58, modern)"), 2))?;
     let o = bench::UpdateBenchOptions { trials, seconds, disk: disk.clone(), seed, ..Default::default() };
     let bar = indicatif::ProgressBar::new(4 * trials as u64);
@@ -300,7 +300,7 @@ pub(crate) fn cmd_bench_update(
     println!("\nplots: {}/update-policy-histogram.svg, {}/update-policy-bursts.svg", out.display(), out.display());
     if let Some(j) = json {
         let v = serde_json::json!({ "update_policy": results, "kernel_build": build });
-        sufs::files::write_private(&j, serde_json::to_string_pretty(&v)?.as_bytes())
+        sufs_fs::files::write_private(&j, serde_json::to_string_pretty(&v)?.as_bytes())
             .map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
     }
     Ok(())
@@ -326,7 +326,7 @@ pub(crate) fn cmd_crashtest(ordering: Ordering, workload: &str, seed: u64, opts:
 }
 
 pub(crate) fn cmd_bench_scale(size: u64, files: usize, dir: &Path, json: Option<PathBuf>) -> Result<(), Fail> {
-    use sufs::sim::bench_scale::{files_image_size, human, run, ScaleOptions};
+    use sufs_lab::bench_scale::{files_image_size, human, run, ScaleOptions};
     let o = ScaleOptions { exe: std::env::current_exe()?, dir: dir.to_path_buf(), size, files };
     println!(
         "sufs bench scale: an empty {} image; {files} files through the library on a {} image, in a tree and in \
@@ -348,7 +348,7 @@ pub(crate) fn cmd_bench_scale(size: u64, files: usize, dir: &Path, json: Option<
         println!("warm lookup in one directory (dirhash): {}", probes.join(", "));
     }
     if let Some(j) = json {
-        sufs::files::write_private(&j, serde_json::to_string_pretty(&r)?.as_bytes())
+        sufs_fs::files::write_private(&j, serde_json::to_string_pretty(&r)?.as_bytes())
             .map_err(|e| Fail(format!("{}: {e}", j.display()), 1))?;
         println!("json: {}", j.display());
     }

@@ -1,20 +1,20 @@
 //! Commands to a running mount through its control channel (sync, shutdown, snapshots, the Block Register) and to volumes.
 
+use fuse_uring::Transport;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use sufs::br::Reservation;
-use sufs::clock::{Clock, RealClock};
-use sufs::ctl::{self, CtlClient};
-use sufs::dev::{BlockDevice, FileDevice};
-use sufs::fs::mountopt::MountOpts;
-use sufs::fs::shutdown::Shutdown;
-use sufs::fs::{Fs, MountOptions, Ordering};
-use sufs::fuse::{self as fusemount, SufsFuse, DEFAULT_THREADS};
-use sufs::helper::mount_point_of;
-use sufs::mount::transport::Transport;
-use sufs::snapshot::{self, SnapInfo};
-use sufs::syncer::{SyncerOptions, UpdatePolicy};
-use sufs::volume::{self, PoolOptions, VolumeDevice};
+use sufs_fs::br::Reservation;
+use sufs_fs::clock::{Clock, RealClock};
+use sufs_fs::dev::{BlockDevice, FileDevice};
+use sufs_fs::fs::shutdown::Shutdown;
+use sufs_fs::fs::{Fs, MountOptions, Ordering};
+use sufs_fs::policy::{SyncerOptions, UpdatePolicy};
+use sufs_fs::snapshot::{self, SnapInfo};
+use sufs_fs::volume::{self, PoolOptions, VolumeDevice};
+use sufs_mount::ctl::{self, CtlClient};
+use sufs_mount::fuse::{self as fusemount, FuseOptions, SufsFuse, DEFAULT_THREADS};
+use sufs_mount::helper::mount_point_of;
+use sufs_mount::options::MountOpts;
 
 use super::*;
 
@@ -305,8 +305,10 @@ pub(crate) fn cmd_snapshot(on: &Path, op: FsSnapCmd) -> Result<(), Fail> {
             let fs = Fs::mount(dev, opts, Arc::new(RealClock::new()))
                 .map_err(|e| Fail(format!("cannot mount snapshot {name}: {e}"), 32))?;
             let shared = Arc::new(Mutex::new(fs));
-            let config = fusemount::config(format!("sufs-snapshot:{name}"), true, DEFAULT_THREADS, false);
-            let mut session = fuser::Session::new(SufsFuse::new(shared, false), &dir, &config)
+            // A frozen file system, served through /dev/fuse.
+            let fuse = FuseOptions { transport: Transport::Classic, ..FuseOptions::default() };
+            let config = fusemount::config(format!("sufs-snapshot:{name}"), true, &fuse);
+            let mut session = fuser::Session::new(SufsFuse::new(shared, &fuse), &dir, &config)
                 .map_err(|e| Fail(format!("cannot mount snapshot {name} on {}: {e}", dir.display()), 32))?;
             let mut unmounter = session.unmount_callable();
             let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;

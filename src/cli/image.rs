@@ -2,14 +2,14 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use sufs::clock::{Clock, RealClock};
-use sufs::ctl::{self};
-use sufs::dev::{BlockDevice, FileDevice};
-use sufs::format::Superblock;
-use sufs::fs::adjust::Adjust;
-use sufs::fs::{mkfs, MkfsOptions};
-use sufs::volume::PrefixDevice;
-use sufs::{format, fsck, snapshot};
+use sufs_fs::clock::{Clock, RealClock};
+use sufs_fs::dev::{BlockDevice, FileDevice};
+use sufs_fs::format::Superblock;
+use sufs_fs::fs::adjust::Adjust;
+use sufs_fs::fs::{mkfs, MkfsOptions};
+use sufs_fs::volume::PrefixDevice;
+use sufs_fs::{format, fsck, snapshot};
+use sufs_mount::ctl::{self};
 
 use super::*;
 
@@ -124,14 +124,14 @@ impl Drop for FsckSnapshot<'_> {
 /// `mounted`: the mount's own file system, when the mount process checks itself (it reads the
 /// snapshot in memory: through its own mount it would hold the mount busy, and wait on itself).
 /// The snapshot is deleted on every path; a file system without room for it is not checked.
-pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>) -> Result<u8, Fail> {
+pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::SharedFs>) -> Result<u8, Fail> {
     use ctl::Request;
     let t = std::time::Instant::now();
     let name = format!("fsck.{}", std::process::id());
     // In the mount's own process the requests go to the file system itself: its control channel
     // may not be there yet, or no longer (a mount that is being unmounted).
     let call = |req: Request| match &mounted {
-        Some(fs) => ctl::execute(&mut sufs::fs::lock(fs), req).map_err(|e| Fail(e.to_string(), 1)),
+        Some(fs) => ctl::execute(&mut sufs_fs::fs::lock(fs), req).map_err(|e| Fail(e.to_string(), 1)),
         None => control(on, req),
     };
     // The mount refuses a snapshot it has no room for before it makes anything.
@@ -170,14 +170,14 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs::fs::SharedFs>
         None
     } else {
         // In pieces, each well under the control channel's longest line.
-        let mut done = sufs::fs::adjust::AdjustDone::default();
+        let mut done = sufs_fs::fs::adjust::AdjustDone::default();
         for req in ctl::adjust_requests(adjust) {
             let d = call(req)?.into_adjusted().map_err(super::control::answer)?;
             done.blocks_freed += d.blocks_freed;
             done.inodes_freed += d.inodes_freed;
             done.links_lowered += d.links_lowered;
             done.refused += d.refused;
-            let room = sufs::fs::adjust::MAX_REFUSALS_LISTED.saturating_sub(done.refusals.len());
+            let room = sufs_fs::fs::adjust::MAX_REFUSALS_LISTED.saturating_sub(done.refusals.len());
             done.refusals.extend(d.refusals.into_iter().take(room));
         }
         Some(done)

@@ -3,8 +3,8 @@
 //! is checked where it is used, so a damaged image gets messages, not a panic.
 
 use std::path::Path;
-use sufs::dev::{BlockDevice, FileDevice};
-use sufs::format::{self, CgHeader, Dinode, Superblock};
+use sufs_fs::dev::{BlockDevice, FileDevice};
+use sufs_fs::format::{self, CgHeader, Dinode, Superblock};
 
 use super::*;
 

@@ -4,11 +4,11 @@ use clap::Parser;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
-use sufs::crashtest::CrashOptions;
-use sufs::fs::mountopt::MountOpts;
-use sufs::fsck;
-use sufs::helper;
-use sufs::syncer::SyncerOptions;
+use sufs_fs::fsck;
+use sufs_fs::policy::SyncerOptions;
+use sufs_lab::crashtest::CrashOptions;
+use sufs_mount::helper;
+use sufs_mount::options::MountOpts;
 
 mod args;
 mod bench;
@@ -42,7 +42,7 @@ pub(crate) fn main() -> ExitCode {
     if name.as_deref() == Some(helper::HELPER_NAME) {
         return helper_main(&args[1..]);
     }
-    sufs::progress::enable_on_terminal();
+    sufs_fs::progress::enable_on_terminal();
     let cli = Cli::parse();
     if !matches!(cli.cmd, Cmd::Mount { .. }) {
         quiet_broken_pipe();
@@ -175,7 +175,7 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             which: Some(BenchCmd::Br { size, file, ios, file_ios, tree, tree_files, copies, dir, seed, json }),
             ..
         } => {
-            let o = sufs::bench_br::BrBenchOptions {
+            let o = sufs_lab::bench_br::BrBenchOptions {
                 blocks: size / 4096,
                 file_blocks: file / 4096,
                 ios,
@@ -192,7 +192,7 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             cmd_bench_update(trials, seconds, &disk, seed, &out, json).map(|_| 0)
         }
         Cmd::Bench { which: Some(BenchCmd::Papers { paper, quick, out, dir, seed }), .. } => {
-            let o = sufs::papers::PapersOptions { quick, out, dir, seed };
+            let o = sufs_lab::papers::PapersOptions { quick, out, dir, seed };
             cmd_bench_papers(paper.as_deref(), &o)
         }
         Cmd::Bench { which: Some(BenchCmd::Scale { size, files, dir, json }), .. } => {
@@ -202,7 +202,7 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             which: Some(BenchCmd::ScaleStep { image, step, layout, files, cache_blocks, softdep_limit }),
             ..
         } => {
-            let r = sufs::sim::bench_scale::step(&image, step, layout, files, cache_blocks, softdep_limit)
+            let r = sufs_lab::bench_scale::step(&image, step, layout, files, cache_blocks, softdep_limit)
                 .map_err(|e| Fail(e.to_string(), 1))?;
             println!("{}", serde_json::to_string(&r)?);
             Ok(0)
@@ -221,7 +221,7 @@ fn own_args() -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use sufs::fs::mountopt::parse_size;
+    use sufs_mount::options::parse_size;
 
     #[test]
     fn sizes_parse() {

@@ -1,24 +1,25 @@
 //! Mounting: `sufs mount` (the gate on unclean images, the daemon, the syncer and control channel), mount(8)'s helper, remount and `sufs umount`.
 
 use clap::Parser;
+use fuse_uring::{self, Transport};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use sufs::clock::{Clock, RealClock};
-use sufs::ctl::{self, CtlClient, CtlServer};
-use sufs::dev::BlockDevice;
-use sufs::files::{open_private, private_dir, write_private, Existing};
-use sufs::format;
-use sufs::format::Superblock;
-use sufs::fs::mountopt::MountOpts;
-use sufs::fs::{Fs, FsStats, MountOptions, Ordering};
-use sufs::fuse::{self as fusemount, lock, SufsFuse};
-use sufs::helper;
-use sufs::mount::transport::{self, Negotiated, Transport};
-use sufs::syncer::{Syncer, SyncerOptions};
-use sufs::volume::{PoolOptions, Refiller, SnapshotDevice, StoreKind, VolumeDevice};
+use sufs_fs::clock::{Clock, RealClock};
+use sufs_fs::dev::BlockDevice;
+use sufs_fs::files::{open_private, private_dir, write_private, Existing};
+use sufs_fs::format;
+use sufs_fs::format::Superblock;
+use sufs_fs::fs::{Fs, FsStats, MountOptions, Ordering};
+use sufs_fs::policy::SyncerOptions;
+use sufs_fs::volume::{PoolOptions, Refiller, SnapshotDevice, StoreKind, VolumeDevice};
+use sufs_mount::ctl::{self, CtlClient, CtlServer};
+use sufs_mount::fuse::{self as fusemount, lock, FuseOptions, SufsFuse};
+use sufs_mount::helper;
+use sufs_mount::options::MountOpts;
+use sufs_mount::syncer::Syncer;
 
 use super::*;
 
@@ -187,23 +188,24 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     let mut ctl = CtlServer::start(&ctl::socket_path(image), shared.clone())?;
     let mut refiller = vol.filter(|v| v.kind() == StoreKind::Br).map(|v| Refiller::start(v, shared.clone()));
 
-    let sufs_checks = args.opts.sufs_checks.unwrap_or(false);
+    let fuse = FuseOptions {
+        transport: args.transport,
+        threads: args.threads,
+        writeback_cache: writeback,
+        sufs_checks: args.opts.sufs_checks.unwrap_or(false),
+    };
     let abs = std::fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
-    // The classic reader serves everything on a classic mount; beside a ring, only what the
-    // kernel still sends through /dev/fuse (FORGET, INTERRUPT) and what comes before it is up.
-    let classic_threads = if args.transport == Transport::Classic { args.threads } else { 1 };
-    let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, classic_threads, sufs_checks);
+    let mut config = fusemount::config(format!("sufs:{}", abs.display()), ro, &fuse);
     config.mount_options.extend(fuse_options);
-    let negotiated = Negotiated::new(args.transport);
-    let sufs =
-        SufsFuse::new(shared.clone(), sufs_checks).with_transport(negotiated.clone()).with_writeback_cache(writeback);
+    let sufs = SufsFuse::new(shared.clone(), &fuse);
+    let negotiated = sufs.negotiated();
     let notifier = sufs.notifier_slot();
     let mut session = fuser::Session::new(sufs, dir, &config)
         .map_err(|e| Fail(format!("cannot mount {} on {}: {e}", image.display(), dir.display()), 32))?;
     let _ = notifier.set(session.notifier());
     // io_uring asked for and not offered: no mount (unmounted again before anyone is told of
     // it), but the file system is unmounted cleanly all the same.
-    let refused = transport::refusal(args.transport, &negotiated);
+    let refused = fuse_uring::refusal(fuse.transport, &negotiated);
     ctl.on_stale(fusemount::stale_sink(session.notifier()));
     let handle = unmount_on_signals(session.unmount_callable())?;
     let mut syncer = Syncer::start(shared.clone(), sync);
@@ -220,7 +222,7 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
         }
         None => {
             notify_ready();
-            transport::run(session, args.transport, &negotiated, args.threads, &mut |m| eprintln!("sufs: {m}"))
+            fuse_uring::run(session, fuse.transport, &negotiated, fuse.threads, &mut |m| eprintln!("sufs: {m}"))
                 .map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1))
         }
     };
@@ -477,9 +479,9 @@ fn preen_first(image: &Path) -> Result<(), Fail> {
     // Held while fsck runs: no mount may start meanwhile.
     let lock = std::fs::File::open(image).map_err(|e| fail(e.to_string()))?;
     lock.try_lock().map_err(|_| fail("the image is in use".into()))?;
-    let dev = sufs::fsck::open_image_at(image, true, None).map_err(|e| fail(e.to_string()))?;
-    let opts = sufs::fsck::Options { mode: sufs::fsck::Mode::Preen, force: false, superblock: None };
-    let report = sufs::fsck::run(&dev, &opts).map_err(|e| fail(e.to_string()))?;
+    let dev = sufs_fs::fsck::open_image_at(image, true, None).map_err(|e| fail(e.to_string()))?;
+    let opts = sufs_fs::fsck::Options { mode: sufs_fs::fsck::Mode::Preen, force: false, superblock: None };
+    let report = sufs_fs::fsck::run(&dev, &opts).map_err(|e| fail(e.to_string()))?;
     if let Some(why) = &report.refused {
         return Err(fail(format!("{why}: run `sufs fsck -y` first")));
     }
@@ -522,7 +524,7 @@ pub(crate) fn mkfs_sized(image: &Path, size: u64, quiet: bool) -> Result<(), Fai
 /// writes everything and marks the image clean; read-write goes to the file system first (it
 /// refuses an image that needs fsck), then the kernel.
 pub(crate) fn cmd_remount(dir: &Path, opts: &MountOpts) -> Result<(), Fail> {
-    use sufs::fs::mountopt::{AtimePolicy, Remount};
+    use sufs_fs::fs::mountopt::{AtimePolicy, Remount};
     let (abs, image) = mounted_image(dir)?;
     if unsafe { libc::geteuid() } != 0 {
         return Err(Fail(format!("remount of {}: only root can remount", dir.display()), 32));
@@ -614,7 +616,7 @@ pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
     }
     let Some(image) = image else { return Ok(()) };
     // Still shown elsewhere (a second mount of the image): its daemon goes on serving.
-    if sufs::helper::mount_point_of(Path::new(&image)).is_some() {
+    if sufs_mount::helper::mount_point_of(Path::new(&image)).is_some() {
         return Ok(());
     }
     match watch.as_mut() {
@@ -639,7 +641,7 @@ pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
 /// Instant restart: an image that soft updates left unclean is checked in the background once the
 /// mount has started, as `sufs fsck --background` does but with the requests going to the file
 /// system directly (not its control channel), and what it reclaims goes to the mount's log.
-pub(crate) fn start_background_fsck(image: PathBuf, fs: sufs::fs::SharedFs) -> Option<std::thread::JoinHandle<()>> {
+pub(crate) fn start_background_fsck(image: PathBuf, fs: sufs_fs::fs::SharedFs) -> Option<std::thread::JoinHandle<()>> {
     let spawned = std::thread::Builder::new().name("sufs-bgfsck".into()).spawn(move || {
         println!("sufs: {} was not unmounted cleanly: checking it in the background", image.display());
         match cmd_fsck_background(&image, Some(fs.clone())) {

@@ -2,9 +2,9 @@
 //! superblock's settings, `sufs growfs` grows the image and the file system.
 
 use std::path::Path;
-use sufs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
-use sufs::format::{self, Superblock};
-use sufs::fs::Ordering;
+use sufs_fs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
+use sufs_fs::format::{self, Superblock};
+use sufs_fs::fs::Ordering;
 
 use super::*;
 
@@ -58,7 +58,7 @@ pub(crate) fn refuse_unclean(image: &Path, sb: &Superblock) -> Result<(), Fail> 
 
 /// Writes the primary superblock (the rest of block 0 kept) and reads it back.
 pub(crate) fn write_superblock(dev: &dyn BlockDevice, sb: &Superblock) -> Result<(), Fail> {
-    let op = |e: sufs::dev::DevError| Fail(format!("writing the superblock: {e}"), 8);
+    let op = |e: sufs_fs::dev::DevError| Fail(format!("writing the superblock: {e}"), 8);
     let mut buf = vec![0u8; dev.block_size()];
     dev.read_block(0, &mut buf).map_err(op)?;
     sb.encode(&mut buf);
@@ -117,7 +117,7 @@ fn print_tune(sb: &Superblock) {
 
 /// `sufs growfs`: extends the image file to `size` (sparse) and grows the file system into it.
 pub(crate) fn cmd_growfs(image: &Path, size: u64) -> Result<u8, Fail> {
-    use sufs::fs::growfs::{self, GrowError};
+    use sufs_fs::fs::growfs::{self, GrowError};
     let meta = std::fs::metadata(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
     if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
         return Err(Fail(
@@ -169,7 +169,7 @@ fn refuse_reserve(image: &Path, dev: FileDevice, sb: &Superblock) -> Result<(), 
         ));
     }
     let dev: std::sync::Arc<dyn BlockDevice> = std::sync::Arc::new(dev);
-    let found = sufs::volume::VolumeDevice::open(dev, sufs::volume::PoolOptions::default())
+    let found = sufs_fs::volume::VolumeDevice::open(dev, sufs_fs::volume::PoolOptions::default())
         .map_err(|e| Fail(format!("{}: looking for a volume snapshot: {e}", image.display()), 8))?;
     if found.is_some() {
         return Err(Fail(
@@ -180,7 +180,7 @@ fn refuse_reserve(image: &Path, dev: FileDevice, sb: &Superblock) -> Result<(), 
     Ok(())
 }
 
-fn print_growth(image: &Path, g: &sufs::fs::growfs::Growth) {
+fn print_growth(image: &Path, g: &sufs_fs::fs::growfs::Growth) {
     let mib = |sb: &Superblock| (sb.num_blocks * sb.block_size as u64) >> 20;
     println!(
         "{}: grew from {} blocks ({} MiB, {} groups) to {} blocks ({} MiB, {} groups); {} blocks and {} inodes free",

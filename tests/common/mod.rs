@@ -9,10 +9,10 @@ pub mod tree;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use sufs::clock::SimClock;
-use sufs::dev::{BlockDevice, MemDevice};
-use sufs::format::ROOT_INO;
-use sufs::fs::{mkfs, Fs, FsError, MkfsOptions, MountOptions, Ordering};
+use sufs_fs::clock::SimClock;
+use sufs_fs::dev::{BlockDevice, MemDevice};
+use sufs_fs::format::ROOT_INO;
+use sufs_fs::fs::{mkfs, Fs, FsError, MkfsOptions, MountOptions, Ordering};
 
 pub fn new_image(nblocks: u64) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(4096, nblocks));
@@ -62,13 +62,13 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 
 /// fsck of the device must find nothing.
 pub fn assert_clean(dev: &MemDevice) {
-    let report = sufs::fsck::check(dev).expect("fsck runs");
+    let report = sufs_fs::fsck::check(dev).expect("fsck runs");
     let found: Vec<String> = report.findings.iter().map(|f| format!("{:?}: {f}", f.class())).collect();
     assert!(found.is_empty(), "fsck findings:\n{}", found.join("\n"));
     let mut buf = vec![0u8; dev.block_size()];
     dev.read_block(0, &mut buf).expect("read the superblock");
-    let sb = sufs::format::Superblock::decode(&buf).expect("superblock");
-    assert_eq!(sb.flags & sufs::format::SB_NEEDS_FSCK, 0, "a mount marked the file system for fsck");
+    let sb = sufs_fs::format::Superblock::decode(&buf).expect("superblock");
+    assert_eq!(sb.flags & sufs_fs::format::SB_NEEDS_FSCK, 0, "a mount marked the file system for fsck");
 }
 
 /// The `sufs` binary under test.

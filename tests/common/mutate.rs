@@ -11,11 +11,11 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use sufs::clock::SimClock;
-use sufs::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
-use sufs::format::*;
-use sufs::fs::xattr::XattrMode;
-use sufs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
+use sufs_fs::clock::SimClock;
+use sufs_fs::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
+use sufs_fs::format::*;
+use sufs_fs::fs::xattr::XattrMode;
+use sufs_fs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
 
 /// Blocks of the workload's device: two cylinder groups, so that there is a superblock copy.
 pub const IMAGE_BLOCKS: u64 = 30000;

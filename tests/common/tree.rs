@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use sufs::format::ROOT_INO;
-use sufs::fs::{Fs, FsError, RenameFlags, SetAttr};
+use sufs_fs::format::ROOT_INO;
+use sufs_fs::fs::{Fs, FsError, RenameFlags, SetAttr};
 
 use super::{parent_of, pattern, resolve};
 

@@ -1,0 +1,232 @@
+//! FFS's dirhash: an in-memory index of a large directory, so that a lookup or an insert does not
+//! scan every block (without it, creating n files in one directory costs O(n²)). It maps each
+//! name to the (logical block, offset) of its entry and keeps, per block, the largest record
+//! space a new entry could use. It is never written to disk and is rebuilt from the blocks.
+//!
+//! Invariant: for an indexed directory, `names` holds exactly the live entries of its blocks at
+//! the offsets they have there, and `slack[lbn]` is the largest free space of block `lbn`. Entry
+//! offsets are stable (inserts split a record, removes merge into the previous one), so only the
+//! changed entry and its block's slack need updating.
+
+use std::collections::HashMap;
+
+use crate::format::{dir_iter, DirError};
+
+#[derive(Debug, Default)]
+pub struct DirHash {
+    names: HashMap<Box<[u8]>, (u64, u32)>,
+    slack: SlackTree,
+}
+
+/// The largest free record space of each block, in a tree of maxima over the blocks, so that
+/// the first block with room for a new entry is found in O(log n) (FreeBSD's dirhash keeps the
+/// first block of each free-space bucket, `dh_firstfree`, to the same end): a directory of a
+/// million entries has thousands of blocks, and a scan of them all per create made filling it
+/// quadratic.
+///
+/// Invariant: `t[cap + i]` is block `i`'s slack for `i < len` and 0 past it, and every inner
+/// node `t[k]` (1 <= k < cap) is the larger of `t[2k]` and `t[2k + 1]`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct SlackTree {
+    len: usize,
+    /// Leaves: a power of two at least `len` (0 while empty).
+    cap: usize,
+    t: Vec<u32>,
+}
+
+impl SlackTree {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Block `i`'s slack is `s` (blocks up to `i` that were not there have none).
+    fn set(&mut self, i: usize, s: u32) {
+        if i >= self.cap {
+            self.grow((i + 1).next_power_of_two());
+        }
+        self.len = self.len.max(i + 1);
+        let mut k = self.cap + i;
+        self.t[k] = s;
+        while k > 1 {
+            k /= 2;
+            self.t[k] = self.t[2 * k].max(self.t[2 * k + 1]);
+        }
+    }
+
+    fn grow(&mut self, cap: usize) {
+        assert!(cap.is_power_of_two() && cap > self.cap);
+        let mut t = vec![0; 2 * cap];
+        t[cap..cap + self.len].copy_from_slice(&self.t[self.cap..self.cap + self.len]);
+        for k in (1..cap).rev() {
+            t[k] = t[2 * k].max(t[2 * k + 1]);
+        }
+        self.cap = cap;
+        self.t = t;
+    }
+
+    /// The first block whose slack is at least `need` (> 0).
+    fn first_at_least(&self, need: u32) -> Option<usize> {
+        assert!(need > 0);
+        if self.cap == 0 || self.t[1] < need {
+            return None;
+        }
+        let mut k = 1;
+        while k < self.cap {
+            k = if self.t[2 * k] >= need { 2 * k } else { 2 * k + 1 };
+        }
+        debug_assert!(k - self.cap < self.len);
+        Some(k - self.cap)
+    }
+}
+
+/// Directories with at least this many blocks are indexed.
+pub const DIRHASH_MIN_BLOCKS: u64 = 2;
+
+/// The largest free space of any record in a directory block.
+pub fn block_slack(block: &[u8]) -> Result<u32, DirError> {
+    let mut best = 0;
+    for e in dir_iter(block) {
+        best = best.max(e?.slack() as u32);
+    }
+    Ok(best)
+}
+
+impl DirHash {
+    /// Adds one block's entries (blocks are added in order; a hole is an empty block).
+    pub fn add_block(&mut self, lbn: u64, block: Option<&[u8]>) -> Result<(), DirError> {
+        self.add_block_except(lbn, block, |_| false)
+    }
+
+    /// As `add_block`, leaving out the entries at the offsets `hidden` accepts (names kept on
+    /// disk but gone for users, which may share their name with a live entry).
+    pub fn add_block_except(
+        &mut self,
+        lbn: u64,
+        block: Option<&[u8]>,
+        hidden: impl Fn(usize) -> bool,
+    ) -> Result<(), DirError> {
+        debug_assert_eq!(lbn as usize, self.slack.len());
+        let Some(block) = block else {
+            self.slack.set(lbn as usize, 0);
+            return Ok(());
+        };
+        let mut best = 0;
+        for e in dir_iter(block) {
+            let e = e?;
+            best = best.max(e.slack() as u32);
+            if e.ino != 0 && !hidden(e.offset) {
+                self.names.insert(e.name.into(), (lbn, e.offset as u32));
+            }
+        }
+        self.slack.set(lbn as usize, best);
+        Ok(())
+    }
+
+    pub fn get(&self, name: &[u8]) -> Option<(u64, usize)> {
+        self.names.get(name).map(|&(l, o)| (l, o as usize))
+    }
+
+    /// The first block with room for an entry needing `need` bytes.
+    pub fn block_with_room(&self, need: usize) -> Option<u64> {
+        self.slack.first_at_least(need as u32).map(|i| i as u64)
+    }
+
+    pub fn inserted(&mut self, name: &[u8], lbn: u64, off: usize, new_slack: u32) {
+        self.names.insert(name.into(), (lbn, off as u32));
+        self.set_slack(lbn, new_slack);
+    }
+
+    pub fn removed(&mut self, name: &[u8], lbn: u64, new_slack: u32) {
+        self.names.remove(name);
+        self.set_slack(lbn, new_slack);
+    }
+
+    /// Forgets a name whose entry is hidden (its space stays taken).
+    pub fn hide(&mut self, name: &[u8], lbn: u64, off: usize) {
+        if self.names.get(name) == Some(&(lbn, off as u32)) {
+            self.names.remove(name);
+        }
+    }
+
+    /// A hidden entry is live again (a rename undone before its old name left the disk).
+    pub fn unhide(&mut self, name: &[u8], lbn: u64, off: usize) {
+        self.names.insert(name.into(), (lbn, off as u32));
+    }
+
+    pub fn set_slack(&mut self, lbn: u64, s: u32) {
+        self.slack.set(lbn as usize, s);
+    }
+
+    /// The names indexed (the tests' view).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::*;
+
+    #[test]
+    fn index_follows_inserts_and_removes() {
+        let mut blocks = vec![vec![0u8; 4096], vec![0u8; 4096]];
+        for b in &mut blocks {
+            dir_init_block(b);
+        }
+        let mut h = DirHash::default();
+        h.add_block(0, Some(&blocks[0])).unwrap();
+        h.add_block(1, Some(&blocks[1])).unwrap();
+        assert_eq!(h.block_with_room(20), Some(0));
+        for i in 0..120u32 {
+            let name = format!("entry-{i}");
+            let lbn = h.block_with_room(dirent_size(name.len())).unwrap();
+            let b = &mut blocks[lbn as usize];
+            let at = dir_find_space(b, name.len()).unwrap().unwrap();
+            let off = dir_insert(b, at, 10 + i, DT_REG, name.as_bytes()).unwrap();
+            let s = block_slack(b).unwrap();
+            h.inserted(name.as_bytes(), lbn, off, s);
+        }
+        assert_eq!(h.len(), 120);
+        // Every indexed location holds its name.
+        for i in 0..120u32 {
+            let name = format!("entry-{i}");
+            let (lbn, off) = h.get(name.as_bytes()).unwrap();
+            let e = dir_iter(&blocks[lbn as usize]).map(|e| e.unwrap()).find(|e| e.offset == off).unwrap();
+            assert_eq!(e.name, name.as_bytes());
+        }
+        let (lbn, off) = h.get(b"entry-7").unwrap();
+        dir_remove(&mut blocks[lbn as usize], off).unwrap();
+        let s = block_slack(&blocks[lbn as usize]).unwrap();
+        h.removed(b"entry-7", lbn, s);
+        assert!(h.get(b"entry-7").is_none());
+        // A rebuilt index agrees with the maintained one.
+        let mut r = DirHash::default();
+        r.add_block(0, Some(&blocks[0])).unwrap();
+        r.add_block(1, Some(&blocks[1])).unwrap();
+        assert_eq!(r.names, h.names);
+        assert_eq!(r.slack, h.slack);
+    }
+
+    /// The tree finds what a scan of the blocks in order finds, as blocks come and change.
+    #[test]
+    fn slack_tree_finds_the_first_block_with_room() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let mut tree = SlackTree::default();
+        let mut plain: Vec<u32> = Vec::new();
+        for _ in 0..5000 {
+            let i = rng.gen_range(0..plain.len() + 2);
+            let s = rng.gen_range(0..4096);
+            if i >= plain.len() {
+                plain.resize(i + 1, 0);
+            }
+            plain[i] = s;
+            tree.set(i, s);
+            assert_eq!(tree.len(), plain.len());
+            let need = rng.gen_range(1..4200);
+            assert_eq!(tree.first_at_least(need), plain.iter().position(|&x| x >= need));
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! The dependency structures of soft updates (the paper's Table 1, FreeBSD's softdep.h): each
+//! starts with a `WorkList` header, its kind and its `DepState`.
+
+use crate::fixed_hash::HashMap;
+
+pub type Epoch = u64;
+
+bitflags::bitflags! {
+    /// The state bits of a dependency (FreeBSD's `wk_state`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct DepState: u16 {
+        /// Recorded against the buffer that holds the change.
+        const ATTACHED = 1;
+        /// What it waits for outside its own block is on disk (a bitmap bit; for an entry, the
+        /// inode it names).
+        const DEPCOMPLETE = 1 << 1;
+        /// Its own block is on disk (a new block's first contents; an entry's block carrying it).
+        const COMPLETE = 1 << 2;
+        /// An entry that changes an existing one (rename over a name): rolled back to the old inode.
+        const DIRCHG = 1 << 3;
+        /// mkdir: the new directory's first block is not yet on disk and pointed to.
+        const MKDIR_BODY = 1 << 4;
+        /// mkdir: the parent's raised link count is not yet on disk.
+        const MKDIR_PARENT = 1 << 5;
+        /// A new entry whose name an old entry of the same directory still has on disk (a
+        /// rename's hidden old name): it waits for that one's removal, or a lookup after a
+        /// crash would find the old entry first.
+        const NAMESAKE = 1 << 6;
+        const ALLCOMPLETE = Self::ATTACHED.bits() | Self::DEPCOMPLETE.bits() | Self::COMPLETE.bits();
+    }
+}
+
+/// The kinds of Table 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepKind {
+    BmSafeMap,
+    InodeDep,
+    NewBlk,
+    AllocDirect,
+    IndirDep,
+    AllocIndir,
+    PageDep,
+    DirAdd,
+    Mkdir,
+    DirRem,
+    FreeBlks,
+    FreeFile,
+}
+
+/// The header every dependency starts with (FreeBSD's `struct worklist`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkList {
+    pub kind: DepKind,
+    pub state: DepState,
+}
+
+impl WorkList {
+    pub(crate) fn new(kind: DepKind, state: DepState) -> WorkList {
+        WorkList { kind, state }
+    }
+}
+
+/// Where a pointer lives in a dinode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PtrSlot {
+    Direct(usize),
+    Indirect(usize),
+    /// A block of the extended-attribute area (`extb[i]`; FreeBSD's extupdt list).
+    Ext(usize),
+}
+
+/// A newly allocated block: DEPCOMPLETE once its bitmap bit is on disk, COMPLETE once its first
+/// contents are.
+#[derive(Debug, Clone, Copy)]
+pub struct NewBlk {
+    pub wk: WorkList,
+    /// The indirect block and slot whose `AllocIndir` points to it, so that freeing the block
+    /// finds that dependency without a scan of every indirect block's.
+    pub indir: Option<(u64, usize)>,
+}
+
+/// A new block pointer in a dinode.
+#[derive(Debug, Clone, Copy)]
+pub struct AllocDirect {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
+    pub wk: WorkList,
+    pub slot: PtrSlot,
+    /// First logical block the pointer maps (for the size roll-back of a directory).
+    pub lbn: u64,
+    pub bno: u64,
+    /// A new directory's first block (it holds ".."): pointed to on disk only once the parent's
+    /// raised link count is on disk (MKDIR_PARENT on the body too): the parent, until its
+    /// `BodyParent` op completes.
+    pub parent: Option<u32>,
+}
+
+/// A new block pointer in an indirect block.
+#[derive(Debug, Clone, Copy)]
+pub struct AllocIndir {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
+    pub wk: WorkList,
+    pub idx: usize,
+    pub bno: u64,
+}
+
+/// An indirect block with new pointers not yet safe to write.
+#[derive(Debug)]
+pub struct IndirDep {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
+    pub wk: WorkList,
+    pub allocindirs: HashMap<usize, AllocIndir>,
+    /// The block as last handed to the device: every pointer in it complete. Present while the
+    /// disk holds a rolled-back version.
+    pub safe_copy: Option<Box<[u8]>>,
+}
+
+/// An entry of a `PageDep` (directory block, offset, the epoch the entry was made in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirAddRef {
+    pub dirblk: u64,
+    pub off: usize,
+    pub epoch: Epoch,
+}
+
+/// mkdir's extra requirements of its entry: MKDIR_BODY (on the new directory's inodedep) or
+/// MKDIR_PARENT (on the parent's).
+#[derive(Debug, Clone, Copy)]
+pub struct Mkdir {
+    pub wk: WorkList,
+    pub diradd: DirAddRef,
+}
+
+/// What waits on an inode's write (an inodedep's pending ops).
+#[derive(Debug, Clone, Copy)]
+pub enum PendingOp {
+    /// The entry naming the inode: DEPCOMPLETE once the inode is written after it was made.
+    DirAdd(DirAddRef),
+    Mkdir(Mkdir),
+    /// On a parent: the first block of its new subdirectory `child` (whose ".." names it) may be
+    /// pointed to once the parent's raised link count, made before `epoch`, is written. Kept
+    /// here, rather than compared with the parent's last write, so that the parent's record
+    /// cannot be dropped as idle before it is met (a record made again after that knows no
+    /// earlier write, and the child's pointer would wait for a write that may never come).
+    BodyParent {
+        child: u32,
+        epoch: Epoch,
+    },
+}
+
+impl PendingOp {
+    /// The entry the op belongs to (none for `BodyParent`).
+    pub(crate) fn diradd(&self) -> Option<DirAddRef> {
+        match self {
+            PendingOp::DirAdd(r) => Some(*r),
+            PendingOp::Mkdir(m) => Some(m.diradd),
+            PendingOp::BodyParent { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct InodeDep {
+    /// DEPCOMPLETE: the inode's bitmap bit is on disk (not yet only for a newly allocated one).
+    pub wk: WorkList,
+    pub is_dir: bool,
+    /// Capture epoch of the last write of its block that carried this dinode as it was in memory.
+    pub disk_epoch: Epoch,
+    /// Pending ops: entries and mkdir requirements waiting for this inode to be written.
+    pub pending: Vec<PendingOp>,
+    /// Buf wait: work that runs once the inode's block has been written after the epoch.
+    pub bufwait: Vec<(Epoch, Task)>,
+    /// Inode wait: such work recorded before the dinode was copied into its buffer.
+    pub inowait: Vec<Task>,
+    /// Buffer update: new pointers in the dinode as its buffer holds it.
+    pub inoupdt: Vec<AllocDirect>,
+    /// Incore update: new pointers only in the in-memory dinode so far.
+    pub newinoupdt: Vec<AllocDirect>,
+    /// The extended-attribute area the disk holds (`extsize`, `extb`) while a new one's blocks
+    /// (`PtrSlot::Ext` allocdirects) are not ready: an inode write rolls the whole area back to
+    /// it, as FreeBSD rolls `di_extb` back to `ad_oldblkno`.
+    pub ext_old: Option<(u32, [u64; crate::format::NXADDR])>,
+    /// Ext wait: the old area's blocks, freed once the inode is on disk with its new area
+    /// (FreeBSD hangs them on the allocdirect as its freefrag).
+    pub extwait: Vec<Task>,
+}
+
+impl InodeDep {
+    pub(crate) fn new(state: DepState, is_dir: bool) -> InodeDep {
+        InodeDep {
+            wk: WorkList::new(DepKind::InodeDep, state),
+            is_dir,
+            disk_epoch: 0,
+            pending: Vec::new(),
+            bufwait: Vec::new(),
+            inowait: Vec::new(),
+            inoupdt: Vec::new(),
+            newinoupdt: Vec::new(),
+            ext_old: None,
+            extwait: Vec::new(),
+        }
+    }
+
+    pub(crate) fn bitmap_done(&self) -> bool {
+        self.wk.state.contains(DepState::DEPCOMPLETE)
+    }
+
+    pub(crate) fn allocdirects(&self) -> impl Iterator<Item = &AllocDirect> {
+        self.inoupdt.iter().chain(&self.newinoupdt)
+    }
+
+    /// True while a new extended-attribute area is not on disk.
+    pub(crate) fn ext_pending(&self) -> bool {
+        self.allocdirects().any(|a| matches!(a.slot, PtrSlot::Ext(_)))
+    }
+
+    /// Nothing to track: allocated on disk, no new pointers, no work waiting on it.
+    pub(crate) fn idle(&self) -> bool {
+        self.bitmap_done()
+            && self.inoupdt.is_empty()
+            && self.newinoupdt.is_empty()
+            && self.pending.is_empty()
+            && self.bufwait.is_empty()
+            && self.inowait.is_empty()
+            && self.extwait.is_empty()
+    }
+}
+
+/// freeblks: blocks that return to the free map once the pointers to them are nullified on
+/// disk; `then` runs after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FreeBlks {
+    pub ino: u32,
+    pub blocks: Vec<u64>,
+    pub then: Vec<Task>,
+}
+
+/// freefile: an inode that returns to the free map once its cleared dinode is on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FreeFile {
+    pub ino: u32,
+    pub is_dir: bool,
+}
+
+/// A work item: what the work list holds once the writes it waited for are done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Task {
+    /// dirrem: the name is gone on disk; drop one link of the inode.
+    DropLink(u32),
+    /// dirrem of rmdir (or a directory replaced by rename): the child's name is gone on disk;
+    /// free the child, and once its block pointers are nullified on disk, the parent (if any)
+    /// loses the link of "..".
+    RmdirChild {
+        child: u32,
+        parent: Option<u32>,
+    },
+    FreeBlks(FreeBlks),
+    FreeFile(FreeFile),
+    /// A name hidden from lookups but kept on disk (rename's old name, until the new name is on
+    /// disk: rule 3; a removed directory's name, until the names it still holds may go) is now
+    /// removed, once `wait` allows; `tasks` follow that removal to disk.
+    RemoveOldName {
+        dir: u32,
+        wait: NameWait,
+        bno: u64,
+        lbn: u64,
+        off: usize,
+        tasks: Vec<Task>,
+    },
+    /// The hidden namesake of the new entry at `off` of `dirblk` is gone on disk: the entry
+    /// may be written (clears its NAMESAKE).
+    NamesakeGone {
+        dirblk: u64,
+        off: usize,
+    },
+}
+
+/// What a hidden name's removal waits for besides its own trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameWait {
+    /// A rename's new name is in this directory: its path must be reachable on disk.
+    NewPath(u32),
+    /// The name is of this removed directory: the hidden names it holds must go first (their
+    /// files are reachable elsewhere on disk only once those names may go).
+    Emptied(u32),
+}
+
+impl Task {
+    pub fn kind(&self) -> DepKind {
+        match self {
+            Task::FreeBlks(_) => DepKind::FreeBlks,
+            Task::FreeFile(_) => DepKind::FreeFile,
+            _ => DepKind::DirRem,
+        }
+    }
+}
+
+/// A new (or changed, DIRCHG) directory entry.
+#[derive(Debug)]
+pub struct DirAdd {
+    pub wk: WorkList,
+    pub off: usize,
+    pub ino: u32,
+    /// What the entry held on disk before (0 for a new entry).
+    pub old_ino: u32,
+    pub old_dtype: u8,
+    pub epoch: Epoch,
+    /// mkdir: the parent, whose raised link count must be on disk (MKDIR_PARENT).
+    pub parent: Option<u32>,
+    /// Work items that run once the entry is on disk (a replaced inode's dirrem).
+    pub on_complete: Vec<Task>,
+}
+
+impl DirAdd {
+    /// Safe to write: the inode is on disk and no mkdir requirement is left.
+    pub(crate) fn ready(&self) -> bool {
+        self.wk.state.contains(DepState::DEPCOMPLETE)
+            && !self.wk.state.intersects(DepState::MKDIR_BODY | DepState::MKDIR_PARENT | DepState::NAMESAKE)
+    }
+}
+
+/// A removed entry: its work items run once a write after the removal is on disk.
+#[derive(Debug)]
+pub struct DirRem {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
+    pub wk: WorkList,
+    pub epoch: Epoch,
+    pub tasks: Vec<Task>,
+}
+
+#[derive(Debug)]
+pub struct PageDep {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
+    pub wk: WorkList,
+    pub diradds: Vec<DirAdd>,
+    pub dirrems: Vec<DirRem>,
+}
+
+impl Default for PageDep {
+    fn default() -> PageDep {
+        PageDep { wk: WorkList::new(DepKind::PageDep, DepState::ATTACHED), diradds: Vec::new(), dirrems: Vec::new() }
+    }
+}
+
+/// A cylinder group's bitmap block: the new inodes and blocks waiting for it to reach disk.
+#[derive(Debug)]
+pub struct BmSafeMap {
+    #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
+    pub wk: WorkList,
+    pub inodedeps: Vec<u32>,
+    pub newblks: Vec<u64>,
+}
+
+impl Default for BmSafeMap {
+    fn default() -> BmSafeMap {
+        BmSafeMap {
+            wk: WorkList::new(DepKind::BmSafeMap, DepState::ATTACHED),
+            inodedeps: Vec::new(),
+            newblks: Vec::new(),
+        }
+    }
+}
+
+/// What a write in flight carried, to be retired when it completes.
+#[derive(Debug, Default)]
+pub(crate) struct Inflight {
+    pub(crate) epoch: Epoch,
+    pub(crate) rolled_back: bool,
+    pub(crate) inodes_written: Vec<u32>,
+    pub(crate) direct_done: Vec<(u32, u64)>,
+    pub(crate) indir_done: Vec<u64>,
+    /// Entries the copy carries: (offset, the diradd's epoch). An entry removed and made again
+    /// at the same offset while the write is in flight has a later epoch: not carried.
+    pub(crate) diradds_done: Vec<(usize, Epoch)>,
+    /// A group header: the inodes and blocks its bitmaps carried (allocations made while the
+    /// write is in flight are not in the copy, and stay waiting).
+    pub(crate) bmsafe: Option<(Vec<u32>, Vec<u64>)>,
+    /// The block was new (a `NewBlk`) when its copy was made: this write carries its first contents.
+    pub(crate) first_contents: bool,
+}
+
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct SoftdepStats {
+    pub rollbacks: u64,
+    pub tasks_run: u64,
+    pub max_deps: usize,
+}
