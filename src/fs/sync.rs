@@ -194,20 +194,4 @@ impl Fs {
         }
         Ok((inos, name_blocks))
     }
-
-    /// `dir` and its ancestors up to the root (not included), by "..": as far as the path can be
-    /// followed (a directory removed meanwhile ends it).
-    pub(super) fn ancestors(&mut self, dir: Option<u32>) -> FsResult<Vec<u32>> {
-        let mut out = Vec::new();
-        let Some(mut dir) = dir else { return Ok(out) };
-        while dir != ROOT_INO && out.len() < 4096 && !out.contains(&dir) {
-            out.push(dir);
-            let Ok(mut d) = self.dir_inode(dir) else { break };
-            match self.find_entry(dir, &mut d, b"..")? {
-                Some(e) => dir = e.ino,
-                None => break,
-            }
-        }
-        Ok(out)
-    }
 }
