@@ -13,6 +13,7 @@
 //! makes, not once per write.
 
 use super::*;
+use crate::fixed_hash::HashSet;
 
 /// What a walk up from a directory found.
 #[derive(Debug, Clone, Copy)]
@@ -39,7 +40,7 @@ pub(super) struct PathMemo {
     /// `moved` when `found` was last emptied.
     found_at: u64,
     found: HashMap<u32, Walked>,
-    /// Steps walked so far by `path_pending`: what the retries cost.
+    /// Steps walked up the tree so far, by every walk here: what they cost.
     steps: u64,
 }
 
@@ -61,13 +62,14 @@ impl PathMemo {
 }
 
 impl Fs {
-    /// Steps up the tree walked so far to decide whether a rename's new path is on disk.
+    /// Steps walked up the tree by ".." so far (a rename's new path, ancestry, fsync's paths).
     pub fn path_walk_steps(&self) -> u64 {
         self.renames.paths.steps
     }
 
     /// The parent of directory `dir`, by its "..".
     fn parent_dir(&mut self, dir: u32) -> FsResult<u32> {
+        self.renames.paths.steps += 1;
         let mut d = self.dir_inode(dir)?;
         let e = self.find_entry(dir, &mut d, b"..")?;
         e.map(|e| e.ino).ok_or_else(|| FsError::Corrupt(format!("directory {dir} has no \"..\"")))
@@ -122,7 +124,6 @@ impl Fs {
                 _ => {}
             }
             walked.push(dir);
-            self.renames.paths.steps += 1;
             if walked.len() as u64 > limit {
                 return Err(self.path_loops(start));
             }
@@ -151,16 +152,23 @@ impl Fs {
     }
 
     /// `dir` and its ancestors up to the root (not included), by "..": as far as the path can be
-    /// followed (a directory removed meanwhile ends it).
-    pub(super) fn ancestors(&mut self, dir: Option<u32>) -> FsResult<Vec<u32>> {
+    /// followed (a directory removed meanwhile ends it), and up to the first directory already
+    /// in `walked` (whose path up an earlier walk took); each is added to `walked`. Walks from
+    /// many directories of one tree thus cost its size, not its depth times their number.
+    pub(super) fn ancestors(&mut self, dir: Option<u32>, walked: &mut HashSet<u32>) -> FsResult<Vec<u32>> {
         let mut out = Vec::new();
         let Some(start) = dir else { return Ok(out) };
         let mut dir = start;
         while dir != ROOT_INO {
-            if out.len() as u64 > self.sb.total_inodes() {
-                return Err(self.path_loops(start));
+            if !walked.insert(dir) {
+                // Met again: walked before this walk, or a loop within it.
+                if out.contains(&dir) {
+                    return Err(self.path_loops(start));
+                }
+                break;
             }
             out.push(dir);
+            self.renames.paths.steps += 1;
             let Ok(mut d) = self.dir_inode(dir) else { break };
             match self.find_entry(dir, &mut d, b"..")? {
                 Some(e) => dir = e.ino,
