@@ -33,12 +33,17 @@ pub fn mkfs_and_mount(dir: &Path) -> (PathBuf, PathBuf) {
 /// A 64 MiB image mounted with the defaults (in the foreground) in a new temporary directory
 /// (kept alive by the first member); None where FUSE is missing.
 pub fn small_mount() -> Option<(tempfile::TempDir, PathBuf, PathBuf, Mounted)> {
+    sized_mount("64M")
+}
+
+/// `small_mount` with an image of `size` (e.g. "256M").
+pub fn sized_mount(size: &str) -> Option<(tempfile::TempDir, PathBuf, PathBuf, Mounted)> {
     if !fuse_available() {
         return None;
     }
     let t = tempfile::tempdir().unwrap();
     let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
-    mkfs(&img, "64M");
+    mkfs(&img, size);
     let m = mount_fg(&img, &mnt, &[]);
     Some((t, img, mnt, m))
 }

@@ -9,7 +9,7 @@
 //! be). Keys are block and inode numbers, not chosen by an adversary, so the fixed seed costs
 //! no protection worth having.
 
-pub use foldhash::HashMapExt;
+pub use foldhash::{HashMapExt, HashSetExt};
 
 /// A `HashMap` whose iteration order is the same in every run.
 pub type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;

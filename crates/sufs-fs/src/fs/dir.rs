@@ -158,6 +158,13 @@ impl Fs {
             }
             self.note_pending(&tasks);
             self.sd().expect("softdep").dir_add(dir, bno, off, ino, old, parent, mkdir, tasks);
+            if dir_entry_at(self.cache.read(bno)?, off)?.dtype == DT_DIR {
+                self.sd().expect("softdep").names_dir(ino);
+                if !mkdir {
+                    // An existing directory's new name: a path through it may not be on disk.
+                    self.renames.paths.dir_renamed();
+                }
+            }
             // The inodes the entry waits for must be written again for it to complete.
             for i in std::iter::once(ino).chain(parent) {
                 let (ib, _) = self.sb.inode_location(i);
@@ -341,6 +348,7 @@ impl Fs {
             .find_entry(ino, &mut d, b"..")?
             .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no ..")))?;
         dirent_set_ino(self.cache.modify(slot.bno)?, slot.off, parent);
+        self.renames.paths.dir_moved();
         Ok((slot.bno, slot.off))
     }
 

@@ -198,6 +198,7 @@ pub use flight::lock_landing;
 mod inode;
 mod minfree;
 mod namespace;
+mod paths;
 mod rename;
 mod sync;
 mod tasks;
@@ -734,6 +735,8 @@ impl Fs {
                 self.hooks.softdep.as_ref().is_none_or(|s| s.is_idle()) && self.renames.deferred_old_names.is_empty();
             if idle && self.cache.dirty_count() == 0 {
                 assert_eq!(self.tasks_queued(), 0, "sync_all drains the task list");
+                // No removal waits for a path: what the walks up the tree found goes.
+                self.renames.paths.clear();
                 return Ok(());
             }
             if wrote == 0 && self.cache.dirty_count() == 0 {

@@ -322,22 +322,4 @@ impl Fs {
         }
         self.balance()
     }
-
-    /// True if `anc` is `ino` or one of its ancestors.
-    pub(super) fn is_ancestor(&mut self, anc: u32, mut ino: u32) -> FsResult<bool> {
-        for _ in 0..=self.sb.total_inodes() {
-            if ino == anc {
-                return Ok(true);
-            }
-            if ino == ROOT_INO {
-                return Ok(false);
-            }
-            let mut d = self.dir_inode(ino)?;
-            ino = self
-                .find_entry(ino, &mut d, b"..")?
-                .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no ..")))?
-                .ino;
-        }
-        Err(FsError::Corrupt("directory loop".into()))
-    }
 }

@@ -35,6 +35,8 @@ pub(super) struct Renames {
     /// inverse of `namesakes`, so that a namesake's removal checks its waiters at once (a scan
     /// of every waiter per removal made unmount quadratic).
     pub(super) namesake_waits: HashMap<(u64, usize), u32>,
+    /// What walks up the tree found for the deferred removals (`paths.rs`).
+    pub(super) paths: super::paths::PathMemo,
 }
 
 impl Renames {
@@ -46,6 +48,7 @@ impl Renames {
             hidden_removed: 0,
             namesakes: HashMap::new(),
             namesake_waits: HashMap::new(),
+            paths: Default::default(),
         }
     }
 }
@@ -59,38 +62,6 @@ impl Fs {
         if let Some(h) = self.dirhash.get_mut(&dir) {
             h.hide(name, slot.lbn, slot.off);
         }
-    }
-
-    /// A rename's new name in `newdir` is on disk; true if it is not reachable there yet. A
-    /// directory that has since been removed holds no name of the renamed inode any more (it was
-    /// moved again or unlinked), so its old name may go.
-    pub(super) fn new_path_pending(&mut self, newdir: u32) -> FsResult<bool> {
-        match self.path_pending(newdir) {
-            Err(FsError::NotDir | FsError::NotFound | FsError::Stale(_)) => Ok(false),
-            r => r,
-        }
-    }
-
-    /// With soft updates, true if `dir` or one of its ancestors is named by an entry not yet on
-    /// disk: a rename's new name there would not be reachable after a crash, so the old name
-    /// stays on disk until the path is (rule 3 for the whole path, not only the last name).
-    pub(super) fn path_pending(&mut self, mut dir: u32) -> FsResult<bool> {
-        if self.hooks.softdep.is_none() {
-            return Ok(false);
-        }
-        for _ in 0..4096 {
-            if dir == ROOT_INO {
-                return Ok(false);
-            }
-            // A directory with a hidden name (renamed, or removed while it holds hidden names)
-            // stays reachable on disk by that name until its other name may replace it.
-            if self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(dir)) {
-                return Ok(true);
-            }
-            let mut d = self.dir_inode(dir)?;
-            dir = self.find_entry(dir, &mut d, b"..")?.ok_or_else(|| FsError::Corrupt(format!("{dir} has no ..")))?.ino;
-        }
-        Ok(true)
     }
 
     /// With soft updates a rename's old name stays in its block, hidden, until the new name is

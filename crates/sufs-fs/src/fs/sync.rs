@@ -1,6 +1,7 @@
 //! fsync (soft updates' §4: the file, its names and their path to the root) and statfs.
 
 use super::*;
+use crate::fixed_hash::{HashSet, HashSetExt};
 use crate::softdep::Epoch;
 
 /// Rounds of writes an fsync makes before it writes everything.
@@ -157,35 +158,37 @@ impl Fs {
     /// is as long as users make it, and is drained here a link a round.
     fn fsync_closure(&mut self, ino: u32) -> FsResult<(Vec<u32>, Vec<u64>)> {
         let mut inos = vec![ino];
+        let mut listed = HashSet::from_iter([ino]);
         let mut name_blocks = Vec::new();
-        let mut walked = Vec::new();
+        // Directories whose path up was walked: a later walk stops at one. With no directory
+        // named by an entry not on disk, no ancestor can join, and nothing is walked.
+        let mut walked = HashSet::new();
+        let dirs_named = self.hooks.softdep.as_ref().is_some_and(|s| s.dir_name_pending());
         let mut i = 0;
         while i < inos.len() {
             let x = inos[i];
             // The path to the root from the directory holding it (from a directory itself): an
             // ancestor named by an entry not yet on disk joins, so that its new name (a
             // rename's, say) is written with the rest.
-            let from = if self.iget(x)?.is_dir() { Some(x) } else { self.incore.name_dir.get(&x).copied() };
-            for a in self.ancestors(from)? {
-                if walked.contains(&a) {
-                    break;
-                }
-                walked.push(a);
-                let named = self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(a));
-                if named && !inos.contains(&a) {
-                    inos.push(a);
+            if dirs_named {
+                let from = if self.iget(x)?.is_dir() { Some(x) } else { self.incore.name_dir.get(&x).copied() };
+                for a in self.ancestors(from, &mut walked)? {
+                    let named = self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(a));
+                    if named && listed.insert(a) {
+                        inos.push(a);
+                    }
                 }
             }
             let pending = self.hooks.softdep.as_ref().map(|s| s.pending_name_blocks(x)).unwrap_or_default();
             for (b, d) in pending {
                 name_blocks.push(b);
-                if !inos.contains(&d) {
+                if listed.insert(d) {
                     inos.push(d);
                 }
             }
             for (k, waiters) in &self.renames.namesakes {
                 if let Some(h) = self.renames.hidden.get(k).filter(|_| waiters.iter().any(|w| w.2 == x)) {
-                    if !inos.contains(&h.ino) {
+                    if listed.insert(h.ino) {
                         inos.push(h.ino);
                     }
                 }
@@ -193,21 +196,5 @@ impl Fs {
             i += 1;
         }
         Ok((inos, name_blocks))
-    }
-
-    /// `dir` and its ancestors up to the root (not included), by "..": as far as the path can be
-    /// followed (a directory removed meanwhile ends it).
-    pub(super) fn ancestors(&mut self, dir: Option<u32>) -> FsResult<Vec<u32>> {
-        let mut out = Vec::new();
-        let Some(mut dir) = dir else { return Ok(out) };
-        while dir != ROOT_INO && out.len() < 4096 && !out.contains(&dir) {
-            out.push(dir);
-            let Ok(mut d) = self.dir_inode(dir) else { break };
-            match self.find_entry(dir, &mut d, b"..")? {
-                Some(e) => dir = e.ino,
-                None => break,
-            }
-        }
-        Ok(out)
     }
 }

@@ -175,6 +175,10 @@ impl Fs {
                 Ok(())
             }
             Task::FreeFile(FreeFile { ino, is_dir }) => {
+                if is_dir {
+                    // Its number may name a directory anywhere next.
+                    self.renames.paths.dir_moved();
+                }
                 self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
                 Ok(())
             }

@@ -43,7 +43,9 @@ mod hooks;
 
 pub use deps::*;
 
-use crate::fixed_hash::{HashMap, HashMapExt, HashSet};
+use std::collections::BTreeMap;
+
+use crate::fixed_hash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use crate::format::*;
 
@@ -65,6 +67,13 @@ pub struct Softdep {
     writes_seen: u64,
     /// Entries (DirAdds) not yet on disk, per inode they name.
     pending_names: HashMap<u32, u32>,
+    /// The directory blocks holding them: (inode named, block) -> entries, so that fsync finds
+    /// an inode's pending names without a scan of every directory block's dependencies (a scan
+    /// per inode of a chain of new directories made fsync quadratic in the chain's depth).
+    name_blocks: BTreeMap<(u32, u64), u32>,
+    /// The directories among those (`names_dir`): with none, no path to the root has a name
+    /// pending, and a walk up the tree can be spared.
+    dir_names: HashSet<u32>,
     /// The directory each block with entries belongs to (for fsync's walk up to the root).
     block_dir: HashMap<u64, u32>,
     /// Inode blocks initialized (zeroed in the cache) but not yet written, per group, with the
@@ -89,6 +98,8 @@ impl Softdep {
             stats: SoftdepStats::default(),
             writes_seen: 0,
             pending_names: HashMap::new(),
+            name_blocks: BTreeMap::new(),
+            dir_names: HashSet::new(),
             block_dir: HashMap::new(),
             inits: HashMap::new(),
         }
@@ -308,6 +319,7 @@ impl Softdep {
         };
         carried.extend(on_complete);
         *self.pending_names.entry(ino).or_insert(0) += 1;
+        *self.name_blocks.entry((ino, dirblk)).or_insert(0) += 1;
         let r = DirAddRef { dirblk, off, epoch };
         let mut state = DepState::ATTACHED;
         if old_ino != 0 {
@@ -355,6 +367,14 @@ impl Softdep {
     /// A DirAdd leaves its page: its name is no longer pending and no inode waits for it.
     fn forget_diradd(&mut self, dirblk: u64, da: &DirAdd) {
         Self::name_done(&mut self.pending_names, da.ino);
+        let n = self.name_blocks.get_mut(&(da.ino, dirblk)).expect("a pending entry's block is indexed");
+        *n -= 1;
+        if *n == 0 {
+            self.name_blocks.remove(&(da.ino, dirblk));
+        }
+        if !self.pending_names.contains_key(&da.ino) {
+            self.dir_names.remove(&da.ino);
+        }
         let r = DirAddRef { dirblk, off: da.off, epoch: da.epoch };
         for ino in std::iter::once(da.ino).chain(da.parent) {
             if let Some(d) = self.inodedeps.get_mut(&ino) {
@@ -497,13 +517,9 @@ impl Softdep {
     /// Directory blocks holding entries naming `ino` that are not on disk yet, with their
     /// directories.
     pub fn pending_name_blocks(&self, ino: u32) -> Vec<(u64, u32)> {
-        if !self.pending_names.contains_key(&ino) {
-            return Vec::new();
-        }
-        self.pagedeps
-            .iter()
-            .filter(|(_, pd)| pd.diradds.iter().any(|d| d.ino == ino))
-            .filter_map(|(&b, _)| self.block_dir.get(&b).map(|&d| (b, d)))
+        self.name_blocks
+            .range((ino, 0)..=(ino, u64::MAX))
+            .filter_map(|(&(_, b), _)| self.block_dir.get(&b).map(|&d| (b, d)))
             .collect()
     }
 
@@ -558,6 +574,17 @@ impl Softdep {
     /// True if an entry naming `ino` is not on disk yet.
     pub fn has_pending_name(&self, ino: u32) -> bool {
         self.pending_names.contains_key(&ino)
+    }
+
+    /// The entry just made (`dir_add`) naming `ino` names a directory.
+    pub fn names_dir(&mut self, ino: u32) {
+        assert!(self.pending_names.contains_key(&ino), "directory {ino} noted as named by no pending entry");
+        self.dir_names.insert(ino);
+    }
+
+    /// True if some directory is named by an entry not yet on disk (`names_dir`).
+    pub fn dir_name_pending(&self) -> bool {
+        !self.dir_names.is_empty()
     }
 
     pub fn add_pending_unlink(&mut self, ino: u32) {
