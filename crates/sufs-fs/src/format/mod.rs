@@ -17,6 +17,7 @@ mod cg;
 mod dir;
 mod inode;
 mod superblock;
+pub mod ufs2;
 mod volume;
 mod xattr;
 

@@ -1,0 +1,362 @@
+//! The UFS2 cylinder group block, FreeBSD's `struct cg` (sys/ufs/ffs/fs.h) and the maps after
+//! it: the used-inode map, the free-fragment map, the cluster summary and the free-cluster map.
+//! Checked on decode as `ffs_getcg` and fsck_ffs's `check_cgmagic` check it, and with its
+//! check hash (CRC32C over `fs_cgsize` bytes, `cg_ckhash` taken as zero).
+
+use super::*;
+
+le_struct! {
+    /// FreeBSD's `struct cg`: the fixed 168 bytes of a cylinder group block. The `cg_*off`
+    /// fields are byte offsets of the maps from the start of the block.
+    pub struct CgHeader (CG_STRUCT_SIZE) {
+        cg_firstfield: i32 = 0,
+        cg_magic: i32 = 4,
+        cg_old_time: i32 = 8,
+        /// This group's index.
+        cg_cgx: u32 = 12,
+        cg_old_ncyl: i16 = 16,
+        cg_old_niblk: i16 = 18,
+        /// Fragments in this group (the last group may be short).
+        cg_ndblk: u32 = 20,
+        /// The group's counts.
+        cg_cs: Csum = 24,
+        cg_rotor: u32 = 40,
+        cg_frotor: u32 = 44,
+        cg_irotor: u32 = 48,
+        /// `cg_frsum[n]`: runs of exactly `n` free fragments inside partly used blocks.
+        cg_frsum: [u32; MAXFRAG as usize] = 52,
+        cg_old_btotoff: i32 = 84,
+        cg_old_boff: i32 = 88,
+        /// Used-inode map: a bit per inode, set when in use.
+        cg_iusedoff: u32 = 92,
+        /// Free-fragment map: a bit per fragment, set when free.
+        cg_freeoff: u32 = 96,
+        cg_nextfreeoff: u32 = 100,
+        /// Cluster summary: `fs_contigsumsize + 1` u32s, entry `n` counting free runs of `n`
+        /// blocks (the last: of at least that many); entry 0 unused.
+        cg_clustersumoff: u32 = 104,
+        /// Free-cluster map: a bit per block, set when the whole block is free.
+        cg_clusteroff: u32 = 108,
+        cg_nclusterblks: u32 = 112,
+        /// Inodes in this group (`fs_ipg`).
+        cg_niblk: u32 = 116,
+        /// Inodes whose blocks newfs or the kernel has initialized.
+        cg_initediblk: u32 = 120,
+        cg_unrefs: u32 = 124,
+        cg_sparecon32: [i32; 1] = 128,
+        /// The group's check hash, if `fs_metackhash` has `CK_CYLGRP`.
+        cg_ckhash: u32 = 132,
+        cg_time: i64 = 136,
+        cg_sparecon64: [i64; 3] = 144,
+    }
+}
+
+const CG_CKHASH_OFF: usize = 132;
+
+/// A decoded cylinder group: the header and the whole `fs_cgsize`-byte block it came from, in
+/// which the maps are read and changed in place. Bytes no map covers are kept as read.
+#[derive(Clone)]
+pub struct Cg {
+    pub hdr: CgHeader,
+    buf: Vec<u8>,
+    ipg: u32,
+    fpg: u32,
+    frag: u32,
+    contigsumsize: u32,
+}
+
+impl std::fmt::Debug for Cg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cg").field("hdr", &self.hdr).field("cgsize", &self.buf.len()).finish_non_exhaustive()
+    }
+}
+
+/// Counts recomputed from a group's maps, as fsck_ffs's pass 5 rebuilds them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgMapCounts {
+    /// Whole free blocks.
+    pub nbfree: u32,
+    /// Free fragments in blocks that are not wholly free.
+    pub nffree: u32,
+    /// Inodes whose bit is clear.
+    pub nifree: u32,
+    /// `cg_frsum` recomputed.
+    pub frsum: [u32; MAXFRAG as usize],
+    /// The cluster summary recomputed from the free-block runs (index 0 unused); empty
+    /// without cluster maps.
+    pub clustersum: Vec<u32>,
+}
+
+fn bit(map: &[u8], i: usize) -> bool {
+    map[i / 8] & (1 << (i % 8)) != 0
+}
+
+fn set_bit(map: &mut [u8], i: usize, on: bool) {
+    if on {
+        map[i / 8] |= 1 << (i % 8);
+    } else {
+        map[i / 8] &= !(1 << (i % 8));
+    }
+}
+
+impl Cg {
+    /// Decodes group `cgx`'s block (`buf`, at least `fs_cgsize` bytes), checking its magic,
+    /// index, counts and map offsets against the superblock, and its check hash if the file
+    /// system keeps them and `check_hash` is set.
+    pub fn decode(buf: &[u8], fs: &Fs, cgx: u32, check_hash: bool) -> Result<Cg, Ufs2Error> {
+        let cgsize = fs.fs_cgsize as usize;
+        let bad = |what: String| Err(Ufs2Error::Cg { cg: cgx, what });
+        if buf.len() < cgsize {
+            return Err(Ufs2Error::Short { what: "cylinder group", need: cgsize, got: buf.len() });
+        }
+        let buf = &buf[..cgsize];
+        let hdr = CgHeader::read_fields(buf);
+        if hdr.cg_magic != CG_MAGIC {
+            return bad(format!("bad magic {:#x}", hdr.cg_magic));
+        }
+        if hdr.cg_cgx != cgx {
+            return bad(format!("says it is group {}", hdr.cg_cgx));
+        }
+        if check_hash && fs.has_ckhash(CK_CYLGRP) {
+            let computed = ffs_ckhash(buf, CG_CKHASH_OFF);
+            if computed != hdr.cg_ckhash {
+                return Err(Ufs2Error::CheckHash {
+                    what: format!("cylinder group {cgx}"),
+                    stored: hdr.cg_ckhash,
+                    computed,
+                });
+            }
+        }
+        let (ipg, fpg, frag) = (fs.fs_ipg, fs.fs_fpg as u32, fs.fs_frag as u32);
+        let ndblk = (fs.fs_size - fs.cgbase(cgx)).min(fpg as i64);
+        if hdr.cg_ndblk as i64 != ndblk {
+            return bad(format!("cg_ndblk {} (expected {ndblk})", hdr.cg_ndblk));
+        }
+        if hdr.cg_niblk != ipg || hdr.cg_initediblk > ipg {
+            return bad(format!("cg_niblk {}, cg_initediblk {} (fs_ipg {ipg})", hdr.cg_niblk, hdr.cg_initediblk));
+        }
+        let cs = hdr.cg_cs;
+        if cs.cs_ndir < 0
+            || cs.cs_nifree < 0
+            || cs.cs_nbfree < 0
+            || cs.cs_nffree < 0
+            || cs.cs_ndir as u32 > ipg
+            || cs.cs_nifree as u32 > ipg
+            || cs.cs_nbfree as u32 > fpg / frag
+            || cs.cs_nffree as u32 > fpg
+        {
+            return bad(format!("counts out of range: {cs:?}"));
+        }
+        let fits = |off: u32, len: u32| off as usize >= CG_STRUCT_SIZE && off as usize + len as usize <= cgsize;
+        if !fits(hdr.cg_iusedoff, ipg.div_ceil(8)) {
+            return bad(format!("used-inode map at {} does not fit", hdr.cg_iusedoff));
+        }
+        if !fits(hdr.cg_freeoff, fpg.div_ceil(8)) {
+            return bad(format!("free-fragment map at {} does not fit", hdr.cg_freeoff));
+        }
+        let contigsumsize = fs.fs_contigsumsize as u32;
+        if contigsumsize > 0 {
+            if !hdr.cg_clustersumoff.is_multiple_of(4) || !fits(hdr.cg_clustersumoff, (contigsumsize + 1) * 4) {
+                return bad(format!("cluster summary at {} does not fit", hdr.cg_clustersumoff));
+            }
+            if !fits(hdr.cg_clusteroff, (fpg / frag).div_ceil(8)) {
+                return bad(format!("cluster map at {} does not fit", hdr.cg_clusteroff));
+            }
+        }
+        Ok(Cg { hdr, buf: buf.to_vec(), ipg, fpg, frag, contigsumsize })
+    }
+
+    /// The `fs_cgsize` bytes of the group, header written and check hash updated if the file
+    /// system keeps them.
+    pub fn encode(&self, fs: &Fs) -> Vec<u8> {
+        assert_eq!(self.buf.len(), fs.fs_cgsize as usize, "a group of another file system");
+        let mut b = self.buf.clone();
+        self.hdr.write_fields(&mut b);
+        if fs.has_ckhash(CK_CYLGRP) {
+            ffs_ckhash(&b, CG_CKHASH_OFF).put(&mut b, CG_CKHASH_OFF);
+        }
+        b
+    }
+
+    fn map(&self, off: u32, bits: u32) -> &[u8] {
+        &self.buf[off as usize..off as usize + bits.div_ceil(8) as usize]
+    }
+
+    fn map_mut(&mut self, off: u32, bits: u32) -> &mut [u8] {
+        &mut self.buf[off as usize..off as usize + bits.div_ceil(8) as usize]
+    }
+
+    /// `cg_inosused`: whether inode `i` of the group (0-based in the group) is in use.
+    pub fn inode_used(&self, i: u32) -> bool {
+        assert!(i < self.ipg, "inode {i} of a group of {}", self.ipg);
+        bit(self.map(self.hdr.cg_iusedoff, self.ipg), i as usize)
+    }
+
+    pub fn set_inode_used(&mut self, i: u32, used: bool) {
+        assert!(i < self.ipg, "inode {i} of a group of {}", self.ipg);
+        let (off, n) = (self.hdr.cg_iusedoff, self.ipg);
+        set_bit(self.map_mut(off, n), i as usize, used);
+    }
+
+    /// `cg_blksfree`: whether fragment `f` of the group is free.
+    pub fn frag_free(&self, f: u32) -> bool {
+        assert!(f < self.fpg, "fragment {f} of a group of {}", self.fpg);
+        bit(self.map(self.hdr.cg_freeoff, self.fpg), f as usize)
+    }
+
+    pub fn set_frag_free(&mut self, f: u32, free: bool) {
+        assert!(f < self.fpg, "fragment {f} of a group of {}", self.fpg);
+        let (off, n) = (self.hdr.cg_freeoff, self.fpg);
+        set_bit(self.map_mut(off, n), f as usize, free);
+    }
+
+    /// `ffs_isblock`: whether every fragment of block `b` of the group is free.
+    pub fn block_free(&self, b: u32) -> bool {
+        (b * self.frag..(b + 1) * self.frag).all(|f| f < self.fpg && self.frag_free(f))
+    }
+
+    /// `cg_clustersfree`: the free-cluster map's bit for block `b` (`None` without cluster
+    /// maps).
+    pub fn cluster_free(&self, b: u32) -> Option<bool> {
+        let nblk = self.fpg / self.frag;
+        assert!(b < nblk, "block {b} of a group of {nblk}");
+        (self.contigsumsize > 0).then(|| bit(self.map(self.hdr.cg_clusteroff, nblk), b as usize))
+    }
+
+    /// `cg_clustersum`: entries `0..=fs_contigsumsize` (empty without cluster maps).
+    pub fn clustersum(&self) -> Vec<u32> {
+        let off = self.hdr.cg_clustersumoff as usize;
+        (0..self.contigsumsize as usize + usize::from(self.contigsumsize > 0))
+            .map(|i| u32::get(&self.buf, off + 4 * i))
+            .collect()
+    }
+
+    /// The counts, fragment summary and cluster summary recomputed from the maps, as fsck_ffs
+    /// pass 5 rebuilds them (`ffs_fragacct` for the fragment runs).
+    pub fn map_counts(&self) -> CgMapCounts {
+        let mut c = CgMapCounts {
+            nifree: (0..self.ipg).filter(|&i| !self.inode_used(i)).count() as u32,
+            ..CgMapCounts::default()
+        };
+        let nblk = self.hdr.cg_ndblk.div_ceil(self.frag);
+        for b in 0..nblk {
+            if self.block_free(b) {
+                c.nbfree += 1;
+                continue;
+            }
+            let mut run = 0;
+            for f in b * self.frag..(b + 1) * self.frag {
+                if f < self.fpg && self.frag_free(f) {
+                    c.nffree += 1;
+                    run += 1;
+                } else if run > 0 {
+                    c.frsum[run] += 1;
+                    run = 0;
+                }
+            }
+            if run > 0 {
+                c.frsum[run] += 1;
+            }
+        }
+        if self.contigsumsize > 0 {
+            let max = self.contigsumsize as usize;
+            c.clustersum = vec![0; max + 1];
+            let mut run = 0;
+            for b in 0..=nblk {
+                if b < nblk && self.cluster_free(b) == Some(true) {
+                    run += 1;
+                } else if run > 0 {
+                    c.clustersum[run.min(max)] += 1;
+                    run = 0;
+                }
+            }
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::superblock::tests::sample;
+    use super::*;
+
+    /// A group block laid out as newfs lays it out for `sample()`: maps after the header,
+    /// everything free but the metadata.
+    fn sample_cg(fs: &Fs, cgx: u32) -> Vec<u8> {
+        let mut b = vec![0u8; fs.fs_cgsize as usize];
+        let iusedoff = CG_STRUCT_SIZE as u32;
+        let freeoff = iusedoff + fs.fs_ipg / 8;
+        let clustersumoff = (freeoff + (fs.fs_fpg as u32).div_ceil(8)).div_ceil(4) * 4 - 4;
+        let clusteroff = clustersumoff + 4 * (fs.fs_contigsumsize as u32 + 1);
+        for (o, v) in [
+            (4, CG_MAGIC as u32),
+            (12, cgx),
+            (20, fs.fs_fpg as u32),
+            (92, iusedoff),
+            (96, freeoff),
+            (104, clustersumoff),
+            (108, clusteroff),
+            (116, fs.fs_ipg),
+        ] {
+            v.put(&mut b, o);
+        }
+        b
+    }
+
+    #[test]
+    fn cg_fields_tile_struct_cg() {
+        crate::format::ufs2::assert_tiles("struct cg", CgHeader::FIELDS, CG_STRUCT_SIZE);
+    }
+
+    #[test]
+    fn cg_round_trips_and_recounts_its_maps() {
+        let sb = sample();
+        let raw = sample_cg(&sb, 1);
+        let mut cg = Cg::decode(&raw, &sb, 1, false).unwrap();
+        // Free fragments 56..264 (26 blocks) but fragment 58; inodes 0..10 used.
+        for f in 56..264 {
+            cg.set_frag_free(f, f != 58);
+        }
+        for b in 7..33 {
+            // The cluster map mirrors the whole free blocks.
+            let off = cg.hdr.cg_clusteroff;
+            set_bit(cg.map_mut(off, 33), b as usize, b != 7);
+        }
+        for i in 0..10 {
+            cg.set_inode_used(i, true);
+        }
+        let c = cg.map_counts();
+        assert_eq!((c.nbfree, c.nffree, c.nifree), (25, 7, 246));
+        assert_eq!(c.frsum, [0, 0, 1, 0, 0, 1, 0, 0], "runs of 2 (56-57) and 5 (59-63)");
+        assert_eq!(c.clustersum[16], 1, "one run of 25 free blocks, counted as 16 or more");
+        cg.hdr.cg_cs = Csum { cs_ndir: 1, cs_nbfree: 25, cs_nifree: 246, cs_nffree: 7 };
+        cg.hdr.cg_frsum = c.frsum;
+        let b = cg.encode(&sb);
+        let again = Cg::decode(&b, &sb, 1, true).unwrap();
+        assert_eq!(again.hdr.cg_ckhash, ffs_ckhash(&b, CG_CKHASH_OFF));
+        cg.hdr.cg_ckhash = again.hdr.cg_ckhash;
+        assert_eq!(again.hdr, cg.hdr);
+        assert_eq!(again.map_counts(), c);
+        assert_eq!(again.encode(&sb), b);
+        assert!(again.inode_used(9) && !again.inode_used(10));
+        assert!(again.block_free(8) && !again.block_free(7));
+        assert_eq!(again.cluster_free(8), Some(true));
+    }
+
+    #[test]
+    fn damaged_groups_are_refused() {
+        let sb = sample();
+        let good = Cg::decode(&sample_cg(&sb, 2), &sb, 2, false).unwrap().encode(&sb);
+        assert!(Cg::decode(&good, &sb, 2, true).is_ok());
+        assert!(matches!(Cg::decode(&good, &sb, 1, true), Err(Ufs2Error::Cg { .. })), "wrong index");
+        let mut flipped = good.clone();
+        flipped[4000] ^= 1;
+        assert!(matches!(Cg::decode(&flipped, &sb, 2, true), Err(Ufs2Error::CheckHash { .. })));
+        for (off, v) in [(4u32, 0u32), (92, 4090), (96, 4095), (104, 4094), (108, 4093), (116, 7), (20, 999), (32, 300)]
+        {
+            let mut b = good.clone();
+            v.put(&mut b, off as usize);
+            assert!(Cg::decode(&b, &sb, 2, false).is_err(), "field at {off} = {v}");
+        }
+    }
+}
