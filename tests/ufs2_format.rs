@@ -6,8 +6,9 @@
 //! hole and extended attribute compared with what the image's README says FreeBSD put there.
 //! Then decoders fed random and mutated metadata, which must answer errors, never panic.
 //!
-//! The image sits in the shared fixtures directory beside the repository clone; the test fails
-//! when it is missing rather than passing without it.
+//! The image is `SUFS_UFS2_IMAGE`, or the first file of its name found below the directory that
+//! holds the repository (where the project's shared fixtures sit, as tests/fstests/setup.sh
+//! finds fstests' tarball); the test fails when it is missing rather than passing without it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -23,12 +24,34 @@ const IMAGE: &str = "freebsd-ufs2-32k4k.img.gz";
 fn image() -> &'static [u8] {
     static IMG: OnceLock<Vec<u8>> = OnceLock::new();
     IMG.get_or_init(|| {
-        let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "..", "shared", "ufs2", IMAGE].iter().collect();
-        assert!(path.exists(), "the FreeBSD UFS2 fixture {} is missing", path.display());
+        let path =
+            fixture().unwrap_or_else(|| panic!("the FreeBSD UFS2 fixture {IMAGE} is missing: set SUFS_UFS2_IMAGE"));
         let out = std::process::Command::new("gzip").arg("-dc").arg(&path).output().expect("run gzip -dc");
         assert!(out.status.success(), "gzip -dc {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
         out.stdout
     })
+}
+
+/// Where the image is: `SUFS_UFS2_IMAGE`, else a file named `IMAGE` at most three directories
+/// below the repository's parent.
+fn fixture() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SUFS_UFS2_IMAGE") {
+        return Some(PathBuf::from(p));
+    }
+    fn find(dir: &std::path::Path, depth: u32) -> Option<PathBuf> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        if let Some(hit) = entries.iter().find(|p| p.file_name().is_some_and(|n| n == IMAGE) && p.is_file()) {
+            return Some(hit.clone());
+        }
+        if depth == 0 {
+            return None;
+        }
+        // Not into build output or version control, which are large and hold no fixture.
+        let skip = |p: &PathBuf| p.file_name().is_some_and(|n| n == "target" || n == ".git");
+        entries.iter().filter(|p| p.is_dir() && !skip(p)).find_map(|p| find(p, depth - 1))
+    }
+    find(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent()?, 3)
 }
 
 fn superblock(img: &[u8]) -> Superblock {
