@@ -135,4 +135,58 @@ mod tests {
             }
         }
     }
+
+    /// A directory removed while the kernel still holds it (a lookup count, a working
+    /// directory) stays allocated without a name, its ".." naming the parent, until it is
+    /// forgotten; a shutdown (or a crash) leaves it so. The parent's link for that ".." goes only
+    /// once the directory is freed: a full-sync shutdown's image, with the directory still
+    /// held, holds no link count too low. (Once its link went at the rmdir's removal, and fsck
+    /// counted the orphan's ".": generic/051.)
+    #[test]
+    fn a_held_removed_directory_keeps_its_parents_link() {
+        for ordering in [Ordering::Softdep, Ordering::Sync] {
+            let dev = Arc::new(MemDevice::new(4096, 4096));
+            mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
+            let d: Arc<dyn BlockDevice> = dev.clone();
+            let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
+            let mut fs = Fs::mount(d, opts, Arc::new(SimClock::new())).unwrap();
+            let (p, _) = fs.mkdir(ROOT_INO, b"p", 0o755, 0, 0).unwrap();
+            let (c, _) = fs.mkdir(p, b"c", 0o755, 0, 0).unwrap();
+            fs.mkdir(p, b"other", 0o755, 0, 0).unwrap();
+            fs.sync_all().unwrap();
+            fs.hold(c, 1);
+            fs.rmdir(p, b"c").unwrap();
+            assert_eq!(fs.getattr(p).unwrap().nlink, 3, "{ordering:?}: users see the link gone");
+            fs.sync_all().unwrap();
+            fs.shutdown(Shutdown::Fullsync);
+            fs.unmount().unwrap();
+            let r = crate::fsck::check(dev.as_ref()).unwrap();
+            let bad: Vec<String> = r
+                .findings
+                .iter()
+                .filter(|f| f.class() == crate::fsck::Class::Violation)
+                .map(|f| f.to_string())
+                .collect();
+            assert!(bad.is_empty(), "{ordering:?}: {bad:?}");
+            // Forgotten before the unmount instead, it is freed and the parent's link goes.
+            let d: Arc<dyn BlockDevice> = dev.clone();
+            let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
+            let mut fs = Fs::mount(d, opts, Arc::new(SimClock::new())).unwrap();
+            let (p, _) = fs.lookup(ROOT_INO, b"p").unwrap();
+            let (o, _) = fs.lookup(p, b"other").unwrap();
+            fs.hold(o, 1);
+            fs.rmdir(p, b"other").unwrap();
+            fs.sync_all().unwrap();
+            fs.unhold(o, 1).unwrap();
+            fs.unmount().unwrap();
+            let r = crate::fsck::check(dev.as_ref()).unwrap();
+            let wrong: Vec<String> = r
+                .findings
+                .iter()
+                .filter(|f| !matches!(f, crate::fsck::Finding::UnreferencedInode { .. }))
+                .map(|f| f.to_string())
+                .collect();
+            assert!(wrong.is_empty(), "{ordering:?}: {wrong:?}");
+        }
+    }
 }

@@ -155,12 +155,15 @@ impl Fs {
                     }
                     Ok(())
                 } else if self.incore.open.contains_key(&child) {
+                    // Held (open, or known to the kernel), it stays allocated without a name
+                    // until its last close; its "." and ".." go now with its blocks, as FreeBSD's
+                    // rmdir truncates the directory. The parent's link goes once the truncated
+                    // dinode is on disk, not before: an orphan whose ".." still named the parent
+                    // on disk would leave that count too low after a crash.
                     self.incore.orphans.insert(child);
-                    self.iput(child, &d)?;
-                    for t in then {
-                        self.run_task(t)?;
-                    }
-                    Ok(())
+                    self.dirhash.remove(&child);
+                    d.size = 0;
+                    self.truncate_blocks(child, &mut d, 0, then)
                 } else {
                     self.release_inode(child, d, then)
                 }

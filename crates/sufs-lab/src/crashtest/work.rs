@@ -231,6 +231,21 @@ impl<'a> Work<'a> {
         self.fs.rmdir(d, n.as_bytes())
     }
 
+    /// The kernel's hold on the inode at `path` (a FUSE lookup count, an open handle): a mount
+    /// removes inodes the kernel still knows, which stay allocated, nameless, until it forgets
+    /// them (`forget`). Not an operation: it writes nothing.
+    pub(super) fn hold(&mut self, path: &str) -> FsResult<u32> {
+        let ino = self.resolve(path)?;
+        self.fs.hold(ino, 1);
+        Ok(ino)
+    }
+
+    /// The kernel forgets inode `ino` (held by `hold`): removed, it is freed now.
+    pub(super) fn forget(&mut self, ino: u32) -> FsResult<()> {
+        self.begin(format!("forget inode {ino}"))?;
+        self.fs.unhold(ino, 1)
+    }
+
     pub(super) fn link(&mut self, existing: &str, new: &str) -> FsResult<()> {
         let pos = self.begin(format!("link {existing} {new}"))?;
         self.touch_name(pos, new);

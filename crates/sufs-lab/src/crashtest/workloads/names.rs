@@ -102,12 +102,17 @@ impl Workload for RemoveTree {
     }
 }
 
-/// Directories nested up to six deep, made and removed at random, a few files among them.
+/// Directories nested up to six deep, made and removed at random, a few files among them. As
+/// through a mount, half the directories and files removed are still held by the kernel (a
+/// lookup count, a process's working directory or open file) and forgotten some steps later (a tenth of the steps forget the oldest):
+/// removed, they stay allocated without a name until then, a directory with its "..".
 #[derive(Default)]
 pub(super) struct MkdirRmdir {
     dirs: Vec<String>,
     files: Vec<String>,
     n: usize,
+    /// Inodes removed while held, oldest first.
+    held: Vec<u32>,
 }
 
 impl Workload for MkdirRmdir {
@@ -122,7 +127,13 @@ impl Workload for MkdirRmdir {
     }
     fn step(&mut self, w: &mut Work) -> FsResult<bool> {
         self.n += 1;
+        if !self.held.is_empty() && w.rng.gen_range(0..10) == 0 {
+            let ino = self.held.remove(0);
+            w.forget(ino)?;
+            return Ok(true);
+        }
         let r = w.rng.gen_range(0..20);
+        let hold = w.rng.gen_bool(0.5);
         let empty: Vec<String> = self
             .dirs
             .iter()
@@ -139,6 +150,9 @@ impl Workload for MkdirRmdir {
             self.dirs.push(p);
         } else if r < 17 {
             let d = pick(w.rng, &empty).unwrap_or_default();
+            if hold {
+                self.held.push(w.hold(&d)?);
+            }
             w.rmdir(&d)?;
             self.dirs.retain(|x| *x != d);
         } else if r < 19 || self.files.is_empty() {
@@ -149,6 +163,9 @@ impl Workload for MkdirRmdir {
         } else {
             let i = w.rng.gen_range(0..self.files.len());
             let p = self.files.swap_remove(i);
+            if hold {
+                self.held.push(w.hold(&p)?);
+            }
             w.unlink(&p)?;
         }
         Ok(true)
