@@ -155,7 +155,11 @@ fn the_helper_hands_the_call_to_the_build_named() {
     let Some((t, img, mnt)) = setup(true) else { return };
     let helper = install_helper(&t.path().join("sbin"));
     let other = t.path().join("other-sufs");
-    fs::copy(SUFS, &other).unwrap();
+    // Copied by cp(1), not fs::copy: a child another test thread forks while this process
+    // holds the copy open for writing inherits that descriptor until its exec, and the exec of
+    // the copy then fails with ETXTBSY (seen in CI).
+    let cp = Command::new("cp").arg(SUFS).arg(&other).status().unwrap();
+    assert!(cp.success(), "cp {SUFS}");
     let spec = format!("sufs:{}", img.display());
     let out = Command::new(&helper)
         .env("SUFS_MOUNT_HELPER", &other)
