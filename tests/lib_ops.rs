@@ -563,6 +563,37 @@ fn softdep_memory_bound_holds_the_dependency_count() {
     assert!(bounded <= 1500 + 64 * 8, "the bound held: at most {bounded} structures");
 }
 
+/// Soft updates: renames over an existing name, over and over in one directory (a lock file
+/// made and renamed over the real one, as mail delivery and editors' saves do). Each new entry
+/// waits on disk for the hidden namesakes there when it was made; that wait must cost a few
+/// records and tasks per rename, not one per (new entry, hidden name) pair, and those records
+/// count against the memory bound.
+#[test]
+fn softdep_renames_over_one_name_cost_linear_work() {
+    const N: u64 = 3000;
+    let dev = new_image(16384);
+    let mut fs = mount(&dev, Ordering::Softdep, 1024);
+    let limit = 2000;
+    fs.set_softdep_limit(limit);
+    let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+    fs.create(d, b"mtab", 0o644, 0, 0).unwrap();
+    let mut last = 0;
+    for i in 0..N {
+        let (f, _) = fs.create(d, b"mtab.tmp", 0o644, 0, 0).unwrap();
+        fs.write(f, 0, &i.to_le_bytes()).unwrap();
+        fs.rename(d, b"mtab.tmp", d, b"mtab", RenameFlags::default()).unwrap();
+        last = f;
+    }
+    fs.sync_all().unwrap();
+    let stats = fs.softdep_stats().unwrap();
+    assert!(stats.tasks_run < 20 * N, "{} tasks for {N} renames over one name", stats.tasks_run);
+    assert!(stats.max_deps <= limit + 64 * 8, "the bound held: at most {} structures", stats.max_deps);
+    assert_eq!(fs.lookup(d, b"mtab").unwrap().0, last);
+    assert!(matches!(fs.lookup(d, b"mtab.tmp"), Err(FsError::NotFound)));
+    fs.unmount().unwrap();
+    assert_clean(&dev);
+}
+
 /// A directory's name index built while one of its names is hidden (a rename's old name still on
 /// disk) and the same name is live again (the file moved back): the live one must be found.
 #[test]

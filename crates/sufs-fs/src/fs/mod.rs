@@ -178,7 +178,7 @@ pub mod mountopt;
 
 // Renames' old names kept on disk until the new names are (rule 3), hidden from users.
 pub mod hidden;
-use hidden::{HiddenName, HiddenNames};
+use hidden::{HiddenName, HiddenNames, Namesakes};
 // A forced shutdown (FS_IOC_SHUTDOWN) lives in its own file inside `fs`: it stops the
 // writes of the cache and the superblock.
 pub mod shutdown;
@@ -406,9 +406,6 @@ impl WriteHooks for Hooks {
         }
     }
 }
-
-/// A new entry waiting for a hidden namesake's removal: its block, offset and inode.
-type NamesakeWaiter = (u64, usize, u32);
 
 /// Where an entry lives: the directory block and the byte offset in it.
 #[derive(Debug, Clone, Copy)]

@@ -28,13 +28,9 @@ pub(super) struct Renames {
     pub(super) deferred_tried_at: (u64, u64),
     /// Hidden names removed so far.
     pub(super) hidden_removed: u64,
-    /// New entries (not of directories) named like a hidden name of their directory, waiting
-    /// on disk for its removal (NAMESAKE): hidden (block, offset) -> (block, offset, inode) of each.
-    pub(super) namesakes: HashMap<(u64, usize), Vec<NamesakeWaiter>>,
-    /// For each waiting new entry (block, offset), how many hidden namesakes it waits for: the
-    /// inverse of `namesakes`, so that a namesake's removal checks its waiters at once (a scan
-    /// of every waiter per removal made unmount quadratic).
-    pub(super) namesake_waits: HashMap<(u64, usize), u32>,
+    /// New entries (not of directories) named like hidden names of their directory still on
+    /// disk, waiting there for those to leave it (NAMESAKE), in sequence (`hidden.rs`).
+    pub(super) namesakes: Namesakes,
     /// What walks up the tree found for the deferred removals (`paths.rs`).
     pub(super) paths: super::paths::PathMemo,
 }
@@ -46,8 +42,7 @@ impl Renames {
             deferred_old_names: Vec::new(),
             deferred_tried_at: (0, 0),
             hidden_removed: 0,
-            namesakes: HashMap::new(),
-            namesake_waits: HashMap::new(),
+            namesakes: Namesakes::new(),
             paths: Default::default(),
         }
     }
@@ -55,10 +50,12 @@ impl Renames {
 
 impl Fs {
     /// Hides the entry `slot` of `dir` from users while it stays in its block (so on disk).
+    /// It keeps a place in its namesakes' order until its removal is on disk (`Namesakes`).
     pub(super) fn hide_name(&mut self, dir: u32, slot: &Slot, name: &[u8]) {
-        self.renames
-            .hidden
-            .insert((slot.bno, slot.off), HiddenName { dir, lbn: slot.lbn, name: name.to_vec(), ino: slot.ino });
+        let seq = self.renames.namesakes.hidden(dir, name);
+        self.note_namesake_records();
+        let h = HiddenName { dir, lbn: slot.lbn, name: name.to_vec(), ino: slot.ino, seq };
+        self.renames.hidden.insert((slot.bno, slot.off), h);
         if let Some(h) = self.dirhash.get_mut(&dir) {
             h.hide(name, slot.lbn, slot.off);
         }
@@ -111,23 +108,43 @@ impl Fs {
         self.write_bufs(&[key.0], WriteKind::Sync)
     }
 
-    /// The new entry at `off` of directory block `bno`, naming file `ino`, waits on disk for
-    /// the removal of a hidden entry of the same name in `dir`, if there is one (see
-    /// `retire_hidden_name`).
+    /// The new entry at `off` of directory block `bno`, naming file `ino`, waits on disk until
+    /// the hidden entries of the same name in `dir` still on disk now have left it, if there
+    /// are any (see `retire_hidden_name`; `Namesakes` keeps the order, `Task::NamesakeGone`
+    /// releases it).
     pub(super) fn wait_for_namesake(&mut self, dir: u32, name: &[u8], bno: u64, off: usize, ino: u32) {
-        if self.hooks.softdep.is_some() {
-            self.incore.name_dir.insert(ino, dir);
-        }
-        let hidden: Vec<(u64, usize)> = self.renames.hidden.named(dir, name).map(|(k, _)| k).collect();
-        if hidden.is_empty() {
+        if self.hooks.softdep.is_none() {
             return;
         }
-        if let Some(sd) = self.sd() {
-            sd.wait_for_namesake(bno, off);
+        self.incore.name_dir.insert(ino, dir);
+        if self.renames.namesakes.wait(dir, name, (bno, off), ino) {
+            self.note_namesake_records();
+            if let Some(sd) = self.sd() {
+                sd.wait_for_namesake(bno, off);
+            }
         }
-        for k in hidden {
-            self.renames.namesakes.entry(k).or_default().push((bno, off, ino));
-            *self.renames.namesake_waits.entry((bno, off)).or_default() += 1;
+    }
+
+    /// The hidden name `seq` of `name` in `dir` has left the disk (its removal was written, or
+    /// never needed to be) or names its inode again: the entries that waited for it and for no
+    /// other may be written now.
+    pub(super) fn namesake_gone(&mut self, dir: u32, name: &[u8], seq: u64) -> FsResult<()> {
+        let released = self.renames.namesakes.gone(dir, name, seq);
+        self.note_namesake_records();
+        for (bno, off) in released {
+            if self.sd().is_some_and(|sd| sd.namesake_gone(bno, off)) {
+                // Its block may be clean (the entry rolled back): it must be written again.
+                self.cache.modify(bno)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Soft updates' memory bound counts the namesake records too (`Namesakes::len`).
+    fn note_namesake_records(&mut self) {
+        let n = self.renames.namesakes.len();
+        if let Some(sd) = self.sd() {
+            sd.outside_records = n;
         }
     }
 
@@ -407,12 +424,8 @@ impl Fs {
         let tasks = std::iter::once(victim_task).chain(old_name_task).collect();
         self.entry_added(newdir, t.bno, t.off, ino, old, None, false, tasks)?;
         self.note_name_dir(newdir, ino, si);
-        // A wait of the replaced entry for a hidden namesake is now the source's.
-        if self.renames.namesake_waits.contains_key(&(t.bno, t.off)) {
-            for w in self.renames.namesakes.values_mut().flatten().filter(|w| (w.0, w.1) == (t.bno, t.off)) {
-                w.2 = ino;
-            }
-        }
+        // A wait of the replaced entry for its hidden namesakes is now the source's.
+        self.renames.namesakes.set_ino((t.bno, t.off), ino);
         Ok(())
     }
 
@@ -430,8 +443,8 @@ impl Fs {
             return Ok(None);
         }
         let found = self.renames.hidden.named(newdir, newname).find(|(_, h)| h.ino == src.ino);
-        let Some((key, _)) = found else { return Ok(None) };
-        if self.renames.namesakes.contains_key(&key) {
+        let Some((key, h)) = found else { return Ok(None) };
+        if self.renames.namesakes.waited_for(newdir, newname, h.seq) {
             return Ok(None);
         }
         let mut nd = self.dir_inode(newdir)?;
@@ -467,6 +480,8 @@ impl Fs {
             .ok_or_else(|| FsError::Corrupt(format!("hidden name at {key:?} vanished")))?;
         assert_eq!((h.dir, h.ino), (newdir, src.ino), "an undone rename revives its own old name");
         self.renames.hidden_removed += 1;
+        // Live again, it is no namesake to wait for (none waits for it: `undone_rename`).
+        self.namesake_gone(h.dir, &h.name, h.seq)?;
         if let Some(dh) = self.dirhash.get_mut(&newdir) {
             dh.unhide(&h.name, h.lbn, key.1);
         }

@@ -186,10 +186,12 @@ impl Fs {
                     inos.push(d);
                 }
             }
-            for (k, waiters) in &self.renames.namesakes {
-                if let Some(h) = self.renames.hidden.get(k).filter(|_| waiters.iter().any(|w| w.2 == x)) {
-                    if listed.insert(h.ino) {
-                        inos.push(h.ino);
+            if !self.renames.namesakes.no_waiters() {
+                for (dir, name, s) in self.renames.namesakes.waits_of(x) {
+                    for (_, h) in self.renames.hidden.named(dir, &name).filter(|(_, h)| h.seq <= s) {
+                        if listed.insert(h.ino) {
+                            inos.push(h.ino);
+                        }
                     }
                 }
             }

@@ -185,15 +185,7 @@ impl Fs {
                 self.alloc.free_inode(&mut self.cache, &self.sb, ino, is_dir)?;
                 Ok(())
             }
-            Task::NamesakeGone { dirblk, off } => {
-                // Unless another hidden namesake of it is still on disk.
-                let still = self.renames.namesake_waits.contains_key(&(dirblk, off));
-                if !still && self.sd().is_some_and(|sd| sd.namesake_gone(dirblk, off)) {
-                    // Its block may be clean (the entry rolled back): it must be written again.
-                    self.cache.modify(dirblk)?;
-                }
-                Ok(())
-            }
+            Task::NamesakeGone { dir, name, seq } => self.namesake_gone(dir, &name, seq),
             Task::RemoveOldName { dir, wait, bno, lbn, off, mut tasks } => {
                 let waits = match wait {
                     NameWait::NewPath(newdir) => self.new_path_pending(newdir)?,
@@ -203,19 +195,12 @@ impl Fs {
                     self.renames.deferred_old_names.push(Task::RemoveOldName { dir, wait, bno, lbn, off, tasks });
                     return Ok(());
                 }
-                if self.renames.hidden.remove(&(bno, off)).is_none() {
+                let Some(h) = self.renames.hidden.remove(&(bno, off)) else {
                     return Err(FsError::Corrupt(format!("a hidden name in directory {dir} vanished")));
-                }
+                };
                 self.renames.hidden_removed += 1;
-                let waiting = self.renames.namesakes.remove(&(bno, off)).unwrap_or_default();
-                for w in &waiting {
-                    let n = self.renames.namesake_waits.get_mut(&(w.0, w.1)).expect("a namesake waiter is counted");
-                    *n -= 1;
-                    if *n == 0 {
-                        self.renames.namesake_waits.remove(&(w.0, w.1));
-                    }
-                }
-                tasks.extend(waiting.into_iter().map(|(dirblk, off, _)| Task::NamesakeGone { dirblk, off }));
+                // Its namesakes made since wait until the removal is on disk.
+                tasks.push(Task::NamesakeGone { dir: h.dir, name: h.name, seq: h.seq });
                 if self.cache.in_flight(bno) {
                     self.land_flight()?;
                 }

@@ -266,11 +266,12 @@ pub enum Task {
         off: usize,
         tasks: Vec<Task>,
     },
-    /// The hidden namesake of the new entry at `off` of `dirblk` is gone on disk: the entry
-    /// may be written (clears its NAMESAKE).
+    /// The hidden name `seq` of `name` in `dir` is gone on disk: the new entries of that name
+    /// that waited for it and no other may be written (their NAMESAKE is cleared).
     NamesakeGone {
-        dirblk: u64,
-        off: usize,
+        dir: u32,
+        name: Vec<u8>,
+        seq: u64,
     },
 }
 

@@ -60,6 +60,9 @@ pub struct Softdep {
     inflight: HashMap<u64, Inflight>,
     /// The work list: work items made possible by completed writes.
     pub tasks: Vec<Task>,
+    /// Records kept outside for these structures' sake, counted with them by the memory bound
+    /// (rename's namesake order, `fs/hidden.rs`), as the file system last told.
+    pub outside_records: usize,
     /// Link drops queued behind their dirrems, per inode: users see `nlink` minus these
     /// (the paper's effnlink), so rmdir and stat see the final counts at once.
     pub pending_unlinks: HashMap<u32, u32>,
@@ -94,6 +97,7 @@ impl Softdep {
             bmsafemap: HashMap::new(),
             inflight: HashMap::new(),
             tasks: Vec::new(),
+            outside_records: 0,
             pending_unlinks: HashMap::new(),
             stats: SoftdepStats::default(),
             writes_seen: 0,
@@ -128,6 +132,7 @@ impl Softdep {
             + self.newblks.len()
             + self.indirdeps.values().map(|i| 1 + i.allocindirs.len()).sum::<usize>()
             + self.pagedeps.values().map(|p| p.diradds.len() + p.dirrems.len()).sum::<usize>()
+            + self.outside_records
     }
 
     /// Nothing is pending: every change is on disk and every work item has run.
@@ -428,7 +433,9 @@ impl Softdep {
                 && da.parent.is_none()
                 && da.on_complete.is_empty()
                 && !da.wk.state.intersects(DepState::DIRCHG | DepState::MKDIR_BODY | DepState::MKDIR_PARENT);
-            if never_on_disk && tasks.iter().all(|t| matches!(t, Task::DropLink(_))) {
+            // A hidden name never on disk has left it already (NamesakeGone runs now).
+            let now = |t: &Task| matches!(t, Task::DropLink(_) | Task::NamesakeGone { .. });
+            if never_on_disk && tasks.iter().all(now) {
                 if self.pagedeps.get(&dirblk).is_some_and(|pd| pd.diradds.is_empty() && pd.dirrems.is_empty()) {
                     self.pagedeps.remove(&dirblk);
                     self.block_dir.remove(&dirblk);
