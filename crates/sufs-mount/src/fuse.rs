@@ -277,7 +277,8 @@ impl SufsFuse {
     /// Has the kernel drop its attributes of `ino` (not its pages), after a change of mode it
     /// does not learn from the reply: set-user-ID and set-group-ID cleared by a WRITE, whose
     /// reply carries no attributes and after which the kernel drops only the size and times,
-    /// or by a FALLOCATE. Sent after the reply, without the lock.
+    /// or by a FALLOCATE. Sent before the reply (so the caller's next stat(2) asks), without
+    /// the lock; dropping attributes alone (offset -1) takes no lock the waiting caller holds.
     fn mode_changed(&self, ino: u32) {
         if let Some(n) = self.notifier.get() {
             if let Err(e) = n.inval_inode(to_fuse(ino), -1, 0) {
@@ -1016,6 +1017,12 @@ impl Filesystem for SufsFuse {
             }
             Ok(n)
         });
+        drop(fs);
+        // Before the reply: sent after it, a stat(2) by the writer right after its write(2)
+        // could still see the kernel's cached set-user-ID (seen in CI).
+        if killed {
+            from_fuse(ino).map(|i| self.mode_changed(i)).unwrap_or(());
+        }
         let refused = match r {
             Ok(n) => {
                 reply.written(n as u32);
@@ -1030,14 +1037,8 @@ impl Filesystem for SufsFuse {
                 cached && e == Errno::ENOSPC
             }
         };
-        drop(fs);
-        if let Ok(i) = from_fuse(ino) {
-            if killed {
-                self.mode_changed(i);
-            }
-            if refused {
-                self.refuse_for_space(i);
-            }
+        if refused {
+            from_fuse(ino).map(|i| self.refuse_for_space(i)).unwrap_or(());
         }
     }
 
@@ -1346,12 +1347,13 @@ impl Filesystem for SufsFuse {
                 std::thread::sleep(Duration::from_millis(10));
             }
         });
+        // Before the reply, as for a WRITE.
+        if killed {
+            from_fuse(ino).map(|i| self.mode_changed(i)).unwrap_or(());
+        }
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
-        }
-        if killed {
-            from_fuse(ino).map(|i| self.mode_changed(i)).unwrap_or(());
         }
     }
 
