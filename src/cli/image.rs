@@ -80,17 +80,32 @@ pub(crate) fn print_mkfs(image: &Path, sb: &Superblock) {
     );
 }
 
-/// Reads the superblock with a probe of the smallest block size, then opens the image with the
-/// file system's block size.
+/// Reads the superblock (a sufs one, or a UFS2 one where FreeBSD looks) with a probe of the
+/// smallest block size, then opens the image with the file system's block size and address
+/// unit (a UFS2 image's fragment).
 pub(crate) fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Superblock), Fail> {
+    let (dev, sb) = open_image_any(image, writable)?;
+    if sb.ufs2().is_some() {
+        return Err(Fail(
+            format!(
+                "{}: a UFS2 file system: sufs mounts it read-only (`sufs mount -o ro`) and prints it (`sufs dumpfs`); this command does not work on UFS2 yet",
+                image.display()
+            ),
+            8,
+        ));
+    }
+    Ok((dev, sb))
+}
+
+/// `open_image` for the commands that take a UFS2 image too (mount, dumpfs).
+pub(crate) fn open_image_any(image: &Path, writable: bool) -> Result<(FileDevice, Superblock), Fail> {
     let probe = FileDevice::open(image, format::MIN_BLOCK_SIZE as usize, false)?;
     if probe.num_blocks() == 0 {
         return Err(Fail(format!("{}: too small to hold a file system", image.display()), 8));
     }
-    let mut buf = vec![0u8; format::MIN_BLOCK_SIZE as usize];
-    probe.read_block(0, &mut buf)?;
-    let sb = Superblock::decode(&buf).map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
-    let dev = FileDevice::open(image, sb.block_size as usize, writable)?;
+    let sb = Superblock::probe(|off, buf| sufs_fs::dev::read_bytes(&probe, off, buf))
+        .map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
+    let dev = FileDevice::open_frags(image, sb.block_size as usize, sb.addr_unit() as usize, writable)?;
     Ok((dev, sb))
 }
 
@@ -264,7 +279,11 @@ pub(crate) fn cmd_fsck(image: &Path, opts: &fsck::Options) -> Result<u8, Fail> {
 }
 
 pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
-    let (dev, sb) = open_image(image, false)?;
+    let (dev, sb) = open_image_any(image, false)?;
+    if let Some(u) = sb.ufs2() {
+        dumpfs_ufs2(&sb, u);
+        return Ok(());
+    }
     println!("magic     {:#x}  version {}", format::MAGIC, sb.version);
     println!("bsize     {}", sb.block_size);
     println!("blocks    {} ({} MiB)", sb.num_blocks, (sb.num_blocks * sb.block_size as u64) >> 20);
@@ -328,4 +347,40 @@ pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
         }
     }
     Ok(())
+}
+
+/// `dumpfs` of a UFS2 image: the superblock as FreeBSD's dumpfs(8) heads it.
+fn dumpfs_ufs2(sb: &Superblock, u: &format::ufs2::Superblock) {
+    use format::ufs2::*;
+    let cs = u.fs_cstotal;
+    println!("magic     {:#x} (UFS2)", u.fs_magic);
+    println!("bsize     {}  fsize {}  frag {}", u.fs_bsize, u.fs_fsize, u.fs_frag);
+    println!(
+        "size      {} fragments ({} MiB), dsize {}",
+        u.fs_size,
+        (u.fs_size as u64 * u.fs_fsize as u64) >> 20,
+        u.fs_dsize
+    );
+    println!("groups    {} of {} fragments, {} inodes each", u.fs_ncg, u.fs_fpg, u.fs_ipg);
+    println!(
+        "free      {} blocks, {} fragments, {} inodes; {} directories",
+        cs.cs_nbfree, cs.cs_nffree, cs.cs_nifree, cs.cs_ndir
+    );
+    println!("minfree   {}%", u.fs_minfree);
+    println!("label     {}", if sb.label.is_empty() { "(none)".into() } else { String::from_utf8_lossy(&sb.label) });
+    let named = [
+        (FS_UNCLEAN, "unclean"),
+        (FS_DOSOFTDEP, "soft-updates"),
+        (FS_NEEDSFSCK, "needs-fsck"),
+        (FS_SUJ, "soft-updates+journal"),
+        (FS_ACLS, "acls"),
+        (FS_MULTILABEL, "multilabel"),
+        (FS_GJOURNAL, "gjournal"),
+        (FS_NFS4ACLS, "nfsv4acls"),
+        (FS_METACKHASH, "check-hashes"),
+        (FS_TRIM, "trim"),
+    ];
+    let flags: Vec<&str> = named.iter().filter(|(f, _)| u.fs_flags & f != 0).map(|(_, n)| *n).collect();
+    println!("clean     {}", if u.fs_clean != 0 { "yes" } else { "no" });
+    println!("flags     {}", if flags.is_empty() { "none".into() } else { flags.join(" ") });
 }

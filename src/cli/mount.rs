@@ -162,9 +162,9 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     }
     // A read-only mount opens the image for writing where it can, so that a remount may make it
     // read-write.
-    let (dev, sb, writable) = match open_image(image, !ro || !snapshot) {
+    let (dev, sb, writable) = match open_image_any(image, !ro || !snapshot) {
         Ok((dev, sb)) => (dev, sb, true),
-        Err(_) if ro => open_image(image, false).map(|(dev, sb)| (dev, sb, false))?,
+        Err(_) if ro => open_image_any(image, false).map(|(dev, sb)| (dev, sb, false))?,
         Err(e) => return Err(e),
     };
     let lock_file = std::fs::File::open(image)?;

@@ -27,6 +27,8 @@ pub enum AllocError {
     NoSpace,
     #[error(transparent)]
     Dev(#[from] DevError),
+    #[error("cannot allocate or free on this UFS2 image: sufs does not write UFS2 yet")]
+    Ufs2ReadOnly,
     #[error("corrupt cylinder group: {0}")]
     Corrupt(#[from] FormatError),
     #[error("freeing {what} {n} that is already free")]
@@ -44,11 +46,17 @@ pub struct Alloc {
     /// Blocks freed since the mount: a reader that planned a device read under the lock and
     /// read without it knows by this that no block it read can have changed hands meanwhile.
     frees: u64,
+    /// A UFS2 image (read-only): the counts come from its groups' summaries and nothing is
+    /// allocated, freed or checked against its maps.
+    counts_only: bool,
 }
 
 impl Alloc {
     /// Reads and checks every group header.
     pub fn load(cache: &mut Cache, sb: &Superblock) -> Result<Alloc, AllocError> {
+        if let Some(u) = sb.ufs2() {
+            return Self::load_ufs2(cache, sb, u);
+        }
         let mut sums = Vec::with_capacity(sb.ngroups as usize);
         let mut damage = Vec::new();
         for cg in 0..sb.ngroups {
@@ -64,7 +72,26 @@ impl Alloc {
             let initialized = Self::check_initialized(cache, sb, cg, &h, &mut damage)?;
             sums.push(CgSum { free_blocks, free_inodes, ndirs: h.ndirs, initialized });
         }
-        Ok(Alloc { sums, damage, frees: 0 })
+        Ok(Alloc { sums, damage, frees: 0, counts_only: false })
+    }
+
+    /// The counts of a UFS2 image's groups, each group decoded and checked (magic, index,
+    /// counts, check hash) as FreeBSD's `ffs_getcg` does: free space in fragments.
+    fn load_ufs2(cache: &mut Cache, sb: &Superblock, u: &ufs2::Superblock) -> Result<Alloc, AllocError> {
+        let mut sums = Vec::with_capacity(sb.ngroups as usize);
+        for cg in 0..sb.ngroups {
+            let buf = cache.read(sb.cg_header_block(cg))?;
+            let g = ufs2::Cg::decode(buf, u, cg, true).map_err(|e| FormatError::BadCg { cg, what: e.to_string() })?;
+            let cs = g.hdr.cg_cs;
+            let initialized = g.hdr.cg_initediblk.min(u.fs_ipg);
+            sums.push(CgSum {
+                free_blocks: cs.cs_nbfree as u32 * u.fs_frag as u32 + cs.cs_nffree as u32,
+                free_inodes: cs.cs_nifree as u32,
+                ndirs: cs.cs_ndir as u32,
+                initialized: initialized - initialized % sb.inodes_per_block(),
+            });
+        }
+        Ok(Alloc { sums, damage: Vec::new(), frees: 0, counts_only: true })
     }
 
     /// The bitmaps must show the group's metadata blocks (and in group 0 the reserved inodes)
@@ -143,6 +170,9 @@ impl Alloc {
     /// Records that group `cg`'s inode blocks up to inode `n` are initialized (their zeroed
     /// buffers are already in the cache: the caller orders their writes before the header's).
     pub fn set_initialized(&mut self, cache: &mut Cache, sb: &Superblock, cg: u32, n: u32) -> Result<(), AllocError> {
+        if self.counts_only {
+            return Err(AllocError::Ufs2ReadOnly);
+        }
         let s = &mut self.sums[cg as usize];
         assert!(n > s.initialized && n <= sb.inodes_per_group, "group {cg}: {} initialized, then {n}", s.initialized);
         assert!(n.is_multiple_of(sb.inodes_per_block()), "a whole number of inode blocks");
@@ -176,6 +206,9 @@ impl Alloc {
         is_dir: bool,
         spread: bool,
     ) -> Result<u32, AllocError> {
+        if self.counts_only {
+            return Err(AllocError::Ufs2ReadOnly);
+        }
         let n = sb.ngroups;
         let total_free = self.free_inodes();
         if total_free == 0 {
@@ -224,6 +257,9 @@ impl Alloc {
     }
 
     pub fn free_inode(&mut self, cache: &mut Cache, sb: &Superblock, ino: u32, is_dir: bool) -> Result<(), AllocError> {
+        if self.counts_only {
+            return Err(AllocError::Ufs2ReadOnly);
+        }
         if !sb.is_valid_inode(ino) {
             return Err(AllocError::BadFree { what: "inode", n: ino as u64 });
         }
@@ -249,6 +285,9 @@ impl Alloc {
 
     /// Allocates a data block as close after `pref` as possible (in its group first).
     pub fn alloc_block(&mut self, cache: &mut Cache, sb: &Superblock, pref: u64) -> Result<u64, AllocError> {
+        if self.counts_only {
+            return Err(AllocError::Ufs2ReadOnly);
+        }
         let n = sb.ngroups;
         let pref = if pref < sb.num_blocks { pref } else { 0 };
         let start = sb.cg_of_block(pref);
@@ -282,7 +321,7 @@ impl Alloc {
     /// Makes sure data block `bno`, which something the mount read points at, is marked in
     /// use; returns whether its bit had to be set (the bitmap was wrong).
     pub fn ensure_block_used(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<bool, AllocError> {
-        if !sb.is_data_block(bno) {
+        if self.counts_only || !sb.is_data_block(bno) {
             return Ok(false);
         }
         let cg = sb.cg_of_block(bno);
@@ -300,6 +339,9 @@ impl Alloc {
     }
 
     pub fn free_block(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<(), AllocError> {
+        if self.counts_only {
+            return Err(AllocError::Ufs2ReadOnly);
+        }
         if !sb.is_data_block(bno) {
             return Err(AllocError::BadFree { what: "block", n: bno });
         }

@@ -138,6 +138,10 @@ impl Counters {
 
 pub trait BlockDevice: Send + Sync {
     fn block_size(&self) -> usize;
+    /// Bytes between consecutive block numbers: the block size, or a UFS2 image's fragment.
+    fn addr_unit(&self) -> usize {
+        self.block_size()
+    }
     fn num_blocks(&self) -> u64;
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()>;
     /// Reads the `buf.len() / block_size` blocks from `bno` on, in one request where the device
@@ -188,6 +192,27 @@ pub fn write_sparse_image<E: From<DevError>>(
     Ok(written)
 }
 
+/// Fills `buf` from byte `off` of `dev` (whose blocks start every `addr_unit` bytes):
+/// `UnexpectedEof` if the range runs past the device's end. For reading a superblock wherever
+/// its format puts it (`Superblock::probe`).
+pub fn read_bytes(dev: &dyn BlockDevice, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    let (bs, unit) = (dev.block_size() as u64, dev.addr_unit() as u64);
+    if off + buf.len() as u64 > dev.num_blocks() * unit {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let mut block = vec![0u8; bs as usize];
+    let mut done = 0;
+    while done < buf.len() {
+        let at = off + done as u64;
+        dev.read_block(at / unit, &mut block).map_err(std::io::Error::other)?;
+        let skip = (at % unit) as usize;
+        let n = (bs as usize - skip).min(buf.len() - done);
+        buf[done..done + n].copy_from_slice(&block[skip..skip + n]);
+        done += n;
+    }
+    Ok(())
+}
+
 /// An error if block `bno` is past the end of a device of `nblocks` blocks.
 pub fn check_range(bno: u64, nblocks: u64) -> DevResult<()> {
     if bno >= nblocks {
@@ -201,7 +226,13 @@ pub fn check_range(bno: u64, nblocks: u64) -> DevResult<()> {
 pub struct FileDevice {
     file: File,
     bs: usize,
+    /// Bytes between block numbers: `bs`, or a UFS2 image's fragment (`open_frags`), where a
+    /// block of `bs` bytes starts at any fragment.
+    unit: usize,
+    /// Addresses on the device: its size over `unit`.
     nblocks: u64,
+    /// The device's size in bytes.
+    size: u64,
     durable: bool,
     counters: Counters,
 }
@@ -220,9 +251,37 @@ impl FileDevice {
     /// A device over a file already open (`path` names it in messages).
     fn from_file(file: File, bs: usize, path: &Path) -> DevResult<FileDevice> {
         let size = device_size(&file).map_err(|e| DevError::Open(format!("cannot size {}: {e}", path.display())))?;
-        Ok(FileDevice { file, bs, nblocks: size / bs as u64, durable: true, counters: Counters::default() })
+        Ok(FileDevice {
+            file,
+            bs,
+            unit: bs,
+            nblocks: size / bs as u64,
+            size,
+            durable: true,
+            counters: Counters::default(),
+        })
     }
 
+    /// Opens a UFS2 image whose blocks of `bs` bytes are addressed in fragments of `unit`
+    /// bytes (`Superblock::addr_unit`): block number `b` is the `bs` bytes from byte
+    /// `b * unit`. A block that runs past the end of the device (a tail fragment in the last
+    /// group) reads as zeros past it.
+    pub fn open_frags(path: &Path, bs: usize, unit: usize, writable: bool) -> DevResult<FileDevice> {
+        assert!(unit > 0 && unit <= bs && bs.is_multiple_of(unit), "fragment of {unit} bytes, block of {bs}");
+        let mut d = FileDevice::open(path, bs, writable)?;
+        d.unit = unit;
+        d.nblocks = d.size / unit as u64;
+        Ok(d)
+    }
+
+    /// Reads the block at `bno` when blocks and addresses differ in size: what the device
+    /// holds, zeros past its end.
+    fn read_frag_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        let off = bno * self.unit as u64;
+        let have = self.size.saturating_sub(off).min(buf.len() as u64) as usize;
+        buf[have..].fill(0);
+        self.file.read_exact_at(&mut buf[..have], off).map_err(|source| DevError::Io { bno, source })
+    }
     /// Creates (or extends) a sparse image file of `size` bytes. A new image is made 0600 (it
     /// holds every file's bytes); an existing one must be the caller's (`files::open_private`).
     pub fn create(path: &Path, size: u64) -> DevResult<()> {
@@ -282,18 +341,31 @@ impl BlockDevice for FileDevice {
     fn block_size(&self) -> usize {
         self.bs
     }
+    fn addr_unit(&self) -> usize {
+        self.unit
+    }
     fn num_blocks(&self) -> u64 {
         self.nblocks
     }
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
         check_range(bno, self.nblocks)?;
         self.counters.read();
+        if self.unit != self.bs {
+            return self.read_frag_block(bno, buf);
+        }
         self.file.read_exact_at(buf, bno * self.bs as u64).map_err(|source| DevError::Io { bno, source })
     }
     fn read_run(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
         let n = (buf.len() / self.bs) as u64;
         check_range(bno, self.nblocks)?;
         check_range(bno + n.saturating_sub(1), self.nblocks)?;
+        if self.unit != self.bs {
+            // Block numbers that follow each other are fragments, not blocks, apart.
+            for (i, b) in buf.chunks_mut(self.bs).enumerate() {
+                self.read_block(bno + i as u64, b)?;
+            }
+            return Ok(());
+        }
         self.counters.reads(n);
         self.file.read_exact_at(buf, bno * self.bs as u64).map_err(|source| DevError::Io { bno, source })
     }
@@ -304,11 +376,20 @@ impl BlockDevice for FileDevice {
         for r in reqs {
             check_range(r.bno, self.nblocks)?;
         }
-        let runs = write_runs(reqs, |run| {
-            let mut slices: Vec<IoSlice> = run.iter().map(|r| IoSlice::new(r.data)).collect();
-            write_all_vectored_at(&self.file, &mut slices, run[0].bno * self.bs as u64)
-                .map_err(|source| DevError::Io { bno: run[0].bno, source })
-        })?;
+        let runs = if self.unit != self.bs {
+            // Each block alone: neighbouring block numbers are fragments apart.
+            for r in reqs {
+                let off = r.bno * self.unit as u64;
+                self.file.write_all_at(r.data, off).map_err(|source| DevError::Io { bno: r.bno, source })?;
+            }
+            reqs.len()
+        } else {
+            write_runs(reqs, |run| {
+                let mut slices: Vec<IoSlice> = run.iter().map(|r| IoSlice::new(r.data)).collect();
+                write_all_vectored_at(&self.file, &mut slices, run[0].bno * self.bs as u64)
+                    .map_err(|source| DevError::Io { bno: run[0].bno, source })
+            })?
+        };
         if self.durable {
             self.counters.flush();
             self.file.sync_data().map_err(|source| DevError::Io { bno: reqs[0].bno, source })?;
@@ -418,6 +499,9 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
     fn block_size(&self) -> usize {
         self.inner.block_size()
     }
+    fn addr_unit(&self) -> usize {
+        self.inner.addr_unit()
+    }
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
     }
@@ -460,6 +544,9 @@ impl<D: BlockDevice> FaultDevice<D> {
 impl<D: BlockDevice> BlockDevice for FaultDevice<D> {
     fn block_size(&self) -> usize {
         self.inner.block_size()
+    }
+    fn addr_unit(&self) -> usize {
+        self.inner.addr_unit()
     }
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
@@ -688,6 +775,9 @@ impl<D: BlockDevice> BlockDevice for ModelDevice<D> {
     fn block_size(&self) -> usize {
         self.inner.block_size()
     }
+    fn addr_unit(&self) -> usize {
+        self.inner.addr_unit()
+    }
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
     }
@@ -719,6 +809,9 @@ impl<D: BlockDevice> BlockDevice for ModelDevice<D> {
 impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     fn block_size(&self) -> usize {
         (**self).block_size()
+    }
+    fn addr_unit(&self) -> usize {
+        (**self).addr_unit()
     }
     fn num_blocks(&self) -> u64 {
         (**self).num_blocks()

@@ -480,11 +480,17 @@ fn dtype_kind(dtype: u8) -> FileType {
     }
 }
 
-fn attr(ino: u32, d: &Dinode, bs: u32) -> FileAttr {
+/// The unit `Dinode::blocks` counts and the block size: what `attr` needs of the superblock.
+fn units(sb: &Superblock) -> (u32, u32) {
+    (sb.addr_unit(), sb.block_size)
+}
+
+/// The attributes of inode `ino`; `(unit, bs)` from `units`.
+fn attr(ino: u32, d: &Dinode, (unit, bs): (u32, u32)) -> FileAttr {
     FileAttr {
         ino: to_fuse(ino),
         size: d.size,
-        blocks: d.blocks * (bs as u64 / 512),
+        blocks: d.blocks * (unit as u64 / 512),
         atime: time(d.atime, d.atime_ns),
         mtime: time(d.mtime, d.mtime_ns),
         ctime: time(d.ctime, d.ctime_ns),
@@ -506,7 +512,7 @@ impl SufsFuse {
     /// while the kernel may still use it.
     fn entry(&self, fs: &mut Fs, reply: ReplyEntry, ino: u32, d: &Dinode) {
         fs.hold(ino, 1);
-        let a = attr(ino, d, fs.sb.block_size);
+        let a = attr(ino, d, units(&fs.sb));
         reply.entry_with_ttls(ttl(d), self.name_ttl(d), &a, Generation(d.generation as u64));
     }
 
@@ -526,7 +532,7 @@ impl SufsFuse {
     /// control channel is told to the kernel (`stale_sink`, `ctl::Stale::Entry`).
     fn negative_entry(&self, reply: ReplyEntry) {
         let none = Dinode::default();
-        reply.entry_with_ttls(&TTL, self.name_ttl(&none), &attr(0, &none, 0), Generation(0));
+        reply.entry_with_ttls(&TTL, self.name_ttl(&none), &attr(0, &none, (512, 0)), Generation(0));
     }
 
     /// The group of a new node: the parent's when the parent is set-group-ID, as BSD and
@@ -694,7 +700,7 @@ impl Filesystem for SufsFuse {
         }
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
-            Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, fs.sb.block_size)),
+            Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, units(&fs.sb))),
             Err(e) => reply.error(e),
         }
     }
@@ -717,7 +723,7 @@ impl Filesystem for SufsFuse {
         }
         let mut fs = lock(&self.fs);
         match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
-            Ok((i, d)) => reply.statx(ttl(&d), &attr(i, &d, fs.sb.block_size), statx_attributes(d.flags), STATX_ATTRS),
+            Ok((i, d)) => reply.statx(ttl(&d), &attr(i, &d, units(&fs.sb)), statx_attributes(d.flags), STATX_ATTRS),
             Err(e) => reply.error(e),
         }
     }
@@ -776,7 +782,7 @@ impl Filesystem for SufsFuse {
             Ok((i, d))
         });
         match r {
-            Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, fs.sb.block_size)),
+            Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, units(&fs.sb))),
             Err(e) => reply.error(e),
         }
     }
@@ -1126,7 +1132,6 @@ impl Filesystem for SufsFuse {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
-        let bs = fs.sb.block_size;
         let mut offset = offset;
         let mut added = false;
         'fill: while !added {
@@ -1152,7 +1157,7 @@ impl Filesystem for SufsFuse {
                     e.next,
                     OsStr::from_bytes(&e.name),
                     self.name_ttl(&d),
-                    &attr(e.ino, &d, bs),
+                    &attr(e.ino, &d, units(&fs.sb)),
                     Generation(d.generation as u64),
                 );
                 if full {
@@ -1187,7 +1192,7 @@ impl Filesystem for SufsFuse {
         self.msgs.count(Op::Statfs);
         let mut fs = lock(&self.fs);
         let s = fs.statfs();
-        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize);
     }
 
     /// Extended attributes (`fs::xattr`). Since sufs answers getxattr, the kernel asks for
@@ -1469,7 +1474,7 @@ impl Filesystem for SufsFuse {
                 // One time-to-live for the name and its attributes: the name's.
                 reply.created(
                     self.name_ttl(&d),
-                    &attr(ino, &d, fs.sb.block_size),
+                    &attr(ino, &d, units(&fs.sb)),
                     Generation(d.generation as u64),
                     FileHandle(0),
                     self.open_flags(),

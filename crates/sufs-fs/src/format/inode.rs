@@ -165,7 +165,11 @@ impl Dinode {
 
     /// True if the inode's block pointers address data (regular files, directories, symlinks).
     pub fn has_blocks(&self) -> bool {
-        matches!(self.file_type(), S_IFREG | S_IFDIR | S_IFLNK)
+        match self.file_type() {
+            S_IFREG | S_IFDIR => true,
+            S_IFLNK => !self.short_symlink(),
+            _ => false,
+        }
     }
 }
 

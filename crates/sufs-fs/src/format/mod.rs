@@ -16,6 +16,7 @@ use thiserror::Error;
 mod cg;
 mod dir;
 mod inode;
+mod layout;
 mod superblock;
 pub mod ufs2;
 mod volume;
@@ -128,6 +129,8 @@ pub enum FormatError {
     BadGeometry(String),
     #[error("cylinder group {cg}: {what}")]
     BadCg { cg: u32, what: String },
+    #[error("UFS2: {0}")]
+    Ufs2(String),
     #[error("extended-attribute area: {0}")]
     BadExtArea(String),
 }

@@ -34,6 +34,9 @@ pub struct Superblock {
     /// when unset (an image made before the field).
     pub label: Vec<u8>,
     pub snapshots: [u32; MAX_SNAPSHOTS],
+    /// A UFS2 image's own superblock (`layout.rs`): the geometry methods then answer in
+    /// fragments, as UFS2 addresses its blocks. None on a sufs image.
+    pub ufs2: Option<Box<super::ufs2::Superblock>>,
 }
 
 /// `default_ordering`: not set, a mount without `--ordering` runs soft updates.
@@ -101,7 +104,10 @@ impl Superblock {
         self.ngroups as u64 * self.inodes_per_group as u64
     }
     pub fn cg_start(&self, cg: u32) -> u64 {
-        cg as u64 * self.blocks_per_group as u64
+        match self.ufs2() {
+            Some(u) => self.ufs2_cg(u, cg).0,
+            None => cg as u64 * self.blocks_per_group as u64,
+        }
     }
     /// Blocks in group `cg` (the last one may be short).
     pub fn cg_blocks(&self, cg: u32) -> u32 {
@@ -109,17 +115,33 @@ impl Superblock {
         (self.num_blocks - start).min(self.blocks_per_group as u64) as u32
     }
     pub fn cg_header_block(&self, cg: u32) -> u64 {
-        self.cg_start(cg) + 1
+        match self.ufs2() {
+            Some(u) => self.ufs2_cg(u, cg).1,
+            None => self.cg_start(cg) + 1,
+        }
     }
     pub fn cg_itable_block(&self, cg: u32) -> u64 {
-        self.cg_start(cg) + 2
+        match self.ufs2() {
+            Some(u) => self.ufs2_cg(u, cg).2,
+            None => self.cg_start(cg) + 2,
+        }
+    }
+    /// The `k`th block of group `cg`'s inode table (on UFS2, `k * fs_frag` fragments on).
+    pub fn cg_itable_nth(&self, cg: u32, k: u64) -> u64 {
+        self.cg_itable_block(cg) + k * self.frag()
     }
     /// First data block of the group: everything before it is metadata.
     pub fn cg_data_start(&self, cg: u32) -> u64 {
-        self.cg_itable_block(cg) + self.inode_table_blocks() as u64
+        match self.ufs2() {
+            Some(u) => self.ufs2_cg(u, cg).3,
+            None => self.cg_itable_block(cg) + self.inode_table_blocks() as u64,
+        }
     }
     pub fn cg_of_block(&self, bno: u64) -> u32 {
-        (bno / self.blocks_per_group as u64) as u32
+        match self.ufs2() {
+            Some(u) => u.dtog(bno as i64) as u32,
+            None => (bno / self.blocks_per_group as u64) as u32,
+        }
     }
     pub fn cg_of_inode(&self, ino: u32) -> u32 {
         ino / self.inodes_per_group
@@ -129,11 +151,14 @@ impl Superblock {
         let cg = self.cg_of_inode(ino);
         let idx = ino % self.inodes_per_group;
         let ipb = self.inodes_per_block();
-        (self.cg_itable_block(cg) + (idx / ipb) as u64, (idx % ipb) as usize * DINODE_SIZE)
+        (self.cg_itable_nth(cg, (idx / ipb) as u64), (idx % ipb) as usize * DINODE_SIZE)
     }
     /// True if `bno` is a data block (may be pointed to by an inode).
     pub fn is_data_block(&self, bno: u64) -> bool {
-        bno < self.num_blocks && bno >= self.cg_data_start(self.cg_of_block(bno))
+        match self.ufs2() {
+            Some(u) => self.ufs2_is_data(u, bno),
+            None => bno < self.num_blocks && bno >= self.cg_data_start(self.cg_of_block(bno)),
+        }
     }
     pub fn is_valid_inode(&self, ino: u32) -> bool {
         ino >= FIRST_INO && (ino as u64) < self.total_inodes()
@@ -143,6 +168,9 @@ impl Superblock {
     }
     /// Blocks outside the groups' metadata (superblock copy, header, inode table).
     pub fn data_blocks(&self) -> u64 {
+        if let Some(u) = self.ufs2() {
+            return u.fs_dsize as u64;
+        }
         self.num_blocks - (2 + self.inode_table_blocks() as u64) * self.ngroups as u64
     }
     /// The minfree reserve in percent.
@@ -155,6 +183,9 @@ impl Superblock {
     }
     /// Largest file size the block map can address.
     pub fn max_file_size(&self) -> u64 {
+        if let Some(u) = self.ufs2() {
+            return u.fs_maxfilesize;
+        }
         let p = self.ptrs_per_block();
         let blocks = NDADDR as u64 + p + p * p + p * p * p;
         blocks.saturating_mul(self.block_size as u64)
@@ -243,6 +274,7 @@ impl Superblock {
                     default_ordering: ORDER_DEFAULT,
                     label: Vec::new(),
                     snapshots: [0; MAX_SNAPSHOTS],
+                    ufs2: None,
                 };
                 sb.check_geometry()?;
                 assert!(sb.ngroups as u64 >= min_groups, "{} groups, asked for {min_groups}", sb.ngroups);
@@ -307,6 +339,7 @@ impl Superblock {
     }
 
     pub fn encode(&self, buf: &mut [u8]) {
+        assert!(self.ufs2.is_none(), "a UFS2 image's superblock is never written as sufs's");
         buf[..SB_SIZE].fill(0);
         put_u64(buf, SB_MAGIC, MAGIC);
         put_u32(buf, SB_VERSION, self.version);
@@ -377,6 +410,7 @@ impl Superblock {
             default_ordering: buf[SB_ORDERING],
             label: label_at(&buf[SB_LABEL..SB_LABEL + MAX_LABEL]),
             snapshots,
+            ufs2: None,
         };
         sb.check_geometry()?;
         Ok(sb)

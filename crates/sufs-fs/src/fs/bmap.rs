@@ -145,11 +145,15 @@ impl Fs {
     pub(super) fn read_inode_block(&mut self, bno: u64) -> FsResult<&[u8]> {
         if !self.cache.is_cached(bno) {
             let buf = self.cache.read(bno)?;
+            let sb = &self.sb;
             let ptrs: Vec<u64> = buf
                 .chunks_exact(DINODE_SIZE)
-                .map(Dinode::decode)
+                .map(|raw| sb.decode_dinode(raw))
                 .filter(|d| !d.is_free())
-                .flat_map(|d| d.db.into_iter().chain(d.ib).chain(d.extb))
+                .flat_map(|d| {
+                    let map = if d.has_blocks() { d.db.into_iter().chain(d.ib).collect() } else { Vec::new() };
+                    map.into_iter().chain(d.extb)
+                })
                 .collect();
             self.claim_pointers(bno, &ptrs)?;
         }

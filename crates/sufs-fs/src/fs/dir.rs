@@ -32,13 +32,25 @@ impl Fs {
     /// is marked for fsck (which cuts the size back to the blocks).
     pub(super) fn dir_blocks(&mut self, dir: u32, d: &Dinode) -> FsResult<u64> {
         let nblocks = d.size.div_ceil(self.sb.block_size as u64);
-        if d.size > self.sb.max_file_size() || nblocks > d.blocks || d.blocks > self.sb.data_blocks() {
+        let units = d.size.div_ceil(self.sb.addr_unit() as u64);
+        if d.size > self.sb.max_file_size() || units > d.blocks || d.blocks > self.sb.data_blocks() {
             return Err(self.damaged(format!(
                 "directory {dir} has size {} ({nblocks} blocks) but holds {} blocks",
                 d.size, d.blocks
             )));
         }
         Ok(nblocks)
+    }
+
+    /// The bytes of directory block `lbn` that hold entries: the whole block but for the
+    /// last, which ends at the directory's size (a UFS2 directory's last block may be a
+    /// fragment, followed on disk by other files' fragments).
+    pub(super) fn dir_block_len(&self, d: &Dinode, lbn: u64) -> usize {
+        let bs = self.sb.block_size as u64;
+        let len = d.size.saturating_sub(lbn * bs).min(bs) as usize;
+        // A size that is not a whole number of chunks is damage fsck finds; the partial
+        // chunk is not read.
+        len / DIRBLKSIZ * DIRBLKSIZ
     }
 
     /// Builds the name index of a large directory if it has none.
@@ -58,8 +70,9 @@ impl Fs {
             if bno == 0 {
                 h.add_block(lbn, None)?;
             } else {
+                let len = self.dir_block_len(d, lbn);
                 let hidden = &self.renames.hidden;
-                h.add_block_except(lbn, Some(self.cache.read(bno)?), |off| hidden.contains(&(bno, off)))?;
+                h.add_block_except(lbn, Some(&self.cache.read(bno)?[..len]), |off| hidden.contains(&(bno, off)))?;
             }
         }
         self.dirhash.insert(dir, h);
@@ -91,8 +104,9 @@ impl Fs {
             if bno == 0 {
                 continue;
             }
+            let len = self.dir_block_len(d, lbn);
             let buf = self.cache.read(bno)?;
-            for e in dir_iter(buf) {
+            for e in dir_iter(&buf[..len]) {
                 let e = e?;
                 if e.ino != 0 && !self.renames.hidden.contains(&(bno, e.offset)) && pred(&e) {
                     return Ok(Some(Slot { bno, lbn, off: e.offset, ino: e.ino }));
@@ -365,8 +379,9 @@ impl Fs {
             if bno == 0 {
                 continue;
             }
+            let len = self.dir_block_len(&d, lbn);
             let buf = self.cache.read(bno)?;
-            for e in dir_iter(buf) {
+            for e in dir_iter(&buf[..len]) {
                 let e = e?;
                 let pos = lbn * bs + e.offset as u64;
                 if e.ino == 0 || pos < offset || self.renames.hidden.contains(&(bno, e.offset)) {

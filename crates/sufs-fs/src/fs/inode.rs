@@ -61,8 +61,9 @@ impl Fs {
             return Ok(Dinode::default());
         }
         let (bno, off) = self.sb.inode_location(ino);
-        let buf = self.read_inode_block(bno)?;
-        Ok(Dinode::decode(&buf[off..off + DINODE_SIZE]))
+        let mut raw = [0u8; DINODE_SIZE];
+        raw.copy_from_slice(&self.read_inode_block(bno)?[off..off + DINODE_SIZE]);
+        Ok(self.sb.decode_dinode(&raw))
     }
 
     /// Reads an allocated inode.

@@ -88,6 +88,10 @@ pub enum FsError {
     Stale(u64),
     #[error("read-only file system")]
     ReadOnly,
+    /// The image is one this sufs reads but does not write (a UFS2 image): a read-write mount
+    /// is refused with the reason.
+    #[error("{0}")]
+    Unsupported(String),
     #[error("I/O error: {0}")]
     Io(#[from] DevError),
     #[error("I/O error: the file system was shut down")]
@@ -124,7 +128,7 @@ impl FsError {
             FsError::Perm => libc::EPERM,
             FsError::Access => libc::EACCES,
             FsError::Stale(_) => libc::ESTALE,
-            FsError::ReadOnly => libc::EROFS,
+            FsError::ReadOnly | FsError::Unsupported(_) => libc::EROFS,
             FsError::NotSupported => libc::EOPNOTSUPP,
             FsError::NoSuchOffset => libc::ENXIO,
             FsError::Io(_) | FsError::Corrupt(_) | FsError::ShutDown => libc::EIO,
@@ -356,6 +360,8 @@ pub struct StatFs {
     pub files: u64,
     pub ffree: u64,
     pub bsize: u32,
+    /// The unit of `blocks`, `bfree` and `bavail`: UFS2's fragment (`bsize` on a sufs image).
+    pub frsize: u32,
     pub namelen: u32,
 }
 
@@ -484,9 +490,19 @@ impl Fs {
     /// corrupt or foreign image, and marks the image in use (not clean) until `unmount`.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions, clock: Arc<dyn Clock>) -> FsResult<Fs> {
         let bs = dev.block_size();
-        let mut buf = vec![0u8; bs];
-        dev.read_block(0, &mut buf)?;
-        let mut sb = Superblock::decode(&buf)?;
+        let mut sb = Superblock::probe(|off, buf| crate::dev::read_bytes(&*dev, off, buf))?;
+        if let Err(why) = sb.writable() {
+            if !opts.readonly {
+                return Err(FsError::Unsupported(why));
+            }
+        }
+        if sb.addr_unit() as usize != dev.addr_unit() {
+            return Err(FsError::Corrupt(format!(
+                "the file system addresses {}-byte units, the device {}",
+                sb.addr_unit(),
+                dev.addr_unit()
+            )));
+        }
         if sb.block_size as usize != bs {
             return Err(FsError::Corrupt(format!("block size {} does not match the device's {}", sb.block_size, bs)));
         }

@@ -135,7 +135,7 @@ impl Fs {
 
     /// Lets a read-only mount become read-write on a remount: its device takes writes.
     pub fn allow_remount_rw(&mut self, yes: bool) {
-        self.live.can_write = yes || !self.readonly;
+        self.live.can_write = (yes || !self.readonly) && self.sb.writable().is_ok();
     }
 
     /// An access to `ino` (a read, a listing, a readlink): its atime changes if the rule says

@@ -219,6 +219,14 @@ impl Fs {
         if d.size == 0 || d.size > MAX_SYMLINK as u64 || d.size >= self.sb.block_size as u64 {
             return Err(self.damaged(format!("symlink {ino} has size {}", d.size)));
         }
+        if d.short_symlink() {
+            // UFS2 keeps a target shorter than `fs_maxsymlinklen` in the inode itself.
+            let max = self.sb.ufs2().map_or(0, |u| u.fs_maxsymlinklen.max(0) as u64);
+            if d.size >= max {
+                return Err(self.damaged(format!("symlink {ino} of {} bytes holds no block", d.size)));
+            }
+            return Ok(d.short_target());
+        }
         self.read(ino, 0, d.size as usize)
     }
 

@@ -31,13 +31,17 @@ impl Fs {
         }
         let bfree = self.alloc.free_blocks() + pb;
         StatFs {
-            blocks: self.sb.num_blocks - meta_per_group * self.sb.ngroups as u64,
+            blocks: match self.sb.ufs2() {
+                Some(_) => self.sb.data_blocks(),
+                None => self.sb.num_blocks - meta_per_group * self.sb.ngroups as u64,
+            },
             bfree,
             // The minfree reserve is root's: others see the space past it.
             bavail: bfree.saturating_sub(self.reserved_blocks()),
             files: self.sb.total_inodes() - FIRST_INO as u64,
             ffree: self.alloc.free_inodes() + pi,
             bsize: self.sb.block_size,
+            frsize: self.sb.addr_unit(),
             namelen: MAXNAMLEN as u32,
         }
     }

@@ -80,9 +80,12 @@ impl Fs {
             return Err(FsError::NoAttr);
         }
         let d = self.iget(ino)?;
-        let attrs = self.read_ext_area(ino, &d)?;
-        let a = attrs.into_iter().find(|a| a.namespace == ns && a.name == name);
-        a.map(|a| a.value).ok_or(FsError::NoAttr)
+        let area = self.read_ext_bytes(ino, &d)?;
+        let found = match ext_records(&area) {
+            Ok(refs) => refs.iter().find(|a| a.namespace == ns && a.name == name).map(|a| a.value.to_vec()),
+            Err(e) => return Err(self.damaged(format!("inode {ino}: {e}"))),
+        };
+        found.ok_or(FsError::NoAttr)
     }
 
     /// The names of `ino`'s attributes, each followed by a NUL, as listxattr(2) returns them
@@ -172,6 +175,15 @@ impl Fs {
     /// The attributes of `ino` (its dinode `d`): every value from disk is checked, and a
     /// damaged area fails the request with EIO and asks for fsck.
     pub(super) fn read_ext_area(&mut self, ino: u32, d: &Dinode) -> FsResult<Vec<ExtAttr>> {
+        let area = self.read_ext_bytes(ino, d)?;
+        match decode_ext_area(&area) {
+            Ok(attrs) => Ok(attrs),
+            Err(e) => Err(self.damaged(format!("inode {ino}: {e}"))),
+        }
+    }
+
+    /// The bytes of `ino`'s attribute area, its size and pointers checked.
+    fn read_ext_bytes(&mut self, ino: u32, d: &Dinode) -> FsResult<Vec<u8>> {
         if d.extsize == 0 && d.extb == [0; NXADDR] {
             return Ok(Vec::new());
         }
@@ -187,10 +199,7 @@ impl Fs {
             let len = bs.min(size - i * bs);
             area.extend_from_slice(&self.cache.read(b)?[..len]);
         }
-        match decode_ext_area(&area) {
-            Ok(attrs) => Ok(attrs),
-            Err(e) => Err(self.damaged(format!("inode {ino}: {e}"))),
-        }
+        Ok(area)
     }
 
     /// Writes `attrs` as `ino`'s new attribute area (copy-on-write, see the module's comment)

@@ -123,9 +123,7 @@ impl SnapBitmap {
 
 /// The superblock of the file system on `dev`.
 pub(super) fn read_sb(dev: &dyn BlockDevice) -> VolResult<Superblock> {
-    let mut b = vec![0u8; dev.block_size()];
-    dev.read_block(0, &mut b)?;
-    Ok(Superblock::decode(&b)?)
+    Ok(Superblock::probe(|off, buf| crate::dev::read_bytes(dev, off, buf))?)
 }
 
 pub(super) fn gen_of(h: &VolumeHeader) -> u64 {
@@ -136,6 +134,10 @@ pub(super) fn gen_of(h: &VolumeHeader) -> u64 {
 /// to query a br store (the first step of §4's start-up).
 pub(super) fn find_store(inner: &Arc<dyn BlockDevice>) -> VolResult<Option<(StoreKind, VolumeHeader, StoreMap)>> {
     let sb = read_sb(inner.as_ref())?;
+    if sb.ufs2().is_some() {
+        // A volume snapshot store lives on sufs's own images only.
+        return Ok(None);
+    }
     let bs = inner.block_size();
     let mut b = vec![0u8; bs];
     if inner.num_blocks() > sb.num_blocks {

@@ -1,0 +1,323 @@
+//! UFS2 file systems mounted through sufs, read-only: the FreeBSD-made fixture (32 KiB blocks
+//! of 4 KiB fragments) reads as the fixture's README says FreeBSD wrote it, and exactly as
+//! fuse-ufs, a UFS2 reader no one here wrote, reads it; makefs images of every geometry makefs
+//! makes (one to eight fragments a block, 4 to 64 KiB blocks) read as the tree they were made
+//! from; a read-write mount is refused with its reason; and nothing a read-only mount does
+//! changes a byte of the image.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use common::fuse::{external_tool, fuse_available, mount_fg};
+use common::ufs2::{freebsd_image, have_makefs, makefs};
+use common::{pattern, sufs};
+
+/// What a reader shows of one name: its type and permissions, size, link count and times, the
+/// file's bytes (of a large file, its first and last MiB), the link's target, the extended
+/// attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Node {
+    mode: u32,
+    size: u64,
+    nlink: u64,
+    mtime: (i64, i64),
+    uid_gid: (u32, u32),
+    data: Vec<u8>,
+    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// The bytes of a file this test compares: whole up to 16 MiB, else the first and last MiB
+/// (the fixture's sparse files run to 512 GiB).
+fn file_bytes(p: &Path, size: u64) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    const MIB: u64 = 1 << 20;
+    if size <= 16 * MIB {
+        return fs::read(p).unwrap();
+    }
+    let f = fs::File::open(p).unwrap();
+    let mut head = vec![0u8; MIB as usize];
+    let mut tail = vec![0u8; MIB as usize];
+    f.read_exact_at(&mut head, 0).unwrap();
+    f.read_exact_at(&mut tail, size - MIB).unwrap();
+    head.extend_from_slice(&tail);
+    head
+}
+
+/// The extended attributes of `p` (not following a link), by listxattr(2) and getxattr(2).
+fn xattrs(p: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut names = vec![0u8; 1 << 16];
+    // SAFETY: the buffers outlive the calls, whose lengths they give.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(n >= 0, "listxattr {}: {}", p.display(), std::io::Error::last_os_error());
+    let mut out = BTreeMap::new();
+    for name in names[..n as usize].split(|&b| b == 0).filter(|s| !s.is_empty()) {
+        let cn = CString::new(name).unwrap();
+        let mut val = vec![0u8; 1 << 16];
+        // SAFETY: as above.
+        let r = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), val.as_mut_ptr().cast(), val.len()) };
+        assert!(r >= 0, "getxattr {} {:?}: {}", p.display(), cn, std::io::Error::last_os_error());
+        val.truncate(r as usize);
+        out.insert(name.to_vec(), val);
+    }
+    out
+}
+
+/// Every name under `root`, as a reader shows it.
+fn walk(root: &Path) -> BTreeMap<String, Node> {
+    fn go(dir: &Path, rel: &str, out: &mut BTreeMap<String, Node>) {
+        let mut names: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        for name in names {
+            let p = dir.join(&name);
+            let r = format!("{rel}/{}", name.to_string_lossy());
+            let m = fs::symlink_metadata(&p).unwrap();
+            let ft = m.file_type();
+            let data = if ft.is_file() {
+                file_bytes(&p, m.size())
+            } else if ft.is_symlink() {
+                fs::read_link(&p).unwrap().as_os_str().as_bytes().to_vec()
+            } else {
+                Vec::new()
+            };
+            let node = Node {
+                mode: m.mode(),
+                size: if ft.is_dir() { 0 } else { m.size() },
+                nlink: m.nlink(),
+                mtime: (m.mtime(), m.mtime_nsec()),
+                uid_gid: (m.uid(), m.gid()),
+                data,
+                xattrs: if ft.is_fifo() { BTreeMap::new() } else { xattrs(&p) },
+            };
+            out.insert(r.clone(), node);
+            if ft.is_dir() {
+                go(&p, &r, out);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    go(root, "", &mut out);
+    out
+}
+
+/// The fixture unpacked into `dir`.
+fn unpack_freebsd(dir: &Path) -> std::path::PathBuf {
+    let img = dir.join("freebsd.img");
+    fs::write(&img, freebsd_image()).unwrap();
+    img
+}
+
+fn md5ish(p: &Path) -> Vec<u8> {
+    fs::read(p).unwrap()
+}
+
+#[test]
+fn freebsd_image_reads_as_freebsd_wrote_it() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = unpack_freebsd(t.path());
+    let before = md5ish(&img);
+    let mnt = t.path().join("mnt");
+    let m = mount_fg(&img, &mnt, &["-o", "ro"]);
+    let tree = walk(&mnt);
+    let data = |p: &str| tree[p].data.clone();
+    assert_eq!(data("/file1"), b"This is a simple file.\n");
+    assert_eq!(data("/dir1/dir2/dir3/file2"), b"Hello World\n");
+    let hex: Vec<u8> = (0..65536u32).flat_map(|i| format!("{i:015x}\n").into_bytes()).collect();
+    assert!(data("/file3") == hex, "file3 differs");
+    assert_eq!(data("/link1"), b"dir1/dir2/dir3/file2");
+    assert_eq!(data("/long-link"), [b"./".repeat(508), b"//file1".to_vec()].concat());
+    // The sparse files: a hole, then 8 (sparse2: 1) blocks of 4 KiB of `x` at their end.
+    for (name, xs) in [("/sparse", 8 * 4096), ("/sparse2", 4096), ("/sparse3", 8 * 4096)] {
+        let d = data(name);
+        let tail = &d[d.len() - xs..];
+        assert!(tail.iter().all(|&b| b == b'x'), "{name}: its last {xs} bytes");
+        assert!(d[..d.len() - xs].iter().all(|&b| b == 0), "{name}: the hole reads as zeros");
+    }
+    assert_eq!(tree["/sparse3"].size, 549_890_457_600);
+    let x = &tree["/xattrs"].xattrs;
+    assert_eq!(x.get(&b"user.test"[..]).map(|v| &v[..]), Some(&b"testvalue"[..]));
+    assert_eq!(tree["/xattrs2"].xattrs.len(), 2297);
+    assert_eq!(tree["/xattrs2"].xattrs[&b"user.attr1234"[..]], b"value1234");
+    let big = &tree["/xattrs3"].xattrs[&b"user.big"[..]];
+    // FreeBSD stored 63,999 of the 64,000 bytes written (the fixture's own quirk).
+    assert_eq!(&big[..], &(0..4000u32).flat_map(|i| format!("{i:015x}\n").into_bytes()).collect::<Vec<_>>()[..63_999]);
+    // 23 bytes in one 4 KiB fragment: 8 sectors; statfs counts in fragments.
+    let m1 = fs::metadata(mnt.join("file1")).unwrap();
+    assert_eq!((m1.blocks(), m1.blksize()), (8, 32768));
+    let st = statvfs(&mnt);
+    assert_eq!((st.f_bsize, st.f_frsize), (32768, 4096));
+    // Nothing changes through a read-only mount.
+    assert!(fs::write(mnt.join("new"), b"x").is_err(), "a write through a read-only mount");
+    m.umount();
+    assert!(md5ish(&img) == before, "a read-only mount changed the image");
+}
+
+fn statvfs(p: &Path) -> libc::statvfs {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `st` is written by statvfs before it is read.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st
+}
+
+/// fuse-ufs mounted in the foreground on `dir`, until dropped.
+struct FuseUfs(Child, std::path::PathBuf);
+
+impl FuseUfs {
+    fn mount(tool: &Path, img: &Path, dir: &Path) -> FuseUfs {
+        fs::create_dir_all(dir).unwrap();
+        let child = Command::new(tool).arg("-f").args(["-o", "ro"]).arg(img).arg(dir).spawn().unwrap();
+        let mut m = FuseUfs(child, dir.to_path_buf());
+        let start = Instant::now();
+        while !mounted_at(dir) {
+            assert!(m.0.try_wait().unwrap().is_none(), "fuse-ufs exited early");
+            assert!(start.elapsed() < Duration::from_secs(20), "fuse-ufs did not mount");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+}
+
+/// Whether some file system is mounted on `dir` (fuse-ufs names itself in no way `is_mounted`
+/// knows).
+fn mounted_at(dir: &Path) -> bool {
+    let dir = fs::canonicalize(dir).unwrap();
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+impl Drop for FuseUfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.1).status();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn freebsd_image_reads_the_same_through_fuse_ufs() {
+    if !fuse_available() {
+        return;
+    }
+    let Some(tool) = external_tool("fuse-ufs", "cargo install fuse-ufs") else { return };
+    let t = tempfile::tempdir().unwrap();
+    let img = unpack_freebsd(t.path());
+    let theirs = {
+        let _m = FuseUfs::mount(&tool, &img, &t.path().join("theirs"));
+        walk(&t.path().join("theirs"))
+    };
+    let m = mount_fg(&img, &t.path().join("ours"), &["-o", "ro"]);
+    let ours = walk(&t.path().join("ours"));
+    m.umount();
+    assert_eq!(ours.keys().collect::<Vec<_>>(), theirs.keys().collect::<Vec<_>>(), "the names");
+    for (name, n) in &ours {
+        assert!(*n == theirs[name], "{name}: sufs {:?}\nfuse-ufs {:?}", brief(n), brief(&theirs[name]));
+    }
+}
+
+/// A node without its bytes, for a failure message.
+fn brief(n: &Node) -> String {
+    format!(
+        "mode {:o} size {} nlink {} mtime {:?} owner {:?}, {} bytes, {} xattrs",
+        n.mode,
+        n.size,
+        n.nlink,
+        n.mtime,
+        n.uid_gid,
+        n.data.len(),
+        n.xattrs.len()
+    )
+}
+
+/// A tree with what a UFS2 reader must get right: fragment tails of every size, a directory
+/// of many blocks, short and long links, a hole, hard links, a fifo.
+fn sample_tree(src: &Path) {
+    fs::create_dir_all(src.join("a/b/c")).unwrap();
+    fs::create_dir_all(src.join("empty")).unwrap();
+    fs::write(src.join("a/b/c/f"), b"hello\n").unwrap();
+    for (i, len) in [1usize, 511, 512, 513, 4095, 4097, 9000, 32767, 32769, 100_000, 400_000].iter().enumerate() {
+        fs::write(src.join(format!("f{i}")), pattern(i as u64, *len)).unwrap();
+    }
+    for i in 0..400 {
+        fs::write(src.join(format!("a/name-{i:04}")), format!("file {i}\n")).unwrap();
+    }
+    std::os::unix::fs::symlink("a/b/c/f", src.join("short")).unwrap();
+    std::os::unix::fs::symlink("y".repeat(300), src.join("long")).unwrap();
+    let f = fs::File::create(src.join("holey")).unwrap();
+    f.set_len(40 << 20).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(b"the end", (40 << 20) - 7).unwrap();
+    fs::hard_link(src.join("f9"), src.join("f9-again")).unwrap();
+    let fifo = CString::new(src.join("fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+}
+
+#[test]
+fn makefs_images_of_every_geometry_read_as_their_tree() {
+    if !fuse_available() || !have_makefs() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample_tree(&src);
+    let want = walk(&src);
+    for (bsize, fsize) in
+        [(4096, 4096), (4096, 512), (8192, 1024), (16384, 2048), (32768, 4096), (65536, 8192), (32768, 32768)]
+    {
+        let img = t.path().join(format!("img-{bsize}-{fsize}"));
+        makefs(&img, &src, bsize, fsize, "64m");
+        let before = md5ish(&img);
+        let mnt = t.path().join(format!("mnt-{bsize}-{fsize}"));
+        let m = mount_fg(&img, &mnt, &["-o", "ro"]);
+        let got = walk(&mnt);
+        let frsize = statvfs(&mnt).f_frsize;
+        m.umount();
+        assert_eq!(frsize, fsize as u64, "{bsize}/{fsize}: statfs's fragment size");
+        assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{bsize}/{fsize}: the names");
+        for (name, w) in &want {
+            let g = &got[name];
+            // makefs keeps modes, sizes, links, times and contents; not xattrs.
+            let same = (g.mode, g.size, g.nlink, g.mtime.0, &g.data) == (w.mode, w.size, w.nlink, w.mtime.0, &w.data);
+            assert!(same, "{bsize}/{fsize} {name}: sufs {}\nthe tree {}", brief(g), brief(w));
+        }
+        assert!(md5ish(&img) == before, "{bsize}/{fsize}: a read-only mount changed the image");
+    }
+}
+
+#[test]
+fn a_read_write_mount_of_ufs2_is_refused_and_other_commands_say_why() {
+    let t = tempfile::tempdir().unwrap();
+    let img = unpack_freebsd(t.path());
+    let before = md5ish(&img);
+    let mnt = t.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let out = sufs(&["mount", img.to_str().unwrap(), mnt.to_str().unwrap(), "-f"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("read-only (-o ro)"), "mount: {err}");
+    for args in [vec!["tunefs", "--label", "x"], vec!["inspect", "sb"], vec!["growfs", "--size", "64M"]] {
+        let mut a = vec![args[0], img.to_str().unwrap()];
+        a.extend_from_slice(&args[1..]);
+        let out = sufs(&a);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("UFS2"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let out = sufs(&["dumpfs", img.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("(UFS2)") && text.contains("bsize     32768  fsize 4096  frag 8"),
+        "{text}"
+    );
+    assert!(md5ish(&img) == before, "a refused command changed the image");
+}
