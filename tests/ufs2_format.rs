@@ -11,48 +11,15 @@
 //! finds fstests' tarball); the test fails when it is missing rather than passing without it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::OnceLock;
+
+mod common;
 
 use proptest::prelude::*;
 use sufs_fs::format::ufs2::*;
 use sufs_fs::format::ExtAttr;
 
-const IMAGE: &str = "freebsd-ufs2-32k4k.img.gz";
-
-/// The unpacked image, decompressed once with gzip(1).
-fn image() -> &'static [u8] {
-    static IMG: OnceLock<Vec<u8>> = OnceLock::new();
-    IMG.get_or_init(|| {
-        let path =
-            fixture().unwrap_or_else(|| panic!("the FreeBSD UFS2 fixture {IMAGE} is missing: set SUFS_UFS2_IMAGE"));
-        let out = std::process::Command::new("gzip").arg("-dc").arg(&path).output().expect("run gzip -dc");
-        assert!(out.status.success(), "gzip -dc {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
-        out.stdout
-    })
-}
-
-/// Where the image is: `SUFS_UFS2_IMAGE`, else a file named `IMAGE` at most three directories
-/// below the repository's parent.
-fn fixture() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("SUFS_UFS2_IMAGE") {
-        return Some(PathBuf::from(p));
-    }
-    fn find(dir: &std::path::Path, depth: u32) -> Option<PathBuf> {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).collect();
-        entries.sort();
-        if let Some(hit) = entries.iter().find(|p| p.file_name().is_some_and(|n| n == IMAGE) && p.is_file()) {
-            return Some(hit.clone());
-        }
-        if depth == 0 {
-            return None;
-        }
-        // Not into build output or version control, which are large and hold no fixture.
-        let skip = |p: &PathBuf| p.file_name().is_some_and(|n| n == "target" || n == ".git");
-        entries.iter().filter(|p| p.is_dir() && !skip(p)).find_map(|p| find(p, depth - 1))
-    }
-    find(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent()?, 3)
-}
+use common::ufs2::{have_makefs, image, makefs};
 
 fn superblock(img: &[u8]) -> Superblock {
     let (loc, sb) = Superblock::search(|off, buf| img.read_exact_at(buf, off)).expect("a UFS2 superblock");
@@ -265,7 +232,7 @@ fn check_accounting(img: &[u8], sb: &Superblock) -> BTreeMap<String, Found> {
 /// must pass over), no check hashes; decoded and walked as the FreeBSD image is.
 #[test]
 fn makefs_images_decode_and_walk() {
-    if std::process::Command::new("makefs").arg("-h").output().is_err() {
+    if !have_makefs() {
         eprintln!("SKIPPED: makefs(8) is not installed (apt-get install makefs)");
         return;
     }
@@ -279,13 +246,7 @@ fn makefs_images_decode_and_walk() {
     std::os::unix::fs::symlink("a", src.join("l")).unwrap();
     for (bsize, fsize) in [(16384, 2048), (4096, 512), (65536, 8192)] {
         let path = dir.path().join(format!("img-{bsize}"));
-        let out = std::process::Command::new("makefs")
-            .args(["-t", "ffs", "-o", &format!("version=2,bsize={bsize},fsize={fsize}"), "-s", "16m"])
-            .arg(&path)
-            .arg(&src)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "makefs: {}", String::from_utf8_lossy(&out.stderr));
+        makefs(&src, &path, bsize as u32, fsize as u32, "16m");
         let img = std::fs::read(&path).unwrap();
         let (loc, sb) = Superblock::search(|off, buf| img.read_exact_at(buf, off)).unwrap();
         assert_eq!((loc, sb.fs_bsize, sb.fs_fsize), (SBLOCK_UFS1, bsize, fsize), "{bsize}");

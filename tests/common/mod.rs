@@ -5,6 +5,7 @@
 pub mod fuse;
 pub mod mutate;
 pub mod tree;
+pub mod ufs2;
 
 use std::process::{Command, Output};
 use std::sync::Arc;

@@ -117,6 +117,8 @@ impl Bitmap {
 struct Check<'a, D: ReadAt + ?Sized> {
     dev: &'a D,
     sb: Superblock,
+    /// The superblock is a group's copy (`-b`), whose counts newfs wrote and nothing updates.
+    alternate: bool,
     /// Each group's block as read (`None`: it did not decode).
     cgs: Vec<Option<Cg>>,
     inodes: Vec<InoInfo>,
@@ -214,6 +216,7 @@ pub fn check<D: ReadAt + ?Sized>(dev: &D, dev_len: u64, opts: &Options) -> Resul
     let ninodes = sb.maxino() as usize;
     let mut ck = Check {
         dev,
+        alternate: opts.alternate.is_some(),
         cgs: Vec::new(),
         inodes: vec![InoInfo::default(); ninodes],
         claimed: Bitmap::new(nfrags),
