@@ -356,3 +356,20 @@ proptest! {
         let _ = check(&img[..], img.len() as u64, &Options { alternate: Some(*copy) });
     }
 }
+
+/// A tail of two fragments starting at the last fragment of a block would cross into the next
+/// block: `chkrange` refuses it, and it is not claimed.
+#[test]
+fn a_tail_fragment_run_crossing_its_block_is_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut f1, mut at) = (0, 0);
+    let p = damaged(dir.path(), |img, sb| {
+        f1 = root_entry(img, sb, "file1").0;
+        edit_inode(img, sb, f1, |d| {
+            at = sb.blknum(d.di_db[0]) + sb.fs_frag as i64 - 1;
+            d.di_size = sb.fs_fsize as u64 + 100;
+            d.di_db[0] = at;
+        });
+    });
+    expect(&p, &[(Class::Violation, format!("{at} BAD I={f1} (2 FRAGS)"))]);
+}
