@@ -13,19 +13,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
+mod common;
+
 use proptest::prelude::*;
 use sufs_fs::format::ufs2::*;
 use sufs_fs::format::ExtAttr;
 
-mod common;
-
-use common::ufs2::{have_makefs, makefs};
-
-/// The unpacked image, decompressed once.
-fn image() -> &'static [u8] {
-    static IMG: OnceLock<Vec<u8>> = OnceLock::new();
-    IMG.get_or_init(common::ufs2::freebsd_image)
-}
+use common::ufs2::{have_makefs, image, makefs};
 
 fn superblock(img: &[u8]) -> Superblock {
     let (loc, sb) = Superblock::search(|off, buf| img.read_exact_at(buf, off)).expect("a UFS2 superblock");
@@ -239,6 +233,7 @@ fn check_accounting(img: &[u8], sb: &Superblock) -> BTreeMap<String, Found> {
 #[test]
 fn makefs_images_decode_and_walk() {
     if !have_makefs() {
+        eprintln!("SKIPPED: makefs(8) is not installed (apt-get install makefs)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -251,7 +246,7 @@ fn makefs_images_decode_and_walk() {
     std::os::unix::fs::symlink("a", src.join("l")).unwrap();
     for (bsize, fsize) in [(16384, 2048), (4096, 512), (65536, 8192)] {
         let path = dir.path().join(format!("img-{bsize}"));
-        makefs(&path, &src, bsize as u32, fsize as u32, "16m");
+        makefs(&src, &path, bsize as u32, fsize as u32, "16m");
         let img = std::fs::read(&path).unwrap();
         let (loc, sb) = Superblock::search(|off, buf| img.read_exact_at(buf, off)).unwrap();
         assert_eq!((loc, sb.fs_bsize, sb.fs_fsize), (SBLOCK_UFS1, bsize, fsize), "{bsize}");

@@ -135,8 +135,12 @@ pub(crate) enum Cmd {
         /// With -p, scan even an image marked clean.
         #[arg(short = 'f', long)]
         force: bool,
+        /// Check only and change nothing (fsck_ffs's -n; what a run without -y or -p does).
+        #[arg(short = 'n', long = "no", conflicts_with_all = ["yes", "preen"])]
+        no: bool,
         /// Use the superblock copy at block N (mkfs writes one at the first block of every
-        /// cylinder group but the first); -y then rewrites the primary from it.
+        /// cylinder group but the first); -y then rewrites the primary from it. On a UFS2 image N
+        /// is a 512-byte sector, as fsck_ffs's -b has it (a group's copy is at its `cgsblock`).
         #[arg(short = 'b', value_name = "N")]
         superblock: Option<u64>,
         /// Background check (soft updates §6.1) of a mounted file system (IMAGE may be its mount

@@ -228,6 +228,9 @@ pub(crate) fn cmd_fsck(image: &Path, opts: &fsck::Options) -> Result<u8, Fail> {
     if f.try_lock_shared().is_err() {
         return Err(Fail(format!("{} is mounted; unmount it first", image.display()), 8));
     }
+    if is_ufs(&f, opts.superblock) {
+        return cmd_fsck_ufs2(image, &f, opts);
+    }
     let dev = fsck::open_image_at(image, writes, opts.superblock).map_err(|e| Fail(e.to_string(), 8))?;
     let report = fsck::run(&dev, opts).map_err(|e| Fail(e.to_string(), 8))?;
     if report.skipped_clean {
@@ -276,6 +279,53 @@ pub(crate) fn cmd_fsck(image: &Path, opts: &fsck::Options) -> Result<u8, Fail> {
     } else {
         1
     })
+}
+
+/// Whether the image is FreeBSD's UFS rather than sufs's: no sufs superblock at its start, and
+/// a UFS superblock magic where FreeBSD looks for one (or at the `-b` sector).
+fn is_ufs(f: &std::fs::File, alternate: Option<u64>) -> bool {
+    use sufs_fs::format::ufs2::ReadAt;
+    let mut b = vec![0u8; format::MIN_BLOCK_SIZE as usize];
+    let sufs = f.read_exact_at(&mut b, 0).is_ok() && Superblock::decode(&b).is_ok();
+    !sufs && fsck::ufs2::probe(f, alternate)
+}
+
+/// `sufs fsck` of a UFS2 image: the check only (`-b` names a sector, as fsck_ffs's does); -y and
+/// -p are refused, since no repair is written yet.
+fn cmd_fsck_ufs2(image: &Path, f: &std::fs::File, opts: &fsck::Options) -> Result<u8, Fail> {
+    let len = f.metadata().map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?.len();
+    let uopts = fsck::ufs2::Options { alternate: opts.superblock };
+    let report = fsck::ufs2::check(f, len, &uopts).map_err(|e| Fail(format!("{}: UFS2: {e}", image.display()), 8))?;
+    println!("** {}: UFS2 file system, superblock at byte {}", image.display(), report.sblock_at);
+    for f in &report.findings {
+        println!("{:?}: {f}", f.class());
+    }
+    let frag_pct = if report.used_frags + report.free_frags > 0 {
+        report.nffree as f64 * 100.0 / (report.used_frags + report.free_frags) as f64
+    } else {
+        0.0
+    };
+    println!(
+        "{}: {} files, {} directories, {} used, {} free ({} frags, {} blocks, {frag_pct:.1}% fragmentation); {} findings ({} allowed, {} violations)",
+        image.display(),
+        report.files,
+        report.dirs,
+        report.used_frags,
+        report.free_frags,
+        report.nffree,
+        report.nbfree,
+        report.findings.len(),
+        report.allowed(),
+        report.violations(),
+    );
+    if opts.mode != fsck::Mode::Check {
+        let flag = if opts.mode == fsck::Mode::Repair { "-y" } else { "-p" };
+        return Err(Fail(
+            format!("{}: {flag} is not yet supported on UFS2 images: nothing was changed", image.display()),
+            8,
+        ));
+    }
+    Ok(if report.findings.is_empty() { 0 } else { 4 })
 }
 
 pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {

@@ -1,23 +1,35 @@
-//! UFS2 images no sufs code wrote: the FreeBSD-made fixture, and images NetBSD's makefs(8)
-//! (Debian's `makefs`) makes of a tree.
+//! The UFS2 image FreeBSD made, shared by the UFS2 tests: `SUFS_UFS2_IMAGE`, or the first file
+//! of its name found below the directory that holds the repository (where the project's shared
+//! fixtures sit, as tests/fstests/setup.sh finds fstests' tarball); a test fails when it is
+//! missing rather than passing without it.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::sync::OnceLock;
 
-/// The FreeBSD fixture's file name.
-pub const FREEBSD_IMAGE: &str = "freebsd-ufs2-32k4k.img.gz";
+pub const IMAGE: &str = "freebsd-ufs2-32k4k.img.gz";
 
-/// Where the FreeBSD fixture is: `SUFS_UFS2_IMAGE`, else a file named `FREEBSD_IMAGE` at most
-/// three directories below the repository's parent (where the project's shared fixtures sit,
-/// as tests/fstests/setup.sh finds fstests' tarball).
-pub fn fixture() -> Option<PathBuf> {
+/// The unpacked image, decompressed once with gzip(1).
+pub fn image() -> &'static [u8] {
+    static IMG: OnceLock<Vec<u8>> = OnceLock::new();
+    IMG.get_or_init(|| {
+        let path =
+            fixture().unwrap_or_else(|| panic!("the FreeBSD UFS2 fixture {IMAGE} is missing: set SUFS_UFS2_IMAGE"));
+        let out = std::process::Command::new("gzip").arg("-dc").arg(&path).output().expect("run gzip -dc");
+        assert!(out.status.success(), "gzip -dc {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    })
+}
+
+/// Where the image is: `SUFS_UFS2_IMAGE`, else a file named `IMAGE` at most three directories
+/// below the repository's parent.
+fn fixture() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SUFS_UFS2_IMAGE") {
         return Some(PathBuf::from(p));
     }
     fn find(dir: &Path, depth: u32) -> Option<PathBuf> {
         let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).collect();
         entries.sort();
-        if let Some(hit) = entries.iter().find(|p| p.file_name().is_some_and(|n| n == FREEBSD_IMAGE) && p.is_file()) {
+        if let Some(hit) = entries.iter().find(|p| p.file_name().is_some_and(|n| n == IMAGE) && p.is_file()) {
             return Some(hit.clone());
         }
         if depth == 0 {
@@ -30,32 +42,23 @@ pub fn fixture() -> Option<PathBuf> {
     find(Path::new(env!("CARGO_MANIFEST_DIR")).parent()?, 3)
 }
 
-/// The FreeBSD fixture unpacked (gzip -dc); the test fails when it is missing rather than
-/// passing without it.
-pub fn freebsd_image() -> Vec<u8> {
-    let path =
-        fixture().unwrap_or_else(|| panic!("the FreeBSD UFS2 fixture {FREEBSD_IMAGE} is missing: set SUFS_UFS2_IMAGE"));
-    let out = Command::new("gzip").arg("-dc").arg(&path).output().expect("run gzip -dc");
-    assert!(out.status.success(), "gzip -dc {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
-    out.stdout
-}
-
-/// Whether makefs(8) is installed (a skip message if not).
+/// Whether makefs(8) (NetBSD's, Debian's `makefs` package) is installed.
 pub fn have_makefs() -> bool {
-    let ok = Command::new("makefs").arg("-h").output().is_ok();
-    if !ok {
-        eprintln!("SKIPPED: makefs(8) is not installed (apt-get install makefs)");
-    }
-    ok
+    std::process::Command::new("makefs").arg("-h").output().is_ok()
 }
 
-/// `makefs -t ffs -o version=2,bsize=B,fsize=F -s SIZE image src`.
-pub fn makefs(image: &Path, src: &Path, bsize: u32, fsize: u32, size: &str) {
-    let out = Command::new("makefs")
+/// A UFS2 image of `src` made by makefs with `bsize`/`fsize` blocks, `size` long (as `-s`).
+pub fn makefs(src: &Path, out: &Path, bsize: u32, fsize: u32, size: &str) {
+    let o = std::process::Command::new("makefs")
         .args(["-t", "ffs", "-o", &format!("version=2,bsize={bsize},fsize={fsize}"), "-s", size])
-        .arg(image)
+        .arg(out)
         .arg(src)
         .output()
         .expect("run makefs");
-    assert!(out.status.success(), "makefs: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(o.status.success(), "makefs: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// The unpacked image, a copy to write into a file.
+pub fn freebsd_image() -> Vec<u8> {
+    image().to_vec()
 }

@@ -43,6 +43,7 @@ mod pass5;
 mod repair;
 mod scan;
 mod setup;
+pub mod ufs2;
 
 pub use findings::{Class, Finding};
 use repair::{DirFix, Fixes};

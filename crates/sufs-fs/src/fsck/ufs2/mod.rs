@@ -1,0 +1,266 @@
+//! fsck for FreeBSD UFS2 images, one file per pass as FreeBSD's sbin/fsck_ffs has them, over
+//! the UFS2 codec (`format::ufs2`). It only reads: every problem is a `Finding` with a `Class`
+//! (what a soft-updates crash may leave, or not), printed in fsck_ffs's words. Repair is not
+//! done yet; the CLI refuses `-y` and `-p` on a UFS2 image rather than write half a repair.
+//!
+//! - `setup` (setup.c): the superblock, by the standard search or a copy (`-b`), and the
+//!   device's size against it.
+//! - `pass1` (pass1.c, inode.c's `ckinode`/`chkrange`): every inode below each group's
+//!   `cg_initediblk`, its fields, and every fragment it holds claimed in a bitmap over the file
+//!   system; `pass1b`: the first owners of fragments claimed twice.
+//! - `pass2` (pass2.c, dir.c's `dircheck`): every directory's chunks and entries.
+//! - `pass3` (pass3.c): every directory reachable from the root; `pass4` (pass4.c): link
+//!   counts and unreferenced inodes.
+//! - `pass5` (pass5.c): each group's maps, counts, fragment and cluster summaries rebuilt from
+//!   pass 1 and compared with the disk; the summary area and `fs_cstotal`.
+//!
+//! Nothing read from the disk is trusted: the superblock has passed `Fs::validate` and fits
+//! the device, every block number is range-checked before it is read, indirect blocks are read
+//! only the first time a fragment is claimed (so a loop of pointers ends), and the number of
+//! bad and duplicate pointers an inode may hold is bounded as fsck_ffs bounds it.
+
+use crate::format::ufs2::*;
+
+mod findings;
+mod pass1;
+mod pass1b;
+mod pass2;
+mod pass3;
+mod pass4;
+mod pass5;
+mod setup;
+
+pub use findings::Finding;
+pub use setup::probe;
+
+use crate::fsck::Class;
+
+/// How the checker runs.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Take the superblock from this `DEV_BSIZE` sector (fsck_ffs's `-b`: a group's copy is at
+    /// `fsbtodb(cgsblock(c))`, sector 160 of group 1 for newfs's defaults).
+    pub alternate: Option<u64>,
+}
+
+/// What a check found, and the counts fsck_ffs prints at the end.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    /// The byte offset the superblock was read at.
+    pub sblock_at: u64,
+    pub files: u64,
+    pub dirs: u64,
+    /// Fragments in use (data, indirect and extended-attribute blocks, and metadata).
+    pub used_frags: i64,
+    pub free_frags: i64,
+    /// Whole free blocks, and free fragments in partly used blocks (from the rebuilt maps).
+    pub nbfree: i64,
+    pub nffree: i64,
+}
+
+impl Report {
+    pub fn violations(&self) -> usize {
+        self.findings.iter().filter(|f| f.class() == Class::Violation).count()
+    }
+    pub fn allowed(&self) -> usize {
+        self.findings.iter().filter(|f| f.class() == Class::Allowed).count()
+    }
+}
+
+/// What pass 1 learned of an inode, for the later passes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum State {
+    /// Mode 0 (or past `cg_initediblk`).
+    #[default]
+    Free,
+    /// In use, of a known type.
+    InUse,
+    /// In use but unusable (unknown type): entries naming it are not checked further.
+    Bad,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct InoInfo {
+    state: State,
+    /// `d_type` its mode gives.
+    dtype: u8,
+    nlink: i16,
+    mode: u16,
+    size: u64,
+    /// Entries naming it, "." and ".." included.
+    counted: u32,
+    /// For a directory: the first directory naming it by a name not "." or ".." (0: none).
+    parent: u32,
+    /// For a directory: the inode its ".." names (0: none).
+    dotdot: u32,
+    /// For a directory: names besides "." and "..".
+    names: u32,
+}
+
+/// A bit per fragment of the file system.
+struct Bitmap(Vec<u64>);
+
+impl Bitmap {
+    fn new(n: i64) -> Bitmap {
+        Bitmap(vec![0; (n as usize).div_ceil(64)])
+    }
+    fn get(&self, i: i64) -> bool {
+        self.0[i as usize / 64] & (1 << (i % 64)) != 0
+    }
+    fn set(&mut self, i: i64) {
+        self.0[i as usize / 64] |= 1 << (i % 64);
+    }
+}
+
+/// The state the passes share (fsck_ffs's globals: `sblock`, `blockmap`, `inoinfo`, `duplist`).
+struct Check<'a, D: ReadAt + ?Sized> {
+    dev: &'a D,
+    sb: Superblock,
+    /// The superblock is a group's copy (`-b`), whose counts newfs wrote and nothing updates.
+    alternate: bool,
+    /// Each group's block as read (`None`: it did not decode).
+    cgs: Vec<Option<Cg>>,
+    inodes: Vec<InoInfo>,
+    /// Fragments claimed by inodes (metadata is not in it: see `is_meta`).
+    claimed: Bitmap,
+    /// Fragments claimed twice (pass 1b finds their first owners).
+    dups: std::collections::BTreeSet<i64>,
+    /// Inode and fragment of every duplicate already reported.
+    dup_seen: std::collections::BTreeSet<(u32, i64)>,
+    /// Each directory's data blocks: (logical block, fragment, fragments), in order; only
+    /// blocks whose range is good.
+    dir_blocks: std::collections::BTreeMap<u32, Vec<(i64, i64, i64)>>,
+    /// Each directory's subdirectories by name (not "." or ".."), for pass 3.
+    children: std::collections::BTreeMap<u32, Vec<u32>>,
+    /// Entries naming a directory that already had a name: (directory, entry's directory, name).
+    extra_links: Vec<(u32, u32, String)>,
+    findings: Vec<Finding>,
+}
+
+impl<D: ReadAt + ?Sized> Check<'_, D> {
+    fn find(&mut self, f: Finding) {
+        self.findings.push(f);
+    }
+
+    /// Whether fragment `f` is metadata: a group's superblock copy, header and inodes (in
+    /// group 0 everything below the data, the boot area included), or the summary area.
+    fn is_meta(&self, f: i64) -> bool {
+        let sb = &self.sb;
+        let c = sb.dtog(f) as u32;
+        let lo = if c == 0 { sb.cgbase(0) } else { sb.cgsblock(c) };
+        let cs_end = sb.fs_csaddr + howmany(sb.fs_cssize as i64, sb.fs_fsize as i64);
+        (lo..sb.cgdmin(c)).contains(&f) || (sb.fs_csaddr..cs_end).contains(&f)
+    }
+
+    /// Reads `len` bytes at fragment `fsb`, which the caller has range-checked.
+    fn read(&self, fsb: i64, len: usize) -> Result<Vec<u8>, Ufs2Error> {
+        let mut b = vec![0u8; len];
+        self.dev.read_exact_at(&mut b, self.sb.fsb_offset(fsb))?;
+        Ok(b)
+    }
+
+    /// Inode `ino`'s dinode, read again (pass 1b).
+    fn dinode(&self, ino: u32) -> Result<Dinode, Ufs2Error> {
+        let mut b = [0u8; UFS2_DINODE_SIZE];
+        self.dev.read_exact_at(&mut b, self.sb.ino_offset(ino))?;
+        Dinode::decode(&b)
+    }
+
+    fn is_dir(&self, ino: u32) -> bool {
+        let t = &self.inodes[ino as usize];
+        t.state == State::InUse && t.dtype == crate::format::DT_DIR
+    }
+}
+
+/// `howmany`: `a / b` rounded up, for non-negative `a` and positive `b`.
+fn howmany(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+/// The `d_type` of a mode's file type (0 for an unknown type).
+fn dtype_of(mode: u16) -> u8 {
+    use crate::format::*;
+    match mode & IFMT {
+        IFREG => DT_REG,
+        IFDIR => DT_DIR,
+        IFLNK => DT_LNK,
+        IFCHR => DT_CHR,
+        IFBLK => DT_BLK,
+        IFIFO => DT_FIFO,
+        IFSOCK => DT_SOCK,
+        _ => DT_UNKNOWN,
+    }
+}
+
+/// Merges the indices where `bad` holds into runs `(first, last)`.
+fn runs(indices: impl Iterator<Item = (i64, bool)>) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for (i, bad) in indices {
+        if !bad {
+            continue;
+        }
+        match out.last_mut() {
+            Some((_, last)) if *last + 1 == i => *last = i,
+            _ => out.push((i, i)),
+        }
+    }
+    out
+}
+
+/// Checks the UFS2 file system on `dev` (`dev_len` bytes); changes nothing. An error means it
+/// cannot be checked at all: no usable superblock, or an I/O error.
+pub fn check<D: ReadAt + ?Sized>(dev: &D, dev_len: u64, opts: &Options) -> Result<Report, Ufs2Error> {
+    let (sblock_at, sb, mut findings) = setup::read_superblock(dev, dev_len, opts)?;
+    let nfrags = sb.fs_size;
+    let ninodes = sb.maxino() as usize;
+    let mut ck = Check {
+        dev,
+        alternate: opts.alternate.is_some(),
+        cgs: Vec::new(),
+        inodes: vec![InoInfo::default(); ninodes],
+        claimed: Bitmap::new(nfrags),
+        dups: Default::default(),
+        dup_seen: Default::default(),
+        dir_blocks: Default::default(),
+        children: Default::default(),
+        extra_links: Vec::new(),
+        findings: std::mem::take(&mut findings),
+        sb,
+    };
+    ck.pass1()?;
+    if !ck.dups.is_empty() {
+        ck.pass1b()?;
+    }
+    ck.pass2()?;
+    if let Some(reached) = ck.pass3()? {
+        ck.pass4(&reached);
+    }
+    let mut report = ck.pass5()?;
+    report.sblock_at = sblock_at;
+    report.findings = ck.findings;
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_merge_neighbours() {
+        let bad = [1, 2, 3, 7, 9, 10];
+        let r = runs((0..12).map(|i| (i, bad.contains(&i))));
+        assert_eq!(r, vec![(1, 3), (7, 7), (9, 10)]);
+        assert!(runs((0..5).map(|i| (i, false))).is_empty());
+    }
+
+    #[test]
+    fn bitmap_sets_and_reads_bits() {
+        let mut b = Bitmap::new(130);
+        b.set(0);
+        b.set(64);
+        b.set(129);
+        assert!(b.get(0) && b.get(64) && b.get(129));
+        assert!(!b.get(1) && !b.get(63) && !b.get(128));
+    }
+}

@@ -1,0 +1,375 @@
+//! `sufs fsck` on UFS2 images (the checker of `sufs_fs::fsck::ufs2`): the image FreeBSD made and
+//! makefs(8) images of four geometries over a tree of small files, symbolic links, a deep
+//! directory and a sparse file are clean (exit 0); each kind of damage is found, with its
+//! finding in fsck_ffs's words and its class, and exit 4; `-b` takes a group's superblock copy;
+//! `-y` is refused. Then random damage to the FreeBSD image's metadata, which the checker must
+//! report or refuse, never panic on.
+
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+
+mod common;
+
+use common::sufs;
+use common::ufs2::{have_makefs, image, makefs};
+use sufs_fs::format::ufs2::*;
+use sufs_fs::fsck::ufs2::{check, Options};
+use sufs_fs::fsck::Class;
+
+fn superblock(img: &[u8]) -> Superblock {
+    Superblock::search(|off, buf| img.read_exact_at(buf, off)).expect("a UFS2 superblock").1
+}
+
+/// `sufs fsck ARGS IMG`: exit code and stdout.
+fn fsck(img: &Path, args: &[&str]) -> (i32, String) {
+    let mut a: Vec<&str> = vec!["fsck"];
+    a.extend_from_slice(args);
+    a.push(img.to_str().unwrap());
+    let out = sufs(&a);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn assert_clean(img: &Path, args: &[&str]) {
+    let (code, out) = fsck(img, args);
+    assert_eq!(code, 0, "{}: {out}", img.display());
+    assert!(out.contains(" 0 findings (0 allowed, 0 violations)"), "{out}");
+}
+
+/// The FreeBSD image, changed by `edit`, written to a file in `dir`.
+fn damaged(dir: &Path, edit: impl FnOnce(&mut Vec<u8>, &Superblock)) -> PathBuf {
+    let mut img = image().to_vec();
+    let sb = superblock(&img);
+    edit(&mut img, &sb);
+    let p = dir.join("img");
+    std::fs::write(&p, &img).unwrap();
+    p
+}
+
+/// Changes group `c` through its decoder and writes it back with its check hash.
+fn edit_cg(img: &mut [u8], sb: &Superblock, c: u32, f: impl FnOnce(&mut Cg, &mut Vec<u8>)) {
+    let off = sb.fsb_offset(sb.cgtod(c)) as usize;
+    let len = sb.fs_cgsize as usize;
+    let mut g = Cg::decode(&img[off..off + len], sb, c, true).unwrap();
+    let mut raw = g.encode(sb);
+    f(&mut g, &mut raw);
+    // Raw edits first, then the decoded ones, resealed.
+    let mut g2 = Cg::decode(&raw, sb, c, false).unwrap();
+    g2.hdr = g.hdr.clone();
+    let mut after = Cg::decode(&g2.encode(sb), sb, c, false).unwrap();
+    for f in 0..g.hdr.cg_ndblk {
+        after.set_frag_free(f, g.frag_free(f));
+    }
+    img[off..off + len].copy_from_slice(&after.encode(sb));
+}
+
+fn dinode(img: &[u8], sb: &Superblock, ino: u32) -> Dinode {
+    let off = sb.ino_offset(ino) as usize;
+    Dinode::decode(&img[off..off + UFS2_DINODE_SIZE]).unwrap()
+}
+
+/// Changes inode `ino` and writes it back with its check hash.
+fn edit_inode(img: &mut [u8], sb: &Superblock, ino: u32, f: impl FnOnce(&mut Dinode)) {
+    let mut d = dinode(img, sb, ino);
+    f(&mut d);
+    let off = sb.ino_offset(ino) as usize;
+    img[off..off + UFS2_DINODE_SIZE].copy_from_slice(&d.encode_for(sb));
+}
+
+/// The inode a name in the root directory names, and the byte offset of its entry on the device.
+fn root_entry(img: &[u8], sb: &Superblock, name: &str) -> (u32, usize) {
+    let root = dinode(img, sb, UFS_ROOTINO);
+    let data = FileReader::new(sb, img, &root, UFS_ROOTINO).read_block(0).unwrap();
+    let e = DirIter::new(&data, 0, root.di_size, sb.maxino())
+        .map(|e| e.unwrap())
+        .find(|e| e.name == name.as_bytes())
+        .unwrap_or_else(|| panic!("/{name} in the root"));
+    (e.d_ino, sb.fsb_offset(root.di_db[0]) as usize + e.offset as usize)
+}
+
+/// Runs the checker on the damaged image: exit 4, and a line `Class: text` for each expected.
+fn expect(p: &Path, want: &[(Class, String)]) -> String {
+    let (code, out) = fsck(p, &[]);
+    assert_eq!(code, 4, "{out}");
+    for (class, line) in want {
+        let line = format!("{class:?}: {line}");
+        assert!(out.lines().any(|l| l == line), "missing {line:?} in:\n{out}");
+    }
+    out
+}
+
+#[test]
+fn freebsd_image_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = damaged(dir.path(), |_, _| {});
+    assert_clean(&p, &[]);
+    assert_clean(&p, &["-n"]);
+    let (_, out) = fsck(&p, &[]);
+    assert!(out.contains("superblock at byte 65536"), "{out}");
+    assert!(out.contains("11 files, 5 directories"), "{out}");
+}
+
+#[test]
+fn alternate_superblock_is_a_groups_copy_by_sector() {
+    let dir = tempfile::tempdir().unwrap();
+    let sb = superblock(image());
+    let sector = sb.fsbtodb(sb.cgsblock(1));
+    // The standard superblock destroyed: the check runs from group 1's copy and says so.
+    let p = damaged(dir.path(), |img, _| img[65536..65536 + 2048].fill(0));
+    let (code, out) = fsck(&p, &[]);
+    assert_eq!(code, 8, "no superblock at the standard places: {out}");
+    let (code, out) = fsck(&p, &["-b", &sector.to_string()]);
+    assert_eq!(code, 4, "{out}");
+    assert!(out.contains(&format!("superblock at byte {}", sector * 512)), "{out}");
+    assert!(out.contains("Violation: STANDARD SUPERBLOCK BAD"), "{out}");
+    assert_eq!(out.matches("Violation").count(), 1, "nothing else: {out}");
+    let clean = damaged(dir.path(), |_, _| {});
+    assert_clean(&clean, &["-b", &sector.to_string()]);
+}
+
+#[test]
+fn repair_is_refused_on_ufs2() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = damaged(dir.path(), |_, _| {});
+    let before = std::fs::read(&p).unwrap();
+    for flag in ["-y", "-p"] {
+        let (code, out) = fsck(&p, &[flag]);
+        assert_eq!(code, 8, "{out}");
+        assert!(out.contains(&format!("{flag} is not yet supported on UFS2 images: nothing was changed")), "{out}");
+    }
+    assert!(std::fs::read(&p).unwrap() == before, "the image is untouched");
+}
+
+/// makefs images of four geometries over a tree of small files, short and long symbolic links,
+/// a deep directory, a sparse file and a large one.
+#[test]
+fn makefs_images_are_clean() {
+    if !have_makefs() {
+        eprintln!("SKIPPED: makefs(8) is not installed (apt-get install makefs)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let deep = (0..12).fold(src.clone(), |p, i| p.join(format!("d{i}")));
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("bottom"), b"deep\n").unwrap();
+    for i in 0..60 {
+        std::fs::write(src.join(format!("small{i}")), vec![b'a' + (i % 26) as u8; i * 97 + 1]).unwrap();
+    }
+    let big: Vec<u8> = (0..400_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(src.join("d0/big"), &big).unwrap();
+    std::os::unix::fs::symlink("small1", src.join("short-link")).unwrap();
+    std::os::unix::fs::symlink("x/".repeat(100), src.join("long-link")).unwrap();
+    let sparse = std::fs::File::create(src.join("sparse")).unwrap();
+    sparse.set_len(3 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, b"tail", 3 << 20).unwrap();
+    for (bsize, fsize) in [(4096, 4096), (16384, 2048), (32768, 4096), (65536, 8192)] {
+        let p = dir.path().join(format!("img-{bsize}-{fsize}"));
+        makefs(&src, &p, bsize, fsize, "24m");
+        assert_clean(&p, &[]);
+    }
+}
+
+#[test]
+fn a_fragment_marked_free_under_a_file_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut frag = 0;
+    let p = damaged(dir.path(), |img, sb| {
+        let (ino, _) = root_entry(img, sb, "file1");
+        frag = dinode(img, sb, ino).di_db[0];
+        edit_cg(img, sb, sb.dtog(frag) as u32, |g, _| g.set_frag_free(sb.dtogd(frag) as u32, true));
+    });
+    expect(&p, &[(Class::Violation, format!("ALLOCATED FRAG(S) {frag}-{frag} MARKED FREE"))]);
+}
+
+#[test]
+fn group_counts_and_fragment_summary_are_checked_against_the_maps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut was = (0, 0);
+    let p = damaged(dir.path(), |img, sb| {
+        edit_cg(img, sb, 1, |g, _| {
+            was = (g.hdr.cg_cs.cs_nbfree, g.hdr.cg_frsum[1]);
+            g.hdr.cg_cs.cs_nbfree += 1;
+            g.hdr.cg_frsum[1] += 1;
+        })
+    });
+    let (nbfree, runs1) = was;
+    expect(
+        &p,
+        &[
+            (Class::Violation, format!("CG 1: SUMMARY INFORMATION BAD: nbfree {} SHOULD BE {nbfree}", nbfree + 1)),
+            (Class::Violation, format!("CG 1: FRAG SUMMARY BAD: RUNS OF 1 FRAGS {} SHOULD BE {runs1}", runs1 + 1)),
+            // The summary area and the superblock's totals still hold the old count.
+            (Class::Allowed, format!("CG 1: SUMMARY AREA BAD: nbfree {nbfree} SHOULD BE {}", nbfree + 1)),
+        ],
+    );
+}
+
+#[test]
+fn a_cluster_map_bit_is_checked_against_the_free_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut block = 0;
+    let p = damaged(dir.path(), |img, sb| {
+        edit_cg(img, sb, 2, |g, raw| {
+            block = (0..g.hdr.cg_ndblk / sb.fs_frag as u32).rev().find(|&b| g.block_free(b)).unwrap();
+            raw[g.hdr.cg_clusteroff as usize + block as usize / 8] ^= 1 << (block % 8);
+        })
+    });
+    expect(&p, &[(Class::Violation, format!("CG 2: CLUSTER MAP BAD FOR BLOCKS {block}-{block}"))]);
+}
+
+#[test]
+fn link_counts_too_high_are_allowed_and_too_low_are_violations() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut file, mut sub) = (0, 0);
+    let p = damaged(dir.path(), |img, sb| {
+        file = root_entry(img, sb, "file1").0;
+        sub = root_entry(img, sb, "dir1").0;
+        edit_inode(img, sb, file, |d| d.di_nlink += 1);
+        edit_inode(img, sb, sub, |d| d.di_nlink -= 1);
+    });
+    expect(
+        &p,
+        &[
+            (Class::Allowed, format!("LINK COUNT FILE I={file} COUNT 2 SHOULD BE 1")),
+            (Class::Violation, format!("LINK COUNT DIR I={sub} COUNT 2 SHOULD BE 3")),
+        ],
+    );
+}
+
+#[test]
+fn an_entry_naming_a_free_inode_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut free, mut file) = (0, 0);
+    let p = damaged(dir.path(), |img, sb| {
+        let (ino, at) = root_entry(img, sb, "file1");
+        file = ino;
+        free = sb.maxino() - 1;
+        assert_eq!(dinode(img, sb, free).di_mode, 0);
+        img[at..at + 4].copy_from_slice(&free.to_le_bytes());
+    });
+    expect(
+        &p,
+        &[
+            (Class::Violation, format!("UNALLOCATED I={free} NAME=file1 DIR=2")),
+            (Class::Allowed, format!("UNREF FILE I={file} MODE=100644 SIZE=23")),
+        ],
+    );
+}
+
+#[test]
+fn a_wrong_block_count_and_a_wrong_inode_check_hash_are_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut f3, mut f1, mut blocks) = (0, 0, 0);
+    let p = damaged(dir.path(), |img, sb| {
+        f3 = root_entry(img, sb, "file3").0;
+        f1 = root_entry(img, sb, "file1").0;
+        edit_inode(img, sb, f3, |d| {
+            blocks = d.di_blocks;
+            d.di_blocks += 8;
+        });
+        let off = sb.ino_offset(f1) as usize + 244;
+        img[off] ^= 0x55;
+    });
+    let out =
+        expect(&p, &[(Class::Allowed, format!("INCORRECT BLOCK COUNT I={f3} ({} should be {blocks})", blocks + 8))]);
+    let line = format!("Violation: INODE CHECK-HASH FAILED I={f1} (");
+    assert!(out.lines().any(|l| l.starts_with(&line)), "missing {line:?} in:\n{out}");
+}
+
+/// file1's one-fragment tail moved onto file2's: both own it (pass 1 meets the second claim,
+/// pass 1b names the first owner), and file1's own fragment is left leaked.
+#[test]
+fn a_tail_fragment_moved_into_another_files_is_a_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut f1, mut f2, mut frag, mut old) = (0, 0, 0, 0);
+    let p = damaged(dir.path(), |img, sb| {
+        f1 = root_entry(img, sb, "file1").0;
+        let d1 = root_entry(img, sb, "dir1").0;
+        // dir1/dir2/dir3/file2, reached through the directories' first blocks.
+        let lookup = |img: &[u8], dir: u32, name: &str| {
+            let d = dinode(img, sb, dir);
+            let data = FileReader::new(sb, img, &d, dir).read_block(0).unwrap();
+            DirIter::new(&data, 0, d.di_size, sb.maxino())
+                .map(|e| e.unwrap())
+                .find(|e| e.name == name.as_bytes())
+                .unwrap()
+                .d_ino
+        };
+        f2 = lookup(img, lookup(img, lookup(img, d1, "dir2"), "dir3"), "file2");
+        frag = dinode(img, sb, f2).di_db[0];
+        edit_inode(img, sb, f1, |d| {
+            old = d.di_db[0];
+            d.di_db[0] = frag;
+        });
+    });
+    expect(
+        &p,
+        &[
+            (Class::Violation, format!("{frag} DUP I={f1}")),
+            (Class::Violation, format!("{frag} DUP I={f2}")),
+            (Class::Allowed, format!("UNALLOCATED FRAG(S) {old}-{old} MARKED USED")),
+        ],
+    );
+}
+
+/// The metadata a fuzzer damages: the superblock, group blocks, the first inode block, the
+/// root directory's block and file3's indirect block (byte ranges of the image).
+fn metadata_ranges(img: &[u8]) -> Vec<(usize, usize)> {
+    let sb = superblock(img);
+    let root = dinode(img, &sb, UFS_ROOTINO);
+    let (f3, _) = root_entry(img, &sb, "file3");
+    let at = |fsb: i64| sb.fsb_offset(fsb) as usize;
+    let mut r = vec![(SBLOCK_UFS2 as usize, sb.fs_sbsize as usize)];
+    for c in 0..sb.fs_ncg {
+        r.push((at(sb.cgtod(c)), sb.fs_cgsize as usize));
+    }
+    r.push((at(sb.cgimin(0)), sb.fs_bsize as usize));
+    r.push((at(root.di_db[0]), 512));
+    r.push((at(dinode(img, &sb, f3).di_ib[0]), sb.fs_bsize as usize));
+    r.push((at(sb.fs_csaddr), sb.fs_cssize as usize));
+    r
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// Random bytes written over the metadata: the checker answers a report or an error, in
+    /// bounded time, and never panics (from the standard superblock and from group 1's copy).
+    #[test]
+    fn damaged_metadata_never_panics_the_checker(
+        edits in proptest::collection::vec((0usize..16, 0usize..65536, any::<u8>()), 1..12),
+    ) {
+        static RANGES: std::sync::OnceLock<(Vec<(usize, usize)>, u64)> = std::sync::OnceLock::new();
+        let base = image();
+        let (ranges, copy) = RANGES.get_or_init(|| {
+            let sb = superblock(base);
+            (metadata_ranges(base), sb.fsbtodb(sb.cgsblock(1)) as u64)
+        });
+        let mut img = base.to_vec();
+        for (which, at, v) in edits {
+            let (start, len) = ranges[which % ranges.len()];
+            img[start + at % len] = v;
+        }
+        let _ = check(&img[..], img.len() as u64, &Options::default());
+        let _ = check(&img[..], img.len() as u64, &Options { alternate: Some(*copy) });
+    }
+}
+
+/// A tail of two fragments starting at the last fragment of a block would cross into the next
+/// block: `chkrange` refuses it, and it is not claimed.
+#[test]
+fn a_tail_fragment_run_crossing_its_block_is_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut f1, mut at) = (0, 0);
+    let p = damaged(dir.path(), |img, sb| {
+        f1 = root_entry(img, sb, "file1").0;
+        edit_inode(img, sb, f1, |d| {
+            at = sb.blknum(d.di_db[0]) + sb.fs_frag as i64 - 1;
+            d.di_size = sb.fs_fsize as u64 + 100;
+            d.di_db[0] = at;
+        });
+    });
+    expect(&p, &[(Class::Violation, format!("{at} BAD I={f1} (2 FRAGS)"))]);
+}
