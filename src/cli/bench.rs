@@ -178,6 +178,14 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
     if let (false, Some(me)) = (ratios.is_empty(), r.reference()) {
         println!("{me}'s time over the others' (below 1: {me} is faster):\n\n{ratios}");
     }
+    let floor = r.floor_ratios();
+    if !floor.is_empty() {
+        println!("Time over the floor's (a file system in memory on the same FUSE transport; 1: FUSE is all the cost):\n\n{floor}");
+    }
+    let msgs = r.messages_table();
+    if !msgs.is_empty() {
+        println!("FUSE requests per operation (the most frequent opcodes per operation):\n\n{msgs}");
+    }
     let plots = r.plots(&a.out).map_err(|e| Fail(format!("plots: {e}"), 1))?;
     for p in &plots {
         println!("plot: {}", p.display());
