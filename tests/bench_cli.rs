@@ -198,3 +198,68 @@ fn peers_bench_runs_parallel_and_coldread_with_update_policies() {
         }
     }
 }
+
+#[test]
+fn peers_bench_measures_the_floor_and_counts_requests_per_phase() {
+    if !std::path::Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: /dev/fuse is missing");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let tree = small_tree(t.path(), 6, 500);
+    let json = t.path().join("peers.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_sufs"))
+        .args(["bench", "--peers", "sufs-softdep-classic,floor-classic", "--workloads", "files,andrew"])
+        .args(["--files", "30", "--andrew-files", "6", "--image-size", "64M", "--andrew-tree"])
+        .arg(&tree)
+        .arg("--dir")
+        .arg(t.path())
+        .arg("--out")
+        .arg(t.path().join("plots"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{text}{}", String::from_utf8_lossy(&run.stderr));
+    for needle in [
+        "| files | create | 30 |",
+        "| softdep-classic / floor-classic |",
+        "| andrew | compile |",
+        "FUSE requests per operation",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    // Requests per file made, for each server: a CREATE each (and a LOOKUP, a RELEASE...).
+    let per_op = text.lines().find(|l| l.starts_with("| files | create | 4.") && l.contains(": ")).unwrap_or_default();
+    assert_eq!(per_op.matches("create 1.00").count(), 2, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4, "{v}");
+    for r in runs {
+        let phase = |name: &str| r["phases"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap().clone();
+        let count = |name: &str, op: &str| phase(name)["messages"][op].as_u64().unwrap_or(0);
+        if r["workload"] == "files" {
+            // One CREATE per file made and one UNLINK per file removed, on both servers; a stat
+            // after the dentries were dropped asks for the name again.
+            assert_eq!(count("create", "create"), 30, "{r}");
+            assert_eq!(count("remove", "unlink"), 30, "{r}");
+            assert!(count("stat", "lookup") >= 30 || !is_root(), "{r}");
+            assert!(phase("create")["secs"].as_f64().unwrap() > 0.0, "{r}");
+        } else {
+            // Every file of the tree copied in, then an object file made for each.
+            assert_eq!(count("copy tree", "create"), 6, "{r}");
+            assert_eq!(count("compile", "create"), 6, "{r}");
+            assert!(count("read all", "read") >= 5, "{r}");
+        }
+        assert!(r["writes"]["messages"].as_u64().unwrap() >= 60, "{r}");
+        if r["peer"] == "floor-classic" {
+            assert_eq!(r["writes"]["blocks"], 0, "the floor writes nothing: {r}");
+        }
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}

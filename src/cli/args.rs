@@ -530,6 +530,25 @@ pub(crate) enum BenchCmd {
         #[arg(long)]
         softdep_limit: Option<usize>,
     },
+    /// The floor peer of `bench peers`: a file system kept in memory, mounted on DIR in the
+    /// foreground and served as sufs's default mount is (the same mount options, INIT and
+    /// transports), counting its FUSE requests by opcode; gone at the unmount.
+    #[command(hide = true)]
+    FloorServe {
+        dir: PathBuf,
+        /// As `sufs mount --transport`.
+        #[arg(long, value_enum, env = "SUFS_TRANSPORT", default_value_t = Transport::Auto)]
+        transport: Transport,
+        /// As `sufs mount --threads`.
+        #[arg(long, default_value_t = DEFAULT_THREADS as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
+        threads: u16,
+        /// Write the request counts here at the unmount (`fuse_messages`, as `sufs mount --stats`).
+        #[arg(long)]
+        stats: Option<PathBuf>,
+        /// Answer the control channel's `stats` request on this socket while mounted.
+        #[arg(long)]
+        ctl: Option<PathBuf>,
+    },
     /// Mogul 1994 §4.1: read response time under PU and AIPU, with delayed and async full-block
     /// writes; and the kernel-build-like workload's blocks written per policy (Table 4-3).
     UpdatePolicy {

@@ -178,6 +178,14 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
     if let (false, Some(me)) = (ratios.is_empty(), r.reference()) {
         println!("{me}'s time over the others' (below 1: {me} is faster):\n\n{ratios}");
     }
+    let floor = r.floor_ratios();
+    if !floor.is_empty() {
+        println!("Time over the floor's (a file system in memory on the same FUSE transport; 1: FUSE is all the cost):\n\n{floor}");
+    }
+    let msgs = r.messages_table();
+    if !msgs.is_empty() {
+        println!("FUSE requests per operation (the most frequent opcodes per operation):\n\n{msgs}");
+    }
     let plots = r.plots(&a.out).map_err(|e| Fail(format!("plots: {e}"), 1))?;
     for p in &plots {
         println!("plot: {}", p.display());
@@ -188,6 +196,41 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         println!("json: {}", j.display());
     }
     Ok(())
+}
+
+/// `sufs bench floor-serve DIR`: the floor (`sufs_mount::floor`) mounted on `dir` in the
+/// foreground until it is unmounted (or SIGINT, SIGTERM, SIGHUP), served as `sufs mount`
+/// serves sufs: the same session settings and transport.
+pub(crate) fn cmd_bench_floor_serve(
+    dir: &Path,
+    transport: fuse_uring::Transport,
+    threads: usize,
+    stats: Option<PathBuf>,
+    ctl: Option<PathBuf>,
+) -> Result<(), Fail> {
+    use sufs_mount::floor::{stats_json, Floor, StatsServer};
+    use sufs_mount::fuse::{config, FuseOptions};
+    let o = FuseOptions { transport, threads, ..Default::default() };
+    let floor = Floor::new(&o);
+    let (negotiated, msgs) = (floor.negotiated(), floor.messages());
+    let mut session = fuser::Session::new(floor, dir, &config(sufs_mount::floor::SOURCE.into(), false, &o))
+        .map_err(|e| Fail(format!("cannot mount the floor on {}: {e}", dir.display()), 32))?;
+    let _server = ctl
+        .map(|p| StatsServer::start(&p, msgs.clone()).map_err(|e| Fail(format!("{}: {e}", p.display()), 1)))
+        .transpose()?;
+    // io_uring asked for and not offered: the session's end unmounts it again.
+    if let Some(why) = fuse_uring::refusal(transport, &negotiated) {
+        return Err(Fail(format!("cannot mount the floor with --transport uring: {why}"), 32));
+    }
+    let handle = unmount_on_signals(session.unmount_callable())?;
+    let run = fuse_uring::run(session, transport, &negotiated, threads, &mut |m| eprintln!("floor: {m}"))
+        .map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1));
+    handle.close();
+    if let Some(p) = stats {
+        sufs_fs::files::write_private(&p, serde_json::to_string_pretty(&stats_json(&msgs))?.as_bytes())
+            .map_err(|e| Fail(format!("{}: {e}", p.display()), 1))?;
+    }
+    run
 }
 
 pub(crate) fn cmd_bench_orderings(

@@ -207,6 +207,9 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             println!("{}", serde_json::to_string(&r)?);
             Ok(0)
         }
+        Cmd::Bench { which: Some(BenchCmd::FloorServe { dir, transport, threads, stats, ctl }), .. } => {
+            cmd_bench_floor_serve(&dir, transport, threads as usize, stats, ctl).map(|_| 0)
+        }
         Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update } => {
             let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ..Default::default() };
             cmd_crashtest(ordering, &workload, seed, &opts)

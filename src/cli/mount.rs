@@ -256,7 +256,9 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
 }
 
 /// SIGINT, SIGTERM and SIGHUP unmount (the session then ends); the handle stops the watch.
-fn unmount_on_signals(mut unmounter: fuser::SessionUnmounter) -> Result<signal_hook::iterator::Handle, Fail> {
+pub(crate) fn unmount_on_signals(
+    mut unmounter: fuser::SessionUnmounter,
+) -> Result<signal_hook::iterator::Handle, Fail> {
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
     let handle = signals.handle();
     std::thread::spawn(move || {
@@ -579,9 +581,9 @@ pub(crate) fn notify_ready() {
 /// `sufs umount DIR`: the kernel's unmount, then the daemon's (written everything and marked the
 /// image clean): its result, through the control channel, is this command's (`Request::AwaitUnmount`).
 pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
-    // A snapshot mount is read-only: nothing to wait for once it is gone.
+    // A snapshot mount is read-only, the floor writes nothing: nothing to wait for once gone.
     let (abs, image) = match mount_source(dir)? {
-        (abs, Some(s)) if s.starts_with("sufs-snapshot:") => (abs, None),
+        (abs, Some(s)) if s.starts_with("sufs-snapshot:") || s == sufs_mount::floor::SOURCE => (abs, None),
         _ => {
             let (abs, image) = mounted_image(dir)?;
             (abs, Some(image))

@@ -94,14 +94,20 @@ pub fn mount_fg(image: &Path, dir: &Path, extra: &[&str]) -> Mounted {
 
 /// `mount_fg` with the server's standard output captured (`Mounted::umount_report`).
 pub fn mount_fg_with(image: &Path, dir: &Path, extra: &[&str], stdout: Stdio) -> Mounted {
-    fs::create_dir_all(dir).unwrap();
     let mut args = vec!["mount", image.to_str().unwrap(), dir.to_str().unwrap(), "-f"];
     args.extend_from_slice(extra);
-    let mut child = Command::new(SUFS).args(&args).stdout(stdout).spawn().unwrap();
+    spawn_mounted(Command::new(SUFS).args(&args).stdout(stdout), dir)
+}
+
+/// Starts `server` (a `sufs` command that serves a mount on `dir` in the foreground: `sufs
+/// mount -f`, `sufs bench floor-serve`), returning once the mount is there.
+pub fn spawn_mounted(server: &mut Command, dir: &Path) -> Mounted {
+    fs::create_dir_all(dir).unwrap();
+    let mut child = server.spawn().unwrap();
     let start = Instant::now();
     while !is_mounted(dir) {
         if let Some(st) = child.try_wait().unwrap() {
-            panic!("sufs mount exited early: {st}");
+            panic!("{server:?} exited early: {st}");
         }
         assert!(start.elapsed() < Duration::from_secs(20), "mount did not appear");
         std::thread::sleep(Duration::from_millis(20));

@@ -788,25 +788,29 @@ pub(crate) fn fresh_image(img: &Path, size: u64) -> FsResult<()> {
 /// The Andrew-like phases with ordinary file calls under `root`: copy at most `limit` files of
 /// `tree` in ("copy tree"), stat every file ("stat all"), read every file ("read all"), and write
 /// an "object" file of half the size for each ("compile"). Appends each phase's seconds to
-/// `phases`; returns the number of files.
+/// `phases`, and tells `on` each phase's name before it starts; returns the number of files.
 pub(crate) fn andrew_phases(
     root: &Path,
     tree: &Path,
     limit: usize,
     phases: &mut Vec<(String, f64)>,
+    on: &mut dyn FnMut(&str),
 ) -> std::io::Result<usize> {
     use std::time::Instant;
     let src = root.join("src");
     std::fs::create_dir(&src)?;
     let mut files = Vec::new();
+    on("copy tree");
     let t = Instant::now();
     copy_tree(tree, &src, &mut files, limit)?;
     phases.push(("copy tree".to_string(), t.elapsed().as_secs_f64()));
+    on("stat all");
     let t = Instant::now();
     for (f, _) in &files {
         std::fs::metadata(f)?;
     }
     phases.push(("stat all".to_string(), t.elapsed().as_secs_f64()));
+    on("read all");
     let t = Instant::now();
     for (f, _) in &files {
         std::fs::read(f)?;
@@ -814,6 +818,7 @@ pub(crate) fn andrew_phases(
     phases.push(("read all".to_string(), t.elapsed().as_secs_f64()));
     let obj = root.join("obj");
     std::fs::create_dir(&obj)?;
+    on("compile");
     let t = Instant::now();
     for (i, (_, size)) in files.iter().enumerate() {
         std::fs::write(obj.join(format!("o{i}")), vec![7u8; (size / 2).max(1)])?;
@@ -845,7 +850,7 @@ fn fuse_run(exe: &Path, ordering: Ordering, workdir: &Path, work: &OrderingWork)
         std::fs::remove_file(many.join(format!("f{i}"))).map_err(io)?;
     }
     phases.push(("remove".to_string(), t.elapsed().as_secs_f64()));
-    andrew_phases(&m.dir, tree, tree_files, &mut phases).map_err(io)?;
+    andrew_phases(&m.dir, tree, tree_files, &mut phases, &mut |_| {}).map_err(io)?;
     let t = Instant::now();
     let mut big = std::fs::File::create(m.dir.join("big")).map_err(io)?;
     let chunk = vec![3u8; 1 << 20];

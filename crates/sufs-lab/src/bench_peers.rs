@@ -8,6 +8,11 @@
 //! through FUSE, mounted read-only) also runs, on an image makefs made of the same tree. A
 //! sufs peer may name its update policy (`sufs-softdep-pu`).
 //!
+//! The floor (`floor`, `floor-classic`, `floor-uring`: `sufs bench floor-serve`, a file system
+//! in memory served as sufs is) says what FUSE itself costs: `messages` prints each peer's time
+//! over the floor's on the same transport, and the FUSE requests per operation of each phase,
+//! which sufs and the floor count by opcode and answer on their control channels.
+//!
 //! Every number is measured, never made up: a peer that cannot run here (no fuse2fs, not root
 //! for a loop device, no fio) is listed with the reason and left out. Device writes come from
 //! sufs's own counters (`--stats`: 4 KiB blocks, and requests, each a run of neighbouring blocks
@@ -25,6 +30,7 @@ use crate::bench::{andrew_phases, copy_tree, fresh_image, run_err, BenchError, F
 use sufs_fs::fs::Ordering;
 
 mod concurrent;
+mod messages;
 
 /// The file systems compared, in table order. A sufs peer may also name an update policy after
 /// its ordering, `sufs-ORDERING-POLICY` (`sufs-softdep-pu`), and a transport last
@@ -32,7 +38,9 @@ mod concurrent;
 /// very end for the kernel's writeback cache (`sufs-softdep-uring-wbc`, `-o writeback_cache`);
 /// without them it has the mount's defaults (aipu; io_uring when the kernel offers it; no
 /// writeback cache).
-pub const PEERS: [&str; 6] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel", "fuse-ufs"];
+pub const PEERS: [&str; 7] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel", "fuse-ufs", FLOOR];
+/// The floor peer (`sufs bench floor-serve`), which may name a transport after it (`floor-uring`).
+pub const FLOOR: &str = "floor";
 /// The update policies a sufs peer's name may end in.
 pub const POLICIES: [&str; 3] = ["pu", "aipu", "wt"];
 /// The transports a sufs peer's name may end in.
@@ -46,6 +54,8 @@ pub const DEFAULT_WORKLOADS: [&str; 8] = ["files", "copy", "andrew", "postmark",
 /// (`-o rw`, 0.6.0) calls itself experimental, and here stopped making files in a directory
 /// at 2,046 and panicked in its block allocator while a copied tree was removed.
 const READ_ONLY_WORKLOADS: [&str; 1] = ["read"];
+/// The workloads that remount their file system, which the floor, kept in memory, cannot.
+const REMOUNTING_WORKLOADS: [&str; 3] = ["read", "parallel", "coldread"];
 /// The read workload's tree in the root: only it is listed, whatever else a file system keeps
 /// there (lost+found, .snap).
 const READ_TREE: &str = "tree";
@@ -84,6 +94,19 @@ fn sufs_peer(peer: &str) -> Option<SufsPeer<'_>> {
         }
     }
     Some(SufsPeer { ordering, policy, transport, writeback })
+}
+
+/// The floor peer from its name: its transport (None: the default, auto).
+fn floor_peer(peer: &str) -> Option<Option<&str>> {
+    match peer.strip_prefix(FLOOR)? {
+        "" => Some(None),
+        t => t.strip_prefix('-').filter(|t| TRANSPORTS.contains(t)).map(Some),
+    }
+}
+
+/// A peer served by this program (sufs or the floor): its transport (None: auto).
+fn transport_of(peer: &str) -> Option<Option<&str>> {
+    sufs_peer(peer).map(|s| s.transport).or_else(|| floor_peer(peer))
 }
 
 /// Sizes and places; `Default` is the full size.
@@ -200,11 +223,15 @@ pub struct Phase {
     /// The phase ran at the same time as the one before it (a background writer), so its time
     /// is left out of the workload's total.
     pub alongside: bool,
+    /// The FUSE requests the server (sufs or the floor) served during the phase, by opcode
+    /// (`messages::per_phase`; the forgets as `forget` messages, `forget_nodes`, `forget_nlookup`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Phase {
     pub fn new(name: impl Into<String>, ops: u64, secs: f64) -> Phase {
-        Phase { name: name.into(), ops, secs, latency: false, alongside: false }
+        Phase { name: name.into(), ops, secs, latency: false, alongside: false, messages: None }
     }
 
     pub fn latency(name: impl Into<String>, secs: f64) -> Phase {
@@ -274,13 +301,11 @@ pub(crate) fn is_root() -> bool {
 fn unavailable(peer: &str) -> Option<String> {
     let fuse = Path::new("/dev/fuse").exists();
     match peer {
-        p if sufs_peer(p).is_some() && !fuse => Some("/dev/fuse is missing".into()),
-        p if sufs_peer(p).is_some_and(|s| s.transport == Some("uring"))
-            && fuse_uring::uring_enabled() != Some(true) =>
-        {
+        p if transport_of(p).is_some() && !fuse => Some("/dev/fuse is missing".into()),
+        p if transport_of(p) == Some(Some("uring")) && fuse_uring::uring_enabled() != Some(true) => {
             Some(format!("FUSE over io_uring is off (as root: echo Y > {})", fuse_uring::URING_PARAMETER))
         }
-        p if sufs_peer(p).is_some() => None,
+        p if transport_of(p).is_some() => None,
         "fuse2fs" if !fuse => Some("/dev/fuse is missing".into()),
         "fuse2fs" if !which("fuse2fs") => Some("fuse2fs is not installed (Debian: apt-get install fuse2fs)".into()),
         "fuse2fs" | "ext4-kernel" if !which("mkfs.ext4") => Some("mkfs.ext4 is not installed (e2fsprogs)".into()),
@@ -293,7 +318,7 @@ fn unavailable(peer: &str) -> Option<String> {
             Some("needs root and losetup for a loop device (its writes are counted there)".into())
         }
         p if !PEERS.contains(&p) => Some(format!(
-            "unknown file system (one of {}, or sufs-ORDERING[-POLICY][-TRANSPORT][-wbc] with a policy of {} and a transport of {})",
+            "unknown file system (one of {}, or sufs-ORDERING[-POLICY][-TRANSPORT][-wbc] or floor-TRANSPORT with a policy of {} and a transport of {})",
             PEERS.join(", "),
             POLICIES.join(", "),
             TRANSPORTS.join(", ")
@@ -350,8 +375,11 @@ struct Mounted {
     /// FUSE messages they served.
     earlier: (u64, u64, u64),
     earlier_messages: u64,
-    /// The options of `sufs mount` (empty for the other peers).
+    /// The options of `sufs mount` or `sufs bench floor-serve` (empty for the other peers).
     options: Vec<String>,
+    /// The control channel that answers the FUSE requests served so far (sufs's and the
+    /// floor's; None for the others).
+    ctl: Option<PathBuf>,
     /// This program, for `sufs fsck`.
     exe: PathBuf,
 }
@@ -376,9 +404,12 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
         earlier: (0, 0, 0),
         earlier_messages: 0,
         options: Vec::new(),
+        ctl: None,
         exe: o.exe.clone(),
     };
-    if sufs_peer(peer).is_some() {
+    if floor_peer(peer).is_some() {
+        // Nothing to make: the floor starts empty at each mount.
+    } else if sufs_peer(peer).is_some() {
         fresh_image(&img, o.image_size)?;
     } else if peer == "fuse-ufs" {
         let tree = tree.ok_or_else(|| run_err("fuse-ufs", "runs only on a tree made by makefs"))?;
@@ -436,6 +467,24 @@ impl Mounted {
             })?;
             self.dir = f.dir.clone();
             self.fuse = Some(f);
+            let mut ctl = self.img.clone().into_os_string();
+            ctl.push(".ctl");
+            self.ctl = Some(ctl.into());
+            return Ok(());
+        }
+        if let Some(transport) = floor_peer(&self.peer) {
+            self.options = transport.map(|t| vec!["--transport".into(), t.into()]).unwrap_or_default();
+            let ctl = self.stats.with_extension("ctl");
+            let umount = vec![o.exe.as_os_str().to_owned(), "umount".into()];
+            let f = FuseMount::spawn(&self.dir, umount, |d| {
+                let mut c = Command::new(&o.exe);
+                c.args(["bench", "floor-serve"]).arg(d).args(&self.options).arg("--stats").arg(&self.stats);
+                c.arg("--ctl").arg(&ctl);
+                c
+            })?;
+            self.dir = f.dir.clone();
+            self.fuse = Some(f);
+            self.ctl = Some(ctl);
             return Ok(());
         }
         let dev = self.lp.as_ref().map(|(lp, _)| lp.0.clone()).ok_or_else(|| run_err("loop device", "missing"))?;
@@ -504,8 +553,8 @@ impl Mounted {
         Ok((count("sync_writes") + count("async_writes"), count("write_requests"), count("sync_writes")))
     }
 
-    /// The FUSE messages sufs's last mount served, from the statistics of its unmount: every
-    /// opcode's count, the forgets as messages (not nodes or lookups).
+    /// The FUSE messages sufs's (or the floor's) last mount served, from the statistics of its
+    /// unmount: every opcode's count, the forgets as messages (not nodes or lookups).
     fn sufs_messages(&self) -> Result<u64, BenchError> {
         let st: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&self.stats).map_err(|e| run_err("mount statistics", e))?)
@@ -526,6 +575,14 @@ impl Mounted {
                 requests: Some(r1 - r0),
                 source: format!("{} /sys/block stat", lp.0),
                 messages: None,
+            });
+        }
+        if floor_peer(&self.peer).is_some() {
+            return Ok(Writes {
+                blocks: 0,
+                requests: Some(0),
+                source: "none: the floor keeps everything in memory".into(),
+                messages: Some(self.sufs_messages()?),
             });
         }
         let (blocks, requests, sync) = self.sufs_writes()?;
@@ -774,9 +831,8 @@ fn deliver(box_dir: PathBuf, n: usize) -> std::io::Result<()> {
 
 /// The Andrew-like phases of `bench orderings` over `andrew_tree`.
 fn andrew(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn FnMut(&str)) -> Result<(), BenchError> {
-    on("andrew");
     let mut ph = Vec::new();
-    let n = andrew_phases(root, &o.andrew_tree, o.andrew_files, &mut ph).map_err(io)?;
+    let n = andrew_phases(root, &o.andrew_tree, o.andrew_files, &mut ph, on).map_err(io)?;
     phases.extend(ph.into_iter().map(|(name, secs)| Phase::new(name, n as u64, secs)));
     Ok(())
 }
@@ -989,14 +1045,30 @@ pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>))
                 skipped.push((format!("{p} {w}"), "mounted read-only: it runs only the read workload".into()));
                 continue;
             }
+            if floor_peer(p).is_some() && REMOUNTING_WORKLOADS.contains(&w.as_str()) {
+                skipped.push((format!("{p} {w}"), "kept in memory: the workload remounts, which would lose it".into()));
+                continue;
+            }
             let mut phases = Vec::new();
             let tree = (w == "read").then_some(staged.as_path());
             let r = fresh(p, o, tree).and_then(|mut m| {
                 let root = m.dir.clone();
-                let on = &mut |ph: &str| progress(w, p, Some(ph));
                 match f {
-                    Work::Warm(f) => f(&root, o, &mut phases, on)?,
-                    Work::Cold(f) => f(&root, o, &mut phases, on, &mut || m.remount(o))?,
+                    Work::Warm(f) => {
+                        // The requests served so far, as each phase starts and after the last.
+                        let sample = || m.ctl.as_deref().and_then(messages::sample);
+                        let mut samples = Vec::new();
+                        f(&root, o, &mut phases, &mut |ph: &str| {
+                            progress(w, p, Some(ph));
+                            samples.push(sample());
+                        })?;
+                        samples.push(sample());
+                        messages::per_phase(&mut phases, &samples);
+                    }
+                    Work::Cold(f) => {
+                        let on = &mut |ph: &str| progress(w, p, Some(ph));
+                        f(&root, o, &mut phases, on, &mut || m.remount(o))?
+                    }
                 }
                 progress(w, p, Some("unmount"));
                 let options = m.options.clone();
@@ -1303,5 +1375,17 @@ mod tests {
         ] {
             assert!(sufs_peer(bad).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn floor_peer_names_take_a_transport() {
+        assert_eq!(floor_peer("floor"), Some(None));
+        assert_eq!(floor_peer("floor-uring"), Some(Some("uring")));
+        assert_eq!(transport_of("floor-classic"), Some(Some("classic")));
+        assert_eq!(transport_of("sufs-softdep-uring"), Some(Some("uring")));
+        for bad in ["floor-fast", "floors", "floor-", "ext4-kernel"] {
+            assert!(floor_peer(bad).is_none(), "{bad}");
+        }
+        assert!(unavailable("floor-fast").is_some());
     }
 }

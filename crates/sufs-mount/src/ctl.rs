@@ -350,7 +350,7 @@ impl Drop for CtlServer {
 /// Binds a listening socket at `path` whose mode is 0600 from its first instant: bound in a new
 /// directory of mode 0700 beside it (nobody else can reach the socket there while its mode is
 /// set), then renamed into place (the socket is its inode: it keeps listening under the new name).
-fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+pub(crate) fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::DirBuilderExt;
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
     let mut dir = path.as_os_str().to_owned();
@@ -401,7 +401,7 @@ fn accept_loop(listener: UnixListener, stop: &AtomicBool, sh: &Arc<Shared>) {
 }
 
 /// The user at the other end of a connection (`SO_PEERCRED`: who connected, as the kernel saw it).
-fn peer_uid(c: &UnixStream) -> std::io::Result<u32> {
+pub(crate) fn peer_uid(c: &UnixStream) -> std::io::Result<u32> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: `cred` and `len` are valid for the call, `len` is `cred`'s size.
@@ -421,7 +421,7 @@ fn peer_uid(c: &UnixStream) -> std::io::Result<u32> {
 }
 
 /// An error answer as a line.
-fn error_line(message: &str, errno: i32) -> String {
+pub(crate) fn error_line(message: &str, errno: i32) -> String {
     let mut text = serde_json::json!({ "error": message, "errno": errno }).to_string();
     text.push('\n');
     text

@@ -55,7 +55,7 @@ use sufs_fs::fs::{Fs, FsError, FsResult, RenameFlags, SetAttr, Writer};
 /// to the namespace and to attributes goes through this mount, whose replies keep the kernel's
 /// caches right, or through the control channel, which tells the kernel (`stale_sink`): so the
 /// kernel may keep them long, and a `stat` or a path walk over known names costs no round trip.
-const TTL: Duration = Duration::from_secs(3600);
+pub(crate) const TTL: Duration = Duration::from_secs(3600);
 
 /// Except for Block Register reservations and snapshot files: the volume layer's refill thread
 /// grows its reservation behind the kernel's back, so their attributes are asked for again soon.
@@ -78,7 +78,7 @@ const NO_TTL: Duration = Duration::ZERO;
 
 /// Every change to a file's data goes through this mount, where the kernel keeps its page cache
 /// coherent itself; so a file's cached pages survive a close and a new open.
-const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+pub(crate) const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 
 /// Request threads unless `--threads` says otherwise. More than two measured no faster on 2
 /// cores (4 and 8: 10,000 creates in 0.76-0.93 s, random reads 34,700-40,700 a second).
@@ -545,6 +545,46 @@ impl SufsFuse {
     }
 }
 
+/// What INIT asks of the kernel on a mount without the writeback cache, sufs's and the floor's
+/// (`floor`) alike, so that both are sent the same requests; `keep_cache`: files' pages survive
+/// a close (not under `strictatime`); `checks`: sufs checks permissions (`-o permissions=sufs`).
+/// Returns whether directories open without a message (OPENDIR answered ENOSYS).
+pub(crate) fn ask_at_init(config: &mut KernelConfig, keep_cache: bool, checks: bool, negotiated: &Negotiated) -> bool {
+    // READDIRPLUS: a listing carries each entry's attributes, which saves `ls -l` a lookup
+    // per name; AUTO lets the kernel fall back to plain READDIR when nobody looks them up.
+    let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+    // sufs clears set-user-ID and set-group-ID itself on a write, a truncation and a chown
+    // (`kill_suidgid`): without this the kernel asks for `security.capability` (GETXATTR)
+    // before every write, which made 4 KiB writes three times slower.
+    let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+    // Zero-message opens of directories: OPENDIR answers ENOSYS once, and the kernel then
+    // opens directories itself and sends no RELEASEDIR. Saves two round trips per listing.
+    // Files are not opened so (`no_opendir`): FUSE_NO_OPEN_SUPPORT would save OPEN and
+    // RELEASE per open, but an immutable file would then open for writing.
+    // Not where sufs checks permissions: an open without a message could check nothing.
+    let no_opendir = keep_cache && !checks && config.capabilities().contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+    // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
+    // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
+    // parent (".."), and compares the generation (`lookup`).
+    // POSIX ACLs: the kernel checks permissions against them (with FUSE_POSIX_ACL it turns
+    // `default_permissions` on, whatever the mount said) and keeps them as the two
+    // `system.posix_acl_*` attributes; sufs sets the mode an ACL implies and gives new
+    // files their directory's default ACL (`fs::acl`), for which it gets the mode before
+    // the umask (DONT_MASK) and applies the umask itself when there is no default ACL.
+    // Where sufs checks permissions, FUSE_POSIX_ACL stays off (the kernel would turn
+    // `default_permissions` on with it): the kernel then passes the ACL attributes through
+    // as they are, caches none, and sufs checks against them (`fs::perm`).
+    let acl = if checks { InitFlags::FUSE_DONT_MASK } else { InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK };
+    if let Err(e) = config.add_capabilities(acl) {
+        log::warn!("the kernel does not offer {e:?}: no POSIX ACLs on this mount");
+    }
+    if let Err(e) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
+        log::warn!("the kernel does not offer {e:?}: file handles go stale with its inode cache");
+    }
+    negotiated.negotiate(config);
+    no_opendir
+}
+
 impl SufsFuse {
     /// The inode-flag ioctls (`ioctl`): the answer's bytes, or the errno. Anything else is
     /// ENOTTY.
@@ -592,17 +632,6 @@ impl SufsFuse {
 
 impl Filesystem for SufsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // READDIRPLUS: a listing carries each entry's attributes, which saves `ls -l` a lookup
-        // per name; AUTO lets the kernel fall back to plain READDIR when nobody looks them up.
-        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
-        // sufs clears set-user-ID and set-group-ID itself on a write, a truncation and a chown
-        // (`kill_suidgid`): without this the kernel asks for `security.capability` (GETXATTR)
-        // before every write, which made 4 KiB writes three times slower.
-        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
-        // Zero-message opens of directories: OPENDIR answers ENOSYS once, and the kernel then
-        // opens directories itself and sends no RELEASEDIR. Saves two round trips per listing.
-        // Files are not opened so (`no_opendir`): FUSE_NO_OPEN_SUPPORT would save OPEN and
-        // RELEASE per open, but an immutable file would then open for writing.
         self.keep_cache = lock(&self.fs).atime_policy().mode != AtimeMode::Strictatime;
         if self.writeback {
             if let Err(e) = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE) {
@@ -610,30 +639,8 @@ impl Filesystem for SufsFuse {
                 self.writeback = false;
             }
         }
-        // Not where sufs checks permissions: an open without a message could check nothing.
-        self.no_opendir =
-            self.keep_cache && !self.checks && config.capabilities().contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        self.no_opendir = ask_at_init(config, self.keep_cache, self.checks, &self.negotiated);
         log::info!("writeback cache {}", if self.writeback { "on" } else { "off" });
-        // File handles (name_to_handle_at, NFS export) that outlive the kernel's inode cache:
-        // it then asks for the inode by number (a LOOKUP of "." in it) and for a directory's
-        // parent (".."), and compares the generation (`lookup`).
-        // POSIX ACLs: the kernel checks permissions against them (with FUSE_POSIX_ACL it turns
-        // `default_permissions` on, whatever the mount said) and keeps them as the two
-        // `system.posix_acl_*` attributes; sufs sets the mode an ACL implies and gives new
-        // files their directory's default ACL (`fs::acl`), for which it gets the mode before
-        // the umask (DONT_MASK) and applies the umask itself when there is no default ACL.
-        // Where sufs checks permissions, FUSE_POSIX_ACL stays off (the kernel would turn
-        // `default_permissions` on with it): the kernel then passes the ACL attributes through
-        // as they are, caches none, and sufs checks against them (`fs::perm`).
-        let acl =
-            if self.checks { InitFlags::FUSE_DONT_MASK } else { InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK };
-        if let Err(e) = config.add_capabilities(acl) {
-            log::warn!("the kernel does not offer {e:?}: no POSIX ACLs on this mount");
-        }
-        if let Err(e) = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT) {
-            log::warn!("the kernel does not offer {e:?}: file handles go stale with its inode cache");
-        }
-        self.negotiated.negotiate(config);
         Ok(())
     }
 
