@@ -262,10 +262,7 @@ impl Dinode {
         let mut spare = x.spare;
         spare[0] = (spare[0] & !SUFS_SPARE_FLAGS) | (self.flags & SUFS_SPARE_FLAGS);
         let device = matches!(self.mode & S_IFMT, S_IFCHR | S_IFBLK);
-        let mut db = [0i64; ufs2::UFS_NDADDR];
-        for i in 0..NDADDR {
-            db[i] = self.db[i] as i64;
-        }
+        let mut db = self.db.map(|b| b as i64);
         if device {
             db[0] = if x.rdev as u32 == self.rdev { x.rdev as i64 } else { self.rdev as i64 };
         }
