@@ -31,6 +31,26 @@ pub struct Dinode {
     /// The blocks of the extended-attribute area (UFS2's `di_extb`), `ceil(extsize /
     /// block_size)` of them in order, the rest 0.
     pub extb: [u64; NXADDR],
+    /// What a UFS2 dinode holds that sufs does not use, kept to be written back as read
+    /// (`layout.rs`); zero on a sufs image.
+    pub ufs2: Ufs2Extra,
+}
+
+/// The fields of a UFS2 dinode sufs keeps without interpreting them: written back as they were
+/// read, so that an inode sufs changes loses nothing FreeBSD put there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ufs2Extra {
+    /// `di_flags` as read: the bits sufs maps to its own flags are taken from `Dinode::flags`
+    /// when the inode is written, the others kept.
+    pub flags: u32,
+    pub kernflags: u32,
+    pub blksize: u32,
+    pub modrev: u64,
+    /// `di_freelink` (`di_dirdepth` of a directory in FreeBSD 14).
+    pub freelink: u32,
+    /// A device's `di_rdev` (`di_db[0]`) in full: FreeBSD's `dev_t` is 64 bits.
+    pub rdev: u64,
+    pub spare: [u32; 2],
 }
 
 const DI_MODE: usize = 0;

@@ -23,6 +23,24 @@ const SF_IMMUTABLE: u32 = 0x0002_0000;
 const SF_APPEND: u32 = 0x0004_0000;
 const SF_SNAPSHOT: u32 = 0x0020_0000;
 
+/// sufs's flags and FreeBSD's bits for them: a sufs flag is set if either bit is.
+const FLAG_MAP: &[(u32, u32)] = &[
+    (DI_IMMUTABLE, SF_IMMUTABLE | UF_IMMUTABLE),
+    (DI_APPEND, SF_APPEND | UF_APPEND),
+    (DI_NODUMP, UF_NODUMP),
+    (DI_SNAPSHOT, SF_SNAPSHOT),
+];
+
+/// sufs's flags FreeBSD has no bit for (no access time updates, a Block Register
+/// reservation's blocks that must not move): kept in `di_spare[0]`, which FreeBSD keeps as it
+/// finds it and checks nowhere.
+const SUFS_SPARE_FLAGS: u32 = DI_NOATIME | DI_UNMOVABLE;
+
+/// Sectors of `DEV_BSIZE` bytes in a fragment: the unit of `di_blocks` over sufs's.
+fn sectors_per_frag(u: &ufs2::Superblock) -> u64 {
+    (u.fs_fsize as u64 / ufs2::DEV_BSIZE as u64).max(1)
+}
+
 impl Superblock {
     /// The superblock of the UFS2 file system `u`, found at byte `loc`: its geometry in
     /// fragments (see the module's comment), its counts, flags, label and snapshot list.
@@ -64,6 +82,37 @@ impl Superblock {
             snapshots,
             ufs2: Some(Box::new(u)),
         }
+    }
+
+    /// The UFS2 superblock this one stands for, at its location (`fs_sblockloc`), with what
+    /// sufs keeps in its own fields written over FreeBSD's: the clean flag (`fs_clean`), soft
+    /// updates and "needs fsck" (`fs_flags`), the times, the label, minfree and the snapshot
+    /// list. The counts (`fs_cstotal`) are the UFS2 superblock's own, kept by the allocator.
+    /// None on a sufs image.
+    pub fn to_ufs2(&self) -> Option<ufs2::Superblock> {
+        let mut u = self.ufs2()?.clone();
+        u.fs_clean = (self.flags & SB_CLEAN != 0) as i8;
+        let mut fl = u.fs_flags & !(ufs2::FS_DOSOFTDEP | ufs2::FS_NEEDSFSCK | ufs2::FS_UNCLEAN);
+        if self.flags & SB_SOFTDEP != 0 {
+            fl |= ufs2::FS_DOSOFTDEP;
+        }
+        if self.flags & SB_NEEDS_FSCK != 0 {
+            fl |= ufs2::FS_NEEDSFSCK;
+        }
+        if self.flags & SB_CLEAN == 0 {
+            fl |= u.fs_flags & ufs2::FS_UNCLEAN;
+        }
+        u.fs_flags = fl;
+        u.fs_time = self.write_time;
+        u.fs_mtime = self.mount_time;
+        let mut name = [0u8; ufs2::MAXVOLLEN];
+        name[..self.label.len()].copy_from_slice(&self.label);
+        u.fs_volname = name;
+        u.fs_snapinum[..MAX_SNAPSHOTS].copy_from_slice(&self.snapshots);
+        if let Some(m) = self.minfree {
+            u.fs_minfree = m as i32;
+        }
+        Some(u)
     }
 
     /// The UFS2 superblock of a UFS2 image.
@@ -143,21 +192,15 @@ impl Dinode {
     /// its target in the block pointers, as on disk (`Dinode::short_symlink`).
     pub fn decode_ufs2(raw: &[u8], u: &ufs2::Superblock) -> Dinode {
         let d = ufs2::Dinode::decode(raw).expect("a dinode buffer of 256 bytes");
-        let sectors_per_frag = (u.fs_fsize as u64 / ufs2::DEV_BSIZE as u64).max(1);
         let f = d.di_flags;
         let mut flags = 0;
-        if f & (SF_IMMUTABLE | UF_IMMUTABLE) != 0 {
-            flags |= DI_IMMUTABLE;
+        for &(ours, theirs) in FLAG_MAP {
+            if f & theirs != 0 {
+                flags |= ours;
+            }
         }
-        if f & (SF_APPEND | UF_APPEND) != 0 {
-            flags |= DI_APPEND;
-        }
-        if f & UF_NODUMP != 0 {
-            flags |= DI_NODUMP;
-        }
-        if f & SF_SNAPSHOT != 0 {
-            flags |= DI_SNAPSHOT;
-        }
+        // sufs's own flags FreeBSD has no bit for (`SUFS_SPARE_FLAGS`) live in `di_spare[0]`.
+        flags |= d.di_spare[0] & SUFS_SPARE_FLAGS;
         let device = matches!(d.di_mode & S_IFMT, S_IFCHR | S_IFBLK);
         let mut out = Dinode {
             mode: d.di_mode,
@@ -165,7 +208,7 @@ impl Dinode {
             uid: d.di_uid,
             gid: d.di_gid,
             size: d.di_size,
-            blocks: d.di_blocks / sectors_per_frag,
+            blocks: d.di_blocks / sectors_per_frag(u),
             atime: d.di_atime,
             mtime: d.di_mtime,
             ctime: d.di_ctime,
@@ -178,10 +221,19 @@ impl Dinode {
             flags,
             rdev: if device { d.di_db[0] as u32 } else { 0 },
             extsize: d.di_extsize,
+            ufs2: Ufs2Extra {
+                flags: f,
+                kernflags: d.di_kernflags,
+                blksize: d.di_blksize,
+                modrev: d.di_modrev,
+                freelink: d.di_freelink,
+                rdev: if device { d.di_db[0] as u64 } else { 0 },
+                spare: d.di_spare,
+            },
             ..Default::default()
         };
         for i in 0..NDADDR {
-            out.db[i] = if device { 0 } else { d.di_db[i] as u64 };
+            out.db[i] = if device && i == 0 { 0 } else { d.di_db[i] as u64 };
         }
         for i in 0..NIADDR {
             out.ib[i] = d.di_ib[i] as u64;
@@ -190,6 +242,59 @@ impl Dinode {
             out.extb[i] = d.di_extb[i] as u64;
         }
         out
+    }
+
+    /// The UFS2 dinode of this inode on the file system `u`, its check hash set when `u`
+    /// keeps them: the inverse of `decode_ufs2` (what sufs does not use comes back from
+    /// `ufs2`; sufs's flags are written over FreeBSD's bits for them).
+    pub fn encode_ufs2(&self, u: &ufs2::Superblock) -> [u8; ufs2::UFS2_DINODE_SIZE] {
+        assert!(self.nlink <= i16::MAX as u32, "link count {} past UFS2's", self.nlink);
+        let x = &self.ufs2;
+        let mut flags = x.flags;
+        for &(ours, theirs) in FLAG_MAP {
+            if self.flags & ours == 0 {
+                flags &= !theirs;
+            } else if flags & theirs == 0 {
+                // Set by sufs: the system flag (only root changes sufs's flags).
+                flags |= theirs & !(UF_IMMUTABLE | UF_APPEND);
+            }
+        }
+        let mut spare = x.spare;
+        spare[0] = (spare[0] & !SUFS_SPARE_FLAGS) | (self.flags & SUFS_SPARE_FLAGS);
+        let device = matches!(self.mode & S_IFMT, S_IFCHR | S_IFBLK);
+        let mut db = self.db.map(|b| b as i64);
+        if device {
+            db[0] = if x.rdev as u32 == self.rdev { x.rdev as i64 } else { self.rdev as i64 };
+        }
+        let d = ufs2::Dinode {
+            di_mode: self.mode,
+            di_nlink: self.nlink as i16,
+            di_uid: self.uid,
+            di_gid: self.gid,
+            di_blksize: x.blksize,
+            di_size: self.size,
+            di_blocks: self.blocks * sectors_per_frag(u),
+            di_atime: self.atime,
+            di_mtime: self.mtime,
+            di_ctime: self.ctime,
+            di_birthtime: self.btime,
+            di_mtimensec: self.mtime_ns as i32,
+            di_atimensec: self.atime_ns as i32,
+            di_ctimensec: self.ctime_ns as i32,
+            di_birthnsec: self.btime_ns as i32,
+            di_gen: self.generation,
+            di_kernflags: x.kernflags,
+            di_flags: flags,
+            di_extsize: self.extsize,
+            di_extb: self.extb.map(|b| b as i64),
+            di_db: db,
+            di_ib: self.ib.map(|b| b as i64),
+            di_modrev: x.modrev,
+            di_freelink: x.freelink,
+            di_ckhash: 0,
+            di_spare: spare,
+        };
+        d.encode_for(u)
     }
 
     /// Whether this is a symbolic link whose target is kept in the inode's block pointers
