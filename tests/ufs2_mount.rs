@@ -325,3 +325,39 @@ fn a_read_write_mount_of_ufs2_is_refused_and_other_commands_say_why() {
     );
     assert!(md5ish(&img) == before, "a refused command changed the image");
 }
+
+/// The UFS images sufs does not read are named for what they are, by mount and by fsck, and
+/// left untouched: UFS1, and UFS2 in the other byte order (both made by makefs).
+#[test]
+fn ufs1_and_big_endian_images_are_refused_by_name() {
+    if !have_makefs() {
+        eprintln!("SKIPPED: makefs(8) is not installed (apt-get install makefs)");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"data\n").unwrap();
+    let cases = [("ufs1", vec!["-o", "version=1"], "UFS1"), ("be", vec!["-B", "be", "-o", "version=2"], "big-endian")];
+    for (name, opts, says) in cases {
+        let img = t.path().join(format!("{name}.img"));
+        let out =
+            Command::new("makefs").args(["-t", "ffs", "-s", "8m"]).args(&opts).arg(&img).arg(&src).output().unwrap();
+        assert!(out.status.success(), "makefs {name}: {}", String::from_utf8_lossy(&out.stderr));
+        let before = md5ish(&img);
+        let mnt = t.path().join(format!("mnt-{name}"));
+        fs::create_dir_all(&mnt).unwrap();
+        for args in [vec!["mount", "-o", "ro", "-f"], vec!["fsck"], vec!["dumpfs"]] {
+            let mut a = args.clone();
+            a.insert(1, img.to_str().unwrap());
+            if args[0] == "mount" {
+                a.insert(2, mnt.to_str().unwrap());
+            }
+            let out = sufs(&a);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success() && err.contains(says), "{name} {args:?}: {err}");
+            assert!(!err.contains("panicked"), "{name} {args:?}: {err}");
+        }
+        assert!(md5ish(&img) == before, "{name}: changed by a refusal");
+    }
+}

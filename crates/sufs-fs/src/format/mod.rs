@@ -129,7 +129,8 @@ pub enum FormatError {
     BadGeometry(String),
     #[error("cylinder group {cg}: {what}")]
     BadCg { cg: u32, what: String },
-    #[error("UFS2: {0}")]
+    /// A UFS superblock found but not read (UFS1, the other byte order, a bad check hash...).
+    #[error("{0}")]
     Ufs2(String),
     #[error("extended-attribute area: {0}")]
     BadExtArea(String),

@@ -111,6 +111,9 @@ pub enum Ufs2Error {
     NoSuperblock,
     #[error("a UFS1 file system (only UFS2 is read)")]
     Ufs1,
+    /// A UFS superblock in the other byte order: a file system from a big-endian machine.
+    #[error("a big-endian UFS file system (from a big-endian machine): only little-endian UFS2 is read")]
+    OtherEndian,
     #[error("the superblock says newfs did not finish (FS_BAD_MAGIC)")]
     IncompleteNewfs,
     #[error("bad magic number {0:#x}: not a UFS2 superblock")]

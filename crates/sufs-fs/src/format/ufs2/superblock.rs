@@ -286,6 +286,7 @@ impl Superblock {
     /// answers `UnexpectedEof`, which counts as "not here".
     pub fn search(mut read: impl FnMut(u64, &mut [u8]) -> std::io::Result<()>) -> Result<(u64, Superblock), Ufs2Error> {
         let mut saw_ufs1 = false;
+        let mut saw_other_endian = false;
         let mut buf = vec![0u8; SBLOCKSIZE];
         for loc in SBLOCKSEARCH {
             match read(loc, &mut buf) {
@@ -301,12 +302,22 @@ impl Superblock {
             if magic == FS_BAD_MAGIC {
                 return Err(Ufs2Error::IncompleteNewfs);
             }
+            if magic.swap_bytes() == FS_UFS2_MAGIC || magic.swap_bytes() == FS_UFS1_MAGIC {
+                saw_other_endian = true;
+                continue;
+            }
             if magic != FS_UFS2_MAGIC || i64::get(&buf, 1000) != loc as i64 {
                 continue;
             }
             return Ok((loc, Superblock::decode(&buf, true)?));
         }
-        Err(if saw_ufs1 { Ufs2Error::Ufs1 } else { Ufs2Error::NoSuperblock })
+        Err(if saw_ufs1 {
+            Ufs2Error::Ufs1
+        } else if saw_other_endian {
+            Ufs2Error::OtherEndian
+        } else {
+            Ufs2Error::NoSuperblock
+        })
     }
 }
 
@@ -755,5 +766,11 @@ pub(crate) mod tests {
         // A bad hash at the standard location stops the search.
         img[8192 + 3001] ^= 1;
         assert!(matches!(Superblock::search(|o, b| read(&img, o, b)), Err(Ufs2Error::CheckHash { .. })));
+        // A UFS2 or UFS1 superblock in the other byte order is named as such.
+        for magic in [FS_UFS2_MAGIC, FS_UFS1_MAGIC] {
+            let mut be = vec![0u8; img_len];
+            be[65536 + 1372..65536 + 1376].copy_from_slice(&magic.to_be_bytes());
+            assert!(matches!(Superblock::search(|o, b| read(&be, o, b)), Err(Ufs2Error::OtherEndian)), "{magic:#x}");
+        }
     }
 }

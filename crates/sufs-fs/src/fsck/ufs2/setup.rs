@@ -78,6 +78,8 @@ pub fn probe<D: ReadAt + ?Sized>(dev: &D, alternate: Option<u64>) -> bool {
     let mut magic = [0u8; 4];
     SBLOCKSEARCH.iter().copied().chain(alt).any(|loc| {
         loc.checked_add(1372).is_some_and(|at| dev.read_exact_at(&mut magic, at).is_ok())
-            && matches!(i32::from_le_bytes(magic), FS_UFS2_MAGIC | FS_UFS1_MAGIC)
+            && [i32::from_le_bytes(magic), i32::from_be_bytes(magic)]
+                .iter()
+                .any(|m| matches!(*m, FS_UFS2_MAGIC | FS_UFS1_MAGIC))
     })
 }
