@@ -121,8 +121,26 @@ impl Adjust {
 struct Owners {
     /// Block -> the inode whose map points to it.
     blocks: HashMap<u64, u32>,
-    /// Inode -> entries naming it (".." and "." included), in every directory.
+    /// Inode -> its names: the entries naming it in every directory, "." included, ".." not
+    /// (those are its subdirectories' links, in `subdirs`).
     names: HashMap<u32, u32>,
+    /// Directory asked about -> per subdirectory, (its entries in the directory, whether its
+    /// ".." names the directory). The two agree but after a crash in a rename across
+    /// directories (a moved directory named in both parents, its ".." in either).
+    subdirs: HashMap<u32, HashMap<u32, (u32, bool)>>,
+}
+
+impl Owners {
+    /// The links inode `ino` must keep: its names, and for a directory one per subdirectory
+    /// that either names it in ".." (fsck counts that link) or is named in it (the live file
+    /// system drops the directory's link when that name goes: rmdir, a rename away, a rename
+    /// over it, whatever the subdirectory's ".." says).
+    fn needed(&self, ino: u32) -> u32 {
+        let own = self.names.get(&ino).copied().unwrap_or(0);
+        let subdirs =
+            self.subdirs.get(&ino).map_or(0, |m| m.values().map(|&(named, dotdot)| named.max(dotdot as u32)).sum());
+        own + subdirs
+    }
 }
 
 impl Fs {
@@ -140,7 +158,7 @@ impl Fs {
         let inos: HashSet<u32> = a.unreferenced.iter().map(|r| r.ino).chain(a.links.iter().map(|l| l.ino)).collect();
         let owners =
             if blocks.is_empty() && inos.is_empty() { Owners::default() } else { self.live_owners(&blocks, &inos)? };
-        let names = |ino: u32| owners.names.get(&ino).copied().unwrap_or(0);
+        let names = |ino: u32| owners.needed(ino);
         for l in &a.links {
             let Some(mut d) = self.adjust_inode(l.ino, l.generation, false, &mut done)? else { continue };
             let target = d.nlink.checked_sub(l.delta).filter(|_| l.delta > 0);
@@ -160,7 +178,7 @@ impl Fs {
                     }
                 }
                 _ => done.refuse(format!(
-                    "inode {}: link count {} lowered by {} would fall below its {} names",
+                    "inode {}: link count {} lowered by {} would fall below its {} links",
                     l.ino,
                     d.nlink,
                     l.delta,
@@ -177,9 +195,22 @@ impl Fs {
             self.release_inode(r.ino, d, vec![])?;
             done.inodes_freed += 1;
         }
+        // A leaked inode's dinode is free, so it does not say whether it was a directory; its
+        // group's directory count says so when it counts more directories than the group holds.
+        let mut dirs_over: HashMap<u32, u32> = HashMap::default();
         for r in &a.leaked_inodes {
             if self.adjust_leaked_inode(r, &mut done)? {
-                self.alloc.free_inode(&mut self.cache, &self.sb, r.ino, false)?;
+                let cg = self.sb.cg_of_inode(r.ino);
+                let over = match dirs_over.get_mut(&cg) {
+                    Some(n) => n,
+                    None => {
+                        let n = self.cg_dirs_over(cg)?;
+                        dirs_over.entry(cg).or_insert(n)
+                    }
+                };
+                let was_dir = *over > 0;
+                *over = over.saturating_sub(1);
+                self.alloc.free_inode(&mut self.cache, &self.sb, r.ino, was_dir)?;
                 done.inodes_freed += 1;
             }
         }
@@ -290,6 +321,24 @@ impl Fs {
         Ok(false)
     }
 
+    /// How many directories group `cg`'s header counts beyond the directories in use in it:
+    /// the directories among its leaked inodes (a mkdir's inode whose bitmap bit and count
+    /// reached the disk before its dinode did). Freeing one of those lowers the count too, or
+    /// the header keeps a directory no inode is (fsck: "directories count 1, should be 0").
+    fn cg_dirs_over(&mut self, cg: u32) -> FsResult<u32> {
+        let buf = self.cache.read(self.sb.cg_header_block(cg))?;
+        let counted = cg_get_ndirs(buf);
+        let map = buf[CgHeader::inode_map_offset()..].to_vec();
+        let mut dirs = 0u32;
+        for i in 0..self.alloc.initialized(cg) {
+            let ino = cg * self.sb.inodes_per_group + i;
+            if bit_get(&map, i as usize) && self.sb.is_valid_inode(ino) && self.iget_raw(ino)?.is_dir() {
+                dirs += 1;
+            }
+        }
+        Ok(counted.saturating_sub(dirs))
+    }
+
     /// One pass over every inode in use: which of `blocks` some inode's map points to (data,
     /// indirect and attribute blocks; a reservation's and a snapshot's too), and how many
     /// entries of all directories name each of `inos`.
@@ -325,8 +374,18 @@ impl Fs {
                     let buf = self.cache.read(b)?;
                     for e in dir_iter(buf) {
                         let e = e.map_err(|e| FsError::Corrupt(format!("directory {ino}, block {b}: {e}")))?;
-                        if e.ino != 0 && inos.contains(&e.ino) {
+                        if e.ino == 0 {
+                            continue;
+                        }
+                        if e.name == b".." {
+                            if inos.contains(&e.ino) && e.ino != ino {
+                                owners.subdirs.entry(e.ino).or_default().entry(ino).or_default().1 = true;
+                            }
+                        } else if inos.contains(&e.ino) {
                             *owners.names.entry(e.ino).or_insert(0) += 1;
+                        }
+                        if inos.contains(&ino) && e.dtype == DT_DIR && e.name != b"." && e.name != b".." {
+                            owners.subdirs.entry(ino).or_default().entry(e.ino).or_default().0 += 1;
                         }
                     }
                 }
@@ -365,12 +424,20 @@ mod tests {
     use super::*;
     use crate::clock::SimClock;
     use crate::dev::{MemDevice, WriteKind, WriteReq};
-    use crate::fs::{mkfs, MkfsOptions, MountOptions, Ordering};
+    use crate::fs::{lock, mkfs, MkfsOptions, MountOptions, Ordering, SharedFs};
     use std::sync::Arc;
 
     fn mount(dev: &Arc<MemDevice>) -> Fs {
         let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
         Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap()
+    }
+
+    /// A new file system on a small memory device, mounted.
+    fn fresh() -> (Arc<MemDevice>, Fs) {
+        let dev = Arc::new(MemDevice::new(4096, 8192));
+        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
+        let fs = mount(&dev);
+        (dev, fs)
     }
 
     fn contents(fs: &mut Fs, name: &[u8]) -> Vec<u8> {
@@ -398,9 +465,7 @@ mod tests {
     /// are intact across a remount and fsck finds nothing.
     #[test]
     fn adjust_refuses_what_the_live_file_system_owns() {
-        let dev = Arc::new(MemDevice::new(4096, 8192));
-        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
-        let mut fs = mount(&dev);
+        let (dev, mut fs) = fresh();
         let (live, _) = fs.create(ROOT_INO, b"live", 0o644, 0, 0).unwrap();
         fs.write(live, 0, &[7u8; 40_000]).unwrap();
         let (linked, _) = fs.create(ROOT_INO, b"linked", 0o644, 0, 0).unwrap();
@@ -447,7 +512,7 @@ mod tests {
         assert!(has(&format!("inode {live}: named 1 times")), "{done:?}");
         assert!(has(&format!("inode {old}: generation")), "{done:?}");
         assert!(has(&format!("inode {linked}: in use")), "{done:?}");
-        assert!(has(&format!("inode {linked}: link count 2 lowered by 1 would fall below its 2 names")), "{done:?}");
+        assert!(has(&format!("inode {linked}: link count 2 lowered by 1 would fall below its 2 links")), "{done:?}");
         assert_eq!(fs.iget(linked).unwrap().nlink, 2);
         // New writes go to the blocks freed: none of them is the live file's.
         let (fresh, _) = fs.create(ROOT_INO, b"fresh", 0o644, 0, 0).unwrap();
@@ -461,5 +526,86 @@ mod tests {
         assert_eq!(after, before);
         assert_eq!(contents(&mut fs, b"other"), b"two names");
         fs.unmount().unwrap();
+    }
+
+    /// Background fsck as `sufs fsck --background` runs it in a mount's process: a snapshot of
+    /// the live file system checked, its findings turned into an adjust, the snapshot deleted,
+    /// the adjust applied. Returns the file system, the findings and what the adjust did.
+    fn background_fsck(fs: Fs) -> (Fs, Vec<Finding>, AdjustDone) {
+        let shared: SharedFs = Arc::new(std::sync::Mutex::new(fs));
+        lock(&shared).snapshot_create(b"fsck").unwrap();
+        let frozen = crate::fs::snapshot::FrozenDevice::new(shared.clone(), b"fsck").unwrap();
+        let report = crate::fsck::check(&frozen).unwrap();
+        assert_eq!(report.violations(), 0, "{:?}", report.findings);
+        let (a, _) = Adjust::from_findings(&report.findings, &frozen).unwrap();
+        drop(frozen);
+        let mut fs = Arc::into_inner(shared).unwrap().into_inner().unwrap();
+        fs.snapshot_delete(b"fsck").unwrap();
+        let done = fs.fsck_adjust(&a).unwrap();
+        (fs, report.findings, done)
+    }
+
+    /// The crash of a rename across directories (`a/d` to `b/d`) that left the moved directory
+    /// named in both parents with its ".." still naming the old one: the new parent's raised
+    /// link count and the new name reached the disk, the ".." and the old name's removal did
+    /// not. fsck counts ".." where it points, so `b` looks one too high; but the live file
+    /// system drops `b`'s link when `d`'s name in it goes (here a rename away), so the adjust
+    /// must leave it: lowered, `b` ends one too low, which no crash may leave.
+    #[test]
+    fn adjust_keeps_the_link_of_a_moved_directorys_second_name() {
+        let (dev, mut fs) = fresh();
+        let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
+        let (b, _) = fs.mkdir(ROOT_INO, b"b", 0o755, 0, 0).unwrap();
+        let (d, _) = fs.mkdir(a, b"d", 0o755, 0, 0).unwrap();
+        fs.sync_all().unwrap();
+        fs.rename(a, b"d", b, b"d", Default::default()).unwrap();
+        // The inodes (d's and b's raised counts), then b's block with the new name: d's
+        // block (its "..") and a's (the old name) stay unwritten.
+        let inode_blocks = [fs.sb.inode_location(d).0, fs.sb.inode_location(b).0];
+        fs.write_bufs(&inode_blocks, WriteKind::Sync).unwrap();
+        let b_block = fs.iget(b).unwrap().db[0];
+        assert!(![fs.iget(d).unwrap().db[0], fs.iget(a).unwrap().db[0]].contains(&b_block));
+        fs.write_bufs(&[b_block], WriteKind::Sync).unwrap();
+        fs.shutdown(crate::fs::shutdown::Shutdown::Nologflush);
+        drop(fs);
+        let crashed = crate::fsck::check(dev.as_ref()).unwrap();
+        assert!(crashed.findings.contains(&Finding::LinkCountTooHigh { ino: b, stored: 3, actual: 2 }), "{crashed:?}");
+        assert!(crashed
+            .findings
+            .iter()
+            .any(|f| matches!(f, Finding::DirMultiplyLinked { ino, names: 2, .. } if *ino == d)));
+        let (mut fs, _, done) = background_fsck(mount(&dev));
+        assert_eq!(done.links_lowered, 0, "{done:?}");
+        assert!(done.refusals.iter().any(|r| r.starts_with(&format!("inode {b}: link count 3"))), "{done:?}");
+        // The live file system moves d away by its name in b: b loses that link.
+        fs.rename(b, b"d", ROOT_INO, b"e", Default::default()).unwrap();
+        fs.unmount().unwrap();
+        let r = crate::fsck::check(dev.as_ref()).unwrap();
+        assert_eq!(r.violations(), 0, "{:?}", r.findings);
+        assert!(!r.findings.iter().any(|f| matches!(f, Finding::LinkCountTooHigh { ino, .. } if *ino == b)), "{r:?}");
+    }
+
+    /// A mkdir's inode whose group header (its bitmap bit and the group's directory count)
+    /// reached the disk and whose dinode did not: a leaked inode, and a directory count one
+    /// over, which fsck allows as part of the leak. The adjust that frees the inode lowers the
+    /// count with it, or the header keeps a directory no inode is.
+    #[test]
+    fn adjust_frees_a_leaked_directory_with_its_count() {
+        let (dev, mut fs) = fresh();
+        fs.sync_all().unwrap();
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        // The inode block first (its table initialized; the dinode goes zeroed, its bitmap bit
+        // not yet on disk), then the group header.
+        let cg = fs.sb.cg_of_inode(d);
+        fs.write_bufs(&[fs.sb.inode_location(d).0], WriteKind::Sync).unwrap();
+        fs.write_bufs(&[fs.sb.cg_header_block(cg)], WriteKind::Sync).unwrap();
+        fs.shutdown(crate::fs::shutdown::Shutdown::Nologflush);
+        drop(fs);
+        let (mut fs, findings, done) = background_fsck(mount(&dev));
+        assert!(findings.contains(&Finding::LeakedInode { ino: d }), "{findings:?}");
+        assert_eq!(done.inodes_freed, 1, "{done:?}");
+        fs.unmount().unwrap();
+        let r = crate::fsck::check(dev.as_ref()).unwrap();
+        assert!(r.is_clean(), "{:?}", r.findings);
     }
 }

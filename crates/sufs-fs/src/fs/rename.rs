@@ -520,6 +520,23 @@ impl Fs {
                 return Err(FsError::Invalid("exchange would move a directory into itself"));
             }
         }
+        // Each directory that changes parent is a move: its new parent gains a link first, for
+        // the new "..". Two directories swapped across parents too: neither ".." waits for the
+        // other, so for a while both may name one parent on disk.
+        let moves: Vec<(u32, u32, u32)> = if dir == newdir {
+            vec![]
+        } else {
+            [(ai.is_dir(), a.ino, dir, newdir), (bi.is_dir(), b.ino, newdir, dir)]
+                .into_iter()
+                .filter(|m| m.0)
+                .map(|(_, ino, from, to)| (ino, from, to))
+                .collect()
+        };
+        for &(_, _, to) in &moves {
+            if self.iget(to)?.nlink >= LINK_MAX {
+                return Err(FsError::TooManyLinks);
+            }
+        }
         // Both counts up while each inode may have two names on disk.
         for (ino, mut d) in [(a.ino, ai.clone()), (b.ino, bi.clone())] {
             d.nlink += 1;
@@ -527,12 +544,10 @@ impl Fs {
             let ib = self.iput(ino, &d)?;
             self.order_write(&[ib])?;
         }
-        // Parents that gain a subdirectory gain a link first.
-        if dir != newdir && ai.is_dir() != bi.is_dir() {
-            let gainer = if ai.is_dir() { newdir } else { dir };
-            let mut g = self.iget(gainer)?;
+        for &(_, _, to) in &moves {
+            let mut g = self.iget(to)?;
             g.nlink += 1;
-            let gb = self.iput(gainer, &g)?;
+            let gb = self.iput(to, &g)?;
             self.order_write(&[gb])?;
         }
         // Each entry now names the other inode; the inode it named loses its extra link once
@@ -546,20 +561,11 @@ impl Fs {
             let old = Some((was, dtype_of_mode(was_mode)));
             self.entry_added(in_dir, slot.bno, slot.off, ino, old, None, false, vec![Task::DropLink(was)])?;
         }
-        if dir != newdir {
-            // A directory that changes parent: its ".." follows, and a parent left with one
-            // subdirectory fewer loses a link once that is on disk.
-            let loses = ai.is_dir() != bi.is_dir();
-            if ai.is_dir() {
-                let (x, off) = self.set_dotdot(a.ino, newdir)?;
-                let then = if loses { vec![Task::DropLink(dir)] } else { vec![] };
-                self.entry_added(a.ino, x, off, newdir, Some((dir, DT_DIR)), None, false, then)?;
-            }
-            if bi.is_dir() {
-                let (x, off) = self.set_dotdot(b.ino, dir)?;
-                let then = if loses { vec![Task::DropLink(newdir)] } else { vec![] };
-                self.entry_added(b.ino, x, off, dir, Some((newdir, DT_DIR)), None, false, then)?;
-            }
+        // A moved directory's ".." follows, and its old parent loses the link once that is on
+        // disk.
+        for (ino, from, to) in moves {
+            let (x, off) = self.set_dotdot(ino, to)?;
+            self.entry_added(ino, x, off, to, Some((from, DT_DIR)), None, false, vec![Task::DropLink(from)])?;
         }
         for p in [dir, newdir] {
             let mut d = self.iget(p)?;

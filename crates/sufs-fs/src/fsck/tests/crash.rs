@@ -143,6 +143,35 @@ fn sync_crash_states_have_no_violations() {
     assert!(v.is_empty(), "{}", shown.join("\n"));
 }
 
+/// Two directories swapped across parents (RENAME_EXCHANGE, as fsstress's `rexchange` does):
+/// each is a move, so each new parent gains a link before the ".." that names it may reach the
+/// disk, and the old parent loses it after. Neither ".." waits for the other, so a crash may
+/// leave both naming one parent: with no link raised, that parent's count was one too low
+/// (fstests' generic/051 after its shutdown). Under soft updates and sync alike.
+#[test]
+fn crash_states_of_directories_exchanged_across_parents_have_no_violations() {
+    for ordering in [Ordering::Softdep, Ordering::Sync] {
+        let v = crash_states(ordering, |fs, mark| {
+            let (p, _) = fs.mkdir(ROOT_INO, b"p", 0o755, 0, 0).unwrap();
+            let (q, _) = fs.mkdir(ROOT_INO, b"q", 0o755, 0, 0).unwrap();
+            let (x, _) = fs.mkdir(p, b"x", 0o755, 0, 0).unwrap();
+            fs.mkdir(q, b"y", 0o755, 0, 0).unwrap();
+            fs.mkdir(x, b"inner", 0o755, 0, 0).unwrap();
+            fs.sync_all().unwrap();
+            mark("exchange", 0);
+            fs.rename(p, b"x", q, b"y", RenameFlags { exchange: true, ..Default::default() }).unwrap();
+            mark("sync", 0);
+            fs.sync_all().unwrap();
+            mark("exchange back", 0);
+            fs.rename(q, b"y", p, b"x", RenameFlags { exchange: true, ..Default::default() }).unwrap();
+            mark("unmount", 0);
+            fs.unmount().unwrap();
+        });
+        let shown: Vec<String> = v.iter().map(|(l, f)| format!("{l}: {f}")).collect();
+        assert!(v.is_empty(), "{ordering:?}:\n{}", shown.join("\n"));
+    }
+}
+
 /// The negative control: without ordering, crash states hold violations.
 #[test]
 fn async_crash_states_show_violations() {
