@@ -540,6 +540,25 @@ impl SufsFuse {
 }
 
 impl SufsFuse {
+    /// Answers a CREATE or TMPFILE: the file made and opened (one hold, the handle's), and its
+    /// entry, which the kernel counts as a lookup (a second hold, given back by FORGET).
+    fn reply_created(&self, fs: &mut Fs, r: Result<(u32, Dinode), Errno>, reply: ReplyCreate) {
+        match r {
+            Ok((ino, d)) => {
+                fs.hold(ino, 1);
+                // One time-to-live for the name and its attributes: the name's.
+                reply.created(
+                    self.name_ttl(&d),
+                    &attr(ino, &d, fs.sb.block_size),
+                    Generation(d.generation as u64),
+                    FileHandle(0),
+                    self.open_flags(),
+                )
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
     /// The inode-flag ioctls (`ioctl`): the answer's bytes, or the errno. Anything else is
     /// ENOTTY.
     fn flags_ioctl(
@@ -1463,20 +1482,37 @@ impl Filesystem for SufsFuse {
             fs.open(ino, false).map_err(errno)?;
             Ok((ino, d))
         });
-        match r {
-            Ok((ino, d)) => {
-                fs.hold(ino, 1);
-                // One time-to-live for the name and its attributes: the name's.
-                reply.created(
-                    self.name_ttl(&d),
-                    &attr(ino, &d, fs.sb.block_size),
-                    Generation(d.generation as u64),
-                    FileHandle(0),
-                    self.open_flags(),
-                )
-            }
-            Err(e) => reply.error(e),
-        }
+        self.reply_created(&mut fs, r, reply);
+    }
+
+    /// open(2) with `O_TMPFILE`: a regular file with no name (`Fs::tmpfile`, which opens it),
+    /// answered as a create is. `linkat` of it gives it a name through `link`, unless it was
+    /// opened with `O_EXCL` (the kernel refuses that link itself; sufs too).
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        self.msgs.count(Op::Tmpfile);
+        let mut fs = lock(&self.fs);
+        let linkable = flags & libc::O_EXCL == 0;
+        let r = from_fuse(parent).and_then(|p| {
+            // Linux asks for write and search permission on the directory (`vfs_tmpfile`).
+            self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
+            let gid = Self::new_gid(&mut fs, p, req);
+            let inh = fs.acl_inherit(p, mode, umask, false).map_err(errno)?;
+            let (ino, d) =
+                fs.as_user(req.uid(), |fs| fs.tmpfile(p, inh.mode, req.uid(), gid, linkable)).map_err(errno)?;
+            let d = match fs.acl_apply(ino, &inh) {
+                Ok(a) => a.unwrap_or(d),
+                Err(e) => {
+                    // Closed again: the nameless inode goes with its only hold.
+                    fs.release(ino).map_err(errno)?;
+                    return Err(errno(e));
+                }
+            };
+            // Its data and attributes: on a `sync` mount a later fsync or link finds them
+            // durable already; it has no name to make durable on a `dirsync` one.
+            settle(&mut fs, Change::Data, &[ino])?;
+            Ok((ino, d))
+        });
+        self.reply_created(&mut fs, r, reply);
     }
 }
 
