@@ -639,3 +639,77 @@ fn a_crash_leaves_unnamed_o_tmpfile_files_as_allowed_leaks() {
     m.umount();
     fsck_clean(&img);
 }
+
+const FS_IOC_GETFSLABEL: libc::c_ulong = 0x8100_9431;
+const FS_IOC_SETFSLABEL: libc::c_ulong = 0x4100_9432;
+
+/// FS_IOC_GETFSLABEL on `path`: the label.
+fn get_label(path: &Path) -> Vec<u8> {
+    let f = fs::File::open(path).unwrap();
+    let mut buf = [0u8; 256];
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_GETFSLABEL, buf.as_mut_ptr()) };
+    assert_eq!(r, 0, "FS_IOC_GETFSLABEL: {}", std::io::Error::last_os_error());
+    buf.iter().take_while(|&&b| b != 0).copied().collect()
+}
+
+/// FS_IOC_SETFSLABEL on `path` with `label` (NUL-ended when shorter than the buffer's 256
+/// bytes): Ok or the errno.
+fn set_label(path: &Path, label: &[u8]) -> Result<(), i32> {
+    let f = fs::File::open(path).unwrap();
+    let mut buf = [0u8; 256];
+    buf[..label.len()].copy_from_slice(label);
+    if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SETFSLABEL, buf.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    }
+}
+
+/// The volume label through the mount (FS_IOC_GETFSLABEL, FS_IOC_SETFSLABEL, as `xfs_io -c
+/// label` calls them): root sets it, anyone reads it, another user may not set it (EPERM); a
+/// label longer than the 32 bytes sufs keeps, or filling the 256-byte buffer, is EINVAL; the
+/// label set is the superblock's after a remount, as `sufs tunefs -p` shows it.
+#[test]
+fn the_volume_label_through_the_ioctls() {
+    if !root() {
+        return;
+    }
+    let (_t, img, mnt, m) = public_mount(&[]);
+    assert_eq!(get_label(&mnt), b"");
+    set_label(&mnt, b"data.1").unwrap();
+    fs::write(mnt.join("f"), b"x").unwrap();
+    assert_eq!(get_label(&mnt.join("f")), b"data.1", "on a file too");
+    let max = [b'o'; 32];
+    set_label(&mnt, &max).unwrap();
+    assert_eq!(get_label(&mnt), max);
+    assert_eq!(set_label(&mnt, &[b'o'; 33]), Err(libc::EINVAL), "longer than sufs keeps");
+    assert_eq!(set_label(&mnt, &[b'l'; 256]), Err(libc::EINVAL), "no room for the NUL");
+    assert_eq!(get_label(&mnt), max, "unchanged");
+    let nobody = |op: &str| {
+        let program = format!(
+            "import fcntl, os\nfd = os.open({:?}, os.O_RDONLY)\ntry:\n    {op}\nexcept OSError as e:\n    print(e.errno)",
+            mnt.to_str().unwrap()
+        );
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", &program])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let get = format!("print(fcntl.ioctl(fd, {FS_IOC_GETFSLABEL}, bytes(256)).rstrip(b'\\0').decode())");
+    assert_eq!(nobody(&get), "o".repeat(32), "anyone reads it");
+    let set = format!("fcntl.ioctl(fd, {FS_IOC_SETFSLABEL}, b'mine' + bytes(252))");
+    assert_eq!(nobody(&set), libc::EPERM.to_string(), "root alone sets it");
+    set_label(&mnt, b"data.2").unwrap();
+    m.umount();
+    fsck_clean(&img);
+    assert!(sufs(&["tunefs", img.to_str().unwrap(), "-p"]).stdout.windows(6).any(|w| w == b"data.2"));
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(get_label(&mnt), b"data.2", "after a remount");
+    set_label(&mnt, b"").unwrap();
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(get_label(&mnt), b"", "cleared");
+    m.umount();
+}

@@ -44,6 +44,7 @@ use fuse_uring::{Negotiated, Transport};
 use sufs_fs::format::*;
 use sufs_fs::fs::falloc::FallocMode;
 use sufs_fs::fs::flags;
+use sufs_fs::fs::label;
 use sufs_fs::fs::messages::{Messages, Op};
 use sufs_fs::fs::mountopt::{AtimeMode, Change};
 use sufs_fs::fs::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
@@ -557,6 +558,21 @@ impl SufsFuse {
             }
             Err(e) => reply.error(e),
         }
+    }
+
+    /// FS_IOC_GETFSLABEL, by anyone, and FS_IOC_SETFSLABEL, by root alone (Linux's file systems
+    /// ask for CAP_SYS_ADMIN; FUSE passes the ioctl on unchecked), on any file or directory of
+    /// the mount: the answer's bytes (the label in `FSLABEL_MAX`), or the errno.
+    fn label_ioctl(&self, req: &Request, cmd: u32, input: &[u8]) -> Result<Vec<u8>, Errno> {
+        let mut fs = lock(&self.fs);
+        if cmd == label::FS_IOC_GETFSLABEL {
+            return Ok(fs.label_ioctl());
+        }
+        if req.uid() != 0 {
+            return Err(Errno::EPERM);
+        }
+        fs.set_label_ioctl(input).map_err(errno)?;
+        Ok(Vec::new())
     }
 
     /// The inode-flag ioctls (`ioctl`): the answer's bytes, or the errno. Anything else is
@@ -1289,6 +1305,8 @@ impl Filesystem for SufsFuse {
     /// The inode flags (chattr, lsattr): FS_IOC_GETFLAGS / FS_IOC_SETFLAGS, and their XFS forms
     /// FS_IOC_FSGETXATTR / FS_IOC_FSSETXATTR, which the kernel sends as ioctls to a FUSE server
     /// (its `fileattr_get` and `fileattr_set`), each on a file it opens for the purpose.
+    ///
+    /// The volume label: FS_IOC_GETFSLABEL and FS_IOC_SETFSLABEL (`label_ioctl`).
     fn ioctl(
         &self,
         req: &Request,
@@ -1301,6 +1319,12 @@ impl Filesystem for SufsFuse {
         reply: fuser::ReplyIoctl,
     ) {
         self.msgs.count(Op::Ioctl);
+        if cmd == label::FS_IOC_GETFSLABEL || cmd == label::FS_IOC_SETFSLABEL {
+            return match self.label_ioctl(req, cmd, in_data) {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(e),
+            };
+        }
         if cmd != FS_IOC_SHUTDOWN {
             let out = match self.flags_ioctl(req, ino, cmd, in_data, out_size) {
                 Ok(out) => out,

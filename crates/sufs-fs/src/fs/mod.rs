@@ -192,6 +192,7 @@ mod dir;
 pub mod falloc;
 pub mod flags;
 pub mod flight;
+pub mod label;
 pub mod messages;
 pub mod perm;
 pub use flight::lock_landing;
