@@ -302,9 +302,15 @@ impl SufsFuse {
     }
 }
 
-/// On a `sync` or `dirsync` mount, a change is durable before its reply (`Fs::settle`).
+/// On a `sync` or `dirsync` mount, or of an inode flagged `chattr +S`, a change is durable
+/// before its reply (`Fs::settle`).
 fn settle(fs: &mut Fs, change: Change, inos: &[u32]) -> Result<(), Errno> {
     fs.settle(change, inos).map_err(errno)
+}
+
+/// `settle` of new names in directory `dir` (made durable where `dir` is flagged `+S` too).
+fn settle_names(fs: &mut Fs, dir: u32, inos: &[u32]) -> Result<(), Errno> {
+    fs.settle_in(Some(dir), Change::Names, inos).map_err(errno)
 }
 
 /// Clears a regular file's set-user-ID bit, and its set-group-ID bit where group execution
@@ -836,7 +842,7 @@ impl Filesystem for SufsFuse {
                 .as_user(req.uid(), |fs| fs.mknod(p, name.as_bytes(), inh.mode, req.uid(), gid, rdev))
                 .map_err(errno)?;
             let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
-            settle(&mut fs, Change::Names, &[ino])?;
+            settle_names(&mut fs, p, &[ino])?;
             Ok((ino, d))
         });
         match r {
@@ -858,7 +864,7 @@ impl Filesystem for SufsFuse {
             let (ino, d) =
                 fs.as_user(req.uid(), |fs| fs.mkdir(p, name.as_bytes(), mode, req.uid(), gid)).map_err(errno)?;
             let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
-            settle(&mut fs, Change::Names, &[ino])?;
+            settle_names(&mut fs, p, &[ino])?;
             Ok((ino, d))
         });
         match r {
@@ -905,7 +911,7 @@ impl Filesystem for SufsFuse {
             let (ino, d) = fs
                 .as_user(req.uid(), |fs| fs.symlink(p, link_name.as_bytes(), target, req.uid(), gid))
                 .map_err(errno)?;
-            settle(&mut fs, Change::Names, &[ino])?;
+            settle_names(&mut fs, p, &[ino])?;
             Ok((ino, d))
         });
         match r {
@@ -956,7 +962,7 @@ impl Filesystem for SufsFuse {
                 }
             }
             inos.push(p);
-            settle(&mut fs, Change::Names, &inos)
+            settle_names(&mut fs, np, &inos)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -971,7 +977,7 @@ impl Filesystem for SufsFuse {
             let np = from_fuse(newparent)?;
             self.check(&mut fs, req, |fs, c| fs.may_link(i, np, c))?;
             let d = fs.as_user(req.uid(), |fs| fs.link(i, np, newname.as_bytes())).map_err(errno)?;
-            settle(&mut fs, Change::Names, &[i])?;
+            settle_names(&mut fs, np, &[i])?;
             Ok((i, d))
         });
         match r {
@@ -1502,7 +1508,7 @@ impl Filesystem for SufsFuse {
             let (ino, d) =
                 fs.as_user(req.uid(), |fs| fs.create(p, name.as_bytes(), inh.mode, req.uid(), gid)).map_err(errno)?;
             let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
-            settle(&mut fs, Change::Names, &[ino])?;
+            settle_names(&mut fs, p, &[ino])?;
             fs.open(ino, false).map_err(errno)?;
             Ok((ino, d))
         });
