@@ -545,11 +545,7 @@ fn link_fd(f: &fs::File, to: &Path) -> Result<(), i32> {
     let to = CString::new(to.as_os_str().as_bytes()).unwrap();
     let r =
         unsafe { libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
-    }
+    os_result(r)
 }
 
 /// Free blocks of the file system `path` is on, as statfs(2) shows them.
@@ -658,7 +654,12 @@ fn set_label(path: &Path, label: &[u8]) -> Result<(), i32> {
     let f = fs::File::open(path).unwrap();
     let mut buf = [0u8; 256];
     buf[..label.len()].copy_from_slice(label);
-    if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SETFSLABEL, buf.as_ptr()) } == 0 {
+    os_result(unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SETFSLABEL, buf.as_ptr()) })
+}
+
+/// A system call's result: Ok for 0, else the errno.
+fn os_result(r: libc::c_int) -> Result<(), i32> {
+    if r == 0 {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error().raw_os_error().unwrap())
@@ -750,6 +751,50 @@ fn chattr_plus_s_makes_changes_durable_before_the_call_returns() {
         assert!(text.split_whitespace().next().is_some_and(|fl| fl.contains('S')), "lsattr: {text}");
     }
     set_inode_flags(&f, 0);
+    m.umount();
+    fsck_clean(&img);
+}
+
+/// FITRIM, `_IOWR('X', 121, struct fstrim_range)`, on `path`: the bytes trimmed, or the errno.
+fn fitrim(path: &Path, start: u64, len: u64, minlen: u64) -> Result<u64, i32> {
+    let f = fs::File::open(path).unwrap();
+    let mut range = [start, len, minlen];
+    os_result(unsafe { libc::ioctl(f.as_raw_fd(), 0xc018_5879 as libc::c_ulong, range.as_mut_ptr()) })?;
+    Ok(range[1])
+}
+
+/// FITRIM (fstrim) through the mount: the blocks of a removed file are punched out of the image
+/// (its space given back to the host), a file kept reads back whole after a remount, another
+/// user may not trim (EPERM), and fsck finds nothing.
+#[test]
+fn fitrim_punches_the_free_blocks_out_of_the_image() {
+    if !root() {
+        return;
+    }
+    let (_t, img, mnt, m) = public_mount(&[]);
+    let allocated = || fs::metadata(&img).unwrap().blocks() * 512;
+    let keep = pattern(5, 1 << 20);
+    fs::write(mnt.join("keep"), &keep).unwrap();
+    fs::write(mnt.join("gone"), vec![0x5a; 16 << 20]).unwrap();
+    sufs(&["sync", mnt.to_str().unwrap()]);
+    let full = allocated();
+    fs::remove_file(mnt.join("gone")).unwrap();
+    sufs(&["sync", mnt.to_str().unwrap()]);
+    let nobody = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "fstrim"])
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(!nobody.status.success(), "a user may not trim");
+    assert_eq!(fitrim(&mnt, u64::MAX - 4096, 8192, 0), Err(libc::EINVAL), "past the end");
+    let trimmed = fitrim(&mnt, 0, u64::MAX, 0).expect("FITRIM");
+    assert!(trimmed >= 16 << 20, "the removed file's 16 MiB among the {trimmed} bytes trimmed");
+    assert!(allocated() + (15 << 20) < full, "the image gave its space back: {} of {full} bytes", allocated());
+    assert_eq!(fs::read(mnt.join("keep")).unwrap(), keep);
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(fs::read(mnt.join("keep")).unwrap(), keep, "after a remount");
     m.umount();
     fsck_clean(&img);
 }

@@ -49,6 +49,7 @@ use sufs_fs::fs::messages::{Messages, Op};
 use sufs_fs::fs::mountopt::{AtimeMode, Change};
 use sufs_fs::fs::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use sufs_fs::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
+use sufs_fs::fs::trim;
 use sufs_fs::fs::xattr::XattrMode;
 use sufs_fs::fs::{Fs, FsError, FsResult, RenameFlags, SetAttr, Writer};
 
@@ -579,6 +580,21 @@ impl SufsFuse {
         }
         fs.set_label_ioctl(input).map_err(errno)?;
         Ok(Vec::new())
+    }
+
+    /// FITRIM, by root alone (Linux asks CAP_SYS_ADMIN), on any file or directory of the
+    /// mount: `struct fstrim_range` (start, length, shortest run; bytes, native endian) in, and
+    /// back with the length the bytes trimmed (`Fs::trim`).
+    fn trim_ioctl(&self, req: &Request, input: &[u8]) -> Result<Vec<u8>, Errno> {
+        if req.uid() != 0 {
+            return Err(Errno::EPERM);
+        }
+        let word = |i: usize| input.get(i * 8..i * 8 + 8).and_then(|w| w.try_into().ok()).map(u64::from_ne_bytes);
+        let (Some(start), Some(len), Some(minlen)) = (word(0), word(1), word(2)) else {
+            return Err(Errno::EINVAL);
+        };
+        let trimmed = lock(&self.fs).trim(start, len, minlen).map_err(errno)?;
+        Ok([start, trimmed, minlen].iter().flat_map(|w| w.to_ne_bytes()).collect())
     }
 
     /// The inode-flag ioctls (`ioctl`): the answer's bytes, or the errno. Anything else is
@@ -1312,7 +1328,8 @@ impl Filesystem for SufsFuse {
     /// FS_IOC_FSGETXATTR / FS_IOC_FSSETXATTR, which the kernel sends as ioctls to a FUSE server
     /// (its `fileattr_get` and `fileattr_set`), each on a file it opens for the purpose.
     ///
-    /// The volume label: FS_IOC_GETFSLABEL and FS_IOC_SETFSLABEL (`label_ioctl`).
+    /// The volume label: FS_IOC_GETFSLABEL and FS_IOC_SETFSLABEL (`label_ioctl`). FITRIM
+    /// (fstrim): `trim_ioctl`.
     fn ioctl(
         &self,
         req: &Request,
@@ -1325,6 +1342,12 @@ impl Filesystem for SufsFuse {
         reply: fuser::ReplyIoctl,
     ) {
         self.msgs.count(Op::Ioctl);
+        if cmd == trim::FITRIM {
+            return match self.trim_ioctl(req, in_data) {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(e),
+            };
+        }
         if cmd == label::FS_IOC_GETFSLABEL || cmd == label::FS_IOC_SETFSLABEL {
             return match self.label_ioctl(req, cmd, in_data) {
                 Ok(out) => reply.ioctl(0, &out),

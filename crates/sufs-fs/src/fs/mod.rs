@@ -195,6 +195,7 @@ pub mod flight;
 pub mod label;
 pub mod messages;
 pub mod perm;
+pub mod trim;
 pub use flight::lock_landing;
 mod inode;
 mod minfree;
