@@ -109,7 +109,7 @@ fn softdep_crash_states_mount_and_repair_rename_storm() {
 
 #[test]
 fn async_is_caught_on_metadata_heavy_workloads() {
-    for name in ["create-many", "remove-tree", "rename-storm", "mix"] {
+    for name in ["create-many", "remove-tree", "rename-storm", "mix", "tmpfile"] {
         for (seed, end) in [(1, End::Unmount), (2, End::Crash)] {
             let s = crashtest::run(Ordering::Async, name, seed, &small(60, end)).unwrap();
             assert!(s.violations > 0, "async not caught: the tester is broken\n{s}");

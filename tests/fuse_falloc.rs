@@ -281,8 +281,8 @@ fn flags(m: &Path) {
     assert_eq!(errno_of(fs::remove_file(&a)), libc::EPERM);
     assert_eq!(errno_of(fs::rename(&a, m.join("log2"))), libc::EPERM);
     assert_eq!(fs::read(&a).unwrap(), b"one\ntwo\n");
-    // Flags sufs does not keep (FS_SYNC_FL): EOPNOTSUPP.
-    assert_eq!(set_flags(&m.join("src"), 0x8), libc::EOPNOTSUPP);
+    // Flags sufs does not keep (FS_COMPR_FL): EOPNOTSUPP.
+    assert_eq!(set_flags(&m.join("src"), 0x4), libc::EOPNOTSUPP);
     // Only root sets immutable or append-only; the owner sets nodump.
     fs::write(m.join("mine"), b"").unwrap();
     std::os::unix::fs::chown(m.join("mine"), Some(65534), Some(65534)).unwrap();

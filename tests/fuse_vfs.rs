@@ -525,3 +525,276 @@ fn immutable_and_append_only_files_refuse_writers_at_open() {
     m.umount();
     fsck_clean(&img);
 }
+
+/// `open(dir, O_TMPFILE | O_RDWR [| O_EXCL], 0600)`: the file, or the errno.
+fn open_tmpfile(dir: &Path, excl: bool) -> Result<fs::File, i32> {
+    let c = CString::new(dir.as_os_str().as_bytes()).unwrap();
+    let flags = libc::O_TMPFILE | libc::O_RDWR | if excl { libc::O_EXCL } else { 0 };
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
+    if fd < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    } else {
+        Ok(unsafe { fs::File::from_raw_fd(fd) })
+    }
+}
+
+/// `linkat(AT_FDCWD, "/proc/self/fd/N", AT_FDCWD, to, AT_SYMLINK_FOLLOW)`: the way to give an
+/// O_TMPFILE file a name.
+fn link_fd(f: &fs::File, to: &Path) -> Result<(), i32> {
+    let from = CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
+    let to = CString::new(to.as_os_str().as_bytes()).unwrap();
+    let r =
+        unsafe { libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW) };
+    os_result(r)
+}
+
+/// Free blocks of the file system `path` is on, as statfs(2) shows them.
+fn free_blocks(path: &Path) -> u64 {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut s) }, 0);
+    s.f_bfree
+}
+
+/// O_TMPFILE (FUSE_TMPFILE): a file with no name, written, then named by `linkat` and found
+/// with its data after a remount; one never named gives its space back at its close; one opened
+/// with O_EXCL cannot be named (ENOENT, as Linux). fstests' generic/004 checks the same.
+#[test]
+fn o_tmpfile_files_have_no_name_until_linked() {
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let dir = mnt.join("d");
+    fs::create_dir(&dir).unwrap();
+    let data = pattern(7, 300_000);
+    let mut f = open_tmpfile(&dir, false).expect("O_TMPFILE");
+    std::io::Write::write_all(&mut f, &data).unwrap();
+    assert_eq!(f.metadata().unwrap().nlink(), 0, "no name yet");
+    assert_eq!(f.metadata().unwrap().mode() & 0o7777, 0o600);
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "nothing in the directory");
+    link_fd(&f, &dir.join("named")).expect("linkat of the O_TMPFILE file");
+    assert_eq!(f.metadata().unwrap().nlink(), 1);
+    let ino = f.metadata().unwrap().ino();
+    drop(f);
+    assert_eq!(fs::read(dir.join("named")).unwrap(), data);
+
+    // Never named: freed at its close.
+    let before = free_blocks(&mnt);
+    let mut g = open_tmpfile(&mnt, false).unwrap();
+    std::io::Write::write_all(&mut g, &vec![1u8; 4 << 20]).unwrap();
+    g.sync_all().unwrap();
+    assert!(free_blocks(&mnt) + 1000 < before, "its 4 MiB are in use while it is open");
+    drop(g);
+    let start = std::time::Instant::now();
+    while free_blocks(&mnt) + 10 < before {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "its space never came back");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    // O_EXCL: never linkable.
+    let h = open_tmpfile(&mnt, true).unwrap();
+    assert_eq!(link_fd(&h, &mnt.join("excl")), Err(libc::ENOENT));
+    drop(h);
+    // Still open at unmount would be EBUSY; one left open by a process is freed at unmount.
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    let named = dir.join("named");
+    assert_eq!(fs::read(&named).unwrap(), data, "after a remount");
+    assert_eq!(fs::metadata(&named).unwrap().ino(), ino);
+    assert_eq!(fs::metadata(&named).unwrap().nlink(), 1);
+    assert!(!mnt.join("excl").exists());
+    m.umount();
+    fsck_clean(&img);
+}
+
+/// A crash while O_TMPFILE files are open, one fsync'ed, one named and fsync'ed: the named
+/// one is there whole; the nameless ones leave only what fsck allows (leaked inodes and
+/// blocks), which preening reclaims.
+#[test]
+fn a_crash_leaves_unnamed_o_tmpfile_files_as_allowed_leaks() {
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let data = pattern(9, 100_000);
+    let mut a = open_tmpfile(&mnt, false).unwrap();
+    std::io::Write::write_all(&mut a, &data).unwrap();
+    a.sync_all().unwrap();
+    let mut b = open_tmpfile(&mnt, false).unwrap();
+    std::io::Write::write_all(&mut b, &data).unwrap();
+    link_fd(&b, &mnt.join("kept")).unwrap();
+    b.sync_all().unwrap();
+    crash(m);
+    drop((a, b));
+    let (_allowed, violations) = fsck_counts(&img);
+    assert_eq!(violations, 0);
+    let out = sufs(&["fsck", "-p", img.to_str().unwrap()]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "preen: {}", String::from_utf8_lossy(&out.stdout));
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(fs::read(mnt.join("kept")).unwrap(), data);
+    let names: Vec<_> = fs::read_dir(&mnt).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "the named one and lost+found: {names:?}");
+    assert_eq!(fs::read_dir(mnt.join("lost+found")).unwrap().count(), 0, "nothing reconnected");
+    m.umount();
+    fsck_clean(&img);
+}
+
+const FS_IOC_GETFSLABEL: libc::c_ulong = 0x8100_9431;
+const FS_IOC_SETFSLABEL: libc::c_ulong = 0x4100_9432;
+
+/// FS_IOC_GETFSLABEL on `path`: the label.
+fn get_label(path: &Path) -> Vec<u8> {
+    let f = fs::File::open(path).unwrap();
+    let mut buf = [0u8; 256];
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_GETFSLABEL, buf.as_mut_ptr()) };
+    assert_eq!(r, 0, "FS_IOC_GETFSLABEL: {}", std::io::Error::last_os_error());
+    buf.iter().take_while(|&&b| b != 0).copied().collect()
+}
+
+/// FS_IOC_SETFSLABEL on `path` with `label` (NUL-ended when shorter than the buffer's 256
+/// bytes): Ok or the errno.
+fn set_label(path: &Path, label: &[u8]) -> Result<(), i32> {
+    let f = fs::File::open(path).unwrap();
+    let mut buf = [0u8; 256];
+    buf[..label.len()].copy_from_slice(label);
+    os_result(unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SETFSLABEL, buf.as_ptr()) })
+}
+
+/// A system call's result: Ok for 0, else the errno.
+fn os_result(r: libc::c_int) -> Result<(), i32> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    }
+}
+
+/// The volume label through the mount (FS_IOC_GETFSLABEL, FS_IOC_SETFSLABEL, as `xfs_io -c
+/// label` calls them): root sets it, anyone reads it, another user may not set it (EPERM); a
+/// label longer than the 32 bytes sufs keeps, or filling the 256-byte buffer, is EINVAL; the
+/// label set is the superblock's after a remount, as `sufs tunefs -p` shows it.
+#[test]
+fn the_volume_label_through_the_ioctls() {
+    if !root() {
+        return;
+    }
+    let (_t, img, mnt, m) = public_mount(&[]);
+    assert_eq!(get_label(&mnt), b"");
+    set_label(&mnt, b"data.1").unwrap();
+    fs::write(mnt.join("f"), b"x").unwrap();
+    assert_eq!(get_label(&mnt.join("f")), b"data.1", "on a file too");
+    let max = [b'o'; 32];
+    set_label(&mnt, &max).unwrap();
+    assert_eq!(get_label(&mnt), max);
+    assert_eq!(set_label(&mnt, &[b'o'; 33]), Err(libc::EINVAL), "longer than sufs keeps");
+    assert_eq!(set_label(&mnt, &[b'l'; 256]), Err(libc::EINVAL), "no room for the NUL");
+    assert_eq!(get_label(&mnt), max, "unchanged");
+    let nobody = |op: &str| {
+        let program = format!(
+            "import fcntl, os\nfd = os.open({:?}, os.O_RDONLY)\ntry:\n    {op}\nexcept OSError as e:\n    print(e.errno)",
+            mnt.to_str().unwrap()
+        );
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", &program])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let get = format!("print(fcntl.ioctl(fd, {FS_IOC_GETFSLABEL}, bytes(256)).rstrip(b'\\0').decode())");
+    assert_eq!(nobody(&get), "o".repeat(32), "anyone reads it");
+    let set = format!("fcntl.ioctl(fd, {FS_IOC_SETFSLABEL}, b'mine' + bytes(252))");
+    assert_eq!(nobody(&set), libc::EPERM.to_string(), "root alone sets it");
+    set_label(&mnt, b"data.2").unwrap();
+    m.umount();
+    fsck_clean(&img);
+    assert!(sufs(&["tunefs", img.to_str().unwrap(), "-p"]).stdout.windows(6).any(|w| w == b"data.2"));
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(get_label(&mnt), b"data.2", "after a remount");
+    set_label(&mnt, b"").unwrap();
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(get_label(&mnt), b"", "cleared");
+    m.umount();
+}
+
+/// `chattr +S` (FS_SYNC_FL): a flagged file's writes and attribute changes, and the new names
+/// in a flagged directory, are durable when the call returns, as on a `sync` mount: a crash
+/// (the daemon killed) right after them, long before the syncer's 30 s, loses none of them.
+/// lsattr shows the flag, after a remount too.
+#[test]
+fn chattr_plus_s_makes_changes_durable_before_the_call_returns() {
+    const FS_SYNC_FL: libc::c_long = 0x8;
+    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let (f, d) = (mnt.join("f"), mnt.join("d"));
+    fs::write(&f, b"").unwrap();
+    fs::create_dir(&d).unwrap();
+    // The file and the directory themselves made durable first; what follows is up to +S.
+    sufs(&["sync", mnt.to_str().unwrap()]);
+    set_inode_flags(&f, FS_SYNC_FL);
+    set_inode_flags(&d, FS_SYNC_FL);
+    let data = pattern(3, 70_000);
+    let mut w = fs::OpenOptions::new().write(true).open(&f).unwrap();
+    std::io::Write::write_all(&mut w, &data).unwrap();
+    w.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    fs::write(d.join("new"), b"named in a +S directory").unwrap();
+    crash(m);
+    drop(w);
+    let out = sufs(&["fsck", "-p", img.to_str().unwrap()]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "preen: {}", String::from_utf8_lossy(&out.stdout));
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    let got = fs::read(&f).unwrap();
+    assert!(got == data, "the +S file's write survived the crash: {} bytes of {}", got.len(), data.len());
+    assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o640, "and its chmod");
+    assert!(d.join("new").exists(), "the name made in the +S directory survived the crash");
+    let lsattr = std::process::Command::new("lsattr").arg("-d").arg(&f).output();
+    if let Ok(out) = lsattr {
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(text.split_whitespace().next().is_some_and(|fl| fl.contains('S')), "lsattr: {text}");
+    }
+    set_inode_flags(&f, 0);
+    m.umount();
+    fsck_clean(&img);
+}
+
+/// FITRIM, `_IOWR('X', 121, struct fstrim_range)`, on `path`: the bytes trimmed, or the errno.
+fn fitrim(path: &Path, start: u64, len: u64, minlen: u64) -> Result<u64, i32> {
+    let f = fs::File::open(path).unwrap();
+    let mut range = [start, len, minlen];
+    os_result(unsafe { libc::ioctl(f.as_raw_fd(), 0xc018_5879 as libc::c_ulong, range.as_mut_ptr()) })?;
+    Ok(range[1])
+}
+
+/// FITRIM (fstrim) through the mount: the blocks of a removed file are punched out of the image
+/// (its space given back to the host), a file kept reads back whole after a remount, another
+/// user may not trim (EPERM), and fsck finds nothing.
+#[test]
+fn fitrim_punches_the_free_blocks_out_of_the_image() {
+    if !root() {
+        return;
+    }
+    let (_t, img, mnt, m) = public_mount(&[]);
+    let allocated = || fs::metadata(&img).unwrap().blocks() * 512;
+    let keep = pattern(5, 1 << 20);
+    fs::write(mnt.join("keep"), &keep).unwrap();
+    fs::write(mnt.join("gone"), vec![0x5a; 16 << 20]).unwrap();
+    sufs(&["sync", mnt.to_str().unwrap()]);
+    let full = allocated();
+    fs::remove_file(mnt.join("gone")).unwrap();
+    sufs(&["sync", mnt.to_str().unwrap()]);
+    let nobody = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "fstrim"])
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(!nobody.status.success(), "a user may not trim");
+    assert_eq!(fitrim(&mnt, u64::MAX - 4096, 8192, 0), Err(libc::EINVAL), "past the end");
+    let trimmed = fitrim(&mnt, 0, u64::MAX, 0).expect("FITRIM");
+    assert!(trimmed >= 16 << 20, "the removed file's 16 MiB among the {trimmed} bytes trimmed");
+    assert!(allocated() + (15 << 20) < full, "the image gave its space back: {} of {full} bytes", allocated());
+    assert_eq!(fs::read(mnt.join("keep")).unwrap(), keep);
+    m.umount();
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert_eq!(fs::read(mnt.join("keep")).unwrap(), keep, "after a remount");
+    m.umount();
+    fsck_clean(&img);
+}

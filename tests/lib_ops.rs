@@ -216,6 +216,54 @@ fn unlinked_open_file_lives_until_last_close() {
     }
 }
 
+/// A nameless file (O_TMPFILE): linked once, it keeps its name and data across a remount; a
+/// file whose last name went (and one linked, unlinked again) gets no name back (ENOENT, as
+/// Linux); one never linked is freed at its last close or at unmount.
+#[test]
+fn tmpfile_is_nameless_until_linked_once() {
+    for ordering in ORDERINGS {
+        let dev = new_image(4096);
+        let mut fs = mount(&dev, ordering, 128);
+        let free = fs.statfs().bfree;
+        let (t, d) = fs.tmpfile(ROOT_INO, 0o600, 0, 0, true).unwrap();
+        assert_eq!(d.nlink, 0);
+        fs.write(t, 0, b"made without a name").unwrap();
+        assert!(fs.readdir(ROOT_INO, 0, usize::MAX).unwrap().iter().all(|e| e.ino != t));
+        fs.link(t, ROOT_INO, b"named").unwrap();
+        assert_eq!(fs.getattr(t).unwrap().nlink, 1);
+        fs.unlink(ROOT_INO, b"named").unwrap();
+        assert!(matches!(fs.link(t, ROOT_INO, b"again"), Err(FsError::NotFound)), "{ordering:?}: linkable once");
+        fs.release(t).unwrap();
+        fs.sync_all().unwrap();
+        assert!(fs.getattr(t).is_err(), "{ordering:?}: freed at its close");
+
+        let (u, _) = fs.create(ROOT_INO, b"u", 0o644, 0, 0).unwrap();
+        fs.open(u, false).unwrap();
+        fs.unlink(ROOT_INO, b"u").unwrap();
+        fs.sync_all().unwrap();
+        assert!(matches!(fs.link(u, ROOT_INO, b"u2"), Err(FsError::NotFound)), "{ordering:?}: unlinked, not linkable");
+        fs.release(u).unwrap();
+
+        let (e, _) = fs.tmpfile(ROOT_INO, 0o600, 0, 0, false).unwrap();
+        assert!(matches!(fs.link(e, ROOT_INO, b"excl"), Err(FsError::NotFound)), "{ordering:?}: O_EXCL");
+        let (k, _) = fs.tmpfile(ROOT_INO, 0o600, 0, 0, true).unwrap();
+        fs.write(k, 0, b"kept").unwrap();
+        fs.link(k, ROOT_INO, b"kept").unwrap();
+        fs.release(k).unwrap();
+        let (o, _) = fs.tmpfile(ROOT_INO, 0o600, 0, 0, true).unwrap();
+        fs.write(o, 0, &[7u8; 20_000]).unwrap();
+        fs.unmount().unwrap(); // `e` and `o` still open: freed here
+        assert_clean(&dev);
+        let mut fs = mount(&dev, ordering, 128);
+        let k2 = common::resolve(&mut fs, "kept").unwrap();
+        assert_eq!(k2, k);
+        assert_eq!(fs.read(k, 0, 100).unwrap(), b"kept");
+        assert_eq!(fs.statfs().bfree, free - 1, "{ordering:?}: only the kept file's block in use");
+        fs.unmount().unwrap();
+        assert_clean(&dev);
+    }
+}
+
 #[test]
 fn corrupt_images_are_refused_at_mount() {
     use std::sync::Arc;

@@ -109,6 +109,7 @@ fn flag_names(flags: u32) -> String {
         (format::DI_APPEND, "append"),
         (format::DI_NODUMP, "nodump"),
         (format::DI_NOATIME, "noatime"),
+        (format::DI_SYNC, "sync"),
     ];
     let mut v: Vec<&str> = names.iter().filter(|(b, _)| flags & b != 0).map(|(_, n)| *n).collect();
     if v.is_empty() {

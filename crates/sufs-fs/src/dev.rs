@@ -156,6 +156,13 @@ pub trait BlockDevice: Send + Sync {
     /// the medium in any order; batches are ordered (a batch is a barrier).
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()>;
     fn stats(&self) -> DevStats;
+    /// Tells the device that the blocks of `runs` (first block, count) hold nothing of use
+    /// (FITRIM): an image file has holes punched there, a block device discards them, and
+    /// either may read back as zeros. False where the device cannot (the default: a volume
+    /// snapshot's device, whose copy-on-write a discard would bypass, and the test devices).
+    fn discard(&self, _runs: &[(u64, u64)]) -> DevResult<bool> {
+        Ok(false)
+    }
 }
 
 /// Writes `n` blocks of `bs` bytes, as `read` gives them, to a new sparse image file `out`: blocks
@@ -400,6 +407,37 @@ impl BlockDevice for FileDevice {
     fn stats(&self) -> DevStats {
         self.counters.snapshot()
     }
+    /// Holes punched in an image file (`fallocate(PUNCH_HOLE | KEEP_SIZE)`, which gives the
+    /// space back to the host's file system), BLKDISCARD on a block device. False if the first
+    /// run is refused as unsupported (an image on a file system without holes, a device
+    /// without discard).
+    fn discard(&self, runs: &[(u64, u64)]) -> DevResult<bool> {
+        use std::os::fd::AsRawFd;
+        let is_file = self.file.metadata().map_err(|source| DevError::Io { bno: 0, source })?.is_file();
+        for (i, &(bno, n)) in runs.iter().enumerate() {
+            check_range(bno, self.nblocks)?;
+            check_range(bno + n.saturating_sub(1), self.nblocks)?;
+            let (off, len) = (bno * self.bs as u64, n * self.bs as u64);
+            let r = if is_file {
+                let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+                // SAFETY: a plain system call on an open descriptor.
+                unsafe { libc::fallocate(self.file.as_raw_fd(), mode, off as libc::off_t, len as libc::off_t) }
+            } else {
+                const BLKDISCARD: libc::c_ulong = 0x1277; // _IO(0x12, 119)
+                let range = [off, len];
+                // SAFETY: BLKDISCARD reads two u64s, which `range` holds for the call.
+                unsafe { libc::ioctl(self.file.as_raw_fd(), BLKDISCARD, range.as_ptr()) }
+            };
+            if r != 0 {
+                let source = std::io::Error::last_os_error();
+                if i == 0 && matches!(source.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOTTY)) {
+                    return Ok(false);
+                }
+                return Err(DevError::Io { bno, source });
+            }
+        }
+        Ok(true)
+    }
 }
 
 /// A device in memory, for tests and the crash tester.
@@ -457,6 +495,15 @@ impl BlockDevice for MemDevice {
     }
     fn stats(&self) -> DevStats {
         self.counters.snapshot()
+    }
+    /// The blocks forgotten: they read as zeros.
+    fn discard(&self, runs: &[(u64, u64)]) -> DevResult<bool> {
+        let mut blocks = self.lock();
+        for &(bno, n) in runs {
+            check_range(bno + n.saturating_sub(1), blocks.len() as u64)?;
+            blocks[bno as usize..(bno + n) as usize].fill(None);
+        }
+        Ok(true)
     }
 }
 
@@ -827,6 +874,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     }
     fn stats(&self) -> DevStats {
         (**self).stats()
+    }
+    fn discard(&self, runs: &[(u64, u64)]) -> DevResult<bool> {
+        (**self).discard(runs)
     }
 }
 

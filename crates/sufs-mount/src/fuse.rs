@@ -44,10 +44,12 @@ use fuse_uring::{Negotiated, Transport};
 use sufs_fs::format::*;
 use sufs_fs::fs::falloc::FallocMode;
 use sufs_fs::fs::flags;
+use sufs_fs::fs::label;
 use sufs_fs::fs::messages::{Messages, Op};
 use sufs_fs::fs::mountopt::{AtimeMode, Change};
 use sufs_fs::fs::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use sufs_fs::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
+use sufs_fs::fs::trim;
 use sufs_fs::fs::xattr::XattrMode;
 use sufs_fs::fs::{Fs, FsError, FsResult, RenameFlags, SetAttr, Writer};
 
@@ -301,9 +303,15 @@ impl SufsFuse {
     }
 }
 
-/// On a `sync` or `dirsync` mount, a change is durable before its reply (`Fs::settle`).
+/// On a `sync` or `dirsync` mount, or of an inode flagged `chattr +S`, a change is durable
+/// before its reply (`Fs::settle`).
 fn settle(fs: &mut Fs, change: Change, inos: &[u32]) -> Result<(), Errno> {
     fs.settle(change, inos).map_err(errno)
+}
+
+/// `settle` of new names in directory `dir` (made durable where `dir` is flagged `+S` too).
+fn settle_names(fs: &mut Fs, dir: u32, inos: &[u32]) -> Result<(), Errno> {
+    fs.settle_in(Some(dir), Change::Names, inos).map_err(errno)
 }
 
 /// Clears a regular file's set-user-ID bit, and its set-group-ID bit where group execution
@@ -586,6 +594,55 @@ pub(crate) fn ask_at_init(config: &mut KernelConfig, keep_cache: bool, checks: b
 }
 
 impl SufsFuse {
+    /// Answers a CREATE or TMPFILE: the file made and opened (one hold, the handle's), and its
+    /// entry, which the kernel counts as a lookup (a second hold, given back by FORGET).
+    fn reply_created(&self, fs: &mut Fs, r: Result<(u32, Dinode), Errno>, reply: ReplyCreate) {
+        match r {
+            Ok((ino, d)) => {
+                fs.hold(ino, 1);
+                // One time-to-live for the name and its attributes: the name's.
+                reply.created(
+                    self.name_ttl(&d),
+                    &attr(ino, &d, units(&fs.sb)),
+                    Generation(d.generation as u64),
+                    FileHandle(0),
+                    self.open_flags(),
+                )
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// FS_IOC_GETFSLABEL, by anyone, and FS_IOC_SETFSLABEL, by root alone (Linux's file systems
+    /// ask for CAP_SYS_ADMIN; FUSE passes the ioctl on unchecked), on any file or directory of
+    /// the mount: the answer's bytes (the label in `FSLABEL_MAX`), or the errno.
+    fn label_ioctl(&self, req: &Request, cmd: u32, input: &[u8]) -> Result<Vec<u8>, Errno> {
+        let mut fs = lock(&self.fs);
+        if cmd == label::FS_IOC_GETFSLABEL {
+            return Ok(fs.label_ioctl());
+        }
+        if req.uid() != 0 {
+            return Err(Errno::EPERM);
+        }
+        fs.set_label_ioctl(input).map_err(errno)?;
+        Ok(Vec::new())
+    }
+
+    /// FITRIM, by root alone (Linux asks CAP_SYS_ADMIN), on any file or directory of the
+    /// mount: `struct fstrim_range` (start, length, shortest run; bytes, native endian) in, and
+    /// back with the length the bytes trimmed (`Fs::trim`).
+    fn trim_ioctl(&self, req: &Request, input: &[u8]) -> Result<Vec<u8>, Errno> {
+        if req.uid() != 0 {
+            return Err(Errno::EPERM);
+        }
+        let word = |i: usize| input.get(i * 8..i * 8 + 8).and_then(|w| w.try_into().ok()).map(u64::from_ne_bytes);
+        let (Some(start), Some(len), Some(minlen)) = (word(0), word(1), word(2)) else {
+            return Err(Errno::EINVAL);
+        };
+        let trimmed = lock(&self.fs).trim(start, len, minlen).map_err(errno)?;
+        Ok([start, trimmed, minlen].iter().flat_map(|w| w.to_ne_bytes()).collect())
+    }
+
     /// The inode-flag ioctls (`ioctl`): the answer's bytes, or the errno. Anything else is
     /// ENOTTY.
     fn flags_ioctl(
@@ -814,7 +871,7 @@ impl Filesystem for SufsFuse {
                 .as_user(req.uid(), |fs| fs.mknod(p, name.as_bytes(), inh.mode, req.uid(), gid, rdev))
                 .map_err(errno)?;
             let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
-            settle(&mut fs, Change::Names, &[ino])?;
+            settle_names(&mut fs, p, &[ino])?;
             Ok((ino, d))
         });
         match r {
@@ -836,7 +893,7 @@ impl Filesystem for SufsFuse {
             let (ino, d) =
                 fs.as_user(req.uid(), |fs| fs.mkdir(p, name.as_bytes(), mode, req.uid(), gid)).map_err(errno)?;
             let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
-            settle(&mut fs, Change::Names, &[ino])?;
+            settle_names(&mut fs, p, &[ino])?;
             Ok((ino, d))
         });
         match r {
@@ -883,7 +940,7 @@ impl Filesystem for SufsFuse {
             let (ino, d) = fs
                 .as_user(req.uid(), |fs| fs.symlink(p, link_name.as_bytes(), target, req.uid(), gid))
                 .map_err(errno)?;
-            settle(&mut fs, Change::Names, &[ino])?;
+            settle_names(&mut fs, p, &[ino])?;
             Ok((ino, d))
         });
         match r {
@@ -934,7 +991,7 @@ impl Filesystem for SufsFuse {
                 }
             }
             inos.push(p);
-            settle(&mut fs, Change::Names, &inos)
+            settle_names(&mut fs, np, &inos)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -949,7 +1006,7 @@ impl Filesystem for SufsFuse {
             let np = from_fuse(newparent)?;
             self.check(&mut fs, req, |fs, c| fs.may_link(i, np, c))?;
             let d = fs.as_user(req.uid(), |fs| fs.link(i, np, newname.as_bytes())).map_err(errno)?;
-            settle(&mut fs, Change::Names, &[i])?;
+            settle_names(&mut fs, np, &[i])?;
             Ok((i, d))
         });
         match r {
@@ -1282,6 +1339,9 @@ impl Filesystem for SufsFuse {
     /// The inode flags (chattr, lsattr): FS_IOC_GETFLAGS / FS_IOC_SETFLAGS, and their XFS forms
     /// FS_IOC_FSGETXATTR / FS_IOC_FSSETXATTR, which the kernel sends as ioctls to a FUSE server
     /// (its `fileattr_get` and `fileattr_set`), each on a file it opens for the purpose.
+    ///
+    /// The volume label: FS_IOC_GETFSLABEL and FS_IOC_SETFSLABEL (`label_ioctl`). FITRIM
+    /// (fstrim): `trim_ioctl`.
     fn ioctl(
         &self,
         req: &Request,
@@ -1294,6 +1354,18 @@ impl Filesystem for SufsFuse {
         reply: fuser::ReplyIoctl,
     ) {
         self.msgs.count(Op::Ioctl);
+        if cmd == trim::FITRIM {
+            return match self.trim_ioctl(req, in_data) {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(e),
+            };
+        }
+        if cmd == label::FS_IOC_GETFSLABEL || cmd == label::FS_IOC_SETFSLABEL {
+            return match self.label_ioctl(req, cmd, in_data) {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(e),
+            };
+        }
         if cmd != FS_IOC_SHUTDOWN {
             let out = match self.flags_ioctl(req, ino, cmd, in_data, out_size) {
                 Ok(out) => out,
@@ -1471,24 +1543,41 @@ impl Filesystem for SufsFuse {
             let (ino, d) =
                 fs.as_user(req.uid(), |fs| fs.create(p, name.as_bytes(), inh.mode, req.uid(), gid)).map_err(errno)?;
             let d = fs.acl_apply(ino, &inh).map_err(errno)?.unwrap_or(d);
-            settle(&mut fs, Change::Names, &[ino])?;
+            settle_names(&mut fs, p, &[ino])?;
             fs.open(ino, false).map_err(errno)?;
             Ok((ino, d))
         });
-        match r {
-            Ok((ino, d)) => {
-                fs.hold(ino, 1);
-                // One time-to-live for the name and its attributes: the name's.
-                reply.created(
-                    self.name_ttl(&d),
-                    &attr(ino, &d, units(&fs.sb)),
-                    Generation(d.generation as u64),
-                    FileHandle(0),
-                    self.open_flags(),
-                )
-            }
-            Err(e) => reply.error(e),
-        }
+        self.reply_created(&mut fs, r, reply);
+    }
+
+    /// open(2) with `O_TMPFILE`: a regular file with no name (`Fs::tmpfile`, which opens it),
+    /// answered as a create is. `linkat` of it gives it a name through `link`, unless it was
+    /// opened with `O_EXCL` (the kernel refuses that link itself; sufs too).
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        self.msgs.count(Op::Tmpfile);
+        let mut fs = lock(&self.fs);
+        let linkable = flags & libc::O_EXCL == 0;
+        let r = from_fuse(parent).and_then(|p| {
+            // Linux asks for write and search permission on the directory (`vfs_tmpfile`).
+            self.check(&mut fs, req, |fs, c| fs.may(p, c, MAY_WRITE | MAY_EXEC))?;
+            let gid = Self::new_gid(&mut fs, p, req);
+            let inh = fs.acl_inherit(p, mode, umask, false).map_err(errno)?;
+            let (ino, d) =
+                fs.as_user(req.uid(), |fs| fs.tmpfile(p, inh.mode, req.uid(), gid, linkable)).map_err(errno)?;
+            let d = match fs.acl_apply(ino, &inh) {
+                Ok(a) => a.unwrap_or(d),
+                Err(e) => {
+                    // Closed again: the nameless inode goes with its only hold.
+                    fs.release(ino).map_err(errno)?;
+                    return Err(errno(e));
+                }
+            };
+            // Its data and attributes: on a `sync` mount a later fsync or link finds them
+            // durable already; it has no name to make durable on a `dirsync` one.
+            settle(&mut fs, Change::Data, &[ino])?;
+            Ok((ino, d))
+        });
+        self.reply_created(&mut fs, r, reply);
     }
 }
 

@@ -31,10 +31,10 @@ const FLAG_MAP: &[(u32, u32)] = &[
     (DI_SNAPSHOT, SF_SNAPSHOT),
 ];
 
-/// sufs's flags FreeBSD has no bit for (no access time updates, a Block Register
+/// sufs's flags FreeBSD has no bit for (no access time updates, synchronous updates, a Block Register
 /// reservation's blocks that must not move): kept in `di_spare[0]`, which FreeBSD keeps as it
 /// finds it and checks nowhere.
-const SUFS_SPARE_FLAGS: u32 = DI_NOATIME | DI_UNMOVABLE;
+const SUFS_SPARE_FLAGS: u32 = DI_NOATIME | DI_UNMOVABLE | DI_SYNC;
 
 /// Sectors of `DEV_BSIZE` bytes in a fragment: the unit of `di_blocks` over sufs's.
 fn sectors_per_frag(u: &ufs2::Superblock) -> u64 {

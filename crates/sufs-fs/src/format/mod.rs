@@ -91,6 +91,9 @@ pub const DI_APPEND: u32 = 8;
 pub const DI_NODUMP: u32 = 16;
 /// `UF_NOATIME` style: reads do not change the access time.
 pub const DI_NOATIME: u32 = 32;
+/// Linux's `FS_SYNC_FL` (`chattr +S`; UFS has none): every change of the file, or of a
+/// directory's entries, is durable before the call returns, as on a `sync` mount.
+pub const DI_SYNC: u32 = 64;
 /// The flags that keep an inode's names as they are: no unlink, rename or link.
 pub const DI_KEEP_NAMES: u32 = DI_IMMUTABLE | DI_SNAPSHOT | DI_APPEND;
 

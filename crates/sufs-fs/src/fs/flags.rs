@@ -1,6 +1,6 @@
 //! Inode flags as chattr(1) sees them: Linux's FS_IOC_GETFLAGS / FS_IOC_SETFLAGS bits mapped
 //! to the UFS-style flags of the dinode (`DI_IMMUTABLE`, `DI_APPEND`, `DI_NODUMP`,
-//! `DI_NOATIME`), and the rules they impose on names (as FreeBSD's `ufs_setattr`,
+//! `DI_NOATIME`, `DI_SYNC`), and the rules they impose on names (as FreeBSD's `ufs_setattr`,
 //! `ufs_remove` and `ufs_rename` apply `IMMUTABLE | APPEND | NOUNLINK`).
 //!
 //! Only root changes the immutable and append-only flags (they are UFS's system flags,
@@ -23,6 +23,7 @@ pub const FS_IMMUTABLE_FL: u32 = 0x10;
 pub const FS_APPEND_FL: u32 = 0x20;
 pub const FS_NODUMP_FL: u32 = 0x40;
 pub const FS_NOATIME_FL: u32 = 0x80;
+pub const FS_SYNC_FL: u32 = 0x8;
 
 /// The XFS forms (`struct fsxattr`, 28 bytes, `fsx_xflags` first), which `xfs_io -c chattr`
 /// and the kernel's fileattr interface use.
@@ -30,6 +31,7 @@ pub const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
 pub const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 pub const FSXATTR_SIZE: usize = 28;
 const FS_XFLAG_IMMUTABLE: u32 = 0x8;
+const FS_XFLAG_SYNC: u32 = 0x20;
 const FS_XFLAG_APPEND: u32 = 0x10;
 const FS_XFLAG_NOATIME: u32 = 0x40;
 const FS_XFLAG_NODUMP: u32 = 0x80;
@@ -37,11 +39,12 @@ const FS_XFLAG_NODUMP: u32 = 0x80;
 const FS_XFLAG_HASATTR: u32 = 0x8000_0000;
 
 /// Linux flag, XFS flag.
-const XMAP: [(u32, u32); 4] = [
+const XMAP: [(u32, u32); 5] = [
     (FS_IMMUTABLE_FL, FS_XFLAG_IMMUTABLE),
     (FS_APPEND_FL, FS_XFLAG_APPEND),
     (FS_NODUMP_FL, FS_XFLAG_NODUMP),
     (FS_NOATIME_FL, FS_XFLAG_NOATIME),
+    (FS_SYNC_FL, FS_XFLAG_SYNC),
 ];
 
 /// Linux flags as `fsx_xflags`.
@@ -57,15 +60,16 @@ pub fn linux_from_fsx(x: u32) -> Option<u32> {
 }
 
 /// Linux flag, dinode flag.
-const MAP: [(u32, u32); 4] = [
+const MAP: [(u32, u32); 5] = [
     (FS_IMMUTABLE_FL, DI_IMMUTABLE),
     (FS_APPEND_FL, DI_APPEND),
     (FS_NODUMP_FL, DI_NODUMP),
     (FS_NOATIME_FL, DI_NOATIME),
+    (FS_SYNC_FL, DI_SYNC),
 ];
 
 /// The dinode flags a user sees and sets.
-pub const USER_FLAGS: u32 = DI_IMMUTABLE | DI_APPEND | DI_NODUMP | DI_NOATIME;
+pub const USER_FLAGS: u32 = DI_IMMUTABLE | DI_APPEND | DI_NODUMP | DI_NOATIME | DI_SYNC;
 /// Of those, the ones only root changes.
 const ROOT_FLAGS: u32 = DI_IMMUTABLE | DI_APPEND;
 
@@ -205,10 +209,11 @@ mod tests {
         }
         assert_eq!(to_linux(DI_IMMUTABLE | DI_SNAPSHOT | DI_UNMOVABLE), FS_IMMUTABLE_FL);
         assert_eq!(from_linux(FS_APPEND_FL | FS_NOATIME_FL), Some(DI_APPEND | DI_NOATIME));
-        // FS_SYNC_FL, FS_COMPR_FL: not kept.
-        assert_eq!(from_linux(0x8), None);
+        assert_eq!(from_linux(FS_SYNC_FL), Some(DI_SYNC));
+        // FS_COMPR_FL, FS_DIRSYNC_FL: not kept.
         assert_eq!(from_linux(0x4 | FS_IMMUTABLE_FL), None);
-        for fl in [0, FS_IMMUTABLE_FL, FS_APPEND_FL | FS_NODUMP_FL | FS_NOATIME_FL] {
+        assert_eq!(from_linux(0x10000), None);
+        for fl in [0, FS_IMMUTABLE_FL, FS_APPEND_FL | FS_NODUMP_FL | FS_NOATIME_FL | FS_SYNC_FL] {
             assert_eq!(linux_from_fsx(fsx_from_linux(fl) | FS_XFLAG_HASATTR), Some(fl));
         }
         assert_eq!(linux_from_fsx(0x1), None, "FS_XFLAG_REALTIME is not kept");

@@ -16,6 +16,9 @@ pub(super) struct InCore {
     /// Inodes whose last link went while they were held (`open`): freed at the last `unhold`
     /// or at unmount, as FFS frees an unlinked open file at its last close.
     pub(super) orphans: crate::fixed_hash::HashSet<u32>,
+    /// Files made with no name (`tmpfile`, open(2)'s `O_TMPFILE` without `O_EXCL`) that `link`
+    /// may still give one, as Linux's `I_LINKABLE`: an orphan from the start, until linked.
+    pub(super) linkable: crate::fixed_hash::HashSet<u32>,
     /// Where the first generation of an inode never used comes from (`next_generation`).
     pub(super) next_gen: u32,
     /// Removed directories still counted by subdirectories' pending ".." drops: the parent
@@ -34,6 +37,7 @@ impl InCore {
         InCore {
             open: HashMap::new(),
             orphans: crate::fixed_hash::HashSet::default(),
+            linkable: crate::fixed_hash::HashSet::default(),
             next_gen: 1,
             parent_drop: HashMap::new(),
             removed_dirs: crate::fixed_hash::HashSet::default(),
@@ -218,6 +222,7 @@ impl Fs {
         // Its name's directory goes with it (else a million files looked up and removed leave
         // a million entries behind).
         self.incore.name_dir.remove(&ino);
+        self.incore.linkable.remove(&ino);
         let mut then = then;
         if is_dir {
             self.dirhash.remove(&ino);

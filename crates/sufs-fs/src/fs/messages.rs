@@ -54,6 +54,7 @@ opcodes! {
     Lseek => "lseek",
     CopyFileRange => "copy_file_range",
     Statx => "statx",
+    Tmpfile => "tmpfile",
 }
 
 /// The counters of one mount.
@@ -132,6 +133,6 @@ mod tests {
         assert_eq!(s["forget"], 2, "a batch of three and a single forget");
         assert_eq!(s["forget_nodes"], 4);
         assert_eq!(s["forget_nlookup"], 7);
-        assert_eq!(NAMES.len(), Op::Statx as usize + 1, "one name per op");
+        assert_eq!(NAMES.len(), Op::Tmpfile as usize + 1, "one name per op");
     }
 }

@@ -155,19 +155,32 @@ impl Fs {
     }
 
     /// On a `sync` or `dirsync` mount, makes a change durable before it returns: `fsync` of
-    /// each inode in `inos` (an inode gone meanwhile is skipped). Otherwise nothing.
+    /// each inode in `inos` (an inode gone meanwhile is skipped). Elsewhere only of each inode
+    /// flagged `DI_SYNC` (`chattr +S`: the `sync` mount option for a subset of the files).
     pub fn settle(&mut self, change: Change, inos: &[u32]) -> FsResult<()> {
+        self.settle_in(None, change, inos)
+    }
+
+    /// `settle` of a change of names in directory `dir`: a directory flagged `DI_SYNC` makes
+    /// its entries' changes durable (Linux's `IS_DIRSYNC`), so each of `inos` is fsync'ed.
+    pub fn settle_in(&mut self, dir: Option<u32>, change: Change, inos: &[u32]) -> FsResult<()> {
         let s = self.live.sync;
-        if !(s.sync || (s.dirsync && change == Change::Names)) {
-            return Ok(());
-        }
+        let all = s.sync || (s.dirsync && change == Change::Names) || dir.is_some_and(|d| self.flagged_sync(d));
         for &ino in inos {
+            if !all && !self.flagged_sync(ino) {
+                continue;
+            }
             match self.fsync(ino) {
                 Ok(()) | Err(FsError::Stale(_)) | Err(FsError::NotFound) => {}
                 Err(e) => return Err(e),
             }
         }
         Ok(())
+    }
+
+    /// Whether `ino` is flagged `DI_SYNC` (false for an inode gone meanwhile).
+    fn flagged_sync(&mut self, ino: u32) -> bool {
+        self.iget(ino).is_ok_and(|d| d.flags & DI_SYNC != 0)
     }
 
     /// Applies a remount and answers the state after it. Read-write to read-only writes

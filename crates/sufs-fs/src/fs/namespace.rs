@@ -98,6 +98,36 @@ impl Fs {
         Ok((ino, d))
     }
 
+    /// Makes a regular file with no name near `dir` (open(2)'s `O_TMPFILE`), opened: `release`
+    /// closes it. Its inode has no link and is an orphan from the start, so it is freed at its
+    /// last close (or at unmount) as a file unlinked while open is; `linkable` (no `O_EXCL`)
+    /// lets `link` give it a name meanwhile. Nothing is ordered: no name can reach the disk
+    /// before the inode does, since none is made, and a crash before a `link` leaves an
+    /// allocated inode no name reaches, which fsck reclaims (an allowed leak). The `link`
+    /// orders its raised link count before the name, as for any file.
+    pub fn tmpfile(&mut self, dir: u32, mode: u32, uid: u32, gid: u32, linkable: bool) -> FsResult<(u32, Dinode)> {
+        self.check_entries(dir, Entries::Add)?;
+        let (ino, d) = self.retry_nospace(|fs| {
+            fs.check_writable()?;
+            let dd = fs.dir_inode(dir)?;
+            if fs.eff(dir, dd).nlink == 0 {
+                return Err(FsError::NotFound);
+            }
+            let (ino, d) = fs.new_inode(dir, S_IFREG | (mode as u16 & 0o7777), uid, gid)?;
+            assert_eq!(d.nlink, 0, "tmpfile: inode {ino} is made with no link");
+            fs.iput(ino, &d)?;
+            Ok((ino, d))
+        })?;
+        self.hold(ino, 1);
+        let orphan = self.incore.orphans.insert(ino);
+        assert!(orphan, "tmpfile: new inode {ino} was already an orphan");
+        if linkable {
+            self.incore.linkable.insert(ino);
+        }
+        self.balance()?;
+        Ok((ino, d))
+    }
+
     /// The directory a new name goes in: it must exist, not be removed, and not hold the name.
     pub(super) fn dir_for_new_name(&mut self, dir: u32, name: &[u8]) -> FsResult<Dinode> {
         let mut dd = self.dir_inode(dir)?;
@@ -245,6 +275,12 @@ impl Fs {
         if d.flags & DI_KEEP_NAMES != 0 {
             return Err(FsError::Perm);
         }
+        // A file with no name left gets none again (Linux: ENOENT), but for one made nameless
+        // to be linked (`tmpfile`).
+        let tmp = self.incore.linkable.contains(&ino);
+        if self.eff(ino, d.clone()).nlink == 0 && !tmp {
+            return Err(FsError::NotFound);
+        }
         let mut dd = self.dir_for_new_name(newdir, newname)?;
         if d.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
@@ -258,6 +294,12 @@ impl Fs {
             Ok((db, off)) => {
                 self.entry_added(newdir, db, off, ino, None, None, false, vec![])?;
                 self.wait_for_namesake(newdir, newname, db, off, ino);
+                if tmp {
+                    // Named now: an orphan no more, and linkable once only, as on Linux.
+                    self.incore.linkable.remove(&ino);
+                    let was = self.incore.orphans.remove(&ino);
+                    assert!(was, "link: nameless inode {ino} was not an orphan");
+                }
             }
             Err(e) => {
                 d.nlink -= 1;

@@ -37,7 +37,7 @@ pub use summary::{Summary, Verdict};
 pub use work::Work;
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 20] = [
+pub const WORKLOADS: [&str; 21] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -58,6 +58,7 @@ pub const WORKLOADS: [&str; 20] = [
     "xattr",
     "falloc",
     "lazy-inodes",
+    "tmpfile",
 ];
 
 /// The block size of every recorded image.

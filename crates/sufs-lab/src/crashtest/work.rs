@@ -255,6 +255,35 @@ impl<'a> Work<'a> {
         Ok(())
     }
 
+    /// open(2) with O_TMPFILE in `dir`: a file with no name, `len` bytes written, held open
+    /// (`forget` closes it, which frees it if it still has no name).
+    pub(super) fn tmpfile(&mut self, dir: &str, len: usize) -> FsResult<u32> {
+        self.begin(format!("tmpfile in {dir} ({len} bytes)"))?;
+        let d = self.resolve(dir)?;
+        let ino = self.fs.tmpfile(d, 0o600, 0, 0, true)?.0;
+        if len > 0 {
+            let data = self.data(len);
+            self.fs.write(ino, 0, &data)?;
+        }
+        Ok(ino)
+    }
+
+    /// fsync of an open file by its inode (one with no name): nothing to promise, no name
+    /// reaching it.
+    pub(super) fn fsync_ino(&mut self, ino: u32) -> FsResult<()> {
+        self.begin(format!("fsync inode {ino}"))?;
+        self.fs.fsync(ino)
+    }
+
+    /// linkat of the open file `ino` (a nameless one, from `tmpfile`) to `new`.
+    pub(super) fn link_ino(&mut self, ino: u32, new: &str) -> FsResult<()> {
+        let pos = self.begin(format!("link inode {ino} {new}"))?;
+        self.touch_name(pos, new);
+        let (d, n) = self.parent(new)?;
+        self.fs.link(ino, d, n.as_bytes())?;
+        Ok(())
+    }
+
     pub(super) fn rename(&mut self, from: &str, to: &str) -> FsResult<()> {
         self.rename_as(from, to, false)
     }

@@ -858,6 +858,23 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// Create and open a file with no name in directory `parent` (open(2)'s `O_TMPFILE`,
+    /// FUSE_TMPFILE): the reply is create's. The file lives while it is open or known to the
+    /// kernel; `linkat(2)` of it (unless opened with `O_EXCL`) gives it a name through `link`.
+    /// ENOSYS (the default) makes the kernel fail `O_TMPFILE` on this mount with EOPNOTSUPP.
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!("[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, umask: {umask:#x?}, flags: {flags:#x?})");
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Test for a POSIX file lock.
     fn getlk(
         &self,

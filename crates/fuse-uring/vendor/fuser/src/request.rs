@@ -385,6 +385,16 @@ impl<'a> RequestWithSender<'a> {
                     self.reply(),
                 );
             }
+            ll::Operation::Tmpfile(x) => {
+                filesystem.tmpfile(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.mode(),
+                    x.umask(),
+                    x.flags(),
+                    self.reply(),
+                );
+            }
             ll::Operation::GetLk(x) => {
                 filesystem.getlk(
                     self.request_header(),

@@ -2,8 +2,8 @@
 //! deterministic function of the seed. One file per family: `names` (creates, removes, trees,
 //! hard links), `renames`, `data` (growth into indirect blocks, truncation, fsync), `br` (Block
 //! Register reservations), `snapshot`, `xattr` (extended attributes), `falloc` (fallocate and
-//! inode flags), `inodes` (lazy inode initialization over several groups); `Mix` interleaves
-//! the first eight.
+//! inode flags), `inodes` (lazy inode initialization over several groups), `tmpfile` (files
+//! made with no name, then linked); `Mix` interleaves the first eight.
 
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -21,6 +21,7 @@ mod inodes;
 mod names;
 mod renames;
 mod snapshot;
+mod tmpfile;
 mod xattr;
 
 use br::BrWork;
@@ -30,6 +31,7 @@ use inodes::LazyInodes;
 use names::{CreateMany, HardLinks, LinkFsync, MkdirRmdir, RemoveTree};
 use renames::{AncestorRename, RenameBack, RenameOver, RenameStorm, RenameWhiteout, SwapFsync};
 use snapshot::SnapWork;
+use tmpfile::TmpfileWork;
 pub(super) use xattr::xattr_digest;
 use xattr::XattrWork;
 
@@ -67,6 +69,7 @@ pub(super) fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>>
         "xattr" => Box::new(XattrWork::default()),
         "falloc" => Box::new(FallocWork::default()),
         "lazy-inodes" => Box::new(LazyInodes::default()),
+        "tmpfile" => Box::new(TmpfileWork::default()),
         "mix" => {
             let each = (ops / 8).max(4);
             let subs = WORKLOADS[..8].iter().filter_map(|n| make_workload(n, each)).map(|w| (w, true)).collect();

@@ -1282,6 +1282,29 @@ mod op {
         }
     }
 
+    /// Create and open a file with no name in a directory (open(2)'s `O_TMPFILE`): the body
+    /// is CREATE's, and the name the kernel sends after it (its placeholder dentry's, "/") is
+    /// not one to make, so it is not read. The reply is CREATE's; a file system that answers
+    /// ENOSYS is not asked again (the kernel then fails `O_TMPFILE` with EOPNOTSUPP).
+    #[derive(Debug)]
+    pub(crate) struct Tmpfile<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_create_in,
+    }
+    impl Tmpfile<'_> {
+        pub(crate) fn mode(&self) -> u32 {
+            self.arg.mode
+        }
+        /// Flags as passed to open(2), `O_TMPFILE` among them.
+        pub(crate) fn flags(&self) -> i32 {
+            self.arg.flags
+        }
+        pub(crate) fn umask(&self) -> u32 {
+            self.arg.umask
+        }
+    }
+
     /// If a process issuing a FUSE filesystem request is interrupted, the
     /// following will happen:
     ///
@@ -1824,6 +1847,10 @@ mod op {
                 arg: data.fetch()?,
                 name: data.fetch_str()?.as_ref(),
             }),
+            fuse_opcode::FUSE_TMPFILE => Operation::Tmpfile(Tmpfile {
+                header,
+                arg: data.fetch()?,
+            }),
             fuse_opcode::FUSE_INTERRUPT => Operation::Interrupt(Interrupt {
                 header,
                 arg: data.fetch()?,
@@ -1943,6 +1970,7 @@ pub(crate) enum Operation<'a> {
     SetLk(SetLk<'a>),
     Access(Access<'a>),
     Create(Create<'a>),
+    Tmpfile(Tmpfile<'a>),
     Interrupt(Interrupt<'a>),
     BMap(BMap<'a>),
     Destroy(Destroy<'a>),
@@ -2096,6 +2124,7 @@ impl fmt::Display for Operation<'_> {
                 x.mode(),
                 x.flags()
             ),
+            Operation::Tmpfile(x) => write!(f, "TMPFILE mode {:#05o}, flags {:#x}", x.mode(), x.flags()),
             Operation::Interrupt(x) => write!(f, "INTERRUPT unique {:?}", x.unique()),
             Operation::BMap(x) => write!(f, "BMAP blocksize {}, ids {}", x.block_size(), x.block()),
             Operation::Destroy(_) => write!(f, "DESTROY"),
@@ -2360,6 +2389,36 @@ mod tests {
                 assert_eq!(x.mode(), 0o644);
                 assert_eq!(x.umask(), 0o755);
                 assert_eq!(x.name(), OsStr::new("foo.txt"));
+            }
+            _ => panic!("Unexpected request operation"),
+        }
+    }
+
+    /// A TMPFILE as Linux sends it: CREATE's body (flags with O_TMPFILE and O_RDWR), then the
+    /// placeholder name "/", which is not a name to make.
+    #[cfg(target_endian = "little")]
+    const TMPFILE_REQUEST: AlignedData<[u8; 64]> = AlignedData([
+        0x40, 0x00, 0x00, 0x00, 0x33, 0x00, 0x00, 0x00, // len, opcode 51
+        0x0d, 0xf0, 0xad, 0xba, 0xef, 0xbe, 0xad, 0xde, // unique
+        0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, // nodeid
+        0x0d, 0xd0, 0x01, 0xc0, 0xfe, 0xca, 0x01, 0xc0, // uid, gid
+        0x5e, 0xba, 0xde, 0xc0, 0x00, 0x00, 0x00, 0x00, // pid, padding
+        0x02, 0x00, 0x41, 0x00, 0xa4, 0x01, 0x00, 0x00, // flags (O_TMPFILE | O_RDWR), mode
+        0x12, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // umask, padding
+        0x2f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // the name "/", padded
+    ]);
+
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn tmpfile() {
+        let req = AnyRequest::try_from(&TMPFILE_REQUEST[..]).unwrap();
+        assert_eq!(req.header.opcode, 51);
+        assert_eq!(req.nodeid(), INodeNo(0x1122_3344_5566_7788));
+        match req.operation().unwrap() {
+            Operation::Tmpfile(x) => {
+                assert_eq!(x.flags(), 0x0041_0002);
+                assert_eq!(x.mode(), 0o644);
+                assert_eq!(x.umask(), 0o22);
             }
             _ => panic!("Unexpected request operation"),
         }
