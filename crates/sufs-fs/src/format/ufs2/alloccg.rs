@@ -613,7 +613,9 @@ mod tests {
     /// the summary area, fragment 56, and inodes 0 and 1), the header counted from the maps,
     /// the first block of inodes initialized.
     fn fresh(sb: &Superblock, cgx: u32) -> Cg {
-        let mut g = Cg::decode(&sample_cg(sb, cgx), sb, cgx, false).unwrap();
+        let mut raw = sample_cg(sb, cgx);
+        ((sb.fs_size - sb.cgbase(cgx)).min(sb.fs_fpg as i64) as u32).put(&mut raw, 20);
+        let mut g = Cg::decode(&raw, sb, cgx, false).unwrap();
         let lo = if cgx == 0 { 0 } else { sb.fs_sblkno as u32 };
         for f in 0..g.hdr.cg_ndblk {
             let meta = (lo..sb.fs_dblkno as u32).contains(&f) || (cgx == 0 && f == 56);
@@ -826,6 +828,29 @@ mod tests {
             damage(&mut g);
             assert!(matches!(CgAlloc::new(&mut sb, &mut g), Err(CgAllocError::Inconsistent { cg: 0, .. })), "{what}");
         }
+    }
+
+    #[test]
+    fn the_last_groups_partial_block_gives_fragments_never_a_block() {
+        let mut sb = sample();
+        // The last group: 229 fragments, 28 blocks and 5 fragments of a 29th.
+        sb.fs_size = 1021;
+        let mut g = fresh(&sb, 3);
+        let base = sb.cgbase(3);
+        assert_eq!((g.hdr.cg_ndblk, g.hdr.cg_frsum[5], g.hdr.cg_cs.cs_nffree), (229, 1, 5));
+        let mut a = CgAlloc::new(&mut sb, &mut g).unwrap();
+        assert_eq!(a.alloc_frags(4, None), Ok(base + 224), "the only run of 5");
+        assert_eq!(a.extend_frags(base + 224, 4, 6), Ok(false), "past the group's end");
+        assert_eq!(a.extend_frags(base + 224, 4, 5), Ok(true));
+        assert!(matches!(a.free(base + 228, 2), Err(CgAllocError::BadAddress { .. })));
+        a.free(base + 224, 5).unwrap();
+        assert_eq!((a.cg().hdr.cg_cs.cs_nffree, a.cg().hdr.cg_frsum[5]), (5, 1), "no block re-forms");
+        let mut blocks = 0;
+        while let Ok(b) = a.alloc_block(None) {
+            assert!(b < base + 224);
+            blocks += 1;
+        }
+        assert_eq!(blocks, 28 - 4, "the whole blocks but the 4 of the superblock copy to the inodes");
     }
 
     #[test]
