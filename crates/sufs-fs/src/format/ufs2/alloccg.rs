@@ -153,7 +153,7 @@ impl<'a> CgAlloc<'a> {
             }
         }
         let tail = self.ndblk..(self.ndblk.div_ceil(self.frag) * self.frag).min(fs.fs_fpg as u32);
-        if let Some(f) = tail.clone().find(|&f| g.frag_free(f)) {
+        if let Some(f) = tail.into_iter().find(|&f| g.frag_free(f)) {
             return Some(format!("fragment {f}, past the group's end {}, is free", self.ndblk));
         }
         if let Some(f) = self.metadata().into_iter().flatten().find(|&f| g.frag_free(f)) {
