@@ -49,8 +49,14 @@ pub fn have_makefs() -> bool {
 
 /// A UFS2 image of `src` made by makefs with `bsize`/`fsize` blocks, `size` long (as `-s`).
 pub fn makefs(src: &Path, out: &Path, bsize: u32, fsize: u32, size: &str) {
+    makefs_with(src, out, &format!("bsize={bsize},fsize={fsize}"), size);
+}
+
+/// The same with more of makefs's ffs options (`opts`, as `-o` takes them: `bsize=4096,
+/// fsize=512,maxbpcg=256,density=8192` makes groups of 256 fragments).
+pub fn makefs_with(src: &Path, out: &Path, opts: &str, size: &str) {
     let o = std::process::Command::new("makefs")
-        .args(["-t", "ffs", "-o", &format!("version=2,bsize={bsize},fsize={fsize}"), "-s", size])
+        .args(["-t", "ffs", "-o", &format!("version=2,{opts}"), "-s", size])
         .arg(out)
         .arg(src)
         .output()

@@ -223,6 +223,30 @@ impl Cg {
         (self.contigsumsize > 0).then(|| bit(self.map(self.hdr.cg_clusteroff, nblk), b as usize))
     }
 
+    /// Sets block `b`'s free-cluster bit (`ffs_clusteracct`'s `setbit`/`clrbit`). The group
+    /// must have cluster maps (`fs_contigsumsize > 0`).
+    pub fn set_cluster_free(&mut self, b: u32, free: bool) {
+        let nblk = self.fpg / self.frag;
+        assert!(b < nblk, "block {b} of a group of {nblk}");
+        assert!(self.contigsumsize > 0, "a group without cluster maps");
+        let off = self.hdr.cg_clusteroff;
+        set_bit(self.map_mut(off, nblk), b as usize, free);
+    }
+
+    /// Sets `cg_clustersum[len]`, `len` in `1..=fs_contigsumsize` (with cluster maps only).
+    /// Entry 0 is never written: newfs places the summary 4 bytes before the end of the map
+    /// before it (`cg_clustersumoff` rounded up, less 4), so entry 0 is that map's last bytes.
+    /// The other counts of the header (`cg_cs`, `cg_frsum`, the rotors, `cg_initediblk`) are
+    /// fields of `hdr`, set there.
+    pub fn set_clustersum(&mut self, len: usize, count: u32) {
+        assert!(
+            self.contigsumsize > 0 && (1..=self.contigsumsize as usize).contains(&len),
+            "cluster summary entry {len} of {}",
+            self.contigsumsize
+        );
+        count.put(&mut self.buf, self.hdr.cg_clustersumoff as usize + 4 * len);
+    }
+
     /// `cg_clustersum`: entries `0..=fs_contigsumsize` (empty without cluster maps).
     pub fn clustersum(&self) -> Vec<u32> {
         let off = self.hdr.cg_clustersumoff as usize;
@@ -276,13 +300,13 @@ impl Cg {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::superblock::tests::sample;
     use super::*;
 
     /// A group block laid out as newfs lays it out for `sample()`: maps after the header,
-    /// everything free but the metadata.
-    fn sample_cg(fs: &Fs, cgx: u32) -> Vec<u8> {
+    /// every map clear (the caller frees what it wants free).
+    pub(crate) fn sample_cg(fs: &Fs, cgx: u32) -> Vec<u8> {
         let mut b = vec![0u8; fs.fs_cgsize as usize];
         let iusedoff = CG_STRUCT_SIZE as u32;
         let freeoff = iusedoff + fs.fs_ipg / 8;
@@ -319,8 +343,7 @@ mod tests {
         }
         for b in 7..33 {
             // The cluster map mirrors the whole free blocks.
-            let off = cg.hdr.cg_clusteroff;
-            set_bit(cg.map_mut(off, 33), b as usize, b != 7);
+            cg.set_cluster_free(b, b != 7);
         }
         for i in 0..10 {
             cg.set_inode_used(i, true);
@@ -331,6 +354,8 @@ mod tests {
         assert_eq!(c.clustersum[16], 1, "one run of 25 free blocks, counted as 16 or more");
         cg.hdr.cg_cs = Csum { cs_ndir: 1, cs_nbfree: 25, cs_nifree: 246, cs_nffree: 7 };
         cg.hdr.cg_frsum = c.frsum;
+        cg.set_clustersum(16, 1);
+        assert!(cg.frag_free(263), "entry 0 of the summary, the free map's last bytes, is not written");
         let b = cg.encode(&sb);
         let again = Cg::decode(&b, &sb, 1, true).unwrap();
         assert_eq!(again.hdr.cg_ckhash, ffs_ckhash(&b, CG_CKHASH_OFF));
@@ -341,6 +366,7 @@ mod tests {
         assert!(again.inode_used(9) && !again.inode_used(10));
         assert!(again.block_free(8) && !again.block_free(7));
         assert_eq!(again.cluster_free(8), Some(true));
+        assert_eq!((again.cluster_free(7), again.clustersum()[16]), (Some(false), 1));
     }
 
     #[test]

@@ -16,11 +16,13 @@
 //! is kept and written back as it was.
 //!
 //! One file per structure: `superblock`, `cg`, `dinode`, `dir`, `extattr`, and `bmap` (reading
-//! a file's blocks through its block map). This file holds the constants they share, the error
+//! a file's blocks through its block map) and `alloccg` (allocating and freeing in one group,
+//! its maps and summaries kept exact). This file holds the constants they share, the error
 //! type, the little-endian field codec and the check-hash function.
 
 use thiserror::Error;
 
+mod alloccg;
 mod bmap;
 mod cg;
 mod dinode;
@@ -28,6 +30,7 @@ mod dir;
 mod extattr;
 mod superblock;
 
+pub use alloccg::*;
 pub use bmap::*;
 pub use cg::*;
 pub use dinode::*;
