@@ -13,11 +13,9 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
 
 use common::fuse::{external_tool, fuse_available, mount_fg};
-use common::ufs2::{freebsd_image, have_makefs, makefs};
+use common::ufs2::{freebsd_image, have_makefs, makefs, statvfs, FuseUfs};
 use common::{pattern, sufs};
 
 /// What a reader shows of one name: its type and permissions, size, link count and times, the
@@ -161,47 +159,6 @@ fn freebsd_image_reads_as_freebsd_wrote_it() {
     assert!(fs::write(mnt.join("new"), b"x").is_err(), "a write through a read-only mount");
     m.umount();
     assert!(md5ish(&img) == before, "a read-only mount changed the image");
-}
-
-fn statvfs(p: &Path) -> libc::statvfs {
-    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    // SAFETY: `st` is written by statvfs before it is read.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
-    st
-}
-
-/// fuse-ufs mounted in the foreground on `dir`, until dropped.
-struct FuseUfs(Child, std::path::PathBuf);
-
-impl FuseUfs {
-    fn mount(tool: &Path, img: &Path, dir: &Path) -> FuseUfs {
-        fs::create_dir_all(dir).unwrap();
-        let child = Command::new(tool).arg("-f").args(["-o", "ro"]).arg(img).arg(dir).spawn().unwrap();
-        let mut m = FuseUfs(child, dir.to_path_buf());
-        let start = Instant::now();
-        while !mounted_at(dir) {
-            assert!(m.0.try_wait().unwrap().is_none(), "fuse-ufs exited early");
-            assert!(start.elapsed() < Duration::from_secs(20), "fuse-ufs did not mount");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        m
-    }
-}
-
-/// Whether some file system is mounted on `dir` (fuse-ufs names itself in no way `is_mounted`
-/// knows).
-fn mounted_at(dir: &Path) -> bool {
-    let dir = fs::canonicalize(dir).unwrap();
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines().any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
-}
-
-impl Drop for FuseUfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.1).status();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

@@ -29,19 +29,32 @@ pub(crate) enum Cmd {
         /// Size of a new image, e.g. 1G, 512M (default: the existing file's or device's size).
         #[arg(long, value_parser = parse_size)]
         size: Option<u64>,
-        #[arg(long, default_value_t = 4096)]
-        block_size: u32,
+        /// Block size (default 4096; with --ufs2, newfs's 32768).
+        #[arg(short = 'b', long)]
+        block_size: Option<u32>,
         /// Number of inodes (default: one per 16 KiB).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "ufs2")]
         inodes: Option<u64>,
         /// Leave this much at the end of the device outside the file system, for a volume
         /// snapshot's `reserved` exception store.
-        #[arg(long, value_parser = parse_size)]
+        #[arg(long, value_parser = parse_size, conflicts_with = "ufs2")]
         snapshot_reserve: Option<u64>,
         /// The share of the data blocks only root may allocate, in percent (FFS's minfree;
         /// default 8).
-        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=sufs_fs::format::MAX_MINFREE as i64))]
+        #[arg(short = 'm', long, value_parser = clap::value_parser!(u8).range(0..=sufs_fs::format::MAX_MINFREE as i64))]
         minfree: Option<u8>,
+        /// Make a FreeBSD UFS2 file system, as FreeBSD's newfs(8) makes one (docs/ufs2.md).
+        #[arg(long)]
+        ufs2: bool,
+        /// UFS2: the fragment size (newfs -f; default 4096).
+        #[arg(short = 'f', long, requires = "ufs2")]
+        frag_size: Option<u32>,
+        /// UFS2: bytes of data space per inode (newfs -i; default two fragments).
+        #[arg(short = 'i', long, requires = "ufs2")]
+        bytes_per_inode: Option<u32>,
+        /// UFS2: the volume label (newfs -L).
+        #[arg(short = 'L', long, requires = "ufs2")]
+        label: Option<String>,
     },
     /// Mount an image through FUSE. With no arguments: ./sufs.img (made, 1 GiB sparse, if missing)
     /// on ./mnt.

@@ -68,6 +68,79 @@ pub(crate) fn cmd_mkfs(
         .map_err(|e| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1))
 }
 
+/// What `sufs mkfs --ufs2` was asked for, newfs's options.
+pub(crate) struct Ufs2Geometry {
+    pub(crate) block_size: Option<u32>,
+    pub(crate) frag_size: Option<u32>,
+    pub(crate) bytes_per_inode: Option<u32>,
+    pub(crate) minfree: Option<u8>,
+    pub(crate) label: Option<String>,
+}
+
+/// `sufs mkfs --ufs2`: a FreeBSD UFS2 file system over the whole image (made sparse, or
+/// extended, to `size`), as newfs(8) makes one, and newfs's report of it.
+pub(crate) fn cmd_mkfs_ufs2(image: &Path, size: Option<u64>, g: Ufs2Geometry) -> Result<(), Fail> {
+    use std::os::unix::fs::FileExt;
+    use sufs_fs::format::ufs2::newfs::{self, NewfsOptions};
+    let int = |v: Option<u32>, what: &str| {
+        v.map(|v| i32::try_from(v).map_err(|_| Fail(format!("{what} {v} is too large"), 1))).transpose()
+    };
+    let opts = NewfsOptions {
+        bsize: int(g.block_size, "block size")?,
+        fsize: int(g.frag_size, "fragment size")?,
+        density: int(g.bytes_per_inode, "bytes per inode")?,
+        minfree: g.minfree.map_or(newfs::MINFREE, i32::from),
+        label: g.label,
+        time: RealClock::new().wall().0,
+        ..NewfsOptions::default()
+    };
+    let cannot = |e: &dyn std::fmt::Display| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1);
+    if let Some(size) = size {
+        // Refused before the image is touched.
+        newfs::geometry(size, &opts).map_err(|e| cannot(&e))?;
+        FileDevice::create(image, size)?;
+    } else if !image.exists() {
+        return Err(Fail(format!("{} does not exist: give --size to create it", image.display()), 1));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(image)
+        .map_err(|e| Fail(format!("cannot open {}: {e}", image.display()), 1))?;
+    let dev_size = sufs_fs::dev::device_size(&file)?;
+    let made = newfs::newfs(dev_size, &opts, |off, b| file.write_all_at(b, off)).map_err(|e| cannot(&e))?;
+    file.sync_all().map_err(|e| cannot(&e))?;
+    for n in &made.notes {
+        println!("{n}");
+    }
+    let sb = &made.sb;
+    let mb = |frags: i64| frags as f64 * sb.fs_fsize as f64 / (1024.0 * 1024.0);
+    println!(
+        "{}: {:.1}MB ({} sectors) block size {}, fragment size {}",
+        image.display(),
+        mb(sb.fs_size),
+        sb.fsbtodb(sb.fs_size),
+        sb.fs_bsize,
+        sb.fs_fsize
+    );
+    println!(
+        "\tusing {} cylinder groups of {:.2}MB, {} blks, {} inodes.",
+        sb.fs_ncg,
+        mb(sb.fs_fpg as i64),
+        sb.fs_fpg / sb.fs_frag,
+        sb.fs_ipg
+    );
+    if sb.fs_flags & sufs_fs::format::ufs2::FS_DOSOFTDEP != 0 {
+        println!("\twith soft updates");
+    }
+    println!("super-block backups (for fsck_ffs -b #) at:");
+    let copies: Vec<String> = (0..sb.fs_ncg).map(|c| sb.fsbtodb(sb.cgsblock(c)).to_string()).collect();
+    for line in copies.chunks(8) {
+        println!(" {}", line.join(", "));
+    }
+    Ok(())
+}
+
 pub(crate) fn print_mkfs(image: &Path, sb: &Superblock) {
     println!(
         "{}: {} blocks of {} bytes ({} MiB), {} groups, {} inodes",

@@ -75,8 +75,13 @@ fn finish(r: Result<u8, Fail>) -> ExitCode {
 // Long: one arm per command, each turning its arguments into a call; split, the arms would only move.
 fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
     match cli.cmd {
-        Cmd::Mkfs { image, size, block_size, inodes, snapshot_reserve, minfree } => {
-            let sb = cmd_mkfs(&image, size, block_size, inodes, snapshot_reserve, minfree)?;
+        Cmd::Mkfs { image, size, block_size, minfree, ufs2: true, frag_size, bytes_per_inode, label, .. } => {
+            let geometry = Ufs2Geometry { block_size, frag_size, bytes_per_inode, minfree, label };
+            cmd_mkfs_ufs2(&image, size, geometry)?;
+            Ok(0)
+        }
+        Cmd::Mkfs { image, size, block_size, inodes, snapshot_reserve, minfree, .. } => {
+            let sb = cmd_mkfs(&image, size, block_size.unwrap_or(4096), inodes, snapshot_reserve, minfree)?;
             print_mkfs(&image, &sb);
             Ok(0)
         }

@@ -68,3 +68,48 @@ pub fn makefs_with(src: &Path, out: &Path, opts: &str, size: &str) {
 pub fn freebsd_image() -> Vec<u8> {
     image().to_vec()
 }
+
+/// statvfs(2) of `p`.
+pub fn statvfs(p: &Path) -> libc::statvfs {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `st` is written by statvfs before it is read.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st
+}
+
+/// fuse-ufs (a UFS2 reader no one here wrote) mounted read-only in the foreground on `dir`,
+/// until dropped.
+pub struct FuseUfs(std::process::Child, PathBuf);
+
+impl FuseUfs {
+    pub fn mount(tool: &Path, img: &Path, dir: &Path) -> FuseUfs {
+        use std::time::{Duration, Instant};
+        std::fs::create_dir_all(dir).unwrap();
+        let child = std::process::Command::new(tool).arg("-f").args(["-o", "ro"]).arg(img).arg(dir).spawn().unwrap();
+        let mut m = FuseUfs(child, dir.to_path_buf());
+        let start = Instant::now();
+        while !mounted_at(dir) {
+            assert!(m.0.try_wait().unwrap().is_none(), "fuse-ufs exited early");
+            assert!(start.elapsed() < Duration::from_secs(20), "fuse-ufs did not mount");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+}
+
+/// Whether some file system is mounted on `dir` (fuse-ufs names itself in no way `is_mounted`
+/// knows).
+fn mounted_at(dir: &Path) -> bool {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+impl Drop for FuseUfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.1).status();
+        let _ = self.0.wait();
+    }
+}

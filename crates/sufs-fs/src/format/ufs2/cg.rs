@@ -99,7 +99,55 @@ fn set_bit(map: &mut [u8], i: usize, on: bool) {
     }
 }
 
+/// Sets (`on`) or clears bits `first..first + n` of `map`, whole bytes at once.
+fn set_bits(map: &mut [u8], first: usize, n: usize, on: bool) {
+    let (mut i, end) = (first, first + n);
+    while i < end && !i.is_multiple_of(8) {
+        set_bit(map, i, on);
+        i += 1;
+    }
+    let whole = (end - i) / 8;
+    map[i / 8..i / 8 + whole].fill(if on { 0xff } else { 0 });
+    i += whole * 8;
+    while i < end {
+        set_bit(map, i, on);
+        i += 1;
+    }
+}
+
 impl Cg {
+    /// A new group block of `fs` (as newfs's `initcg` starts one): `hdr`, whose map offsets
+    /// the caller has laid out, over maps all zero (every inode free, every fragment in use).
+    /// The maps must lie inside the `fs_cgsize` bytes, in order, without overlap.
+    pub fn new(fs: &Fs, hdr: CgHeader) -> Cg {
+        let cgsize = fs.fs_cgsize as usize;
+        let (ipg, fpg, frag, contigsumsize) =
+            (fs.fs_ipg, fs.fs_fpg as u32, fs.fs_frag as u32, fs.fs_contigsumsize as u32);
+        let mut end = hdr.cg_freeoff as usize + fpg.div_ceil(8) as usize;
+        assert!(
+            hdr.cg_iusedoff as usize >= CG_STRUCT_SIZE
+                && hdr.cg_iusedoff as usize + ipg.div_ceil(8) as usize <= hdr.cg_freeoff as usize,
+            "group {}: used-inode map at {} overlaps the header or the free map at {}",
+            hdr.cg_cgx,
+            hdr.cg_iusedoff,
+            hdr.cg_freeoff
+        );
+        if contigsumsize > 0 {
+            assert!(
+                hdr.cg_clustersumoff as usize + 4 >= end
+                    && hdr.cg_clustersumoff.is_multiple_of(4)
+                    && hdr.cg_clusteroff as usize >= hdr.cg_clustersumoff as usize + 4 * (contigsumsize as usize + 1),
+                "group {}: cluster summary at {} or map at {} misplaced",
+                hdr.cg_cgx,
+                hdr.cg_clustersumoff,
+                hdr.cg_clusteroff
+            );
+            end = hdr.cg_clusteroff as usize + (fpg / frag).div_ceil(8) as usize;
+        }
+        assert!(end <= cgsize, "group {}: maps end at {end}, past fs_cgsize {cgsize}", hdr.cg_cgx);
+        Cg { hdr, buf: vec![0; cgsize], ipg, fpg, frag, contigsumsize }
+    }
+
     /// Decodes group `cgx`'s block (`buf`, at least `fs_cgsize` bytes), checking its magic,
     /// index, counts and map offsets against the superblock, and its check hash if the file
     /// system keeps them and `check_hash` is set.
@@ -208,6 +256,36 @@ impl Cg {
         assert!(f < self.fpg, "fragment {f} of a group of {}", self.fpg);
         let (off, n) = (self.hdr.cg_freeoff, self.fpg);
         set_bit(self.map_mut(off, n), f as usize, free);
+    }
+
+    /// Marks fragments `first..first + n` of the group free (or in use), as `ffs_setblock` and
+    /// newfs's loops do a run at a time.
+    pub fn set_frags_free(&mut self, first: u32, n: u32, free: bool) {
+        assert!(first + n <= self.fpg, "fragments {first}+{n} of a group of {}", self.fpg);
+        let (off, bits) = (self.hdr.cg_freeoff, self.fpg);
+        set_bits(self.map_mut(off, bits), first as usize, n as usize, free);
+    }
+
+    /// Sets the free-cluster map's bits of blocks `first..first + n` (`setbit(cg_clustersfree)`);
+    /// the group must keep cluster maps.
+    pub fn set_clusters_free(&mut self, first: u32, n: u32, free: bool) {
+        let nblk = self.fpg / self.frag;
+        assert!(self.contigsumsize > 0, "a group without cluster maps");
+        assert!(first + n <= nblk, "blocks {first}+{n} of a group of {nblk}");
+        let off = self.hdr.cg_clusteroff;
+        set_bits(self.map_mut(off, nblk), first as usize, n as usize, free);
+    }
+
+    /// Writes the cluster summary's entries `1..=fs_contigsumsize` from `sum` (indexed as the
+    /// summary, `sum[0]` ignored). Entry 0 is never written: newfs places the summary at the
+    /// last whole word of the free map (`roundup(cg_nextfreeoff, 4) - 4`), so that entry shares
+    /// its bytes with the map.
+    pub fn set_clustersum(&mut self, sum: &[u32]) {
+        assert_eq!(sum.len(), self.contigsumsize as usize + 1, "a cluster summary of {} entries", sum.len());
+        let off = self.hdr.cg_clustersumoff as usize;
+        for (i, v) in sum.iter().enumerate().skip(1) {
+            v.put(&mut self.buf, off + 4 * i);
+        }
     }
 
     /// `ffs_isblock`: whether every fragment of block `b` of the group is free.
@@ -367,6 +445,19 @@ pub(crate) mod tests {
         assert!(again.block_free(8) && !again.block_free(7));
         assert_eq!(again.cluster_free(8), Some(true));
         assert_eq!((again.cluster_free(7), again.clustersum()[16]), (Some(false), 1));
+    }
+
+    #[test]
+    fn runs_of_bits_set_whole_bytes_and_their_edges() {
+        for (first, n) in [(0, 0), (3, 2), (5, 11), (8, 16), (1, 30), (0, 40)] {
+            let mut m = vec![0u8; 5];
+            set_bits(&mut m, first, n, true);
+            for i in 0..40 {
+                assert_eq!(bit(&m, i), (first..first + n).contains(&i), "{first}+{n}: bit {i}");
+            }
+            set_bits(&mut m, first, n, false);
+            assert_eq!(m, [0; 5]);
+        }
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod cg;
 mod dinode;
 mod dir;
 mod extattr;
+pub mod newfs;
 mod superblock;
 
 pub use alloccg::*;
@@ -206,6 +207,11 @@ macro_rules! le_struct {
             /// Every field: name, byte offset, size.
             pub const FIELDS: &'static [(&'static str, usize, usize)] =
                 &[$((stringify!($field), $off, <$ty as LeField>::SIZE)),*];
+            /// Every field zero: a structure being built (as newfs builds its superblock and
+            /// groups in zeroed memory).
+            pub fn zeroed() -> Self {
+                Self::read_fields(&[0u8; $size])
+            }
             fn read_fields(b: &[u8]) -> Self {
                 assert!(b.len() >= Self::SIZE, "{} needs {} bytes", stringify!($name), Self::SIZE);
                 Self { $($field: <$ty as LeField>::get(b, $off)),* }

@@ -191,7 +191,7 @@ impl LeField for CsumTotal {
 }
 
 /// The offset of `fs_ckhash`, zero while the superblock hash is computed.
-const FS_CKHASH_OFF: usize = 1304;
+pub(super) const FS_CKHASH_OFF: usize = 1304;
 
 /// A decoded UFS2 superblock: `struct fs` plus the bytes from the end of the structure to
 /// `fs_sbsize`, kept as read. Its geometry has been validated (`Fs::validate`); `Deref` gives
