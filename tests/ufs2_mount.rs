@@ -13,6 +13,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
+use std::process::Command;
 
 use common::fuse::{external_tool, fuse_available, mount_fg};
 use common::ufs2::{freebsd_image, have_makefs, makefs, statvfs, FuseUfs};

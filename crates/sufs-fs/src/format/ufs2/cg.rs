@@ -280,11 +280,10 @@ impl Cg {
     /// summary, `sum[0]` ignored). Entry 0 is never written: newfs places the summary at the
     /// last whole word of the free map (`roundup(cg_nextfreeoff, 4) - 4`), so that entry shares
     /// its bytes with the map.
-    pub fn set_clustersum(&mut self, sum: &[u32]) {
+    pub fn set_clustersum_all(&mut self, sum: &[u32]) {
         assert_eq!(sum.len(), self.contigsumsize as usize + 1, "a cluster summary of {} entries", sum.len());
-        let off = self.hdr.cg_clustersumoff as usize;
-        for (i, v) in sum.iter().enumerate().skip(1) {
-            v.put(&mut self.buf, off + 4 * i);
+        for (len, &v) in sum.iter().enumerate().skip(1) {
+            self.set_clustersum(len, v);
         }
     }
 

@@ -492,7 +492,7 @@ fn initcg(fs: &Fs, c: u32, time: i64) -> Cg {
         g.hdr.cg_cs.cs_nffree += (ndblk - whole_end) as i32;
     }
     if clusters {
-        g.set_clustersum(&cluster_summary(&g, fs));
+        g.set_clustersum_all(&cluster_summary(&g, fs));
     }
     g
 }
@@ -648,7 +648,7 @@ pub fn newfs(
         // Recounted from the map: newfs's `alloc` leaves the summary as `initcg` made it,
         // which is stale when group 0's free run was shorter than fs_contigsumsize + 2.
         let sum = cluster_summary(&cg0, sb);
-        cg0.set_clustersum(&sum);
+        cg0.set_clustersum_all(&sum);
     }
     let mut node = Dinode::zeroed();
     (node.di_atime, node.di_mtime, node.di_ctime, node.di_birthtime) = (o.time, o.time, o.time, o.time);
