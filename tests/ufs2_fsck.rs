@@ -1,18 +1,22 @@
 //! `sufs fsck` on UFS2 images (the checker of `sufs_fs::fsck::ufs2`): the image FreeBSD made and
 //! makefs(8) images of four geometries over a tree of small files, symbolic links, a deep
 //! directory and a sparse file are clean (exit 0); each kind of damage is found, with its
-//! finding in fsck_ffs's words and its class, and exit 4; `-b` takes a group's superblock copy;
-//! `-y` is refused. Then random damage to the FreeBSD image's metadata, which the checker must
-//! report or refuse, never panic on.
+//! finding in fsck_ffs's words and its class, and exit 4; `-b` takes a group's superblock copy.
+//! `-y` repairs each damage (then `-n` finds nothing, and sufs and fuse-ufs read every file as
+//! before), `-p` repairs what a soft-updates crash leaves and refuses the rest, `-n` never
+//! writes. Then random damage to the FreeBSD image's metadata, which the checker must report or
+//! refuse, never panic on.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 
 mod common;
 
+use common::fuse::{external_tool, fuse_available, mount_fg};
 use common::sufs;
-use common::ufs2::{have_makefs, image, makefs};
+use common::ufs2::{have_makefs, image, makefs, FuseUfs};
 use sufs_fs::format::ufs2::*;
 use sufs_fs::fsck::ufs2::{check, Options};
 use sufs_fs::fsck::Class;
@@ -128,17 +132,215 @@ fn alternate_superblock_is_a_groups_copy_by_sector() {
     assert_clean(&clean, &["-b", &sector.to_string()]);
 }
 
-#[test]
-fn repair_is_refused_on_ufs2() {
+/// Every name below `root` with its bytes (a file's size and data, a symbolic link's target;
+/// nothing for a directory), as a mounted reader gives them.
+fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn go(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let t = std::fs::symlink_metadata(&p).unwrap().file_type();
+            if t.is_symlink() {
+                out.insert(name, std::fs::read_link(&p).unwrap().into_os_string().into_encoded_bytes());
+            } else if t.is_dir() {
+                out.insert(name + "/", Vec::new());
+                go(root, &p, out);
+            } else {
+                // The size and the first MiB (the fixture holds a sparse file of 512 GiB).
+                let f = std::fs::File::open(&p).unwrap();
+                let mut b = f.metadata().unwrap().len().to_le_bytes().to_vec();
+                std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 20), &mut b).unwrap();
+                out.insert(name, b);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    go(root, root, &mut out);
+    out
+}
+
+/// What `sufs mount -o ro` reads of the image at `p`, and fuse-ufs too when it is installed
+/// (the same or the test fails); `None` without FUSE.
+fn read_through_mounts(p: &Path) -> Option<BTreeMap<String, Vec<u8>>> {
+    if !fuse_available() {
+        return None;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let m = mount_fg(p, &t.path().join("ours"), &["-o", "ro"]);
+    let ours = files(&t.path().join("ours"));
+    m.umount();
+    if let Some(tool) = external_tool("fuse-ufs", "cargo install fuse-ufs") {
+        let _m = FuseUfs::mount(&tool, p, &t.path().join("theirs"));
+        assert_eq!(files(&t.path().join("theirs")), ours, "fuse-ufs and sufs read the same");
+    }
+    Some(ours)
+}
+
+/// `sufs fsck FLAG` repairs the image at `p` (exit 1, a line starting with each of `want`), then `-n`
+/// finds nothing, the superblock is marked clean, and the mounts read what they read of the
+/// undamaged image, changed by `expect` (names gained or lost by the repair).
+fn repairs(p: &Path, flag: &str, want: &[String], expect: impl FnOnce(&mut BTreeMap<String, Vec<u8>>)) {
+    let (code, out) = fsck(p, &[flag]);
+    assert_eq!(code, 1, "{out}");
+    for line in want {
+        assert!(out.lines().any(|l| l.starts_with(&format!("repaired: {line}"))), "missing {line:?} in:\n{out}");
+    }
+    assert_clean(p, &["-n"]);
+    let img = std::fs::read(p).unwrap();
+    let sb = superblock(&img);
+    assert_eq!((sb.fs_clean, sb.fs_flags & (FS_NEEDSFSCK | FS_UNCLEAN)), (1, 0), "marked clean");
     let dir = tempfile::tempdir().unwrap();
-    let p = damaged(dir.path(), |_, _| {});
+    let Some(mut before) = read_through_mounts(&damaged(dir.path(), |_, _| {})) else { return };
+    expect(&mut before);
+    assert!(read_through_mounts(p) == Some(before), "the repaired image reads as the undamaged one");
+}
+
+#[test]
+fn check_only_never_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = damaged(dir.path(), |img, sb| {
+        let file = root_entry(img, sb, "file1").0;
+        edit_inode(img, sb, file, |d| d.di_nlink += 1);
+        edit_cg(img, sb, 1, |g, _| g.hdr.cg_cs.cs_nbfree += 1);
+    });
     let before = std::fs::read(&p).unwrap();
-    for flag in ["-y", "-p"] {
-        let (code, out) = fsck(&p, &[flag]);
-        assert_eq!(code, 8, "{out}");
-        assert!(out.contains(&format!("{flag} is not yet supported on UFS2 images: nothing was changed")), "{out}");
+    for args in [&["-n"][..], &[][..]] {
+        let (code, out) = fsck(&p, args);
+        assert_eq!(code, 4, "{out}");
     }
     assert!(std::fs::read(&p).unwrap() == before, "the image is untouched");
+}
+
+/// The standard superblock marked as a crash leaves it: not clean, `FS_NEEDSFSCK`.
+fn mark_unclean(img: &mut [u8], sb: &Superblock) {
+    let mut sb = sb.clone();
+    sb.fs_clean = 0;
+    sb.fs_flags |= FS_NEEDSFSCK;
+    let b = sb.encode();
+    img[SBLOCK_UFS2 as usize..SBLOCK_UFS2 as usize + b.len()].copy_from_slice(&b);
+}
+
+#[test]
+fn repair_frees_nothing_under_a_file_and_marks_the_superblock_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = damaged(dir.path(), |img, sb| {
+        let (ino, _) = root_entry(img, sb, "file1");
+        let frag = dinode(img, sb, ino).di_db[0];
+        edit_cg(img, sb, sb.dtog(frag) as u32, |g, _| g.set_frag_free(sb.dtogd(frag) as u32, true));
+        mark_unclean(img, sb);
+    });
+    repairs(&p, "-y", &["SUPERBLOCK: MARKED CLEAN".into()], |_| {});
+}
+
+#[test]
+fn repair_rewrites_group_counts_fragment_summary_and_cluster_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = damaged(dir.path(), |img, sb| {
+        edit_cg(img, sb, 1, |g, _| {
+            g.hdr.cg_cs.cs_nbfree += 1;
+            g.hdr.cg_frsum[1] += 1;
+        });
+        edit_cg(img, sb, 2, |g, raw| {
+            let block = (0..g.hdr.cg_ndblk / sb.fs_frag as u32).rev().find(|&b| g.block_free(b)).unwrap();
+            raw[g.hdr.cg_clusteroff as usize + block as usize / 8] ^= 1 << (block % 8);
+        });
+    });
+    let want =
+        ["CG 1: REWRITTEN (maps, counts and summaries)".into(), "CG 2: REWRITTEN (maps, counts and summaries)".into()];
+    repairs(&p, "-y", &want, |_| {});
+}
+
+#[test]
+fn repair_and_preen_lower_a_link_count_too_high() {
+    for flag in ["-y", "-p"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = 0;
+        let p = damaged(dir.path(), |img, sb| {
+            file = root_entry(img, sb, "file1").0;
+            edit_inode(img, sb, file, |d| d.di_nlink += 1);
+        });
+        repairs(&p, flag, &[format!("LINK COUNT FILE I={file} COUNT 2 SHOULD BE 1 (ADJUSTED)")], |_| {});
+    }
+}
+
+/// A free inode of group 1 set in use, with a file's mode and no blocks, and its group's count
+/// lowered with it (as the kernel changes them together); the summary area and the superblock
+/// keep the old count, which is right again once the inode is cleared: what a create leaves
+/// when its name and inode never reached the disk.
+#[test]
+fn preen_clears_a_leaked_inode_and_its_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ino = 0;
+    let p = damaged(dir.path(), |img, sb| {
+        ino = sb.fs_ipg + 5;
+        assert_eq!(dinode(img, sb, ino).di_mode, 0);
+        edit_inode(img, sb, ino, |d| {
+            d.di_mode = IFREG | 0o644;
+            d.di_nlink = 1;
+        });
+        edit_cg(img, sb, 1, |g, raw| {
+            raw[g.hdr.cg_iusedoff as usize] |= 1 << 5;
+            g.hdr.cg_cs.cs_nifree -= 1;
+        });
+    });
+    let want = [format!("UNREF FILE I={ino} MODE=100644 SIZE=0 (CLEARED)"), "CG 1: REWRITTEN".into()];
+    repairs(&p, "-p", &want, |_| {});
+}
+
+/// file1's name removed from the root (its record given to the entry before it): `-y` makes
+/// lost+found and names it there; `-p` clears it and frees its fragment.
+#[test]
+fn an_unreferenced_file_is_reconnected_with_yes_and_cleared_by_preen() {
+    for flag in ["-y", "-p"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = 0;
+        let p = damaged(dir.path(), |img, sb| {
+            let (ino, at) = root_entry(img, sb, "file1");
+            file = ino;
+            let root = dinode(img, sb, UFS_ROOTINO);
+            let start = sb.fsb_offset(root.di_db[0]) as usize;
+            let data = img[start..start + 512].to_vec();
+            let prev = DirIter::new(&data, 0, root.di_size, sb.maxino())
+                .map(|e| e.unwrap())
+                .take_while(|e| start + (e.offset as usize) < at)
+                .last()
+                .unwrap();
+            let reclen = u16::from_le_bytes([img[at + 4], img[at + 5]]) + prev.d_reclen;
+            let p = start + prev.offset as usize;
+            img[p + 4..p + 6].copy_from_slice(&reclen.to_le_bytes());
+        });
+        if flag == "-y" {
+            let want = [format!("UNREF FILE I={file} MODE=100644 SIZE=23 (RECONNECTED to lost+found I=")];
+            repairs(&p, flag, &want, |t| {
+                let data = t.remove("file1").unwrap();
+                t.insert("lost+found/".into(), Vec::new());
+                t.insert(format!("lost+found/#{file}"), data);
+            });
+        } else {
+            repairs(&p, flag, &[format!("UNREF FILE I={file} MODE=100644 SIZE=23 (CLEARED)")], |t| {
+                t.remove("file1").unwrap();
+            });
+        }
+    }
+}
+
+#[test]
+fn preen_refuses_a_link_count_too_low_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = damaged(dir.path(), |img, sb| {
+        let sub = root_entry(img, sb, "dir1").0;
+        edit_inode(img, sb, sub, |d| d.di_nlink -= 1);
+    });
+    let before = std::fs::read(&p).unwrap();
+    let (code, out) = fsck(&p, &["-p"]);
+    assert_eq!(code, 4, "{out}");
+    assert!(out.contains("not what a soft-updates crash leaves: LINK COUNT DIR"), "{out}");
+    assert!(out.contains("nothing changed: run sufs fsck -y"), "{out}");
+    assert!(std::fs::read(&p).unwrap() == before, "the image is untouched");
+    // -y raises it to the names counted.
+    let (code, out) = fsck(&p, &["-y"]);
+    assert_eq!(code, 1, "{out}");
+    assert_clean(&p, &["-n"]);
 }
 
 /// makefs images of four geometries over a tree of small files, short and long symbolic links,

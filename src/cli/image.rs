@@ -363,12 +363,48 @@ fn is_ufs(f: &std::fs::File, alternate: Option<u64>) -> bool {
     !sufs && fsck::ufs2::probe(f, alternate)
 }
 
-/// `sufs fsck` of a UFS2 image: the check only (`-b` names a sector, as fsck_ffs's does); -y and
-/// -p are refused, since no repair is written yet.
+/// `sufs fsck` of a UFS2 image (`-b` names a sector, as fsck_ffs's does): the check, and with
+/// -y or -p the repair (`fsck::ufs2::repair`), which writes nothing unless it can repair every
+/// finding (with -p: every finding of the allowed class).
 fn cmd_fsck_ufs2(image: &Path, f: &std::fs::File, opts: &fsck::Options) -> Result<u8, Fail> {
-    let len = f.metadata().map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?.len();
+    let fail = |e: &dyn std::fmt::Display| Fail(format!("{}: UFS2: {e}", image.display()), 8);
+    let len = f.metadata().map_err(|e| fail(&e))?.len();
     let uopts = fsck::ufs2::Options { alternate: opts.superblock };
-    let report = fsck::ufs2::check(f, len, &uopts).map_err(|e| Fail(format!("{}: UFS2: {e}", image.display()), 8))?;
+    let mode = match opts.mode {
+        fsck::Mode::Check => None,
+        fsck::Mode::Repair => Some(fsck::ufs2::RepairMode::Yes),
+        fsck::Mode::Preen => Some(fsck::ufs2::RepairMode::Preen),
+    };
+    let Some(mode) = mode else {
+        let report = fsck::ufs2::check(f, len, &uopts).map_err(|e| fail(&e))?;
+        print_ufs2_report(image, &report);
+        return Ok(if report.findings.is_empty() { 0 } else { 4 });
+    };
+    let rw = std::fs::OpenOptions::new().read(true).write(true).open(image).map_err(|e| fail(&e))?;
+    let out = fsck::ufs2::repair(&rw, len, &uopts, mode).map_err(|e| fail(&e))?;
+    print_ufs2_report(image, &out.before);
+    for line in &out.done {
+        println!("repaired: {line}");
+    }
+    if let Some(why) = &out.refused {
+        let run = if mode == fsck::ufs2::RepairMode::Preen { ": run sufs fsck -y" } else { "" };
+        println!("{}: not repaired ({why}), nothing changed{run}", image.display());
+        return Ok(if out.before.findings.is_empty() { 0 } else { 4 });
+    }
+    rw.sync_all().map_err(|e| fail(&e))?;
+    let after = out.after.unwrap_or_default();
+    if !after.findings.is_empty() {
+        for f in &after.findings {
+            println!("left: {:?}: {f}", f.class());
+        }
+        println!("{}: {} findings left unrepaired", image.display(), after.findings.len());
+        return Ok(4);
+    }
+    Ok(if out.before.findings.is_empty() { 0 } else { 1 })
+}
+
+/// The findings of a UFS2 check and the counts fsck_ffs prints at the end.
+fn print_ufs2_report(image: &Path, report: &fsck::ufs2::Report) {
     println!("** {}: UFS2 file system, superblock at byte {}", image.display(), report.sblock_at);
     for f in &report.findings {
         println!("{:?}: {f}", f.class());
@@ -391,14 +427,6 @@ fn cmd_fsck_ufs2(image: &Path, f: &std::fs::File, opts: &fsck::Options) -> Resul
         report.allowed(),
         report.violations(),
     );
-    if opts.mode != fsck::Mode::Check {
-        let flag = if opts.mode == fsck::Mode::Repair { "-y" } else { "-p" };
-        return Err(Fail(
-            format!("{}: {flag} is not yet supported on UFS2 images: nothing was changed", image.display()),
-            8,
-        ));
-    }
-    Ok(if report.findings.is_empty() { 0 } else { 4 })
 }
 
 pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {

@@ -1,7 +1,7 @@
 //! fsck for FreeBSD UFS2 images, one file per pass as FreeBSD's sbin/fsck_ffs has them, over
 //! the UFS2 codec (`format::ufs2`). It only reads: every problem is a `Finding` with a `Class`
-//! (what a soft-updates crash may leave, or not), printed in fsck_ffs's words. Repair is not
-//! done yet; the CLI refuses `-y` and `-p` on a UFS2 image rather than write half a repair.
+//! (what a soft-updates crash may leave, or not), printed in fsck_ffs's words. `repair` then
+//! writes what fsck_ffs's `-y` and `-p` write for the findings it knows (see there), or nothing.
 //!
 //! - `setup` (setup.c): the superblock, by the standard search or a copy (`-b`), and the
 //!   device's size against it.
@@ -13,6 +13,8 @@
 //!   counts and unreferenced inodes.
 //! - `pass5` (pass5.c): each group's maps, counts, fragment and cluster summaries rebuilt from
 //!   pass 1 and compared with the disk; the summary area and `fs_cstotal`.
+//! - `repair` (pass4.c's `adjust`/`clri`, pass3.c's lost+found, pass5.c's rewrite, `ckfini`):
+//!   the writes, after the check and only when every finding is one it repairs.
 //!
 //! Nothing read from the disk is trusted: the superblock has passed `Fs::validate` and fits
 //! the device, every block number is range-checked before it is read, indirect blocks are read
@@ -28,9 +30,11 @@ mod pass2;
 mod pass3;
 mod pass4;
 mod pass5;
+mod repair;
 mod setup;
 
 pub use findings::Finding;
+pub use repair::{repair, Outcome, RepairMode, WriteAt};
 pub use setup::probe;
 
 use crate::fsck::Class;
@@ -111,6 +115,9 @@ impl Bitmap {
     fn set(&mut self, i: i64) {
         self.0[i as usize / 64] |= 1 << (i % 64);
     }
+    fn clear(&mut self, i: i64) {
+        self.0[i as usize / 64] &= !(1 << (i % 64));
+    }
 }
 
 /// The state the passes share (fsck_ffs's globals: `sblock`, `blockmap`, `inoinfo`, `duplist`).
@@ -119,6 +126,8 @@ struct Check<'a, D: ReadAt + ?Sized> {
     sb: Superblock,
     /// The superblock is a group's copy (`-b`), whose counts newfs wrote and nothing updates.
     alternate: bool,
+    /// The byte offset the superblock was read at (where `repair` writes it back).
+    sblock_at: u64,
     /// Each group's block as read (`None`: it did not decode).
     cgs: Vec<Option<Cg>>,
     inodes: Vec<InoInfo>,
@@ -211,12 +220,18 @@ fn runs(indices: impl Iterator<Item = (i64, bool)>) -> Vec<(i64, i64)> {
 /// Checks the UFS2 file system on `dev` (`dev_len` bytes); changes nothing. An error means it
 /// cannot be checked at all: no usable superblock, or an I/O error.
 pub fn check<D: ReadAt + ?Sized>(dev: &D, dev_len: u64, opts: &Options) -> Result<Report, Ufs2Error> {
+    Ok(run(dev, dev_len, opts)?.1)
+}
+
+/// Runs the passes; answers their shared state (for `repair`) and the report.
+fn run<'a, D: ReadAt + ?Sized>(dev: &'a D, dev_len: u64, opts: &Options) -> Result<(Check<'a, D>, Report), Ufs2Error> {
     let (sblock_at, sb, mut findings) = setup::read_superblock(dev, dev_len, opts)?;
     let nfrags = sb.fs_size;
     let ninodes = sb.maxino() as usize;
     let mut ck = Check {
         dev,
         alternate: opts.alternate.is_some(),
+        sblock_at,
         cgs: Vec::new(),
         inodes: vec![InoInfo::default(); ninodes],
         claimed: Bitmap::new(nfrags),
@@ -238,8 +253,8 @@ pub fn check<D: ReadAt + ?Sized>(dev: &D, dev_len: u64, opts: &Options) -> Resul
     }
     let mut report = ck.pass5()?;
     report.sblock_at = sblock_at;
-    report.findings = ck.findings;
-    Ok(report)
+    report.findings = ck.findings.clone();
+    Ok((ck, report))
 }
 
 #[cfg(test)]

@@ -1,0 +1,439 @@
+//! Repair, what fsck_ffs writes after its passes: pass 4's `adjust` and `clri` (a link count
+//! set to the names counted; an unreferenced inode cleared, or with `-y` a file holding data
+//! reconnected to lost+found, made as pass3.c's `allocdir` makes it: one fragment, "." and ".."
+//! in its first chunk), then pass 5's rewrite of every group whose maps or summaries differ
+//! from what pass 1 found (inode and fragment maps, `cg_cs`, `cg_frsum`, the cluster map and
+//! summary, sealed with their check hashes), the summary area at `fs_csaddr`, `fs_cstotal`, and
+//! last `ckfini`'s clean flag once a check of the result finds nothing.
+//!
+//! Repair starts only when every finding is one it knows how to repair (`repairs`), and with
+//! `-p` (preen) only when every finding is of the `Allowed` class, what a soft-updates crash may
+//! leave; otherwise nothing is written. Preen clears an unreferenced file rather than
+//! reconnecting it: after a soft-updates crash it is a file whose last name was removed, or a
+//! create whose name never reached the disk, neither of which anyone could see.
+
+use super::pass1::{walk, Event, Step};
+use super::*;
+use crate::format::{dirent_put, dirent_size, DIRBLKSIZ, DT_DIR};
+
+/// A device written by byte offset.
+pub trait WriteAt {
+    fn write_all_at(&self, buf: &[u8], off: u64) -> std::io::Result<()>;
+}
+
+impl WriteAt for std::fs::File {
+    fn write_all_at(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(self, buf, off)
+    }
+}
+
+/// How far repair goes: fsck_ffs's `-y`, or `-p` (only what a soft-updates crash may leave).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairMode {
+    Yes,
+    Preen,
+}
+
+/// What a repair did.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The check before any write.
+    pub before: Report,
+    /// Why nothing was written (findings repair does not know, or not `Allowed` in preen).
+    pub refused: Option<String>,
+    /// What was written, a line each, in fsck_ffs's words.
+    pub done: Vec<String>,
+    /// The check after the writes (`None` when refused).
+    pub after: Option<Report>,
+}
+
+/// Whether `f` is a finding repair knows how to repair.
+fn repairs(f: &Finding) -> bool {
+    use Finding::*;
+    matches!(
+        f,
+        SuperblockCheckHash { .. }
+            | CgCheckHash { .. }
+            | BlockCount { .. }
+            | UnrefFile { .. }
+            | LinkCount { .. }
+            | InodesMarkedFree { .. }
+            | InodesMarkedUsed { .. }
+            | FragsMarkedFree { .. }
+            | FragsMarkedUsed { .. }
+            | CgCount { .. }
+            | Frsum { .. }
+            | ClusterMap { .. }
+            | ClusterSum { .. }
+            | Rotor { .. }
+            | CsArea { .. }
+            | CsTotal { .. }
+    )
+}
+
+/// Checks the file system on `dev` and repairs it as `mode` allows, or writes nothing and says
+/// why. With `-b` (a group's superblock copy) nothing is written: the counts of a copy are
+/// newfs's, and writing the standard superblock back from it is not done here.
+pub fn repair<D: ReadAt + WriteAt + ?Sized>(
+    dev: &D,
+    dev_len: u64,
+    opts: &Options,
+    mode: RepairMode,
+) -> Result<Outcome, Ufs2Error> {
+    let (mut ck, before) = run(dev, dev_len, opts)?;
+    let mut out = Outcome { before, ..Outcome::default() };
+    let refuse = |why: String| Outcome { refused: Some(why), ..out.clone() };
+    if opts.alternate.is_some() {
+        return Ok(refuse("repair from a superblock copy (-b) is not supported".into()));
+    }
+    let unknown: Vec<String> = out.before.findings.iter().filter(|f| !repairs(f)).map(|f| f.to_string()).collect();
+    if !unknown.is_empty() {
+        return Ok(refuse(format!("no repair for: {}", unknown.join("; "))));
+    }
+    if mode == RepairMode::Preen {
+        let v: Vec<String> =
+            out.before.findings.iter().filter(|f| f.class() == Class::Violation).map(|f| f.to_string()).collect();
+        if !v.is_empty() {
+            return Ok(refuse(format!("not what a soft-updates crash leaves: {}", v.join("; "))));
+        }
+    }
+    ck.repair_inodes(mode, &mut out.done)?;
+    ck.rewrite_groups(&mut out.done)?;
+    let after = check(dev, dev_len, opts)?;
+    if after.findings.is_empty() {
+        ck.mark_clean(&mut out.done)?;
+    }
+    out.after = Some(after);
+    Ok(out)
+}
+
+impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
+    fn write(&self, off: u64, b: &[u8]) -> Result<(), Ufs2Error> {
+        Ok(self.dev.write_all_at(b, off)?)
+    }
+
+    fn put_dinode(&self, ino: u32, d: &Dinode) -> Result<(), Ufs2Error> {
+        self.write(self.sb.ino_offset(ino), &d.encode_for(&self.sb))
+    }
+
+    /// Pass 4's repairs, and pass 1's block counts: each inode rewritten once.
+    fn repair_inodes(&mut self, mode: RepairMode, done: &mut Vec<String>) -> Result<(), Ufs2Error> {
+        let findings = self.findings.clone();
+        for f in &findings {
+            match *f {
+                Finding::BlockCount { ino, actual, .. } => {
+                    let mut d = self.dinode(ino)?;
+                    d.di_blocks = actual;
+                    self.put_dinode(ino, &d)?;
+                    done.push(format!("{f} (FIXED)"));
+                }
+                Finding::LinkCount { ino, actual, .. } => {
+                    let mut d = self.dinode(ino)?;
+                    assert!(actual > 0 && actual <= i16::MAX as u32, "I={ino}: a link count of {actual} names");
+                    d.di_nlink = actual as i16;
+                    self.put_dinode(ino, &d)?;
+                    self.inodes[ino as usize].nlink = actual as i16;
+                    done.push(format!("{f} (ADJUSTED)"));
+                }
+                Finding::UnrefFile { ino, size, .. } => {
+                    let d = self.dinode(ino)?;
+                    let data = size > 0 || d.di_blocks > 0;
+                    if mode == RepairMode::Yes && data {
+                        if let Some(lf) = self.reconnect(ino, &d, done)? {
+                            done.push(format!("{f} (RECONNECTED to lost+found I={lf})"));
+                            continue;
+                        }
+                    }
+                    self.clri(ino, &d)?;
+                    done.push(format!("{f} (CLEARED)"));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// `clri`: inode `ino` (`d` as on disk) zeroed and its fragments unclaimed, for pass 5 to
+    /// free in the maps.
+    fn clri(&mut self, ino: u32, d: &Dinode) -> Result<(), Ufs2Error> {
+        assert_eq!(self.inodes[ino as usize].state, State::InUse, "I={ino}: clearing an inode not in use");
+        let mut held = Vec::new();
+        walk(&self.sb, self.dev, d, &mut |ev| {
+            if let Event::Held(h) = ev {
+                held.push(h);
+            }
+            Step::Go
+        })?;
+        for h in held {
+            for fr in h.fsb..h.fsb + h.frags {
+                // Repair runs only without duplicates, so each fragment is this inode's alone.
+                assert!(self.claimed.get(fr) && !self.dups.contains(&fr), "I={ino}: fragment {fr} not its own");
+                self.claimed.clear(fr);
+            }
+        }
+        self.write(self.sb.ino_offset(ino), &[0u8; UFS2_DINODE_SIZE])?;
+        self.inodes[ino as usize] = InoInfo::default();
+        Ok(())
+    }
+
+    /// `linkup`: file `ino` named "#ino" in lost+found (made if missing), its link count set
+    /// to that one name. `None`: there is no lost+found and no room to make one, or no room in
+    /// it; the caller clears the file.
+    fn reconnect(&mut self, ino: u32, d: &Dinode, done: &mut Vec<String>) -> Result<Option<u32>, Ufs2Error> {
+        let lf = match self.lookup(UFS_ROOTINO, b"lost+found")? {
+            Some(lf) if self.is_dir(lf) => lf,
+            Some(_) => return Ok(None),
+            None => match self.make_lost_found()? {
+                Some(lf) => {
+                    done.push(format!("NO lost+found DIRECTORY (CREATED I={lf})"));
+                    lf
+                }
+                None => return Ok(None),
+            },
+        };
+        let dtype = self.inodes[ino as usize].dtype;
+        if !self.add_entry(lf, format!("#{ino}").as_bytes(), ino, dtype)? {
+            return Ok(None);
+        }
+        let mut d = d.clone();
+        d.di_nlink = 1;
+        self.put_dinode(ino, &d)?;
+        let t = &mut self.inodes[ino as usize];
+        (t.nlink, t.counted) = (1, 1);
+        Ok(Some(lf))
+    }
+
+    /// The inode `name` names in directory `dir`, if any.
+    fn lookup(&self, dir: u32, name: &[u8]) -> Result<Option<u32>, Ufs2Error> {
+        let size = self.inodes[dir as usize].size;
+        let bsize = self.sb.fs_bsize as u64;
+        for &(lbn, fsb, frags) in self.dir_blocks.get(&dir).map_or(&[][..], |v| &v[..]) {
+            let base = lbn as u64 * bsize;
+            let len = (frags * self.sb.fs_fsize as i64) as u64;
+            let data = self.read(fsb, len.min(size.saturating_sub(base)) as usize)?;
+            for e in DirIter::new(&data, base, size, self.sb.maxino()).flatten() {
+                if e.d_ino != 0 && e.name == name {
+                    return Ok(Some(e.d_ino));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// fsck_ffs's `makeentry` without `expanddir`: an entry for `ino` in the first room of
+    /// directory `dir`'s blocks (an empty record, or the slack after an entry). False: no room.
+    fn add_entry(&mut self, dir: u32, name: &[u8], ino: u32, dtype: u8) -> Result<bool, Ufs2Error> {
+        let size = self.inodes[dir as usize].size;
+        let bsize = self.sb.fs_bsize as u64;
+        let need = dirent_size(name.len());
+        let blocks = self.dir_blocks.get(&dir).cloned().unwrap_or_default();
+        for (lbn, fsb, frags) in blocks {
+            let base = lbn as u64 * bsize;
+            let len = ((frags * self.sb.fs_fsize as i64) as u64).min(size.saturating_sub(base)) as usize;
+            let mut data = self.read(fsb, len)?;
+            let mut slot = None;
+            for e in DirIter::new(&data, base, size, self.sb.maxino()) {
+                let Ok(e) = e else { break };
+                let (at, reclen) = ((e.offset - base) as usize, e.d_reclen as usize);
+                if e.d_ino == 0 && reclen >= need {
+                    slot = Some((at, None, reclen));
+                    break;
+                }
+                let used = dirent_size(e.name.len());
+                if e.d_ino != 0 && reclen - used >= need {
+                    slot = Some((at + used, Some((at, used)), reclen - used));
+                    break;
+                }
+            }
+            let Some((at, shrink, reclen)) = slot else { continue };
+            if let Some((prev, used)) = shrink {
+                data[prev + 4..prev + 6].copy_from_slice(&(used as u16).to_le_bytes());
+            }
+            assert!(at % DIRBLKSIZ + reclen <= DIRBLKSIZ, "an entry crossing its chunk");
+            data[at..at + reclen].fill(0);
+            dirent_put(&mut data, at, ino, reclen, dtype, name);
+            self.write(self.sb.fsb_offset(fsb), &data)?;
+            self.inodes[ino as usize].counted += 1;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// pass3.c's lost+found, by `allocdir`: a free inode below its group's `cg_initediblk` and
+    /// one free fragment (both free in what pass 1 found), a directory of one fragment holding
+    /// "." and ".." and empty chunks, named in the root. `None`: no inode, fragment or room.
+    fn make_lost_found(&mut self) -> Result<Option<u32>, Ufs2Error> {
+        let sb = &self.sb;
+        let inited = |ino: u32| {
+            let c = sb.ino_to_cg(ino) as usize;
+            self.cgs[c].as_ref().is_some_and(|g| ino % sb.fs_ipg < g.hdr.cg_initediblk)
+        };
+        let Some(ino) =
+            (UFS_ROOTINO + 1..sb.maxino()).find(|&i| self.inodes[i as usize].state == State::Free && inited(i))
+        else {
+            return Ok(None);
+        };
+        let free = |f: i64| !self.is_meta(f) && !self.claimed.get(f);
+        let Some(frag) = (0..sb.fs_ncg)
+            .flat_map(|c| sb.cgdmin(c)..(sb.cgbase(c) + sb.fs_fpg as i64).min(sb.fs_size))
+            .find(|&f| free(f))
+        else {
+            return Ok(None);
+        };
+        let fsize = sb.fs_fsize as usize;
+        // Room in the root first, so that nothing is written if there is none.
+        let need = dirent_size(b"lost+found".len());
+        if !self.has_room(UFS_ROOTINO, need)? {
+            return Ok(None);
+        }
+        let mut block = vec![0u8; fsize];
+        dirent_put(&mut block, 0, ino, 12, DT_DIR, b".");
+        dirent_put(&mut block, 12, UFS_ROOTINO, DIRBLKSIZ - 12, DT_DIR, b"..");
+        for chunk in (DIRBLKSIZ..fsize).step_by(DIRBLKSIZ) {
+            block[chunk + 4..chunk + 6].copy_from_slice(&(DIRBLKSIZ as u16).to_le_bytes());
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let mut d = Dinode::zeroed();
+        d.di_mode = IFDIR | 0o700;
+        d.di_nlink = 2;
+        d.di_size = fsize as u64;
+        d.di_blocks = (fsize / DEV_BSIZE as usize) as u64;
+        d.di_blksize = sb.fs_bsize as u32;
+        (d.di_atime, d.di_mtime, d.di_ctime, d.di_birthtime) = (now, now, now, now);
+        d.di_db[0] = frag;
+        self.write(self.sb.fsb_offset(frag), &block)?;
+        self.put_dinode(ino, &d)?;
+        self.claimed.set(frag);
+        self.inodes[ino as usize] = InoInfo {
+            state: State::InUse,
+            dtype: DT_DIR,
+            nlink: 2,
+            mode: d.di_mode,
+            size: fsize as u64,
+            counted: 1,
+            parent: UFS_ROOTINO,
+            dotdot: UFS_ROOTINO,
+            names: 1,
+        };
+        self.dir_blocks.insert(ino, vec![(0, frag, 1)]);
+        let added = self.add_entry(UFS_ROOTINO, b"lost+found", ino, DT_DIR)?;
+        assert!(added, "room in the root was found before");
+        let mut root = self.dinode(UFS_ROOTINO)?;
+        root.di_nlink += 1;
+        self.put_dinode(UFS_ROOTINO, &root)?;
+        let r = &mut self.inodes[UFS_ROOTINO as usize];
+        (r.nlink, r.counted) = (root.di_nlink, r.counted + 1);
+        Ok(Some(ino))
+    }
+
+    /// Whether directory `dir` has room for an entry of `need` bytes without growing.
+    fn has_room(&self, dir: u32, need: usize) -> Result<bool, Ufs2Error> {
+        let size = self.inodes[dir as usize].size;
+        let bsize = self.sb.fs_bsize as u64;
+        for &(lbn, fsb, frags) in self.dir_blocks.get(&dir).map_or(&[][..], |v| &v[..]) {
+            let base = lbn as u64 * bsize;
+            let len = ((frags * self.sb.fs_fsize as i64) as u64).min(size.saturating_sub(base)) as usize;
+            let data = self.read(fsb, len)?;
+            let room = DirIter::new(&data, base, size, self.sb.maxino()).map_while(Result::ok).any(|e| {
+                let used = if e.d_ino == 0 { 0 } else { dirent_size(e.name.len()) };
+                e.d_reclen as usize - used >= need
+            });
+            if room {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Pass 5's rewrite: each group's maps from what pass 1 found (and pass 4 changed), its
+    /// header's counts and summaries from those maps, written when its bytes differ; then the
+    /// summary area and `fs_cstotal`.
+    fn rewrite_groups(&mut self, done: &mut Vec<String>) -> Result<(), Ufs2Error> {
+        let sb = self.sb.clone();
+        let (ipg, frag, fpg) = (sb.fs_ipg, sb.fs_frag as i64, sb.fs_fpg as i64);
+        let mut cs_area = self.read(sb.fs_csaddr, sb.fs_cssize as usize)?;
+        let mut total = CsumTotal { cs_numclusters: sb.fs_cstotal.cs_numclusters, ..CsumTotal::default() };
+        for c in 0..sb.fs_ncg {
+            let base = sb.cgbase(c);
+            let ndblk = (sb.fs_size - base).min(fpg);
+            let Some(mut g) = self.cgs[c as usize].clone() else {
+                unreachable!("group {c} did not decode, and repair started")
+            };
+            let mut ndir = 0;
+            for i in 0..ipg {
+                let ino = c * ipg + i;
+                g.set_inode_used(i, ino < UFS_ROOTINO || self.inodes[ino as usize].state != State::Free);
+                if self.is_dir(ino) {
+                    ndir += 1;
+                }
+            }
+            for f in 0..ndblk {
+                g.set_frag_free(f as u32, !self.is_meta(base + f) && !self.claimed.get(base + f));
+            }
+            if sb.fs_contigsumsize > 0 {
+                for b in 0..(ndblk / frag) as u32 {
+                    let free = g.block_free(b);
+                    g.set_cluster_free(b, free);
+                }
+            }
+            let m = g.map_counts();
+            g.hdr.cg_cs = Csum {
+                cs_ndir: ndir,
+                cs_nbfree: m.nbfree as i32,
+                cs_nifree: m.nifree as i32,
+                cs_nffree: m.nffree as i32,
+            };
+            g.hdr.cg_frsum = m.frsum;
+            if sb.fs_contigsumsize > 0 {
+                g.set_clustersum_all(&m.clustersum);
+            }
+            for (rotor, limit) in
+                [(&mut g.hdr.cg_rotor, ndblk as u32), (&mut g.hdr.cg_frotor, ndblk as u32), (&mut g.hdr.cg_irotor, ipg)]
+            {
+                if *rotor >= limit {
+                    *rotor = 0;
+                }
+            }
+            let bytes = g.encode(&sb);
+            let at = sb.fsb_offset(sb.cgtod(c));
+            if self.read(sb.cgtod(c), bytes.len())? != bytes {
+                self.write(at, &bytes)?;
+                done.push(format!("CG {c}: REWRITTEN (maps, counts and summaries)"));
+            }
+            let cs = g.hdr.cg_cs;
+            cs.put(&mut cs_area, c as usize * Csum::SIZE);
+            total.cs_ndir += cs.cs_ndir as i64;
+            total.cs_nbfree += cs.cs_nbfree as i64;
+            total.cs_nifree += cs.cs_nifree as i64;
+            total.cs_nffree += cs.cs_nffree as i64;
+            self.cgs[c as usize] = Some(g);
+        }
+        if self.read(sb.fs_csaddr, cs_area.len())? != cs_area {
+            self.write(sb.fsb_offset(sb.fs_csaddr), &cs_area)?;
+            done.push("SUMMARY AREA REWRITTEN".into());
+        }
+        total.cs_spare = sb.fs_cstotal.cs_spare;
+        self.sb.fs_cstotal = total;
+        self.put_superblock("FREE BLK COUNT(S) IN SUPERBLK FIXED", done)
+    }
+
+    /// `ckfini`: the file system marked clean, `FS_NEEDSFSCK` and `FS_UNCLEAN` cleared.
+    fn mark_clean(&mut self, done: &mut Vec<String>) -> Result<(), Ufs2Error> {
+        self.sb.fs_clean = 1;
+        self.sb.fs_flags &= !(FS_NEEDSFSCK | FS_UNCLEAN);
+        self.sb.fs_fmod = 0;
+        self.put_superblock("MARKED CLEAN", done)
+    }
+
+    /// The superblock written at its place, with its check hash, if its bytes changed.
+    fn put_superblock(&self, what: &str, done: &mut Vec<String>) -> Result<(), Ufs2Error> {
+        let bytes = self.sb.encode();
+        let mut now = vec![0u8; bytes.len()];
+        self.dev.read_exact_at(&mut now, self.sblock_at)?;
+        if now != bytes {
+            self.write(self.sblock_at, &bytes)?;
+            done.push(format!("SUPERBLOCK: {what}"));
+        }
+        Ok(())
+    }
+}
