@@ -277,3 +277,91 @@ fn run_lengths(map: &Bitmap, n: usize, mut f: impl FnMut(usize)) {
         f(run);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{rngs::SmallRng, Rng, SeedableRng};
+
+    /// `n` random bits: all clear, all set, sparse, dense, or in long runs, so that whole
+    /// words of each kind and words with edges inside both occur.
+    fn random_bits(rng: &mut SmallRng, n: usize) -> Vec<bool> {
+        match rng.gen_range(0..5) {
+            0 => vec![false; n],
+            1 => vec![true; n],
+            2 => (0..n).map(|_| rng.gen_bool(0.05)).collect(),
+            3 => (0..n).map(|_| rng.gen_bool(0.95)).collect(),
+            _ => {
+                let mut v = Vec::with_capacity(n);
+                while v.len() < n {
+                    let (on, len) = (rng.gen_bool(0.5), rng.gen_range(1..200));
+                    v.extend(std::iter::repeat_n(on, len.min(n - v.len())));
+                }
+                v
+            }
+        }
+    }
+
+    /// The bits as a cylinder group map's bytes.
+    fn bytes_of(bits: &[bool]) -> Vec<u8> {
+        let mut b = vec![0u8; bits.len().div_ceil(8)];
+        for (i, _) in bits.iter().enumerate().filter(|(_, &on)| on) {
+            b[i / 8] |= 1 << (i % 8);
+        }
+        b
+    }
+
+    #[test]
+    fn fragacct_agrees_with_counting_fragment_by_fragment() {
+        let mut rng = SmallRng::seed_from_u64(5);
+        for round in 0..2000 {
+            let frag = [1usize, 2, 4, 8][round % 4];
+            let nblk = rng.gen_range(1..400);
+            let bits = random_bits(&mut rng, nblk * frag);
+            let got = fragacct(&Bitmap::from_bytes(&bytes_of(&bits), bits.len()), nblk, frag);
+            // `ffs_isblock` and `ffs_fragacct`, a fragment at a time.
+            let mut want =
+                BlockCounts { nbfree: 0, free_blocks: Bitmap::new(nblk as i64), nffree: 0, frsum: Default::default() };
+            for (b, blk) in bits.chunks(frag).enumerate() {
+                if blk.iter().all(|&f| f) {
+                    want.nbfree += 1;
+                    want.free_blocks.set(b as i64);
+                    continue;
+                }
+                want.nffree += blk.iter().filter(|&&f| f).count() as u32;
+                for run in blk.split(|&f| !f).map(|r| r.len()).filter(|&l| l > 0) {
+                    want.frsum[run] += 1;
+                }
+            }
+            assert_eq!(got, want, "round {round}: frag {frag}, {nblk} blocks");
+        }
+    }
+
+    #[test]
+    fn word_maps_agree_with_their_bits() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        for round in 0..2000 {
+            let n = rng.gen_range(1..700);
+            let mut bits = random_bits(&mut rng, n);
+            // A map's bytes may run past the bits that count: those bits are dropped.
+            let mut bytes = bytes_of(&bits);
+            bytes.push(0xff);
+            let mut m = Bitmap::from_bytes(&bytes, n);
+            let (lo, hi) = (rng.gen_range(0..n), rng.gen_range(0..=n));
+            let (lo, hi) = (lo.min(hi), lo.max(hi));
+            let on = rng.gen_bool(0.5);
+            m.fill(lo, hi, on);
+            bits[lo..hi].fill(on);
+            let ones: Vec<usize> = (0..n).filter(|&i| bits[i]).collect();
+            assert_eq!(m.iter_ones().collect::<Vec<_>>(), ones, "round {round}: {n} bits, {lo}..{hi} = {on}");
+            assert_eq!(m.count_ones(), ones.len() as u64);
+            let at = rng.gen_range(0..n + 64);
+            let word = (0..64).filter(|k| bits.get(at + k) == Some(&true)).fold(0u64, |w, k| w | 1 << k);
+            assert_eq!(m.word_at(at), word, "round {round}: the word at {at}");
+            let mut got = Vec::new();
+            run_lengths(&m, n, |r| got.push(r));
+            let want: Vec<usize> = bits.split(|&b| !b).map(|r| r.len()).filter(|&l| l > 0).collect();
+            assert_eq!(got, want, "round {round}: runs");
+        }
+    }
+}
