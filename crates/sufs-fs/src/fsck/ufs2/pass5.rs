@@ -1,6 +1,7 @@
 //! Pass 5, fsck_ffs's pass5.c: each group's maps rebuilt from pass 1 and compared with the
-//! disk. The inode map from the inodes in use (0 and 1 reserved in group 0), the free-fragment
-//! map from the fragments claimed and the metadata (superblock copy, group block, inodes; in
+//! disk, a 64-bit word at a time (bits are looked at only where words differ). The inode map
+//! from the inodes in use (0 and 1 reserved in group 0), the free-fragment map from the
+//! fragments claimed and the metadata (superblock copy, group block, inodes; in
 //! group 0 the boot area, and the summary area). A fragment or inode set used that nothing
 //! holds is a leak (allowed); one held but free is a violation. Then each header against its
 //! own maps, as the kernel keeps them in the same block write: `cg_cs` (`ndir` against the
