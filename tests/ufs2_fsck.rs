@@ -9,14 +9,16 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
 mod common;
 
 use common::fuse::{external_tool, fuse_available, mount_fg};
-use common::sufs;
 use common::ufs2::{have_makefs, image, makefs, FuseUfs};
+use common::{ok, sufs, SUFS};
 use sufs_fs::format::ufs2::*;
 use sufs_fs::fsck::ufs2::{check, Options};
 use sufs_fs::fsck::Class;
@@ -112,6 +114,26 @@ fn freebsd_image_is_clean() {
     let (_, out) = fsck(&p, &[]);
     assert!(out.contains("superblock at byte 65536"), "{out}");
     assert!(out.contains("11 files, 5 directories"), "{out}");
+}
+
+/// A terabyte as newfs leaves it (1,677 groups of 80,128 inodes, two blocks of them
+/// initialized in each) is checked in seconds and in little memory: the inode table holds
+/// only the inodes pass 1 read, and pass 5 compares each group's maps a word at a time. Run
+/// in 1 GiB of address space, and in a minute (a debug build takes about 4 s; checking every
+/// inode and fragment one by one took 4.3 GB and nearly three minutes).
+#[test]
+fn a_terabyte_is_checked_in_little_time_and_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("t.img");
+    let img = img.to_str().unwrap();
+    ok(&["mkfs", "--ufs2", img, "--size", "1T"]);
+    let start = Instant::now();
+    let out = Command::new("prlimit").args(["--as=1073741824", "--", SUFS, "fsck", "-n", img]).output().unwrap();
+    let took = start.elapsed();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("0 files, 2 directories") && text.contains(" 0 findings "), "{text}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
 }
 
 #[test]

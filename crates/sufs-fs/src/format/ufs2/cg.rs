@@ -234,6 +234,23 @@ impl Cg {
         &mut self.buf[off as usize..off as usize + bits.div_ceil(8) as usize]
     }
 
+    /// The used-inode map's bytes (`cg_inosused`, `fs_ipg` bits, inode `i` at bit `i % 8` of
+    /// byte `i / 8`), for a reader that compares it a word at a time.
+    pub fn inode_map(&self) -> &[u8] {
+        self.map(self.hdr.cg_iusedoff, self.ipg)
+    }
+
+    /// The free-fragment map's bytes (`cg_blksfree`, `fs_fpg` bits), as `inode_map`.
+    pub fn free_map(&self) -> &[u8] {
+        self.map(self.hdr.cg_freeoff, self.fpg)
+    }
+
+    /// The free-cluster map's bytes (`cg_clustersfree`, a bit per block), as `inode_map`;
+    /// `None` without cluster maps.
+    pub fn cluster_map(&self) -> Option<&[u8]> {
+        (self.contigsumsize > 0).then(|| self.map(self.hdr.cg_clusteroff, self.fpg / self.frag))
+    }
+
     /// `cg_inosused`: whether inode `i` of the group (0-based in the group) is in use.
     pub fn inode_used(&self, i: u32) -> bool {
         assert!(i < self.ipg, "inode {i} of a group of {}", self.ipg);

@@ -102,12 +102,87 @@ struct InoInfo {
     names: u32,
 }
 
-/// A bit per fragment of the file system.
+/// What pass 1 learned of every inode, kept per group for the inodes pass 1 read (those below
+/// `cg_initediblk`, or all of a group whose block did not decode); every other inode is free.
+/// A large file system initializes few inodes (newfs two blocks a group), so the table and
+/// the passes that walk it cost what is in use, not `fs_ipg * fs_ncg`.
+struct Inodes {
+    ipg: u32,
+    maxino: u32,
+    /// Group `c`'s inodes `c * ipg ..` as far as pass 1 read them.
+    groups: Vec<Vec<InoInfo>>,
+}
+
+/// An inode pass 1 did not read (or did not find in use).
+const FREE: InoInfo =
+    InoInfo { state: State::Free, dtype: 0, nlink: 0, mode: 0, size: 0, counted: 0, parent: 0, dotdot: 0, names: 0 };
+
+impl Inodes {
+    fn new(sb: &Superblock) -> Inodes {
+        Inodes { ipg: sb.fs_ipg, maxino: sb.maxino(), groups: Vec::with_capacity(sb.fs_ncg as usize) }
+    }
+
+    /// Makes room for the next group's first `n` inodes, all free until pass 1 sets them.
+    fn add_group(&mut self, n: u32) {
+        assert!(n <= self.ipg, "{n} inodes in a group of {}", self.ipg);
+        self.groups.push(vec![FREE; n as usize]);
+    }
+
+    /// The inodes of group `c` pass 1 read (fewer than `fs_ipg`: the rest are free).
+    fn group(&self, c: u32) -> &[InoInfo] {
+        self.groups.get(c as usize).map_or(&[][..], |g| &g[..])
+    }
+
+    fn get(&self, ino: u32) -> &InoInfo {
+        assert!(ino < self.maxino, "inode {ino} past maxino {}", self.maxino);
+        self.group(ino / self.ipg).get((ino % self.ipg) as usize).unwrap_or(&FREE)
+    }
+
+    /// Inode `ino`'s entry if pass 1 read it (an inode it did not read stays free).
+    fn get_mut(&mut self, ino: u32) -> Option<&mut InoInfo> {
+        assert!(ino < self.maxino, "inode {ino} past maxino {}", self.maxino);
+        self.groups.get_mut((ino / self.ipg) as usize)?.get_mut((ino % self.ipg) as usize)
+    }
+
+    /// Every inode pass 1 read, in order, with its number.
+    fn iter(&self) -> impl Iterator<Item = (u32, &InoInfo)> + '_ {
+        let ipg = self.ipg;
+        (self.groups.iter().enumerate())
+            .flat_map(move |(c, g)| g.iter().enumerate().map(move |(i, t)| (c as u32 * ipg + i as u32, t)))
+    }
+}
+
+/// A bit per fragment of the file system, or per inode or block of a group (bit `i` at bit
+/// `i % 64` of word `i / 64`, which is a cylinder group map's bytes read as little-endian
+/// words). Bits past the length it was made with are clear.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Bitmap(Vec<u64>);
 
 impl Bitmap {
     fn new(n: i64) -> Bitmap {
         Bitmap(vec![0; (n as usize).div_ceil(64)])
+    }
+    /// `n` bits, all set.
+    fn ones(n: usize) -> Bitmap {
+        let mut b = Bitmap::new(n as i64);
+        b.set_range(0, n);
+        b
+    }
+    /// The first `n` bits of a cylinder group map's bytes (bit `i` at bit `i % 8` of byte
+    /// `i / 8`); bits past the bytes are clear.
+    fn from_bytes(bytes: &[u8], n: usize) -> Bitmap {
+        let mut b = Bitmap::new(n as i64);
+        for (w, chunk) in b.0.iter_mut().zip(bytes.chunks(8)) {
+            let mut le = [0u8; 8];
+            le[..chunk.len()].copy_from_slice(chunk);
+            *w = u64::from_le_bytes(le);
+        }
+        if !n.is_multiple_of(64) {
+            if let Some(last) = b.0.last_mut() {
+                *last &= (1u64 << (n % 64)) - 1;
+            }
+        }
+        b
     }
     fn get(&self, i: i64) -> bool {
         self.0[i as usize / 64] & (1 << (i % 64)) != 0
@@ -117,6 +192,54 @@ impl Bitmap {
     }
     fn clear(&mut self, i: i64) {
         self.0[i as usize / 64] &= !(1 << (i % 64));
+    }
+    /// Sets (`on`) or clears bits `lo..hi`, whole words at a time.
+    fn fill(&mut self, lo: usize, hi: usize, on: bool) {
+        let mut i = lo;
+        while i < hi {
+            let n = (64 - i % 64).min(hi - i);
+            let mask = if n == 64 { !0 } else { ((1u64 << n) - 1) << (i % 64) };
+            if on {
+                self.0[i / 64] |= mask;
+            } else {
+                self.0[i / 64] &= !mask;
+            }
+            i += n;
+        }
+    }
+    fn set_range(&mut self, lo: usize, hi: usize) {
+        self.fill(lo, hi, true);
+    }
+    fn clear_range(&mut self, lo: usize, hi: usize) {
+        self.fill(lo, hi, false);
+    }
+    /// The 64 bits from bit `i` (past the end: clear).
+    fn word_at(&self, i: usize) -> u64 {
+        let (w, s) = (i / 64, i % 64);
+        let lo = self.0.get(w).copied().unwrap_or(0) >> s;
+        let hi = if s == 0 { 0 } else { self.0.get(w + 1).copied().unwrap_or(0) << (64 - s) };
+        lo | hi
+    }
+    /// Each word of `self` with the same word of `other` (a map of as many bits) by `f`.
+    fn zip(&self, other: &Bitmap, f: impl Fn(u64, u64) -> u64) -> Bitmap {
+        assert_eq!(self.0.len(), other.0.len(), "maps of different lengths");
+        Bitmap(self.0.iter().zip(&other.0).map(|(&a, &b)| f(a, b)).collect())
+    }
+    fn count_ones(&self) -> u64 {
+        self.0.iter().map(|w| w.count_ones() as u64).sum()
+    }
+    /// The set bits, in order, skipping clear words whole.
+    fn iter_ones(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(k, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                (w != 0).then(|| {
+                    let b = w.trailing_zeros() as usize;
+                    w &= w - 1;
+                    k * 64 + b
+                })
+            })
+        })
     }
 }
 
@@ -130,8 +253,8 @@ struct Check<'a, D: ReadAt + ?Sized> {
     sblock_at: u64,
     /// Each group's block as read (`None`: it did not decode).
     cgs: Vec<Option<Cg>>,
-    inodes: Vec<InoInfo>,
-    /// Fragments claimed by inodes (metadata is not in it: see `is_meta`).
+    inodes: Inodes,
+    /// Fragments claimed by inodes (metadata is not in it: pass 5's `free_map` adds it).
     claimed: Bitmap,
     /// Fragments claimed twice (pass 1b finds their first owners).
     dups: std::collections::BTreeSet<i64>,
@@ -152,14 +275,19 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
         self.findings.push(f);
     }
 
-    /// Whether fragment `f` is metadata: a group's superblock copy, header and inodes (in
-    /// group 0 everything below the data, the boot area included), or the summary area.
+    /// Whether fragment `f` is metadata: a group's superblock copy, group block or inodes,
+    /// group 0's boot area, or the summary area.
     fn is_meta(&self, f: i64) -> bool {
         let sb = &self.sb;
         let c = sb.dtog(f) as u32;
         let lo = if c == 0 { sb.cgbase(0) } else { sb.cgsblock(c) };
         let cs_end = sb.fs_csaddr + howmany(sb.fs_cssize as i64, sb.fs_fsize as i64);
         (lo..sb.cgdmin(c)).contains(&f) || (sb.fs_csaddr..cs_end).contains(&f)
+    }
+
+    /// Inode `ino`'s entry, which pass 1 read (repair changes only inodes it read).
+    fn inode_mut(&mut self, ino: u32) -> &mut InoInfo {
+        self.inodes.get_mut(ino).unwrap_or_else(|| panic!("inode {ino}: not read by pass 1"))
     }
 
     /// Reads `len` bytes at fragment `fsb`, which the caller has range-checked.
@@ -177,7 +305,7 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
     }
 
     fn is_dir(&self, ino: u32) -> bool {
-        let t = &self.inodes[ino as usize];
+        let t = self.inodes.get(ino);
         t.state == State::InUse && t.dtype == crate::format::DT_DIR
     }
 }
@@ -227,13 +355,12 @@ pub fn check<D: ReadAt + ?Sized>(dev: &D, dev_len: u64, opts: &Options) -> Resul
 fn run<'a, D: ReadAt + ?Sized>(dev: &'a D, dev_len: u64, opts: &Options) -> Result<(Check<'a, D>, Report), Ufs2Error> {
     let (sblock_at, sb, mut findings) = setup::read_superblock(dev, dev_len, opts)?;
     let nfrags = sb.fs_size;
-    let ninodes = sb.maxino() as usize;
     let mut ck = Check {
         dev,
         alternate: opts.alternate.is_some(),
         sblock_at,
         cgs: Vec::new(),
-        inodes: vec![InoInfo::default(); ninodes],
+        inodes: Inodes::new(&sb),
         claimed: Bitmap::new(nfrags),
         dups: Default::default(),
         dup_seen: Default::default(),

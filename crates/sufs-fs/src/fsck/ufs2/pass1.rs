@@ -18,6 +18,10 @@ use crate::format::DT_DIR;
 const MAXBAD: u32 = 10;
 const MAXDUP: u32 = 10;
 
+/// Blocks of inodes pass 1 reads at once (2 MiB with 32 KiB blocks): one read for the inodes
+/// newfs initialized in a group, few for a full group.
+const INODE_READ_BLOCKS: u32 = 64;
+
 /// A run of fragments an inode holds: a data block (`level` 0; `lbn` -1 - i for block i of the
 /// extended-attribute area) or an indirect block (`level` 1 to 3, `lbn` the first logical
 /// block it maps).
@@ -211,11 +215,13 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
             let g = self.read_cg(c)?;
             let n = g.as_ref().map_or(ipg, |g| g.hdr.cg_initediblk);
             self.cgs.push(g);
+            self.inodes.add_group(n);
             let mut i = 0;
             while i < n {
-                // A block of inodes at a time; `ipg` is a multiple of `inopb`.
+                // `INODE_READ_BLOCKS` blocks of inodes a read: a group's inode blocks follow
+                // each other from `cgimin`, and `ipg` is a multiple of `inopb`.
                 let first = c * ipg + i;
-                let cnt = (n - i).min(inopb);
+                let cnt = (n - i).min(inopb * INODE_READ_BLOCKS);
                 let b = self.read(self.sb.ino_to_fsba(first), cnt as usize * UFS2_DINODE_SIZE)?;
                 for (k, raw) in b.chunks_exact(UFS2_DINODE_SIZE).enumerate() {
                     let ino = first + k as u32;
@@ -245,7 +251,7 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
             }
         }
         let dtype = dtype_of(dip.di_mode);
-        let info = &mut self.inodes[ino as usize];
+        let info = self.inodes.get_mut(ino).expect("pass 1 made room for the inodes of its group");
         (info.nlink, info.mode, info.size, info.dtype) = (dip.di_nlink, dip.di_mode, dip.di_size, dtype);
         if dtype == crate::format::DT_UNKNOWN {
             info.state = State::Bad;

@@ -9,10 +9,11 @@ use super::*;
 
 impl<D: ReadAt + ?Sized> Check<'_, D> {
     pub(super) fn pass1b(&mut self) -> Result<(), Ufs2Error> {
-        for ino in UFS_ROOTINO..self.sb.maxino() {
-            if self.inodes[ino as usize].state != State::InUse {
-                continue;
-            }
+        let in_use: Vec<u32> = (self.inodes.iter())
+            .filter(|&(ino, t)| ino >= UFS_ROOTINO && t.state == State::InUse)
+            .map(|(ino, _)| ino)
+            .collect();
+        for ino in in_use {
             let dip = self.dinode(ino)?;
             let mut found = Vec::new();
             let mut read = BTreeSet::new();

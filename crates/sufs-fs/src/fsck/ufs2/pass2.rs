@@ -17,21 +17,22 @@ const UFS_WINO: u32 = 1;
 impl<D: ReadAt + ?Sized> Check<'_, D> {
     pub(super) fn pass2(&mut self) -> Result<(), Ufs2Error> {
         // The root has its name from the superblock: any entry naming it is an extra link.
-        let root = &mut self.inodes[UFS_ROOTINO as usize];
-        (root.parent, root.names) = (UFS_ROOTINO, 1);
+        if let Some(root) = self.inodes.get_mut(UFS_ROOTINO) {
+            (root.parent, root.names) = (UFS_ROOTINO, 1);
+        }
         let dirs: Vec<u32> = self.dir_blocks.keys().copied().collect();
         for dir in dirs {
             self.directory(dir)?;
         }
         for (ino, dir, name) in std::mem::take(&mut self.extra_links) {
-            let names = self.inodes[ino as usize].names;
+            let names = self.inodes.get(ino).names;
             self.find(Finding::ExtraDirLink { ino, dir, name, names });
         }
         Ok(())
     }
 
     fn directory(&mut self, dir: u32) -> Result<(), Ufs2Error> {
-        let size = self.inodes[dir as usize].size;
+        let size = self.inodes.get(dir).size;
         let bsize = self.sb.fs_bsize as u64;
         let blocks = self.dir_blocks.get(&dir).cloned().unwrap_or_default();
         let nblk = size.div_ceil(bsize) as i64;
@@ -95,16 +96,18 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
             self.entry(dir, e);
             return;
         }
+        // `dir` is a directory in use, which pass 1 read.
+        let Some(d) = self.inodes.get_mut(dir) else { unreachable!("directory {dir} was not read") };
         if nth == 1 {
             if e.d_ino == dir {
-                self.inodes[dir as usize].counted += 1;
+                d.counted += 1;
             } else {
                 self.find(Finding::BadDot { dir, stored: e.d_ino });
             }
             return;
         }
-        self.inodes[dir as usize].dotdot = e.d_ino;
-        if let Some(t) = self.inodes.get_mut(e.d_ino as usize).filter(|t| t.state == State::InUse) {
+        d.dotdot = e.d_ino;
+        if let Some(t) = self.inodes.get_mut(e.d_ino).filter(|t| t.state == State::InUse) {
             t.counted += 1;
         }
     }
@@ -126,7 +129,7 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
             return;
         }
         let ino = e.d_ino;
-        let t = self.inodes[ino as usize];
+        let t = *self.inodes.get(ino);
         match t.state {
             State::Free => return self.find(Finding::Unallocated { dir, name, ino }),
             State::Bad => return,
@@ -135,7 +138,7 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
         if e.d_type != t.dtype {
             self.find(Finding::BadType { dir, name: name.clone(), ino, stored: e.d_type, actual: t.dtype });
         }
-        let t = &mut self.inodes[ino as usize];
+        let Some(t) = self.inodes.get_mut(ino) else { unreachable!("inode {ino} in use was not read") };
         t.counted += 1;
         if t.dtype == DT_DIR {
             t.names += 1;

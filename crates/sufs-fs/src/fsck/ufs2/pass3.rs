@@ -12,11 +12,11 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
     /// and 4 mean nothing).
     pub(super) fn pass3(&mut self) -> Result<Option<Vec<bool>>, Ufs2Error> {
         if !self.is_dir(UFS_ROOTINO) {
-            let mode = self.inodes[UFS_ROOTINO as usize].mode;
+            let mode = self.inodes.get(UFS_ROOTINO).mode;
             self.find(Finding::BadRoot { mode });
             return Ok(None);
         }
-        let mut reached = vec![false; self.inodes.len()];
+        let mut reached = vec![false; self.sb.maxino() as usize];
         reached[UFS_ROOTINO as usize] = true;
         let mut todo = vec![UFS_ROOTINO];
         while let Some(d) = todo.pop() {
@@ -28,11 +28,12 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
             }
         }
         let ndirs = self.dir_blocks.len();
-        for ino in UFS_ROOTINO..self.sb.maxino() {
-            if !self.is_dir(ino) {
-                continue;
-            }
-            let t = self.inodes[ino as usize];
+        let dirs: Vec<u32> = (self.inodes.iter())
+            .filter(|&(ino, _)| ino >= UFS_ROOTINO && self.is_dir(ino))
+            .map(|(ino, _)| ino)
+            .collect();
+        for ino in dirs {
+            let t = *self.inodes.get(ino);
             if reached[ino as usize] {
                 let parent = t.parent;
                 if t.dotdot != 0 && t.dotdot != parent {
@@ -56,7 +57,7 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
                 if x == 0 || reached[x as usize] {
                     break;
                 }
-                x = self.inodes[x as usize].parent;
+                x = self.inodes.get(x).parent;
             }
         }
         Ok(Some(reached))

@@ -9,9 +9,9 @@ use super::*;
 
 impl<D: ReadAt + ?Sized> Check<'_, D> {
     pub(super) fn pass4(&mut self, reached: &[bool]) {
-        for ino in UFS_ROOTINO..self.sb.maxino() {
-            let t = self.inodes[ino as usize];
-            if t.state != State::InUse {
+        let mut found = Vec::new();
+        for (ino, t) in self.inodes.iter() {
+            if ino < UFS_ROOTINO || t.state != State::InUse {
                 continue;
             }
             let dir = t.dtype == crate::format::DT_DIR;
@@ -19,10 +19,11 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
                 continue;
             }
             if t.counted == 0 {
-                self.find(Finding::UnrefFile { ino, mode: t.mode, size: t.size });
+                found.push(Finding::UnrefFile { ino, mode: t.mode, size: t.size });
             } else if t.nlink as i64 != t.counted as i64 {
-                self.find(Finding::LinkCount { ino, dir, stored: t.nlink as i64, actual: t.counted });
+                found.push(Finding::LinkCount { ino, dir, stored: t.nlink as i64, actual: t.counted });
             }
         }
+        self.findings.append(&mut found);
     }
 }

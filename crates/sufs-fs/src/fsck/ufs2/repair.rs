@@ -132,7 +132,7 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
                     assert!(actual > 0 && actual <= i16::MAX as u32, "I={ino}: a link count of {actual} names");
                     d.di_nlink = actual as i16;
                     self.put_dinode(ino, &d)?;
-                    self.inodes[ino as usize].nlink = actual as i16;
+                    self.inode_mut(ino).nlink = actual as i16;
                     done.push(format!("{f} (ADJUSTED)"));
                 }
                 Finding::UnrefFile { ino, size, .. } => {
@@ -156,7 +156,7 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
     /// `clri`: inode `ino` (`d` as on disk) zeroed and its fragments unclaimed, for pass 5 to
     /// free in the maps.
     fn clri(&mut self, ino: u32, d: &Dinode) -> Result<(), Ufs2Error> {
-        assert_eq!(self.inodes[ino as usize].state, State::InUse, "I={ino}: clearing an inode not in use");
+        assert_eq!(self.inodes.get(ino).state, State::InUse, "I={ino}: clearing an inode not in use");
         let mut held = Vec::new();
         walk(&self.sb, self.dev, d, &mut |ev| {
             if let Event::Held(h) = ev {
@@ -172,7 +172,7 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
             }
         }
         self.write(self.sb.ino_offset(ino), &[0u8; UFS2_DINODE_SIZE])?;
-        self.inodes[ino as usize] = InoInfo::default();
+        *self.inode_mut(ino) = InoInfo::default();
         Ok(())
     }
 
@@ -191,21 +191,21 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
                 None => return Ok(None),
             },
         };
-        let dtype = self.inodes[ino as usize].dtype;
+        let dtype = self.inodes.get(ino).dtype;
         if !self.add_entry(lf, format!("#{ino}").as_bytes(), ino, dtype)? {
             return Ok(None);
         }
         let mut d = d.clone();
         d.di_nlink = 1;
         self.put_dinode(ino, &d)?;
-        let t = &mut self.inodes[ino as usize];
+        let t = self.inode_mut(ino);
         (t.nlink, t.counted) = (1, 1);
         Ok(Some(lf))
     }
 
     /// The inode `name` names in directory `dir`, if any.
     fn lookup(&self, dir: u32, name: &[u8]) -> Result<Option<u32>, Ufs2Error> {
-        let size = self.inodes[dir as usize].size;
+        let size = self.inodes.get(dir).size;
         let bsize = self.sb.fs_bsize as u64;
         for &(lbn, fsb, frags) in self.dir_blocks.get(&dir).map_or(&[][..], |v| &v[..]) {
             let base = lbn as u64 * bsize;
@@ -223,7 +223,7 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
     /// fsck_ffs's `makeentry` without `expanddir`: an entry for `ino` in the first room of
     /// directory `dir`'s blocks (an empty record, or the slack after an entry). False: no room.
     fn add_entry(&mut self, dir: u32, name: &[u8], ino: u32, dtype: u8) -> Result<bool, Ufs2Error> {
-        let size = self.inodes[dir as usize].size;
+        let size = self.inodes.get(dir).size;
         let bsize = self.sb.fs_bsize as u64;
         let need = dirent_size(name.len());
         let blocks = self.dir_blocks.get(&dir).cloned().unwrap_or_default();
@@ -253,7 +253,7 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
             data[at..at + reclen].fill(0);
             dirent_put(&mut data, at, ino, reclen, dtype, name);
             self.write(self.sb.fsb_offset(fsb), &data)?;
-            self.inodes[ino as usize].counted += 1;
+            self.inode_mut(ino).counted += 1;
             return Ok(true);
         }
         Ok(false)
@@ -268,8 +268,7 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
             let c = sb.ino_to_cg(ino) as usize;
             self.cgs[c].as_ref().is_some_and(|g| ino % sb.fs_ipg < g.hdr.cg_initediblk)
         };
-        let Some(ino) =
-            (UFS_ROOTINO + 1..sb.maxino()).find(|&i| self.inodes[i as usize].state == State::Free && inited(i))
+        let Some(ino) = (UFS_ROOTINO + 1..sb.maxino()).find(|&i| self.inodes.get(i).state == State::Free && inited(i))
         else {
             return Ok(None);
         };
@@ -304,7 +303,7 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         self.write(self.sb.fsb_offset(frag), &block)?;
         self.put_dinode(ino, &d)?;
         self.claimed.set(frag);
-        self.inodes[ino as usize] = InoInfo {
+        *self.inode_mut(ino) = InoInfo {
             state: State::InUse,
             dtype: DT_DIR,
             nlink: 2,
@@ -321,14 +320,14 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         let mut root = self.dinode(UFS_ROOTINO)?;
         root.di_nlink += 1;
         self.put_dinode(UFS_ROOTINO, &root)?;
-        let r = &mut self.inodes[UFS_ROOTINO as usize];
+        let r = self.inode_mut(UFS_ROOTINO);
         (r.nlink, r.counted) = (root.di_nlink, r.counted + 1);
         Ok(Some(ino))
     }
 
     /// Whether directory `dir` has room for an entry of `need` bytes without growing.
     fn has_room(&self, dir: u32, need: usize) -> Result<bool, Ufs2Error> {
-        let size = self.inodes[dir as usize].size;
+        let size = self.inodes.get(dir).size;
         let bsize = self.sb.fs_bsize as u64;
         for &(lbn, fsb, frags) in self.dir_blocks.get(&dir).map_or(&[][..], |v| &v[..]) {
             let base = lbn as u64 * bsize;
@@ -362,7 +361,7 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
             let mut ndir = 0;
             for i in 0..ipg {
                 let ino = c * ipg + i;
-                g.set_inode_used(i, ino < UFS_ROOTINO || self.inodes[ino as usize].state != State::Free);
+                g.set_inode_used(i, ino < UFS_ROOTINO || self.inodes.get(ino).state != State::Free);
                 if self.is_dir(ino) {
                     ndir += 1;
                 }
