@@ -133,8 +133,15 @@ impl ReplyRaw {
         assert!(self.sender.is_some());
         let sender = self.sender.take().unwrap();
         let res = response.with_iovec(self.unique, |iov| sender.send(iov));
-        if let Err(err) = res {
-            error!("Failed to send FUSE reply: {err}");
+        match res {
+            Ok(()) => {}
+            // The kernel forgot the request before its answer came (it was interrupted, or its
+            // process died): /dev/fuse answers ENOENT, and nobody waits for the reply. Not an
+            // error of the server's.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                warn!("FUSE reply to request {:?} dropped: the kernel no longer waits for it ({err})", self.unique);
+            }
+            Err(err) => error!("Failed to send FUSE reply: {err}"),
         }
     }
     pub(crate) fn send_ll(mut self, response: &impl Response) {
