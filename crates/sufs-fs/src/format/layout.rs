@@ -184,6 +184,15 @@ impl Superblock {
             None => Dinode::decode(raw),
         }
     }
+
+    /// Writes the inode `d` into the 256 bytes `raw` of an inode table, in this image's format
+    /// (on UFS2 with its check hash when the file system keeps them).
+    pub fn encode_dinode(&self, d: &Dinode, raw: &mut [u8]) {
+        match self.ufs2() {
+            Some(u) => raw[..ufs2::UFS2_DINODE_SIZE].copy_from_slice(&d.encode_ufs2(u)),
+            None => d.encode(raw),
+        }
+    }
 }
 
 impl Dinode {

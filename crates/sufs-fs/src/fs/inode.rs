@@ -82,7 +82,7 @@ impl Fs {
     pub(super) fn iput(&mut self, ino: u32, d: &Dinode) -> FsResult<u64> {
         let (bno, off) = self.sb.inode_location(ino);
         let buf = self.cache.modify(bno)?;
-        d.encode(&mut buf[off..off + DINODE_SIZE]);
+        self.sb.encode_dinode(d, &mut buf[off..off + DINODE_SIZE]);
         if let Some(sd) = self.hooks.softdep.as_mut() {
             sd.inode_update(ino);
         }

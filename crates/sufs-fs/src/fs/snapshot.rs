@@ -469,13 +469,13 @@ impl Fs {
                     let (b, off) = self.sb.inode_location(i);
                     if b == x {
                         // The snapshot appears in itself as an empty file.
-                        let mut sd = Dinode::decode(&data[off..off + DINODE_SIZE]);
+                        let mut sd = self.sb.decode_dinode(&data[off..off + DINODE_SIZE]);
                         sd.size = 0;
                         sd.blocks = 0;
                         sd.db = [0; NDADDR];
                         sd.ib = [0; NIADDR];
                         sd.flags &= !DI_SNAPSHOT;
-                        sd.encode(&mut data[off..off + DINODE_SIZE]);
+                        self.sb.encode_dinode(&sd, &mut data[off..off + DINODE_SIZE]);
                     }
                 }
             }

@@ -143,7 +143,7 @@ impl Softdep {
             let ext_ready = id.allocdirects().all(|a| !matches!(a.slot, PtrSlot::Ext(_)) || self.allocdirect_ready(a));
             if !ext_ready {
                 let (size, extb) = id.ext_old.expect("a pending attribute area records the one on disk");
-                let dd = d.get_or_insert_with(|| Dinode::decode(raw));
+                let dd = d.get_or_insert_with(|| self.sb.decode_dinode(raw));
                 (dd.extsize, dd.extb) = (size, extb);
                 inf.rolled_back = true;
             }
@@ -158,7 +158,7 @@ impl Softdep {
                     inf.direct_done.push((ino, a.bno));
                     continue;
                 }
-                let dd = d.get_or_insert_with(|| Dinode::decode(raw));
+                let dd = d.get_or_insert_with(|| self.sb.decode_dinode(raw));
                 match a.slot {
                     PtrSlot::Direct(i) if dd.db[i] == a.bno => dd.db[i] = 0,
                     PtrSlot::Indirect(l) if dd.ib[l] == a.bno => dd.ib[l] = 0,
@@ -170,7 +170,7 @@ impl Softdep {
                 inf.rolled_back = true;
             }
             if let Some(dd) = d {
-                dd.encode(raw);
+                self.sb.encode_dinode(&dd, raw);
             }
             inf.inodes_written.push(ino);
         }
