@@ -7,105 +7,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
 use common::fuse::{external_tool, fuse_available, mount_fg};
-use common::ufs2::{freebsd_image, have_makefs, makefs, statvfs, FuseUfs};
-use common::{pattern, sufs};
-
-/// What a reader shows of one name: its type and permissions, size, link count and times, the
-/// file's bytes (of a large file, its first and last MiB), the link's target, the extended
-/// attributes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Node {
-    mode: u32,
-    size: u64,
-    nlink: u64,
-    mtime: (i64, i64),
-    uid_gid: (u32, u32),
-    data: Vec<u8>,
-    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
-}
-
-/// The bytes of a file this test compares: whole up to 16 MiB, else the first and last MiB
-/// (the fixture's sparse files run to 512 GiB).
-fn file_bytes(p: &Path, size: u64) -> Vec<u8> {
-    use std::os::unix::fs::FileExt;
-    const MIB: u64 = 1 << 20;
-    if size <= 16 * MIB {
-        return fs::read(p).unwrap();
-    }
-    let f = fs::File::open(p).unwrap();
-    let mut head = vec![0u8; MIB as usize];
-    let mut tail = vec![0u8; MIB as usize];
-    f.read_exact_at(&mut head, 0).unwrap();
-    f.read_exact_at(&mut tail, size - MIB).unwrap();
-    head.extend_from_slice(&tail);
-    head
-}
-
-/// The extended attributes of `p` (not following a link), by listxattr(2) and getxattr(2).
-fn xattrs(p: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let mut names = vec![0u8; 1 << 16];
-    // SAFETY: the buffers outlive the calls, whose lengths they give.
-    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    assert!(n >= 0, "listxattr {}: {}", p.display(), std::io::Error::last_os_error());
-    let mut out = BTreeMap::new();
-    for name in names[..n as usize].split(|&b| b == 0).filter(|s| !s.is_empty()) {
-        let cn = CString::new(name).unwrap();
-        let mut val = vec![0u8; 1 << 16];
-        // SAFETY: as above.
-        let r = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), val.as_mut_ptr().cast(), val.len()) };
-        assert!(r >= 0, "getxattr {} {:?}: {}", p.display(), cn, std::io::Error::last_os_error());
-        val.truncate(r as usize);
-        out.insert(name.to_vec(), val);
-    }
-    out
-}
-
-/// Every name under `root`, as a reader shows it.
-fn walk(root: &Path) -> BTreeMap<String, Node> {
-    fn go(dir: &Path, rel: &str, out: &mut BTreeMap<String, Node>) {
-        let mut names: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-        names.sort();
-        for name in names {
-            let p = dir.join(&name);
-            let r = format!("{rel}/{}", name.to_string_lossy());
-            let m = fs::symlink_metadata(&p).unwrap();
-            let ft = m.file_type();
-            let data = if ft.is_file() {
-                file_bytes(&p, m.size())
-            } else if ft.is_symlink() {
-                fs::read_link(&p).unwrap().as_os_str().as_bytes().to_vec()
-            } else {
-                Vec::new()
-            };
-            let node = Node {
-                mode: m.mode(),
-                size: if ft.is_dir() { 0 } else { m.size() },
-                nlink: m.nlink(),
-                mtime: (m.mtime(), m.mtime_nsec()),
-                uid_gid: (m.uid(), m.gid()),
-                data,
-                xattrs: if ft.is_fifo() { BTreeMap::new() } else { xattrs(&p) },
-            };
-            out.insert(r.clone(), node);
-            if ft.is_dir() {
-                go(&p, &r, out);
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    go(root, "", &mut out);
-    out
-}
+use common::sufs;
+use common::ufs2::{brief, freebsd_image, have_makefs, makefs, makefs_sample, statvfs, walk, FuseUfs};
 
 /// The fixture unpacked into `dir`.
 fn unpack_freebsd(dir: &Path) -> std::path::PathBuf {
@@ -183,57 +92,10 @@ fn freebsd_image_reads_the_same_through_fuse_ufs() {
     }
 }
 
-/// A node without its bytes, for a failure message.
-fn brief(n: &Node) -> String {
-    format!(
-        "mode {:o} size {} nlink {} mtime {:?} owner {:?}, {} bytes, {} xattrs",
-        n.mode,
-        n.size,
-        n.nlink,
-        n.mtime,
-        n.uid_gid,
-        n.data.len(),
-        n.xattrs.len()
-    )
-}
-
-/// A tree with what a UFS2 reader must get right: fragment tails of every size, a directory
-/// of many blocks, short and long links, a hole, hard links, a fifo.
-fn sample_tree(src: &Path) {
-    fs::create_dir_all(src.join("a/b/c")).unwrap();
-    fs::create_dir_all(src.join("empty")).unwrap();
-    fs::write(src.join("a/b/c/f"), b"hello\n").unwrap();
-    for (i, len) in [1usize, 511, 512, 513, 4095, 4097, 9000, 32767, 32769, 100_000, 400_000].iter().enumerate() {
-        fs::write(src.join(format!("f{i}")), pattern(i as u64, *len)).unwrap();
-    }
-    for i in 0..400 {
-        fs::write(src.join(format!("a/name-{i:04}")), format!("file {i}\n")).unwrap();
-    }
-    std::os::unix::fs::symlink("a/b/c/f", src.join("short")).unwrap();
-    std::os::unix::fs::symlink("y".repeat(300), src.join("long")).unwrap();
-    let f = fs::File::create(src.join("holey")).unwrap();
-    f.set_len(40 << 20).unwrap();
-    use std::os::unix::fs::FileExt;
-    f.write_all_at(b"the end", (40 << 20) - 7).unwrap();
-    fs::hard_link(src.join("f9"), src.join("f9-again")).unwrap();
-    let fifo = CString::new(src.join("fifo").as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-}
-
 #[test]
 fn makefs_images_of_every_geometry_read_as_their_tree() {
-    if !fuse_available() {
-        return;
-    }
-    if !have_makefs() {
-        eprintln!("SKIPPED: makefs(8) is not installed (apt-get install makefs)");
-        return;
-    }
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("src");
-    sample_tree(&src);
-    let want = walk(&src);
+    let Some((src, want)) = makefs_sample(t.path()) else { return };
     for (bsize, fsize) in
         [(4096, 4096), (4096, 512), (8192, 1024), (16384, 2048), (32768, 4096), (65536, 8192), (32768, 32768)]
     {

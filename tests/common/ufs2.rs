@@ -3,8 +3,15 @@
 //! fixtures sit, as tests/fstests/setup.sh finds fstests' tarball); a test fails when it is
 //! missing rather than passing without it.
 
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use super::pattern;
 
 pub const IMAGE: &str = "freebsd-ufs2-32k4k.img.gz";
 
@@ -45,6 +52,22 @@ fn fixture() -> Option<PathBuf> {
 /// Whether makefs(8) (NetBSD's, Debian's `makefs` package) is installed.
 pub fn have_makefs() -> bool {
     std::process::Command::new("makefs").arg("-h").output().is_ok()
+}
+
+/// For a test of makefs images through a mount: `sample_tree` made under `scratch` and as a
+/// reader shows it, or None (the test has nothing to do) without FUSE or makefs(8).
+pub fn makefs_sample(scratch: &Path) -> Option<(PathBuf, BTreeMap<String, Node>)> {
+    if !super::fuse::fuse_available() {
+        return None;
+    }
+    if !have_makefs() {
+        eprintln!("SKIPPED: makefs(8) is not installed (apt-get install makefs)");
+        return None;
+    }
+    let src = scratch.join("src");
+    sample_tree(&src);
+    let tree = walk(&src);
+    Some((src, tree))
 }
 
 /// A UFS2 image of `src` made by makefs with `bsize`/`fsize` blocks, `size` long (as `-s`).
@@ -112,4 +135,130 @@ impl Drop for FuseUfs {
         let _ = std::process::Command::new("umount").arg(&self.1).status();
         let _ = self.0.wait();
     }
+}
+
+/// What a reader shows of one name: its type and permissions, size, link count and times, the
+/// file's bytes (of a large file, its first and last MiB), the link's target, the extended
+/// attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub mode: u32,
+    pub size: u64,
+    pub nlink: u64,
+    pub mtime: (i64, i64),
+    pub uid_gid: (u32, u32),
+    pub data: Vec<u8>,
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// The bytes of a file this test compares: whole up to 16 MiB, else the first and last MiB
+/// (the fixture's sparse files run to 512 GiB).
+pub fn file_bytes(p: &Path, size: u64) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    const MIB: u64 = 1 << 20;
+    if size <= 16 * MIB {
+        return fs::read(p).unwrap();
+    }
+    let f = fs::File::open(p).unwrap();
+    let mut head = vec![0u8; MIB as usize];
+    let mut tail = vec![0u8; MIB as usize];
+    f.read_exact_at(&mut head, 0).unwrap();
+    f.read_exact_at(&mut tail, size - MIB).unwrap();
+    head.extend_from_slice(&tail);
+    head
+}
+
+/// The extended attributes of `p` (not following a link), by listxattr(2) and getxattr(2).
+pub fn xattrs(p: &Path) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut names = vec![0u8; 1 << 16];
+    // SAFETY: the buffers outlive the calls, whose lengths they give.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(n >= 0, "listxattr {}: {}", p.display(), std::io::Error::last_os_error());
+    let mut out = BTreeMap::new();
+    for name in names[..n as usize].split(|&b| b == 0).filter(|s| !s.is_empty()) {
+        let cn = CString::new(name).unwrap();
+        let mut val = vec![0u8; 1 << 16];
+        // SAFETY: as above.
+        let r = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), val.as_mut_ptr().cast(), val.len()) };
+        assert!(r >= 0, "getxattr {} {:?}: {}", p.display(), cn, std::io::Error::last_os_error());
+        val.truncate(r as usize);
+        out.insert(name.to_vec(), val);
+    }
+    out
+}
+
+/// Every name under `root`, as a reader shows it.
+pub fn walk(root: &Path) -> BTreeMap<String, Node> {
+    fn go(dir: &Path, rel: &str, out: &mut BTreeMap<String, Node>) {
+        let mut names: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        for name in names {
+            let p = dir.join(&name);
+            let r = format!("{rel}/{}", name.to_string_lossy());
+            let m = fs::symlink_metadata(&p).unwrap();
+            let ft = m.file_type();
+            let data = if ft.is_file() {
+                file_bytes(&p, m.size())
+            } else if ft.is_symlink() {
+                fs::read_link(&p).unwrap().as_os_str().as_bytes().to_vec()
+            } else {
+                Vec::new()
+            };
+            let node = Node {
+                mode: m.mode(),
+                size: if ft.is_dir() { 0 } else { m.size() },
+                nlink: m.nlink(),
+                mtime: (m.mtime(), m.mtime_nsec()),
+                uid_gid: (m.uid(), m.gid()),
+                data,
+                xattrs: if ft.is_fifo() { BTreeMap::new() } else { xattrs(&p) },
+            };
+            out.insert(r.clone(), node);
+            if ft.is_dir() {
+                go(&p, &r, out);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    go(root, "", &mut out);
+    out
+}
+
+/// A node without its bytes, for a failure message.
+pub fn brief(n: &Node) -> String {
+    format!(
+        "mode {:o} size {} nlink {} mtime {:?} owner {:?}, {} bytes, {} xattrs",
+        n.mode,
+        n.size,
+        n.nlink,
+        n.mtime,
+        n.uid_gid,
+        n.data.len(),
+        n.xattrs.len()
+    )
+}
+
+/// A tree with what a UFS2 reader must get right: fragment tails of every size, a directory
+/// of many blocks, short and long links, a hole, hard links, a fifo.
+pub fn sample_tree(src: &Path) {
+    fs::create_dir_all(src.join("a/b/c")).unwrap();
+    fs::create_dir_all(src.join("empty")).unwrap();
+    fs::write(src.join("a/b/c/f"), b"hello\n").unwrap();
+    for (i, len) in [1usize, 511, 512, 513, 4095, 4097, 9000, 32767, 32769, 100_000, 400_000].iter().enumerate() {
+        fs::write(src.join(format!("f{i}")), pattern(i as u64, *len)).unwrap();
+    }
+    for i in 0..400 {
+        fs::write(src.join(format!("a/name-{i:04}")), format!("file {i}\n")).unwrap();
+    }
+    std::os::unix::fs::symlink("a/b/c/f", src.join("short")).unwrap();
+    std::os::unix::fs::symlink("y".repeat(300), src.join("long")).unwrap();
+    let f = fs::File::create(src.join("holey")).unwrap();
+    f.set_len(40 << 20).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(b"the end", (40 << 20) - 7).unwrap();
+    fs::hard_link(src.join("f9"), src.join("f9-again")).unwrap();
+    let fifo = CString::new(src.join("fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
 }

@@ -220,6 +220,30 @@ pub fn read_bytes(dev: &dyn BlockDevice, off: u64, buf: &mut [u8]) -> std::io::R
     Ok(())
 }
 
+/// Writes `data` at byte `off` of `dev` (whose blocks start every `addr_unit` bytes) in one
+/// batch of whole units: a unit the range covers only in part is read and patched first. For
+/// writing a superblock or a summary area wherever its format puts it.
+pub fn write_bytes(dev: &dyn BlockDevice, off: u64, data: &[u8], kind: WriteKind) -> DevResult<()> {
+    let (bs, unit) = (dev.block_size() as u64, dev.addr_unit() as u64);
+    let end = off + data.len() as u64;
+    let mut bufs: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut bno = off / unit;
+    while bno * unit < end {
+        let (lo, hi) = (bno * unit, (bno * unit + bs).min(end.div_ceil(unit) * unit));
+        let mut block = vec![0u8; bs as usize];
+        if off > lo || end < hi {
+            dev.read_block(bno, &mut block)?;
+        }
+        let (s, e) = (off.max(lo), end.min(hi));
+        block[(s - lo) as usize..(e - lo) as usize].copy_from_slice(&data[(s - off) as usize..(e - off) as usize]);
+        block.truncate((hi - lo) as usize);
+        bufs.push((bno, block));
+        bno = hi / unit;
+    }
+    let reqs: Vec<WriteReq> = bufs.iter().map(|(bno, data)| WriteReq { bno: *bno, data }).collect();
+    dev.write_batch(&reqs, kind)
+}
+
 /// An error if block `bno` is past the end of a device of `nblocks` blocks.
 pub fn check_range(bno: u64, nblocks: u64) -> DevResult<()> {
     if bno >= nblocks {

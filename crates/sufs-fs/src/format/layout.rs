@@ -130,12 +130,43 @@ impl Superblock {
         self.ufs2().map_or(self.block_size, |u| u.fs_fsize as u32)
     }
 
-    /// Whether sufs may mount the image read-write: not yet for UFS2.
+    /// Whether sufs may mount the image read-write. Not a UFS2 image that FreeBSD's gjournal
+    /// keeps, nor one with journaled soft updates (SU+J) that was not unmounted cleanly (its
+    /// journal is not replayed: fsck first), nor yet one whose blocks hold more than one
+    /// fragment (sufs does not write fragments yet).
     pub fn writable(&self) -> Result<(), String> {
-        match self.ufs2() {
-            None => Ok(()),
-            Some(_) => Err("writing a UFS2 file system is not supported yet: mount it read-only (-o ro)".into()),
+        let Some(u) = self.ufs2() else { return Ok(()) };
+        let ro = "mount it read-only (-o ro)";
+        if u.fs_flags & ufs2::FS_GJOURNAL != 0 {
+            return Err(format!(
+                "this UFS2 file system is kept by FreeBSD's gjournal, which sufs does not write: {ro}"
+            ));
         }
+        if u.fs_flags & ufs2::FS_SUJ != 0 && u.fs_clean == 0 {
+            return Err(format!(
+                "this UFS2 file system has journaled soft updates (SU+J) and was not unmounted cleanly; sufs does not replay the journal: run sufs fsck first, or {ro}"
+            ));
+        }
+        if u.fs_frag > 1 {
+            return Err(format!(
+                "writing a UFS2 file system whose blocks hold fragments ({} fragments of {} bytes a block) is not supported yet: {ro}",
+                u.fs_frag, u.fs_fsize
+            ));
+        }
+        Ok(())
+    }
+
+    /// Turns journaled soft updates off, as `tunefs -j disable` does (`FS_SUJ` and
+    /// `fs_sujfree` cleared; the journal file stays): sufs writes soft updates without the
+    /// journal, so after a crash FreeBSD runs a full check. Returns whether it was on.
+    pub fn disable_suj(&mut self) -> bool {
+        let Some(u) = self.ufs2.as_deref_mut() else { return false };
+        if u.fs_flags & ufs2::FS_SUJ == 0 {
+            return false;
+        }
+        u.fs_flags &= !ufs2::FS_SUJ;
+        u.fs_sujfree = 0;
+        true
     }
 
     /// Reads the superblock of the image `read_at` gives, a sufs one at byte 0 or a UFS2 one
@@ -310,6 +341,20 @@ impl Dinode {
     /// (UFS2's short links: no blocks held). Its pointers are not block numbers.
     pub fn short_symlink(&self) -> bool {
         self.is_symlink() && self.blocks == 0 && self.size > 0
+    }
+
+    /// Makes this inode a short symbolic link to `target` (UFS2: a target shorter than
+    /// `fs_maxsymlinklen` lives in the block pointers and holds no block).
+    pub fn set_short_target(&mut self, target: &[u8]) {
+        assert!(!target.is_empty() && target.len() < 8 * (NDADDR + NIADDR), "a short target of {} bytes", target.len());
+        assert!(self.blocks == 0, "a short symbolic link holds no block");
+        let mut raw = [0u8; 8 * (NDADDR + NIADDR)];
+        raw[..target.len()].copy_from_slice(target);
+        let mut words = raw.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        for p in self.db.iter_mut().chain(self.ib.iter_mut()) {
+            *p = words.next().expect("a word per pointer");
+        }
+        self.size = target.len() as u64;
     }
 
     /// The target of a short symbolic link: `size` bytes of its block pointers.

@@ -120,6 +120,14 @@ impl Superblock {
             None => self.cg_start(cg) + 1,
         }
     }
+    /// Whether `bno` is a group's header block (its bitmaps): where the write path seals a
+    /// checksum or, on UFS2, the group's check hash.
+    pub fn is_cg_header(&self, bno: u64) -> bool {
+        match self.ufs2() {
+            Some(_) => bno < self.num_blocks && bno == self.cg_header_block(self.cg_of_block(bno)),
+            None => bno % self.blocks_per_group as u64 == 1,
+        }
+    }
     pub fn cg_itable_block(&self, cg: u32) -> u64 {
         match self.ufs2() {
             Some(u) => self.ufs2_cg(u, cg).2,

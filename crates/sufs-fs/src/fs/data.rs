@@ -337,8 +337,30 @@ impl Fs {
             }
             d.size = size;
             self.truncate_blocks(ino, d, size.div_ceil(bs), vec![])?;
+            self.keep_end_allocated(ino, d)?;
         } else {
+            let old = d.size;
             d.size = size;
+            if let Err(e) = self.keep_end_allocated(ino, d) {
+                d.size = old;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// UFS2's rule for a file that reaches past its direct blocks: the block holding its last
+    /// byte is allocated (FreeBSD's `ffs_truncate` allocates it; fsck_ffs's pass 1 calls a
+    /// hole there "FILE SIZE BEYOND END OF ALLOCATED FILE"). Allocates it, zeroed, where a
+    /// truncate or a punched hole left it a hole. Nothing on sufs's own format.
+    pub(super) fn keep_end_allocated(&mut self, ino: u32, d: &mut Dinode) -> FsResult<()> {
+        let bs = self.sb.block_size as u64;
+        if self.sb.ufs2().is_none() || !d.is_reg() || d.size <= NDADDR as u64 * bs {
+            return Ok(());
+        }
+        let (bno, _) = self.bmap(ino, d, (d.size - 1) / bs, false)?;
+        if bno == 0 {
+            self.write_inner(ino, d, d.size - 1, &[0])?;
         }
         Ok(())
     }

@@ -54,6 +54,13 @@ impl Fs {
     }
 
     /// Builds the name index of a large directory if it has none.
+    /// `dir_block_len` of directory `dir`'s block `lbn`, from its inode: the bytes of the
+    /// block that hold entries (a whole block but for a UFS2 directory's last one).
+    pub(super) fn dir_len_at(&mut self, dir: u32, lbn: u64) -> FsResult<usize> {
+        let d = self.iget(dir)?;
+        Ok(self.dir_block_len(&d, lbn))
+    }
+
     pub(super) fn dirhash_ensure(&mut self, dir: u32, d: &mut Dinode) -> FsResult<bool> {
         let nblocks = self.dir_blocks(dir, d)?;
         if self.dirhash.contains_key(&dir) {
@@ -118,7 +125,8 @@ impl Fs {
 
     /// Removes the entry `slot` (named `name`) from directory `dir`.
     pub(super) fn remove_entry(&mut self, dir: u32, slot: &Slot, name: &[u8]) -> FsResult<()> {
-        let buf = self.cache.modify(slot.bno)?;
+        let len = self.dir_len_at(dir, slot.lbn)?;
+        let buf = &mut self.cache.modify(slot.bno)?[..len];
         dir_remove(buf, slot.off)?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
             h.removed(name, slot.lbn, block_slack(buf)?);
@@ -281,9 +289,10 @@ impl Fs {
             if bno == 0 {
                 continue;
             }
-            let at = dir_find_space(self.cache.read(bno)?, name.len())?;
+            let len = self.dir_block_len(d, lbn);
+            let at = dir_find_space(&self.cache.read(bno)?[..len], name.len())?;
             if let Some(at) = at {
-                let buf = self.cache.modify(bno)?;
+                let buf = &mut self.cache.modify(bno)?[..len];
                 let off = dir_insert(buf, at, ino, dtype, name)?;
                 if let Some(h) = self.dirhash.get_mut(&dir) {
                     h.inserted(name, lbn, off, block_slack(buf)?);
@@ -293,6 +302,9 @@ impl Fs {
                 return Ok((bno, off));
             }
             assert!(!indexed, "dirhash of directory {dir} claims room in block {lbn}");
+        }
+        if let Some(r) = self.grow_last_block(dir, d, nblocks, name, ino, dtype)? {
+            return Ok(r);
         }
         // A new block: initialised and (Sync) on disk before the inode points to it.
         let mut nd = d.clone();
@@ -323,6 +335,47 @@ impl Fs {
         // written now, as FFS's direnter does, so that a rename's old name never goes first.
         self.order_write(&[ib])?;
         Ok((bno, off))
+    }
+
+    /// Adds the entry in a new chunk at the end of the directory's last block, when that block
+    /// ends before a whole block: a UFS2 directory grows a chunk (`DIRBLKSIZ`) at a time, as
+    /// FreeBSD's `ufs_direnter` grows it. The chunk is initialized on disk (its entry rolled
+    /// back, under soft updates) before the inode's larger size can be, so no crash shows a
+    /// directory whose size covers bytes that are not entries. None if the last block is whole.
+    fn grow_last_block(
+        &mut self,
+        dir: u32,
+        d: &mut Dinode,
+        nblocks: u64,
+        name: &[u8],
+        ino: u32,
+        dtype: u8,
+    ) -> FsResult<Option<(u64, usize)>> {
+        let Some(lbn) = nblocks.checked_sub(1) else { return Ok(None) };
+        let len = self.dir_block_len(d, lbn);
+        if len + DIRBLKSIZ > self.sb.block_size as usize {
+            return Ok(None);
+        }
+        // The block is whole on disk: with one fragment a block, a block is all or nothing.
+        assert_eq!(self.sb.frag(), 1, "directory {dir}: growing a fragment run in place");
+        let (bno, _) = self.bmap(dir, d, lbn, false)?;
+        if bno == 0 {
+            return Ok(None);
+        }
+        let buf = &mut self.cache.modify(bno)?[..len + DIRBLKSIZ];
+        dir_init_block(&mut buf[len..]);
+        let off = dir_insert(buf, len, ino, dtype, name)?;
+        let slack = block_slack(buf)?;
+        if self.ordering != Ordering::Async {
+            self.write_bufs(&[bno], WriteKind::Sync)?;
+        }
+        if let Some(h) = self.dirhash.get_mut(&dir) {
+            h.inserted(name, lbn, off, slack);
+        }
+        d.size += DIRBLKSIZ as u64;
+        self.touch_mc(d);
+        self.iput(dir, d)?;
+        Ok(Some((bno, off)))
     }
 
     pub(super) fn dir_is_empty(&mut self, ino: u32, d: &mut Dinode) -> FsResult<bool> {

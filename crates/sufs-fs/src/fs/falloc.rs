@@ -203,6 +203,7 @@ impl Fs {
         } else {
             self.zero_bytes(ino, &mut d, off, end)?;
         }
+        self.keep_end_allocated(ino, &mut d)?;
         self.touch_mc(&mut d);
         self.iput(ino, &d)?;
         Ok(d)

@@ -392,7 +392,8 @@ pub struct FsStats {
 /// What happens around every write: soft updates roll back unsatisfied dependencies in the
 /// copy (and forward after), and group headers are sealed with their checksum.
 struct Hooks {
-    bpg: u64,
+    /// The file system's geometry (which blocks are group headers, and how they are sealed).
+    geometry: Superblock,
     softdep: Option<Softdep>,
 }
 
@@ -401,8 +402,11 @@ impl WriteHooks for Hooks {
         if let Some(sd) = self.softdep.as_mut() {
             sd.before_write(bno, copy);
         }
-        if bno % self.bpg == 1 {
-            CgHeader::seal(copy);
+        if self.geometry.is_cg_header(bno) {
+            match self.geometry.ufs2() {
+                Some(u) => ufs2::Cg::reseal(copy, u),
+                None => CgHeader::seal(copy),
+            }
         }
     }
     fn after_write(&mut self, bno: u64) -> bool {
@@ -498,6 +502,11 @@ impl Fs {
                 return Err(FsError::Unsupported(why));
             }
         }
+        if !opts.readonly && sb.disable_suj() {
+            log::warn!(
+                "journaled soft updates (SU+J) disabled, as tunefs -j disable does: sufs does not write the journal"
+            );
+        }
         if sb.addr_unit() as usize != dev.addr_unit() {
             return Err(FsError::Corrupt(format!(
                 "the file system addresses {}-byte units, the device {}",
@@ -516,14 +525,14 @@ impl Fs {
             )));
         }
         let mut cache = Cache::new(dev, opts.cache_blocks, clock.clone());
-        let alloc = Alloc::load(&mut cache, &sb)?;
+        let alloc = Alloc::load(&mut cache, &sb, !opts.readonly)?;
         // Summary counts are exact only after a clean unmount; recompute them from the groups.
         sb.free_blocks = alloc.free_blocks();
         sb.free_inodes = alloc.free_inodes();
         sb.ndirs = alloc.ndirs();
         let mut fs = Fs {
             hooks: Hooks {
-                bpg: sb.blocks_per_group as u64,
+                geometry: sb.clone(),
                 softdep: (opts.ordering == Ordering::Softdep).then(|| Softdep::new(&sb)),
             },
             sb,
@@ -595,9 +604,32 @@ impl Fs {
         self.sb.free_inodes = self.alloc.free_inodes();
         self.sb.ndirs = self.alloc.ndirs();
         self.sb.write_time = self.clock.wall().0;
+        if self.sb.ufs2().is_some() {
+            return self.write_superblock_ufs2();
+        }
         let mut buf = vec![0u8; self.sb.block_size as usize];
         self.sb.encode(&mut buf);
         self.cache.device().write_batch(&[WriteReq { bno: 0, data: &buf }], WriteKind::Sync)?;
+        Ok(())
+    }
+
+    /// A UFS2 image's superblock, as FreeBSD's `ffs_sbupdate` writes it: the summary area at
+    /// `fs_csaddr` (each group's counts) first, then the superblock at `fs_sblockloc`, with
+    /// `fs_cstotal` the groups' totals and its check hash.
+    fn write_superblock_ufs2(&mut self) -> FsResult<()> {
+        let mut u = self.sb.to_ufs2().expect("a UFS2 image");
+        let totals = self.alloc.ufs2_super().expect("the allocator of a UFS2 image").fs_cstotal;
+        u.fs_cstotal = totals;
+        u.fs_fmod = 0;
+        let csums = self.alloc.ufs2_csums();
+        assert_eq!(csums.len(), u.fs_ncg as usize, "a count for each group");
+        let mut cs = vec![0u8; u.fragroundup(u.fs_cssize as u64) as usize];
+        for (i, c) in csums.iter().enumerate() {
+            ufs2::LeField::put(c, &mut cs, i * 16);
+        }
+        let dev = self.cache.device().clone();
+        crate::dev::write_bytes(&*dev, u.fsb_offset(u.fs_csaddr), &cs, WriteKind::Sync)?;
+        crate::dev::write_bytes(&*dev, u.fs_sblockloc as u64, &u.encode(), WriteKind::Sync)?;
         Ok(())
     }
 
@@ -628,7 +660,7 @@ impl Fs {
     // ---------------------------------------------------------------- writing buffers
 
     fn is_cg_block(&self, bno: u64) -> bool {
-        bno % self.sb.blocks_per_group as u64 == 1
+        self.sb.is_cg_header(bno)
     }
 
     /// Writes `bnos` as one batch. In `Sync` mode any dirty group header is written in a batch

@@ -232,7 +232,13 @@ impl Fs {
         if target.is_empty() || target.len() >= self.sb.block_size as usize || target.len() > MAX_SYMLINK {
             return Err(if target.is_empty() { FsError::NotFound } else { FsError::NameTooLong });
         }
+        // UFS2 keeps a target shorter than `fs_maxsymlinklen` in the inode, as FreeBSD does.
+        let short = self.sb.ufs2().is_some_and(|u| (target.len() as i64) < u.fs_maxsymlinklen as i64);
         let r = self.create_node(dir, name, S_IFLNK | 0o777, uid, gid, |fs, ino, d| {
+            if short {
+                d.set_short_target(target);
+                return Ok(());
+            }
             // The target goes through the ordinary block map, like file data.
             fs.write_inner(ino, d, 0, target)?;
             Ok(())

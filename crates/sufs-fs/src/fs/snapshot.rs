@@ -461,7 +461,7 @@ impl Fs {
             let mut data = vec![0u8; bs];
             if x == 0 {
                 fsb.encode(&mut data);
-            } else if x % self.sb.blocks_per_group as u64 == 1 {
+            } else if self.sb.is_cg_header(x) {
                 data.copy_from_slice(&frozen.cgs[self.sb.cg_of_block(x) as usize]);
             } else {
                 data.copy_from_slice(self.cache.read(x)?);

@@ -204,7 +204,8 @@ impl Fs {
                 if self.cache.in_flight(bno) {
                     self.land_flight()?;
                 }
-                let buf = self.cache.modify(bno)?;
+                let len = self.dir_len_at(dir, lbn)?;
+                let buf = &mut self.cache.modify(bno)?[..len];
                 dir_remove(buf, off)?;
                 let slack = block_slack(buf)?;
                 if let Some(h) = self.dirhash.get_mut(&dir) {

@@ -14,7 +14,7 @@ impl Softdep {
     pub fn before_write(&mut self, bno: u64, copy: &mut [u8]) {
         let epoch = self.tick();
         let mut inf = Inflight { epoch, ..Default::default() };
-        if bno % self.sb.blocks_per_group as u64 == 1 {
+        if self.sb.is_cg_header(bno) {
             let cg = self.sb.cg_of_block(bno);
             inf.bmsafe = self.bmsafemap.get(&cg).map(|m| (m.inodedeps.clone(), m.newblks.clone()));
             if let Some(durable) = self.durable_initialized(cg) {
@@ -100,6 +100,9 @@ impl Softdep {
     /// that go out free (their bits clear, the counts with them) and stay waiting in the
     /// bmsafemap, so that no header on disk claims an inode block the disk does not hold zeroed.
     fn roll_back_inits(&self, cg: u32, durable: u32, copy: &mut [u8], inf: &mut Inflight) {
+        if let Some(u) = self.sb.ufs2() {
+            return self.roll_back_inits_ufs2(u, cg, durable, copy, inf);
+        }
         assert!(cg_get_initialized(copy) > durable, "group {cg}: an initialized block pending past the count");
         cg_set_initialized(copy, durable);
         let first = cg * self.sb.inodes_per_group;
@@ -114,6 +117,35 @@ impl Softdep {
         }
         cg_set_free_inodes(copy, cg_get_free_inodes(copy) + freed);
         cg_set_ndirs(copy, cg_get_ndirs(copy).saturating_sub(dirs));
+        if let Some((inos, _)) = inf.bmsafe.as_mut() {
+            inos.retain(|&i| i % self.sb.inodes_per_group < durable);
+        }
+        inf.rolled_back = true;
+    }
+
+    /// `roll_back_inits` on a UFS2 group's copy: `cg_initediblk` back to `durable`, the
+    /// inodes past it free in `cg_inosused` and in `cg_cs` (the copy stays a consistent group,
+    /// its check hash resealed as it goes to disk).
+    fn roll_back_inits_ufs2(&self, u: &ufs2::Superblock, cg: u32, durable: u32, copy: &mut [u8], inf: &mut Inflight) {
+        let mut g = ufs2::Cg::decode(copy, u, cg, false).expect("a group block the allocator wrote");
+        assert!(g.hdr.cg_initediblk > durable, "group {cg}: an initialized block pending past the count");
+        g.hdr.cg_initediblk = durable;
+        let first = cg * self.sb.inodes_per_group;
+        let (mut freed, mut dirs) = (0, 0);
+        for idx in durable..self.sb.inodes_per_group {
+            if g.inode_used(idx) {
+                g.set_inode_used(idx, false);
+                freed += 1;
+                dirs += self.inodedeps.get(&(first + idx)).is_some_and(|d| d.is_dir) as i32;
+            }
+        }
+        g.hdr.cg_cs.cs_nifree += freed;
+        g.hdr.cg_cs.cs_ndir = (g.hdr.cg_cs.cs_ndir - dirs).max(0);
+        if g.hdr.cg_irotor >= durable {
+            g.hdr.cg_irotor = 0;
+        }
+        let enc = g.encode(u);
+        copy[..enc.len()].copy_from_slice(&enc);
         if let Some((inos, _)) = inf.bmsafe.as_mut() {
             inos.retain(|&i| i % self.sb.inodes_per_group < durable);
         }

@@ -179,7 +179,7 @@ impl Softdep {
     /// written yet: those before the first such block.
     fn durable_initialized(&self, cg: u32) -> Option<u32> {
         let first = *self.inits.get(&cg)?.keys().next()?;
-        Some((first - self.sb.cg_itable_block(cg)) as u32 * self.sb.inodes_per_block())
+        Some(((first - self.sb.cg_itable_block(cg)) / self.sb.frag()) as u32 * self.sb.inodes_per_block())
     }
 
     /// A newly allocated inode: written as free until its bitmap bit is on disk.

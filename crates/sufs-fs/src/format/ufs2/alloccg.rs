@@ -100,6 +100,24 @@ impl<'a> CgAlloc<'a> {
     /// The allocator over group `cg` (decoded with `fs`), refused if the group breaks the
     /// invariant of the module doc. Reads every map bit once.
     pub fn new(fs: &'a mut Fs, cg: &'a mut Cg) -> Result<CgAlloc<'a>, CgAllocError> {
+        let a = Self::frame(fs, cg);
+        match a.inconsistency() {
+            None => Ok(a),
+            Some(what) => Err(CgAllocError::Inconsistent { cg: a.cgx, what }),
+        }
+    }
+
+    /// The allocator over a group that `new` accepted before and that only an allocator has
+    /// changed since (a mounted file system's group, checked once at mount): not read again
+    /// whole, but in debug builds, where every change checks the invariant anyway.
+    pub fn resume(fs: &'a mut Fs, cg: &'a mut Cg) -> CgAlloc<'a> {
+        let a = Self::frame(fs, cg);
+        a.settled();
+        a
+    }
+
+    /// The allocator's view of group `cg`, unchecked.
+    fn frame(fs: &'a mut Fs, cg: &'a mut Cg) -> CgAlloc<'a> {
         let cgx = cg.hdr.cg_cgx;
         let frag = fs.fs_frag as u32;
         let ndblk = cg.hdr.cg_ndblk;
@@ -107,11 +125,7 @@ impl<'a> CgAlloc<'a> {
         let nclblk = if contig > 0 { ndblk / frag } else { 0 };
         let dmin = fs.fs_dblkno as i64;
         let data_start = (dmin + fs.fs_metaspace.clamp(0, fs.fs_fpg as i64)).min(ndblk as i64 - 1) as u32;
-        let a = CgAlloc { fs, cg, cgx, frag, ndblk, nclblk, contig, data_start };
-        match a.inconsistency() {
-            None => Ok(a),
-            Some(what) => Err(CgAllocError::Inconsistent { cg: cgx, what }),
-        }
+        CgAlloc { fs, cg, cgx, frag, ndblk, nclblk, contig, data_start }
     }
 
     /// What breaks the module's invariant, if anything.

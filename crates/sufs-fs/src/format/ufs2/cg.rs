@@ -226,6 +226,15 @@ impl Cg {
         b
     }
 
+    /// Reseals the check hash of the group block `buf` (at least `fs_cgsize` bytes) in place,
+    /// if the file system keeps them: what goes to the disk after the block was changed.
+    pub fn reseal(buf: &mut [u8], fs: &Fs) {
+        if fs.has_ckhash(CK_CYLGRP) {
+            let b = &mut buf[..fs.fs_cgsize as usize];
+            ffs_ckhash(b, CG_CKHASH_OFF).put(b, CG_CKHASH_OFF);
+        }
+    }
+
     fn map(&self, off: u32, bits: u32) -> &[u8] {
         &self.buf[off as usize..off as usize + bits.div_ceil(8) as usize]
     }

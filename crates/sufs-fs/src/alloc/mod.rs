@@ -7,13 +7,19 @@
 //! Invariant: the summary equals the counts in the header buffers, and each count equals the
 //! number of clear (free) bits in its bitmap.
 
+mod ufs2cg;
+
 use crate::cache::Cache;
 use crate::dev::DevError;
 use crate::format::*;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CgSum {
+    /// Free space: blocks on sufs's own format, fragments on UFS2.
     pub free_blocks: u32,
+    /// UFS2's wholly free blocks (`cs_nbfree`); unused on sufs's own format, where every free
+    /// unit is a block (`free_blocks`).
+    pub nbfree: u32,
     pub free_inodes: u32,
     pub ndirs: u32,
     /// Inodes whose blocks are initialized (the header's `initialized`, all of them in an old
@@ -27,7 +33,7 @@ pub enum AllocError {
     NoSpace,
     #[error(transparent)]
     Dev(#[from] DevError),
-    #[error("cannot allocate or free on this UFS2 image: sufs does not write UFS2 yet")]
+    #[error("cannot allocate or free on a UFS2 image mounted read-only")]
     Ufs2ReadOnly,
     #[error("corrupt cylinder group: {0}")]
     Corrupt(#[from] FormatError),
@@ -46,16 +52,19 @@ pub struct Alloc {
     /// Blocks freed since the mount: a reader that planned a device read under the lock and
     /// read without it knows by this that no block it read can have changed hands meanwhile.
     frees: u64,
-    /// A UFS2 image (read-only): the counts come from its groups' summaries and nothing is
-    /// allocated, freed or checked against its maps.
+    /// A UFS2 image mounted read-only: the counts come from its groups' summaries and nothing
+    /// is allocated, freed or checked against its maps.
     counts_only: bool,
+    /// A UFS2 image's superblock, whose totals (`fs_cstotal`) move with its groups' counts
+    /// (`ufs2.rs`); None on sufs's own format.
+    ufs2: Option<Box<ufs2::Superblock>>,
 }
 
 impl Alloc {
-    /// Reads and checks every group header.
-    pub fn load(cache: &mut Cache, sb: &Superblock) -> Result<Alloc, AllocError> {
+    /// Reads and checks every group header (on UFS2, whole when `writable`).
+    pub fn load(cache: &mut Cache, sb: &Superblock, writable: bool) -> Result<Alloc, AllocError> {
         if let Some(u) = sb.ufs2() {
-            return Self::load_ufs2(cache, sb, u);
+            return Self::load_ufs2(cache, sb, u, writable);
         }
         let mut sums = Vec::with_capacity(sb.ngroups as usize);
         let mut damage = Vec::new();
@@ -70,28 +79,9 @@ impl Alloc {
             }
             let (free_blocks, free_inodes) = Self::check_maps(cache, sb, cg, &h, &mut damage)?;
             let initialized = Self::check_initialized(cache, sb, cg, &h, &mut damage)?;
-            sums.push(CgSum { free_blocks, free_inodes, ndirs: h.ndirs, initialized });
+            sums.push(CgSum { free_blocks, nbfree: 0, free_inodes, ndirs: h.ndirs, initialized });
         }
-        Ok(Alloc { sums, damage, frees: 0, counts_only: false })
-    }
-
-    /// The counts of a UFS2 image's groups, each group decoded and checked (magic, index,
-    /// counts, check hash) as FreeBSD's `ffs_getcg` does: free space in fragments.
-    fn load_ufs2(cache: &mut Cache, sb: &Superblock, u: &ufs2::Superblock) -> Result<Alloc, AllocError> {
-        let mut sums = Vec::with_capacity(sb.ngroups as usize);
-        for cg in 0..sb.ngroups {
-            let buf = cache.read(sb.cg_header_block(cg))?;
-            let g = ufs2::Cg::decode(buf, u, cg, true).map_err(|e| FormatError::BadCg { cg, what: e.to_string() })?;
-            let cs = g.hdr.cg_cs;
-            let initialized = g.hdr.cg_initediblk.min(u.fs_ipg);
-            sums.push(CgSum {
-                free_blocks: cs.cs_nbfree as u32 * u.fs_frag as u32 + cs.cs_nffree as u32,
-                free_inodes: cs.cs_nifree as u32,
-                ndirs: cs.cs_ndir as u32,
-                initialized: initialized - initialized % sb.inodes_per_block(),
-            });
-        }
-        Ok(Alloc { sums, damage: Vec::new(), frees: 0, counts_only: true })
+        Ok(Alloc { sums, damage, frees: 0, counts_only: false, ufs2: None })
     }
 
     /// The bitmaps must show the group's metadata blocks (and in group 0 the reserved inodes)
@@ -176,6 +166,9 @@ impl Alloc {
         let s = &mut self.sums[cg as usize];
         assert!(n > s.initialized && n <= sb.inodes_per_group, "group {cg}: {} initialized, then {n}", s.initialized);
         assert!(n.is_multiple_of(sb.inodes_per_block()), "a whole number of inode blocks");
+        if self.ufs2.is_some() {
+            return self.set_initialized_ufs2(cache, sb, cg, n);
+        }
         s.initialized = n;
         cg_set_initialized(cache.modify(sb.cg_header_block(cg))?, n);
         Ok(())
@@ -228,6 +221,12 @@ impl Alloc {
             if self.sums[cg as usize].free_inodes == 0 {
                 continue;
             }
+            if self.ufs2.is_some() {
+                match self.alloc_inode_ufs2(cache, sb, cg, is_dir)? {
+                    Some(ino) => return Ok(ino),
+                    None => continue,
+                }
+            }
             let buf = cache.modify(sb.cg_header_block(cg))?;
             let (brot, irot) = cg_get_rotors(buf);
             let map = &mut buf[CgHeader::inode_map_offset()..];
@@ -263,6 +262,9 @@ impl Alloc {
         if !sb.is_valid_inode(ino) {
             return Err(AllocError::BadFree { what: "inode", n: ino as u64 });
         }
+        if self.ufs2.is_some() {
+            return self.free_inode_ufs2(cache, sb, ino, is_dir);
+        }
         let cg = sb.cg_of_inode(ino);
         let idx = (ino % sb.inodes_per_group) as usize;
         let buf = cache.modify(sb.cg_header_block(cg))?;
@@ -287,6 +289,9 @@ impl Alloc {
     pub fn alloc_block(&mut self, cache: &mut Cache, sb: &Superblock, pref: u64) -> Result<u64, AllocError> {
         if self.counts_only {
             return Err(AllocError::Ufs2ReadOnly);
+        }
+        if self.ufs2.is_some() {
+            return self.alloc_block_ufs2(cache, sb, pref);
         }
         let n = sb.ngroups;
         let pref = if pref < sb.num_blocks { pref } else { 0 };
@@ -324,6 +329,9 @@ impl Alloc {
         if self.counts_only || !sb.is_data_block(bno) {
             return Ok(false);
         }
+        if self.ufs2.is_some() {
+            return self.frag_free_ufs2(cache, sb, bno);
+        }
         let cg = sb.cg_of_block(bno);
         let idx = (bno - sb.cg_start(cg)) as usize;
         if bit_get(&cache.read(sb.cg_header_block(cg))?[CgHeader::block_map_offset(sb.inodes_per_group)..], idx) {
@@ -341,6 +349,9 @@ impl Alloc {
     pub fn free_block(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<(), AllocError> {
         if self.counts_only {
             return Err(AllocError::Ufs2ReadOnly);
+        }
+        if self.ufs2.is_some() {
+            return self.free_frags_ufs2(cache, sb, bno, sb.frag() as u32);
         }
         if !sb.is_data_block(bno) {
             return Err(AllocError::BadFree { what: "block", n: bno });
@@ -456,7 +467,7 @@ mod tests {
             dev.write_batch(&[WriteReq { bno: sb.cg_header_block(cg), data: &buf }], WriteKind::Sync).unwrap();
         }
         let mut cache = Cache::new(dev, 256, Arc::new(SimClock::new()));
-        let alloc = Alloc::load(&mut cache, &sb).unwrap();
+        let alloc = Alloc::load(&mut cache, &sb, true).unwrap();
         (cache, sb, alloc)
     }
 
