@@ -267,3 +267,24 @@ fn softdep_holds_under_every_update_policy() {
         }
     }
 }
+
+/// The same workloads on FreeBSD's UFS2 (newfs's layout, blocks of one fragment), judged by the
+/// UFS2 checker: soft updates and sync leave only what a crash may leave, async is caught.
+#[test]
+fn ufs2_images_keep_the_orderings_promises() {
+    let ufs2 = |end| CrashOptions { ufs2: true, ..small(40, end) };
+    for name in WORKLOADS.iter().filter(|n| !crashtest::NOT_ON_UFS2.iter().any(|(x, _)| x == *n)) {
+        for ordering in [Ordering::Softdep, Ordering::Sync] {
+            for (seed, end) in [(1, End::Unmount), (2, End::Crash)] {
+                let s = crashtest::run(ordering, name, seed, &ufs2(end)).unwrap();
+                assert!(s.states > 5, "{s}");
+                assert_eq!(s.violations, 0, "{ordering} on UFS2: {s}");
+            }
+        }
+    }
+    let caught: usize = ["create-many", "rename-storm", "mkdir-rmdir", "mix"]
+        .iter()
+        .map(|name| crashtest::run(Ordering::Async, name, 1, &ufs2(End::Unmount)).unwrap().violations)
+        .sum();
+    assert!(caught > 0, "async on UFS2 not caught: the tester is broken");
+}

@@ -271,6 +271,10 @@ pub(crate) enum Cmd {
         /// Run this update policy's sweeps during the workload (times scaled down).
         #[arg(long, value_enum)]
         update: Option<UpdatePolicy>,
+        /// Start from FreeBSD's UFS2 (newfs's layout, blocks of one fragment) instead of
+        /// sufs's own format, judged by the UFS2 checker.
+        #[arg(long)]
+        ufs2: bool,
     },
 }
 

@@ -215,8 +215,8 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
         Cmd::Bench { which: Some(BenchCmd::FloorServe { dir, transport, threads, stats, ctl }), .. } => {
             cmd_bench_floor_serve(&dir, transport, threads as usize, stats, ctl).map(|_| 0)
         }
-        Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update } => {
-            let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ..Default::default() };
+        Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update, ufs2 } => {
+            let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ufs2, ..Default::default() };
             cmd_crashtest(ordering, &workload, seed, &opts)
         }
     }

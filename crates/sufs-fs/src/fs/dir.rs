@@ -339,9 +339,9 @@ impl Fs {
 
     /// Adds the entry in a new chunk at the end of the directory's last block, when that block
     /// ends before a whole block: a UFS2 directory grows a chunk (`DIRBLKSIZ`) at a time, as
-    /// FreeBSD's `ufs_direnter` grows it. The chunk is initialized on disk (its entry rolled
-    /// back, under soft updates) before the inode's larger size can be, so no crash shows a
-    /// directory whose size covers bytes that are not entries. None if the last block is whole.
+    /// FreeBSD's `ufs_direnter` grows it. The empty chunk is on disk before the entry is made
+    /// in it and before the inode's larger size can be, so no crash shows a directory whose
+    /// size covers bytes that are not entries. None if the last block is whole.
     fn grow_last_block(
         &mut self,
         dir: u32,
@@ -362,13 +362,14 @@ impl Fs {
         if bno == 0 {
             return Ok(None);
         }
-        let buf = &mut self.cache.modify(bno)?[..len + DIRBLKSIZ];
-        dir_init_block(&mut buf[len..]);
-        let off = dir_insert(buf, len, ino, dtype, name)?;
-        let slack = block_slack(buf)?;
+        dir_init_block(&mut self.cache.modify(bno)?[len..len + DIRBLKSIZ]);
         if self.ordering != Ordering::Async {
+            // The empty chunk alone: the entry follows the rules of any new name.
             self.write_bufs(&[bno], WriteKind::Sync)?;
         }
+        let buf = &mut self.cache.modify(bno)?[..len + DIRBLKSIZ];
+        let off = dir_insert(buf, len, ino, dtype, name)?;
+        let slack = block_slack(buf)?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
             h.inserted(name, lbn, off, slack);
         }

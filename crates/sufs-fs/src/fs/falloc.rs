@@ -74,6 +74,10 @@ impl Fs {
         if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 || (d.flags & DI_APPEND != 0 && mode.op != FallocOp::Allocate) {
             return Err(FsError::Perm);
         }
+        if self.sb.ufs2().is_some() && mode.keep_size && mode.op != FallocOp::PunchHole && end > d.size {
+            // UFS2 has no blocks past a file's size: fsck_ffs clears an inode that holds one.
+            return Err(FsError::NotSupported);
+        }
         let d = match mode.op {
             FallocOp::Allocate => self.retry_nospace(|fs| fs.preallocate(ino, off, end, mode.keep_size))?,
             FallocOp::ZeroRange => self.retry_nospace(|fs| fs.zero_range(ino, off, end, mode.keep_size))?,

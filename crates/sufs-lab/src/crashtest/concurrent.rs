@@ -30,7 +30,7 @@ use rand::{Rng, SeedableRng};
 use sufs_fs::clock::SimClock;
 use sufs_fs::dev::{BlockDevice, MemDevice, RecordingDevice};
 use sufs_fs::fs::flight::FlushRequest;
-use sufs_fs::fs::{lock, mkfs, Fs, FsResult, MkfsOptions, MountOptions, Ordering, RenameFlags, SetAttr, SharedFs};
+use sufs_fs::fs::{lock, Fs, FsResult, MountOptions, Ordering, RenameFlags, SetAttr, SharedFs};
 use sufs_fs::policy::{Sweeper, UpdatePolicy};
 
 use super::promise::{close, resolve, split, under, Promise, PromiseKind};
@@ -285,8 +285,7 @@ pub fn record(ordering: Ordering, seed: u64, opts: &CrashOptions) -> Result<Reco
         move |source| CrashError::Fs { what: format!("{CONCURRENT} ({ordering}, seed {seed}): {what}"), source }
     };
     let dev = Arc::new(MemDevice::new(BS, opts.blocks));
-    let mk = MkfsOptions { inodes: Some((opts.blocks / 8).max(256)), ..Default::default() };
-    mkfs(dev.clone(), &mk, (946_684_800, 0)).map_err(fail("mkfs".into()))?;
+    super::make_fs(&dev, (opts.blocks / 8).max(256), opts.ufs2).map_err(fail("mkfs".into()))?;
     let clock = Arc::new(SimClock::new());
     let mut rng = SmallRng::seed_from_u64(seed);
     let mount = |d: Arc<dyn BlockDevice>, cache_blocks| {

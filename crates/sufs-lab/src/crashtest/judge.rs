@@ -6,9 +6,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use sufs_fs::clock::SimClock;
-use sufs_fs::format::ROOT_INO;
+use sufs_fs::dev::{read_bytes, BlockDevice};
+use sufs_fs::format::{Superblock, ROOT_INO};
 use sufs_fs::fs::{Fs, FsError, FsResult};
-use sufs_fs::fsck::{self, Class, Finding};
+use sufs_fs::fsck::{self, Class};
 
 use super::promise::{reachable_inodes, resolve, Promise, PromiseKind};
 use super::recorder::{CrashImage, CrashState, Recording};
@@ -16,7 +17,7 @@ use super::summary::{Summary, Verdict};
 use super::workloads::{tree_digest, xattr_digest};
 use super::{readonly, CrashError};
 
-fn finding_kind(f: &Finding) -> String {
+fn finding_kind(f: &impl std::fmt::Debug) -> String {
     format!("{f:?}").chars().take_while(|c| c.is_alphanumeric()).collect()
 }
 
@@ -110,14 +111,28 @@ impl Recording {
     }
 }
 
-/// fsck's findings on a crash image, each with its class.
+/// fsck's findings on a crash image, each with its class: sufs's checker, or on a UFS2 image
+/// the UFS2 checker.
 fn fsck_verdicts(img: &Arc<CrashImage>) -> Vec<Verdict> {
-    match fsck::check(&**img) {
-        Ok(r) => r
-            .findings
-            .iter()
-            .map(|f| Verdict { class: f.class(), kind: finding_kind(f), text: f.to_string() })
-            .collect(),
+    let dev: &dyn BlockDevice = &**img;
+    let ufs2 = Superblock::probe(|off, buf| read_bytes(dev, off, buf)).is_ok_and(|sb| sb.ufs2().is_some());
+    if ufs2 {
+        let len = dev.num_blocks() * dev.addr_unit() as u64;
+        let r = fsck::ufs2::check(dev, len, &fsck::ufs2::Options::default());
+        return verdicts(r.map(|r| r.findings), |f| f.class());
+    }
+    verdicts(fsck::check(dev).map(|r| r.findings), |f| f.class())
+}
+
+/// Each finding as a verdict of its class; a check that could not run is a violation.
+fn verdicts<F: std::fmt::Debug + std::fmt::Display, E: std::fmt::Display>(
+    r: Result<Vec<F>, E>,
+    class: impl Fn(&F) -> Class,
+) -> Vec<Verdict> {
+    match r {
+        Ok(findings) => {
+            findings.iter().map(|f| Verdict { class: class(f), kind: finding_kind(f), text: f.to_string() }).collect()
+        }
         Err(e) => vec![Verdict { class: Class::Violation, kind: "FsckFailed".into(), text: e.to_string() }],
     }
 }

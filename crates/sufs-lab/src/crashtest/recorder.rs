@@ -13,7 +13,7 @@ use sufs_fs::clock::SimClock;
 use sufs_fs::dev::{
     BlockDevice, Counters, DevResult, DevStats, MemDevice, Record, RecordingDevice, WriteKind, WriteReq,
 };
-use sufs_fs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
+use sufs_fs::fs::{Fs, MountOptions, Ordering};
 use sufs_fs::policy::{Sweeper, SyncerOptions, UpdatePolicy};
 
 use super::promise::{Promise, PromiseKind};
@@ -126,8 +126,7 @@ pub(super) fn record(
     };
     let blocks = wl.blocks(opts.blocks);
     let dev = Arc::new(MemDevice::new(BS, blocks));
-    let mk = MkfsOptions { inodes: Some((blocks / 8).max(256)), ..Default::default() };
-    let sb = mkfs(dev.clone(), &mk, (946_684_800, 0)).map_err(fail("mkfs"))?;
+    let sb = super::make_fs(&dev, (blocks / 8).max(256), opts.ufs2).map_err(fail("mkfs"))?;
     wl.age_device(&dev, &sb);
     let clock = Arc::new(SimClock::new());
     let mut rng = SmallRng::seed_from_u64(seed);

@@ -32,6 +32,12 @@ impl ReadAt for std::fs::File {
     }
 }
 
+impl ReadAt for dyn crate::dev::BlockDevice {
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+        crate::dev::read_bytes(self, off, buf)
+    }
+}
+
 /// One block of a file's tree: a data block (`level` 0, `lbn` its logical block) or an
 /// indirect block (`level` 1 to 3, `lbn` the first logical block it maps).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -149,12 +149,16 @@ pub enum Finding {
         actual: u8,
     },
     /// A directory named by more than one entry (besides "." and ".."); `names`: how many. Two
-    /// is the window of a rename (allowed).
+    /// is the window of a rename (allowed); more only if `counted`, the stored link count
+    /// covering every entry that names it, as when a directory is renamed again before its
+    /// first rename's old name has left the disk (each rename raises the count before its new
+    /// name is written and lowers it after its old name is gone).
     ExtraDirLink {
         ino: u32,
         dir: u32,
         name: String,
         names: u32,
+        counted: bool,
     },
     /// The root inode is free or not a directory: passes 3 and 4 are not run.
     BadRoot {
@@ -269,7 +273,8 @@ impl Finding {
             | CsArea { .. }
             | CsTotal { .. }
             | BadDotDot { stored_dir: true, .. }
-            | ExtraDirLink { names: 2, .. } => Class::Allowed,
+            | ExtraDirLink { names: 2, .. }
+            | ExtraDirLink { counted: true, .. } => Class::Allowed,
             // A directory made and not yet named, or removed and not yet freed: the group's
             // count was raised with the inode's bit, before the inode reached the disk.
             CgCount { what: "ndir", stored, actual, .. } if stored > actual => Class::Allowed,
@@ -315,6 +320,7 @@ impl fmt::Display for Finding {
                 write!(f, "INODE {ino}: FILE SIZE {size} BEYOND END OF ALLOCATED FILE, SIZE SHOULD BE {should}")
             }
             BadExtAttr { ino, what } => write!(f, "BAD EXTATTR AREA I={ino}: {what}"),
+            DirLength { ino, size: 0 } => write!(f, "ZERO LENGTH DIRECTORY I={ino}"),
             DirLength { ino, size } => {
                 write!(f, "DIRECTORY I={ino}: LENGTH {size} NOT MULTIPLE OF {}", crate::format::DIRBLKSIZ)
             }
@@ -332,7 +338,7 @@ impl fmt::Display for Finding {
             BadType { dir, name: n, ino, stored, actual } => {
                 write!(f, "BAD TYPE VALUE I={ino} NAME={} DIR={dir} ({stored} SHOULD BE {actual})", name(n))
             }
-            ExtraDirLink { ino, dir, name: n, names } => {
+            ExtraDirLink { ino, dir, name: n, names, .. } => {
                 write!(f, "I={ino} IS AN EXTRA HARD LINK TO DIRECTORY: NAME={} DIR={dir} ({names} NAMES)", name(n))
             }
             BadRoot { mode: 0 } => write!(f, "ROOT INODE UNALLOCATED"),
@@ -388,7 +394,7 @@ mod tests {
         assert_eq!((ndir(4).class(), ndir(2).class()), (Class::Allowed, Class::Violation));
         let nbfree = Finding::CgCount { cg: 0, what: "nbfree", stored: 4, actual: 3 };
         assert_eq!(nbfree.class(), Class::Violation, "a header disagreeing with its own maps");
-        let rename = |names| Finding::ExtraDirLink { ino: 9, dir: 2, name: "d".into(), names };
+        let rename = |names| Finding::ExtraDirLink { ino: 9, dir: 2, name: "d".into(), names, counted: false };
         assert_eq!((rename(2).class(), rename(3).class()), (Class::Allowed, Class::Violation));
     }
 }

@@ -261,7 +261,10 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
         info.state = State::InUse;
         self.pointer_rules(ino, dip);
         let is_dir = dtype == DT_DIR;
-        if is_dir && (dip.di_size == 0 || !dip.di_size.is_multiple_of(crate::format::DIRBLKSIZ as u64)) {
+        // A directory of size 0 is fsck_ffs's "ZERO LENGTH DIR", cleared in pass 4: a crash
+        // under soft updates leaves one whose first block never reached the disk, and no name
+        // reaches it (pass 2 reports a name that does).
+        if is_dir && !dip.di_size.is_multiple_of(crate::format::DIRBLKSIZ as u64) {
             self.find(Finding::DirLength { ino, size: dip.di_size });
         }
 

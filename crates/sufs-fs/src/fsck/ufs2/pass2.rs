@@ -25,8 +25,9 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
             self.directory(dir)?;
         }
         for (ino, dir, name) in std::mem::take(&mut self.extra_links) {
-            let names = self.inodes.get(ino).names;
-            self.find(Finding::ExtraDirLink { ino, dir, name, names });
+            let t = self.inodes.get(ino);
+            let counted = t.nlink as i64 >= t.counted as i64;
+            self.find(Finding::ExtraDirLink { ino, dir, name, names: t.names, counted });
         }
         Ok(())
     }
@@ -137,6 +138,10 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
         }
         if e.d_type != t.dtype {
             self.find(Finding::BadType { dir, name: name.clone(), ino, stored: e.d_type, actual: t.dtype });
+        }
+        if t.dtype == DT_DIR && t.size == 0 {
+            // A name for a directory without a block (fsck_ffs's "ZERO LENGTH DIRECTORY").
+            self.find(Finding::DirLength { ino, size: 0 });
         }
         let Some(t) = self.inodes.get_mut(ino) else { unreachable!("inode {ino} in use was not read") };
         t.counted += 1;

@@ -73,16 +73,19 @@ fn stale_inode_blocks(dev: &MemDevice, sb: &Superblock) {
     let bs = sb.block_size as usize;
     let mut block = vec![0u8; bs];
     for (k, raw) in block.chunks_exact_mut(DINODE_SIZE).enumerate() {
-        Dinode::new(S_IFREG | 0o644, 1, 0, 0, (946_684_800, 0), 7 + k as u32).encode(raw);
+        sb.encode_dinode(&Dinode::new(S_IFREG | 0o644, 1, 0, 0, (946_684_800, 0), 7 + k as u32), raw);
     }
     let mut header = vec![0u8; bs];
     for cg in 0..sb.ngroups {
         dev.read_block(sb.cg_header_block(cg), &mut header).expect("a header of the new image");
-        let h = CgHeader::decode(&header, cg).expect("a header of the new image");
-        let first = h.initialized / sb.inodes_per_block();
+        let initialized = match sb.ufs2() {
+            Some(u) => ufs2::Cg::decode(&header, u, cg, false).expect("a group of the new image").hdr.cg_initediblk,
+            None => CgHeader::decode(&header, cg).expect("a header of the new image").initialized,
+        };
+        let first = initialized / sb.inodes_per_block();
         let last = (first + STALE_BLOCKS).min(sb.inode_table_blocks());
         let reqs: Vec<WriteReq> =
-            (first..last).map(|b| WriteReq { bno: sb.cg_itable_block(cg) + b as u64, data: &block }).collect();
+            (first..last).map(|b| WriteReq { bno: sb.cg_itable_nth(cg, b as u64), data: &block }).collect();
         dev.write_batch(&reqs, WriteKind::Async).expect("the image's own blocks");
     }
 }
