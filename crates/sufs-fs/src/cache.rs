@@ -10,8 +10,16 @@
 //! batch is written, and only when the device says the batch is durable are the buffers marked
 //! clean and `after_write` called. Applications always see the buffer, never the rolled-back copy.
 //!
-//! Invariant: a buffer is on the clean LRU list if and only if it is clean, and in `dirty` with
-//! its first-dirtied time if and only if it is dirty.
+//! A buffer is a block, or on a UFS2 image a file's last block kept in fragments (FFS §2.3):
+//! a run of `len` bytes, a whole number of fragments, after which the block's bytes on disk
+//! belong to other files. Such a buffer is made, read, grown, shrunk and moved by the `_frags`
+//! methods (FreeBSD's `bread` of a short size, `ffs_fragextend`, `ffs_realloccg`); its write
+//! carries only the run, so the neighbouring fragments are never written.
+//!
+//! Invariants: a buffer is on the clean LRU list if and only if it is clean, and in `dirty` with
+//! its first-dirtied time if and only if it is dirty. A buffer's bytes past its run are zeros
+//! (never another file's bytes), and its run changes length only when asked (`resize_frags`,
+//! `move_frags`).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -47,8 +55,13 @@ impl WriteHooks for NoHooks {
     }
 }
 
+/// One cached block: a whole block, or a run of fragments at the block's start.
 struct Buf {
+    /// A whole block, zeros past `len`.
     data: Box<[u8]>,
+    /// The run's length in bytes: a multiple of the device's address unit, at most the block
+    /// size (the block size but for a file's last fragments).
+    len: usize,
     /// Clock time at which the buffer was first dirtied; `None` when clean.
     dirty_since: Option<u64>,
     /// File data rather than metadata (the update policies treat the two apart).
@@ -86,6 +99,8 @@ impl CacheStats {
 pub struct Cache {
     dev: Arc<dyn BlockDevice>,
     bs: usize,
+    /// Bytes between block numbers: `bs`, or a UFS2 image's fragment.
+    unit: usize,
     capacity: usize,
     clock: Arc<dyn Clock>,
     bufs: HashMap<u64, Buf>,
@@ -123,10 +138,11 @@ impl Cache {
     /// A cache of at most `capacity` clean buffers over `dev` (dirty buffers are bounded by the
     /// caller, which must flush them; see `over_capacity`).
     pub fn new(dev: Arc<dyn BlockDevice>, capacity: usize, clock: Arc<dyn Clock>) -> Cache {
-        let bs = dev.block_size();
+        let (bs, unit) = (dev.block_size(), dev.addr_unit());
         Cache {
             dev,
             bs,
+            unit,
             capacity: capacity.max(16),
             clock,
             bufs: HashMap::new(),
@@ -163,26 +179,64 @@ impl Cache {
         self.bufs.contains_key(&bno)
     }
 
-    fn load(&mut self, bno: u64) -> Result<&mut Buf, DevError> {
-        if self.bufs.contains_key(&bno) {
-            self.stats.hits += 1;
-            if self.clean.contains(&bno) {
+    /// The buffer of `bno`, read from the device on a miss: a whole block, or with `run` a run
+    /// of that many bytes (zeros past it). A cached buffer is taken as it is, but for one whose
+    /// run differs from `run`: a clean one is read again at the new length, a dirty one is the
+    /// caller's mistake (its length changes only through `resize_frags` and `move_frags`).
+    fn load(&mut self, bno: u64, run: Option<usize>) -> Result<&mut Buf, DevError> {
+        if let Some(len) = run {
+            self.check_run(bno, len);
+        }
+        match self.bufs.get_mut(&bno) {
+            Some(b) if run.is_none_or(|len| len == b.len) => {
+                self.stats.hits += 1;
+                if self.clean.contains(&bno) {
+                    self.clean.promote(&bno);
+                }
+            }
+            Some(b) => {
+                let len = run.expect("a run of another length");
+                assert!(
+                    b.dirty_since.is_none(),
+                    "block {bno}: a dirty run of {} bytes taken as one of {len} (resize_frags changes a run)",
+                    b.len
+                );
+                // Clean: the device holds the run; read it again at the length asked.
+                self.stats.misses += 1;
+                self.dev.read_block(bno, &mut b.data)?;
+                b.data[len..].fill(0);
+                b.len = len;
                 self.clean.promote(&bno);
             }
-        } else {
-            self.stats.misses += 1;
-            let mut data = vec![0u8; self.bs].into_boxed_slice();
-            self.dev.read_block(bno, &mut data)?;
-            self.evict_clean(1);
-            self.bufs.insert(bno, Buf { data, dirty_since: None, is_data: false });
-            self.clean.put(bno, ());
+            None => {
+                self.stats.misses += 1;
+                let mut data = vec![0u8; self.bs].into_boxed_slice();
+                self.dev.read_block(bno, &mut data)?;
+                let len = run.unwrap_or(self.bs);
+                data[len..].fill(0);
+                self.evict_clean(1);
+                self.bufs.insert(bno, Buf { data, len, dirty_since: None, is_data: false });
+                self.clean.put(bno, ());
+            }
         }
         Ok(self.bufs.get_mut(&bno).expect("just loaded"))
     }
 
-    /// The contents of a block, read from the device on a miss.
+    /// Asserts that a run of `len` bytes at `bno` is a whole number of the device's addresses
+    /// within one block.
+    fn check_run(&self, bno: u64, len: usize) {
+        assert!(
+            len > 0 && len <= self.bs && len.is_multiple_of(self.unit),
+            "block {bno}: a run of {len} bytes in blocks of {} addressed every {}",
+            self.bs,
+            self.unit
+        );
+    }
+
+    /// The contents of a block, read from the device on a miss; for a fragment run, the whole
+    /// block with zeros past the run.
     pub fn read(&mut self, bno: u64) -> Result<&[u8], DevError> {
-        Ok(&self.load(bno)?.data)
+        Ok(&self.load(bno, None)?.data)
     }
 
     /// Reads `n` blocks from `bno` on, none of them cached, in one device request into `buf`,
@@ -208,31 +262,46 @@ impl Cache {
         self.stats.reads_redone += 1;
     }
 
-    /// The contents of a block, to modify: the buffer becomes a delayed write.
+    /// The contents of a block, to modify: the buffer becomes a delayed write. For a cached
+    /// fragment run, its bytes only.
     pub fn modify(&mut self, bno: u64) -> Result<&mut [u8], DevError> {
-        self.load(bno)?;
+        self.load(bno, None)?;
+        Ok(self.dirtied(bno))
+    }
+
+    /// Marks a cached buffer dirty and hands out its run.
+    fn dirtied(&mut self, bno: u64) -> &mut [u8] {
         self.mark_dirty(bno);
-        Ok(&mut self.bufs.get_mut(&bno).expect("loaded").data)
+        let b = self.bufs.get_mut(&bno).expect("cached");
+        &mut b.data[..b.len]
     }
 
     /// A newly allocated block: zeroed without reading it, and dirty.
     pub fn create(&mut self, bno: u64) -> &mut [u8] {
+        self.install(bno, None, self.bs, false);
+        self.dirtied(bno)
+    }
+
+    /// Puts at `bno` a buffer of `data` (zeros if `None`) with a run of `len` bytes, in place
+    /// of any cached there: what a newly allocated address holds. Not yet dirty.
+    fn install(&mut self, bno: u64, data: Option<Box<[u8]>>, len: usize, is_data: bool) {
+        debug_assert!(data.as_ref().is_none_or(|d| d.len() == self.bs && d[len..].iter().all(|&x| x == 0)));
         match self.bufs.get_mut(&bno) {
             Some(b) => {
-                b.data.fill(0);
-                b.is_data = false;
+                match data {
+                    Some(d) => b.data = d,
+                    None => b.data.fill(0),
+                }
+                b.len = len;
+                b.is_data = is_data;
             }
             None => {
                 self.evict_clean(1);
-                self.bufs.insert(
-                    bno,
-                    Buf { data: vec![0u8; self.bs].into_boxed_slice(), dirty_since: None, is_data: false },
-                );
+                let data = data.unwrap_or_else(|| vec![0u8; self.bs].into_boxed_slice());
+                self.bufs.insert(bno, Buf { data, len, dirty_since: None, is_data });
                 self.clean.put(bno, ());
             }
         }
-        self.mark_dirty(bno);
-        &mut self.bufs.get_mut(&bno).expect("inserted").data
     }
 
     fn mark_dirty(&mut self, bno: u64) {
@@ -354,7 +423,9 @@ impl Cache {
                 );
                 continue;
             }
-            let mut copy = b.data.clone();
+            // The run only: a fragment run's neighbours on disk are other files'.
+            debug_assert!(b.data[b.len..].iter().all(|&x| x == 0), "block {bno}: bytes past its run");
+            let mut copy: Box<[u8]> = b.data[..b.len].into();
             hooks.before_write(bno, &mut copy);
             self.inflight.insert(bno, false);
             copies.push((bno, copy));
@@ -412,6 +483,74 @@ impl Cache {
         }
         self.evict_clean(0);
         Ok(batch.copies.len())
+    }
+}
+
+/// Fragment runs: a UFS2 file's last block kept in fragments.
+// The file system's fragment tails come next (docs/ufs2.md, "The way there", step 3); until
+// then only the tests call these.
+#[cfg_attr(not(test), allow(dead_code))]
+impl Cache {
+    /// The fragment run of `len` bytes at `bno` (a file's last block, below the direct
+    /// blocks' end, in `len / addr_unit` fragments): the whole block, zeros past the run (never
+    /// the bytes of the files whose fragments follow it). Read from the device on a miss.
+    pub fn read_frags(&mut self, bno: u64, len: usize) -> Result<&[u8], DevError> {
+        Ok(&self.load(bno, Some(len))?.data)
+    }
+
+    /// The run's length in bytes of a cached buffer (the block size but for a fragment run).
+    pub fn buf_len(&self, bno: u64) -> Option<usize> {
+        self.bufs.get(&bno).map(|b| b.len)
+    }
+
+    /// The fragment run of `len` bytes at `bno`, to modify (`read_frags`, then a delayed write):
+    /// its bytes only.
+    pub fn modify_frags(&mut self, bno: u64, len: usize) -> Result<&mut [u8], DevError> {
+        self.load(bno, Some(len))?;
+        Ok(self.dirtied(bno))
+    }
+
+    /// A newly allocated fragment run of `len` bytes at `bno`: zeroed without reading it, and
+    /// dirty.
+    pub fn create_frags(&mut self, bno: u64, len: usize) -> &mut [u8] {
+        self.check_run(bno, len);
+        self.install(bno, None, len, false);
+        self.dirtied(bno)
+    }
+
+    /// Grows or shrinks the fragment run of `old_len` bytes at `bno` in place to `new_len`
+    /// (`ffs_fragextend`, or a truncation that frees a tail's last fragments): the bytes kept
+    /// stay, new ones are zeros, those cut off are zeroed. The buffer becomes a delayed write of
+    /// the new run. The caller owns the fragments a run grows into; those a run gives up may
+    /// still be written by a write in flight of the old run (the buffer stays dirty then), so
+    /// they are not to be reused until that write is done.
+    pub fn resize_frags(&mut self, bno: u64, old_len: usize, new_len: usize) -> Result<&mut [u8], DevError> {
+        self.check_run(bno, new_len);
+        let b = self.load(bno, Some(old_len))?;
+        if new_len < old_len {
+            b.data[new_len..old_len].fill(0);
+        }
+        b.len = new_len;
+        Ok(self.dirtied(bno))
+    }
+
+    /// Moves the fragment run of `old_len` bytes at `old` to `new_len` bytes at `new`
+    /// (`ffs_realloccg` moving a file's last fragments where they can grow): the new buffer
+    /// takes the old one's bytes (zeros after them) and is a delayed write; the old one is
+    /// forgotten, as a freed block's is. The two runs must not overlap.
+    pub fn move_frags(&mut self, old: u64, old_len: usize, new: u64, new_len: usize) -> Result<&mut [u8], DevError> {
+        self.check_run(new, new_len);
+        assert!(new_len >= old_len, "run at {old} of {old_len} bytes moved to one of {new_len} bytes at {new}");
+        let units = |len: usize| (len / self.unit) as u64;
+        assert!(
+            new + units(new_len) <= old || old + units(old_len) <= new,
+            "run at {old} of {old_len} bytes moved onto itself at {new}"
+        );
+        let b = self.load(old, Some(old_len))?;
+        let (data, is_data) = (std::mem::take(&mut b.data), b.is_data);
+        self.forget(old);
+        self.install(new, Some(data), new_len, is_data);
+        Ok(self.dirtied(new))
     }
 }
 
@@ -490,5 +629,105 @@ mod tests {
         for i in 0..16 {
             assert!(c.is_dirty(i));
         }
+    }
+
+    /// A cache over 64 fragments of 1 KiB, blocks of 4 KiB, whose block at fragment 8 holds
+    /// file A's run (fragments 8-9, 0xaa), file B's (10, 0xbb) and a freed fragment's stale
+    /// bytes (11, 0xcc).
+    fn frag_cache() -> (Cache, Arc<MemDevice>) {
+        let dev = Arc::new(MemDevice::new_frags(4096, 1024, 64));
+        let mut block = vec![0xaa; 4096];
+        block[2048..3072].fill(0xbb);
+        block[3072..].fill(0xcc);
+        dev.write_batch(&[WriteReq { bno: 8, data: &block }], WriteKind::Sync).unwrap();
+        (Cache::new(dev.clone(), 64, Arc::new(SimClock::new())), dev)
+    }
+
+    /// The block of the device at fragment `bno`.
+    fn on_disk(dev: &MemDevice, bno: u64) -> Vec<u8> {
+        let mut b = vec![0u8; 4096];
+        dev.read_block(bno, &mut b).unwrap();
+        b
+    }
+
+    /// Each of `spans` (start, end, byte) of `b` holds that byte.
+    fn holds(b: &[u8], spans: &[(usize, usize, u8)]) -> bool {
+        spans.iter().all(|&(s, e, x)| b[s..e].iter().all(|&y| y == x))
+    }
+
+    /// Hooks that note the length of every copy written.
+    struct Lens(Vec<(u64, usize)>);
+    impl WriteHooks for Lens {
+        fn before_write(&mut self, bno: u64, copy: &mut [u8]) {
+            self.0.push((bno, copy.len()));
+        }
+        fn after_write(&mut self, _: u64) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_fragment_run_is_read_and_written_alone() {
+        let (mut c, dev) = frag_cache();
+        let a = c.read_frags(8, 2048).unwrap();
+        assert!(holds(a, &[(0, 2048, 0xaa), (2048, 4096, 0)]), "the run's bytes, zeros past it");
+        assert_eq!(c.buf_len(8), Some(2048));
+        let a = c.modify_frags(8, 2048).unwrap();
+        assert_eq!(a.len(), 2048);
+        a.fill(0x11);
+        c.modify_frags(10, 1024).unwrap().fill(0x22);
+        // A new run beside a fragment of another file's.
+        dev.write_batch(&[WriteReq { bno: 32, data: &[0xee; 1024] }], WriteKind::Sync).unwrap();
+        let n = c.create_frags(30, 2048);
+        assert!(n.len() == 2048 && holds(n, &[(0, 2048, 0)]));
+        n.fill(0x55);
+        let mut hooks = Lens(Vec::new());
+        c.write(&[8, 10, 30], WriteKind::Async, &mut hooks).unwrap();
+        hooks.0.sort();
+        assert_eq!(hooks.0, vec![(8, 2048), (10, 1024), (30, 2048)], "the hooks see each run's copy");
+        let b = on_disk(&dev, 8);
+        assert!(holds(&b, &[(0, 2048, 0x11), (2048, 3072, 0x22), (3072, 4096, 0xcc)]), "neighbours kept");
+        assert!(holds(&on_disk(&dev, 30), &[(0, 2048, 0x55), (2048, 3072, 0xee), (3072, 4096, 0)]));
+        // A clean run read at another length is read again: zeros past the new run.
+        assert!(holds(c.read_frags(8, 1024).unwrap(), &[(0, 1024, 0x11), (1024, 4096, 0)]));
+        assert!(holds(c.read_frags(8, 3072).unwrap(), &[(0, 2048, 0x11), (2048, 3072, 0x22), (3072, 4096, 0)]));
+    }
+
+    #[test]
+    fn fragment_runs_grow_shrink_and_move_with_their_bytes() {
+        let (mut c, dev) = frag_cache();
+        // B grows in place over the freed fragment: its bytes stay, the new ones are zeros.
+        let b = c.resize_frags(10, 1024, 2048).unwrap();
+        assert!(b.len() == 2048 && holds(b, &[(0, 1024, 0xbb), (1024, 2048, 0)]));
+        b[1024] = 0x33;
+        c.write(&[10], WriteKind::Async, &mut NoHooks).unwrap();
+        let mut want = vec![0xaa; 4096];
+        want[2048..].fill(0);
+        want[2048..3072].fill(0xbb);
+        want[3072] = 0x33;
+        assert_eq!(on_disk(&dev, 8), want);
+        // B moves to a whole block at 20: the old address is forgotten, not written.
+        let b = c.move_frags(10, 2048, 20, 4096).unwrap();
+        assert!(holds(b, &[(0, 1024, 0xbb), (1025, 4096, 0)]) && b[1024] == 0x33);
+        assert!(!c.is_cached(10) && c.buf_len(20) == Some(4096));
+        assert_eq!(c.write(&[10, 20], WriteKind::Async, &mut NoHooks).unwrap(), 1);
+        assert_eq!(on_disk(&dev, 8), want);
+        assert!(holds(&on_disk(&dev, 20), &[(0, 1024, 0xbb), (1025, 4096, 0)]));
+        // Truncated to one fragment, whose neighbours go to another file: its write leaves them.
+        dev.write_batch(&[WriteReq { bno: 21, data: &[0xdd; 3072] }], WriteKind::Sync).unwrap();
+        let b = c.resize_frags(20, 4096, 1024).unwrap();
+        assert_eq!(b.len(), 1024);
+        b[0] = 0x44;
+        assert!(holds(c.read(20).unwrap(), &[(1, 1024, 0xbb), (1024, 4096, 0)]));
+        c.write(&[20], WriteKind::Async, &mut NoHooks).unwrap();
+        assert!(holds(&on_disk(&dev, 20), &[(0, 1, 0x44), (1, 1024, 0xbb), (1024, 4096, 0xdd)]));
+    }
+
+    #[test]
+    #[should_panic(expected = "a dirty run of 2048 bytes taken as one of 1024")]
+    fn a_dirty_run_changes_length_only_when_asked() {
+        let (mut c, _) = frag_cache();
+        c.modify_frags(8, 2048).unwrap()[0] = 1;
+        let _ = c.read_frags(8, 1024);
     }
 }

@@ -68,14 +68,24 @@ impl DevStats {
 /// takes.
 const MAX_RUN: usize = 1024;
 
-/// Hands `f` a batch's writes in block order, cut into runs of blocks that follow each other
-/// on the device (at most `MAX_RUN` each): the requests of a device that merges neighbours.
+/// Hands `f` a batch's writes in address order, cut into runs of writes that follow each other
+/// byte for byte on a device whose addresses are `unit` bytes apart (at most `MAX_RUN` each):
+/// the requests of a device that merges neighbours. A write of `len` bytes at `bno` is followed
+/// by one at `bno + len / unit`: the next block when blocks are the unit, the next fragment run
+/// on a UFS2 image, where writes of fewer bytes than a block carry a file's last fragments.
 /// Returns how many runs there were.
-pub fn write_runs<E>(reqs: &[WriteReq], mut f: impl FnMut(&[&WriteReq]) -> Result<(), E>) -> Result<usize, E> {
+pub fn write_runs<E>(
+    reqs: &[WriteReq],
+    unit: usize,
+    mut f: impl FnMut(&[&WriteReq]) -> Result<(), E>,
+) -> Result<usize, E> {
     let mut order: Vec<&WriteReq> = reqs.iter().collect();
     order.sort_by_key(|r| r.bno);
+    let follows = |a: &WriteReq, b: &WriteReq| {
+        b.bno.checked_sub(a.bno).and_then(|d| d.checked_mul(unit as u64)) == Some(a.data.len() as u64)
+    };
     let mut n = 0;
-    for run in order.chunk_by(|a, b| b.bno == a.bno + 1) {
+    for run in order.chunk_by(|a, b| follows(a, b)) {
         for part in run.chunks(MAX_RUN) {
             f(part)?;
             n += 1;
@@ -85,9 +95,35 @@ pub fn write_runs<E>(reqs: &[WriteReq], mut f: impl FnMut(&[&WriteReq]) -> Resul
 }
 
 /// How many requests `write_runs` would make of a batch.
-pub fn count_runs(reqs: &[WriteReq]) -> usize {
-    let Ok(n) = write_runs(reqs, |_| Ok::<(), std::convert::Infallible>(()));
+pub fn count_runs(reqs: &[WriteReq], unit: usize) -> usize {
+    let Ok(n) = write_runs(reqs, unit, |_| Ok::<(), std::convert::Infallible>(()));
     n
+}
+
+/// An error if a write of `len` bytes at `bno`, on a device of `nblocks` addresses `unit` bytes
+/// apart, starts or ends past the device's end.
+pub fn check_write(bno: u64, len: usize, unit: usize, nblocks: u64) -> DevResult<()> {
+    check_range(bno, nblocks)?;
+    check_range(bno + (len.div_ceil(unit) as u64).saturating_sub(1), nblocks)
+}
+
+/// The units a write covers on a device kept in units of `unit` bytes (a block, or a UFS2
+/// image's fragment), with their bytes: a write of `k` units changes those `k` and no other.
+pub fn write_units(bno: u64, data: &[u8], unit: usize) -> impl Iterator<Item = (u64, &[u8])> {
+    assert!(data.len().is_multiple_of(unit), "a write of {} bytes at {bno} in units of {unit}", data.len());
+    data.chunks(unit).enumerate().map(move |(i, c)| (bno + i as u64, c))
+}
+
+/// Fills `buf` (a block, a whole number of units) with the units from `bno` on of a device kept
+/// in units of `unit` bytes: `unit_at(a)` is unit `a`'s bytes, `None` for zeros (a unit never
+/// written, or one past the device's end: a block there reads as zeros past it).
+pub fn read_units<'a>(bno: u64, buf: &mut [u8], unit: usize, mut unit_at: impl FnMut(u64) -> Option<&'a [u8]>) {
+    for (i, part) in buf.chunks_mut(unit).enumerate() {
+        match unit_at(bno + i as u64) {
+            Some(u) => part.copy_from_slice(u),
+            None => part.fill(0),
+        }
+    }
 }
 
 /// Counters shared by all devices.
@@ -156,7 +192,8 @@ pub trait BlockDevice: Send + Sync {
     /// the medium in any order; batches are ordered (a batch is a barrier).
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()>;
     fn stats(&self) -> DevStats;
-    /// Tells the device that the blocks of `runs` (first block, count) hold nothing of use
+    /// Tells the device that the addresses of `runs` (first address, count: blocks, or
+    /// fragments on a device addressed in fragments) hold nothing of use
     /// (FITRIM): an image file has holes punched there, a block device discards them, and
     /// either may read back as zeros. False where the device cannot (the default: a volume
     /// snapshot's device, whose copy-on-write a discard would bypass, and the test devices).
@@ -405,22 +442,15 @@ impl BlockDevice for FileDevice {
             return Ok(());
         }
         for r in reqs {
-            check_range(r.bno, self.nblocks)?;
+            check_write(r.bno, r.data.len(), self.unit, self.nblocks)?;
         }
-        let runs = if self.unit != self.bs {
-            // Each block alone: neighbouring block numbers are fragments apart.
-            for r in reqs {
-                let off = r.bno * self.unit as u64;
-                self.file.write_all_at(r.data, off).map_err(|source| DevError::Io { bno: r.bno, source })?;
-            }
-            reqs.len()
-        } else {
-            write_runs(reqs, |run| {
-                let mut slices: Vec<IoSlice> = run.iter().map(|r| IoSlice::new(r.data)).collect();
-                write_all_vectored_at(&self.file, &mut slices, run[0].bno * self.bs as u64)
-                    .map_err(|source| DevError::Io { bno: run[0].bno, source })
-            })?
-        };
+        // Each write goes at its own bytes (a fragment run changes only its fragments), and
+        // writes that follow each other byte for byte go in one `pwritev`.
+        let runs = write_runs(reqs, self.unit, |run| {
+            let mut slices: Vec<IoSlice> = run.iter().map(|r| IoSlice::new(r.data)).collect();
+            write_all_vectored_at(&self.file, &mut slices, run[0].bno * self.unit as u64)
+                .map_err(|source| DevError::Io { bno: run[0].bno, source })
+        })?;
         if self.durable {
             self.counters.flush();
             self.file.sync_data().map_err(|source| DevError::Io { bno: reqs[0].bno, source })?;
@@ -441,7 +471,7 @@ impl BlockDevice for FileDevice {
         for (i, &(bno, n)) in runs.iter().enumerate() {
             check_range(bno, self.nblocks)?;
             check_range(bno + n.saturating_sub(1), self.nblocks)?;
-            let (off, len) = (bno * self.bs as u64, n * self.bs as u64);
+            let (off, len) = (bno * self.unit as u64, n * self.unit as u64);
             let r = if is_file {
                 let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
                 // SAFETY: a plain system call on an open descriptor.
@@ -464,27 +494,44 @@ impl BlockDevice for FileDevice {
     }
 }
 
-/// A device in memory, for tests and the crash tester.
+/// A device in memory, for tests and the crash tester. Its contents are kept in units of the
+/// address (`addr_unit`): whole blocks for sufs's own format, fragments for a UFS2 image
+/// (`new_frags`), where block `b` is the `block_size` bytes from unit `b` on, and a write of `k`
+/// units (a file's last fragments) changes those `k` units and no other.
 pub struct MemDevice {
     bs: usize,
-    blocks: Mutex<Vec<Option<Box<[u8]>>>>,
+    unit: usize,
+    /// One entry per address, `unit` bytes each; `None` reads as zeros.
+    units: Mutex<Vec<Option<Box<[u8]>>>>,
     counters: Counters,
 }
 
 impl MemDevice {
     pub fn new(bs: usize, nblocks: u64) -> MemDevice {
-        MemDevice { bs, blocks: Mutex::new(vec![None; nblocks as usize]), counters: Counters::default() }
+        MemDevice::from_units(bs, bs, vec![None; nblocks as usize])
+    }
+    /// A zeroed device of `naddrs` fragments of `unit` bytes, holding blocks of `bs` bytes
+    /// (`FileDevice::open_frags` in memory).
+    pub fn new_frags(bs: usize, unit: usize, naddrs: u64) -> MemDevice {
+        MemDevice::from_units(bs, unit, vec![None; naddrs as usize])
     }
     /// A device holding a copy of `image` (block contents; `None` reads as zeros).
     pub fn from_blocks(bs: usize, blocks: Vec<Option<Box<[u8]>>>) -> MemDevice {
-        MemDevice { bs, blocks: Mutex::new(blocks), counters: Counters::default() }
+        MemDevice::from_units(bs, bs, blocks)
     }
-    /// A copy of every block, for building crash images.
+    /// A device addressed in units of `unit` bytes holding `units` (as `blocks` gives them).
+    pub fn from_units(bs: usize, unit: usize, units: Vec<Option<Box<[u8]>>>) -> MemDevice {
+        assert!(unit > 0 && unit <= bs && bs.is_multiple_of(unit), "unit of {unit} bytes, block of {bs}");
+        assert!(units.iter().flatten().all(|u| u.len() == unit), "every unit is {unit} bytes");
+        MemDevice { bs, unit, units: Mutex::new(units), counters: Counters::default() }
+    }
+    /// A copy of every unit (every block, or every fragment when addressed in fragments), for
+    /// building crash images.
     pub fn blocks(&self) -> Vec<Option<Box<[u8]>>> {
         self.lock().clone()
     }
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<Box<[u8]>>>> {
-        self.blocks.lock().unwrap_or_else(|p| p.into_inner())
+        self.units.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -492,16 +539,23 @@ impl BlockDevice for MemDevice {
     fn block_size(&self) -> usize {
         self.bs
     }
+    fn addr_unit(&self) -> usize {
+        self.unit
+    }
     fn num_blocks(&self) -> u64 {
         self.lock().len() as u64
     }
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
-        let blocks = self.lock();
-        check_range(bno, blocks.len() as u64)?;
+        let units = self.lock();
+        check_range(bno, units.len() as u64)?;
         self.counters.read();
-        match &blocks[bno as usize] {
-            Some(b) => buf.copy_from_slice(b),
-            None => buf.fill(0),
+        if self.unit == self.bs {
+            match &units[bno as usize] {
+                Some(b) => buf.copy_from_slice(b),
+                None => buf.fill(0),
+            }
+        } else {
+            read_units(bno, buf, self.unit, |a| units.get(a as usize).and_then(|u| u.as_deref()));
         }
         Ok(())
     }
@@ -509,23 +563,27 @@ impl BlockDevice for MemDevice {
         if reqs.is_empty() {
             return Ok(());
         }
-        let mut blocks = self.lock();
+        let mut units = self.lock();
         for r in reqs {
-            check_range(r.bno, blocks.len() as u64)?;
-            blocks[r.bno as usize] = Some(r.data.into());
+            check_write(r.bno, r.data.len(), self.unit, units.len() as u64)?;
         }
-        self.counters.batch(reqs.len(), count_runs(reqs), kind);
+        for r in reqs {
+            for (a, u) in write_units(r.bno, r.data, self.unit) {
+                units[a as usize] = Some(u.into());
+            }
+        }
+        self.counters.batch(reqs.len(), count_runs(reqs, self.unit), kind);
         Ok(())
     }
     fn stats(&self) -> DevStats {
         self.counters.snapshot()
     }
-    /// The blocks forgotten: they read as zeros.
+    /// The units forgotten: they read as zeros.
     fn discard(&self, runs: &[(u64, u64)]) -> DevResult<bool> {
-        let mut blocks = self.lock();
+        let mut units = self.lock();
         for &(bno, n) in runs {
-            check_range(bno + n.saturating_sub(1), blocks.len() as u64)?;
-            blocks[bno as usize..(bno + n) as usize].fill(None);
+            check_range(bno + n.saturating_sub(1), units.len() as u64)?;
+            units[bno as usize..(bno + n) as usize].fill(None);
         }
         Ok(true)
     }
@@ -968,6 +1026,70 @@ mod tests {
         d.read_block(0, &mut b).unwrap();
         assert!(b.iter().all(|&x| x == 0));
         assert_eq!(d.stats().write_requests, before);
+    }
+
+    /// Fragment runs side by side in one block (fragments of 1 KiB, blocks of 4 KiB): a whole
+    /// block at 0, then a run of two fragments at 1 and of one at 3, and a block at 14 running
+    /// past the device's end (16 fragments).
+    fn runs_side_by_side(d: &dyn BlockDevice) {
+        assert_eq!((d.block_size(), d.addr_unit(), d.num_blocks()), (4096, 1024, 16));
+        d.write_batch(&[WriteReq { bno: 0, data: &[0x11; 4096] }], WriteKind::Sync).unwrap();
+        d.write_batch(
+            &[WriteReq { bno: 1, data: &[0x22; 2048] }, WriteReq { bno: 3, data: &[0x33; 1024] }],
+            WriteKind::Sync,
+        )
+        .unwrap();
+        let mut b = vec![0u8; 4096];
+        d.read_block(0, &mut b).unwrap();
+        let want: Vec<u8> = [[0x11; 1024], [0x22; 1024], [0x22; 1024], [0x33; 1024]].concat();
+        assert_eq!(b, want, "each run changed only its fragments");
+        d.read_block(2, &mut b).unwrap();
+        assert_eq!(b, [[0x22; 1024], [0x33; 1024], [0; 1024], [0; 1024]].concat());
+        d.write_batch(&[WriteReq { bno: 14, data: &[0x44; 2048] }], WriteKind::Sync).unwrap();
+        d.read_block(14, &mut b).unwrap();
+        assert_eq!(b, [[0x44; 2048], [0; 2048]].concat(), "zeros past the end");
+        assert!(d.write_batch(&[WriteReq { bno: 14, data: &[1; 4096] }], WriteKind::Sync).is_err());
+        assert!(d.read_block(16, &mut b).is_err());
+        let s = d.stats();
+        assert_eq!((s.sync_writes, s.write_requests), (4, 3), "the runs at 1 and 3 are one request");
+        // A discard counts in addresses: the two fragments at 1 read as zeros, their
+        // neighbours stay (where the device can discard).
+        if d.discard(&[(1, 2)]).unwrap() {
+            d.read_block(0, &mut b).unwrap();
+            assert_eq!(b, [[0x11; 1024], [0; 1024], [0; 1024], [0x33; 1024]].concat());
+        }
+    }
+
+    #[test]
+    fn mem_device_in_fragments_writes_only_each_runs_bytes() {
+        runs_side_by_side(&MemDevice::new_frags(4096, 1024, 16));
+    }
+
+    #[test]
+    fn file_device_in_fragments_writes_neighbouring_runs_in_one_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("img");
+        FileDevice::create(&p, 16 * 1024).unwrap();
+        runs_side_by_side(&FileDevice::open_frags(&p, 4096, 1024, true).unwrap());
+    }
+
+    #[test]
+    fn runs_follow_each_other_byte_for_byte() {
+        let a = [0u8; 4096];
+        let req = |bno, len| WriteReq { bno, data: &a[..len] };
+        // Fragments of 1 KiB: 0+2 is followed by 2+4, then 6+1; 8 leaves a gap at 7.
+        let reqs = [req(6, 1024), req(0, 2048), req(2, 4096), req(8, 1024)];
+        assert_eq!(count_runs(&reqs, 1024), 2);
+        let mut runs = Vec::new();
+        write_runs(&reqs, 1024, |r| {
+            runs.push(r.iter().map(|w| w.bno).collect::<Vec<_>>());
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(runs, vec![vec![0, 2, 6], vec![8]]);
+        // Blocks as the unit: neighbouring block numbers, as before.
+        let blocks = [req(5, 4096), req(4, 4096), req(7, 4096)];
+        assert_eq!(count_runs(&blocks, 4096), 2);
     }
 
     #[test]

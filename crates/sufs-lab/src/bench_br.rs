@@ -141,7 +141,7 @@ impl BlockDevice for SparseDevice {
                 map.insert(r.bno, r.data.into());
             }
         }
-        self.counters.batch(reqs.len(), count_runs(reqs), kind);
+        self.counters.batch(reqs.len(), count_runs(reqs, self.bs), kind);
         Ok(())
     }
     fn stats(&self) -> DevStats {

@@ -11,7 +11,8 @@ use rand::{Rng, SeedableRng};
 
 use sufs_fs::clock::SimClock;
 use sufs_fs::dev::{
-    BlockDevice, Counters, DevResult, DevStats, MemDevice, Record, RecordingDevice, WriteKind, WriteReq,
+    check_write, count_runs, read_units, write_units, BlockDevice, Counters, DevResult, DevStats, MemDevice, Record,
+    RecordingDevice, WriteKind, WriteReq,
 };
 use sufs_fs::fs::{Fs, MountOptions, Ordering};
 use sufs_fs::policy::{Sweeper, SyncerOptions, UpdatePolicy};
@@ -24,54 +25,94 @@ use super::{CrashError, CrashOptions, End, BS};
 /// A batch this small has every single write tried alone and the batch minus each single write.
 const SMALL_BATCH: usize = 8;
 
+/// A device's contents in its address units (blocks, or a UFS2 image's fragments), `None` for
+/// zeros: what a crash image starts from.
+pub(super) type Units = Vec<Option<Arc<[u8]>>>;
+
+/// Hands `put` each address unit (of `unit` bytes) of a write of `data` at `bno`: each write
+/// changes its own bytes only, so a write of a fragment run, or a subset of a batch, leaves the
+/// neighbouring fragments as they were. A write of one unit is shared, not copied.
+fn apply(bno: u64, data: &Arc<[u8]>, unit: usize, mut put: impl FnMut(u64, Arc<[u8]>)) {
+    if data.len() == unit {
+        put(bno, data.clone());
+    } else {
+        write_units(bno, data, unit).for_each(|(a, u)| put(a, Arc::from(u)));
+    }
+}
+
 /// A crash image: the state after some batches, plus writes of the batch in flight, copy on write
-/// (mounting or repairing it writes only to its own overlay).
+/// (mounting or repairing it writes only to its own overlay). Kept in the recorded device's
+/// address units, so that a write of fewer bytes than a block (a fragment run) lands on its own
+/// bytes, as on the disk.
 pub struct CrashImage {
-    pub(super) base: Arc<Vec<Option<Arc<[u8]>>>>,
+    bs: usize,
+    unit: usize,
+    pub(super) base: Arc<Units>,
     over: Mutex<HashMap<u64, Arc<[u8]>>>,
     counters: Counters,
 }
 
 impl CrashImage {
-    fn new(base: Arc<Vec<Option<Arc<[u8]>>>>, writes: &[(u64, Arc<[u8]>)]) -> CrashImage {
-        CrashImage { base, over: Mutex::new(writes.iter().cloned().collect()), counters: Counters::default() }
+    fn new(bs: usize, unit: usize, base: Arc<Units>, writes: &[(u64, Arc<[u8]>)]) -> CrashImage {
+        let mut over = HashMap::new();
+        for (bno, data) in writes {
+            apply(*bno, data, unit, |a, u| {
+                over.insert(a, u);
+            });
+        }
+        CrashImage { bs, unit, base, over: Mutex::new(over), counters: Counters::default() }
     }
     fn over(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<[u8]>>> {
         self.over.lock().unwrap_or_else(|p| p.into_inner())
     }
     /// An independent copy of this image (its writes so far included).
     pub fn fork(&self) -> CrashImage {
-        CrashImage { base: self.base.clone(), over: Mutex::new(self.over().clone()), counters: Counters::default() }
+        CrashImage {
+            bs: self.bs,
+            unit: self.unit,
+            base: self.base.clone(),
+            over: Mutex::new(self.over().clone()),
+            counters: Counters::default(),
+        }
     }
 }
 
 impl BlockDevice for CrashImage {
     fn block_size(&self) -> usize {
-        BS
+        self.bs
+    }
+    fn addr_unit(&self) -> usize {
+        self.unit
     }
     fn num_blocks(&self) -> u64 {
         self.base.len() as u64
     }
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
-        let Some(b) = self.base.get(bno as usize) else {
-            return Err(sufs_fs::dev::DevError::OutOfRange { bno, nblocks: self.num_blocks() });
-        };
+        sufs_fs::dev::check_range(bno, self.num_blocks())?;
         self.counters.read();
-        match self.over().get(&bno).or(b.as_ref()) {
-            Some(d) => buf.copy_from_slice(d),
-            None => buf.fill(0),
+        let over = self.over();
+        let unit_at = |a: u64| over.get(&a).or(self.base.get(a as usize)?.as_ref()).map(|u| &u[..]);
+        if self.unit == self.bs {
+            match unit_at(bno) {
+                Some(d) => buf.copy_from_slice(d),
+                None => buf.fill(0),
+            }
+        } else {
+            read_units(bno, buf, self.unit, unit_at);
         }
         Ok(())
     }
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
         let mut over = self.over();
         for r in reqs {
-            if r.bno >= self.num_blocks() {
-                return Err(sufs_fs::dev::DevError::OutOfRange { bno: r.bno, nblocks: self.num_blocks() });
-            }
-            over.insert(r.bno, r.data.into());
+            check_write(r.bno, r.data.len(), self.unit, self.num_blocks())?;
         }
-        self.counters.batch(reqs.len(), sufs_fs::dev::count_runs(reqs), kind);
+        for r in reqs {
+            apply(r.bno, &Arc::from(r.data), self.unit, |a, u| {
+                over.insert(a, u);
+            });
+        }
+        self.counters.batch(reqs.len(), count_runs(reqs, self.unit), kind);
         Ok(())
     }
     fn stats(&self) -> DevStats {
@@ -101,7 +142,11 @@ pub struct Recording {
     pub ordering: Ordering,
     pub seed: u64,
     pub unmounted: bool,
-    pub(super) base: Vec<Option<Arc<[u8]>>>,
+    /// The recorded device's block size and address unit (`BlockDevice::addr_unit`).
+    bs: usize,
+    unit: usize,
+    /// The image before the workload, in address units.
+    pub(super) base: Units,
     /// The non-empty batches, in order.
     pub(super) batches: Vec<Vec<(u64, Arc<[u8]>)>>,
     /// The operation during which each batch was written (an index in `ops`).
@@ -178,6 +223,7 @@ impl Recording {
     /// A recording of the log of `rec`, over the image `image` it started from: the batches cut
     /// at its barriers, each with the operation during which it was written (`ops`: log
     /// positions where operations began, in order), and the promises' intervals in batches.
+    /// `image` is in the device's address units (`MemDevice::blocks`).
     pub(super) fn new(
         workload: &str,
         ordering: Ordering,
@@ -200,6 +246,8 @@ impl Recording {
             ordering,
             seed,
             unmounted: false,
+            bs: rec.block_size(),
+            unit: rec.addr_unit(),
             base: image.into_iter().map(|b| b.map(Arc::from)).collect(),
             batches,
             batch_op,
@@ -335,21 +383,22 @@ impl Recording {
         let mut cur = Arc::new(self.base.clone());
         let mut index = 0;
         for k in 0..=self.batches.len() {
-            f(&CrashState { index, batches: k, partial: None }, Arc::new(CrashImage::new(cur.clone(), &[])))?;
+            let image =
+                |writes: &[(u64, Arc<[u8]>)]| Arc::new(CrashImage::new(self.bs, self.unit, cur.clone(), writes));
+            f(&CrashState { index, batches: k, partial: None }, image(&[]))?;
             index += 1;
             let Some(batch) = self.batches.get(k) else {
                 break;
             };
             for s in subsets(batch.len(), random_subsets, &mut rng) {
                 let writes: Vec<(u64, Arc<[u8]>)> = s.iter().map(|&i| batch[i].clone()).collect();
-                let img = Arc::new(CrashImage::new(cur.clone(), &writes));
-                f(&CrashState { index, batches: k, partial: Some(s) }, img)?;
+                f(&CrashState { index, batches: k, partial: Some(s) }, image(&writes))?;
                 index += 1;
             }
             // Every image of this state is gone, so the base is updated in place.
             let base = Arc::make_mut(&mut cur);
             for (bno, data) in batch {
-                base[*bno as usize] = Some(data.clone());
+                apply(*bno, data, self.unit, |a, u| base[a as usize] = Some(u));
             }
         }
         Ok(index)
@@ -400,6 +449,54 @@ mod tests {
         let s = subsets(20, 8, &mut rng);
         assert_eq!(s.len(), 8);
         assert!(s.iter().all(|x| !x.is_empty() && x.len() < 20));
+    }
+
+    #[test]
+    fn crash_states_put_each_write_on_its_own_bytes() {
+        // 16 fragments of 1 KiB in blocks of 4 KiB, each fragment holding its number; batches
+        // of fragment runs and whole blocks, side by side and overlapping blocks.
+        let (bs, unit, n) = (4096, 1024, 16u64);
+        let dev = MemDevice::new_frags(bs, unit, n);
+        for f in 0..n {
+            dev.write_batch(&[WriteReq { bno: f, data: &[0x10 + f as u8; 1024] }], WriteKind::Sync).unwrap();
+        }
+        let image = dev.blocks();
+        let rec = RecordingDevice::new(MemDevice::from_units(bs, unit, image.clone()));
+        let batches: [&[(u64, usize, u8)]; 3] = [
+            &[(2, 1024, 0xa1), (8, 4096, 0xa2), (13, 2048, 0xa3)],
+            &[(5, 2048, 0xb1), (3, 1024, 0xb2), (12, 1024, 0xb3)],
+            &[(0, 4096, 0xc1)],
+        ];
+        for batch in batches {
+            let data: Vec<Vec<u8>> = batch.iter().map(|&(_, len, x)| vec![x; len]).collect();
+            let reqs: Vec<WriteReq> = batch.iter().zip(&data).map(|(w, d)| WriteReq { bno: w.0, data: d }).collect();
+            rec.write_batch(&reqs, WriteKind::Async).unwrap();
+        }
+        let r = Recording::new("runs", Ordering::Async, 1, image, &rec, &[], Vec::new());
+        // The model: the device's bytes, each write applied at its own offset.
+        let base: Vec<u8> = (0..n).flat_map(|f| [0x10 + f as u8; 1024]).collect();
+        let put = |bytes: &mut Vec<u8>, (bno, len, x): (u64, usize, u8)| {
+            bytes[bno as usize * unit..][..len].fill(x);
+        };
+        let mut partial = 0;
+        let states = r
+            .for_each_state(8, |s, img| {
+                let mut want = base.clone();
+                batches[..s.batches].iter().flat_map(|b| b.iter()).for_each(|&w| put(&mut want, w));
+                for &i in s.partial.iter().flatten() {
+                    put(&mut want, batches[s.batches][i]);
+                }
+                partial += s.partial.is_some() as usize;
+                want.resize(want.len() + bs, 0);
+                let mut b = vec![0u8; bs];
+                for bno in 0..n {
+                    img.read_block(bno, &mut b).unwrap();
+                    assert!(b == want[bno as usize * unit..][..bs], "{}: block {bno}", r.describe(s));
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!((states, partial), (16, 12), "4 prefixes, each 3-write batch's 6 subsets");
     }
 
     #[test]
