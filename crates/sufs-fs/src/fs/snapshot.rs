@@ -680,6 +680,19 @@ impl Fs {
         Ok(self.alloc.free_block(&mut self.cache, &self.sb, b)?)
     }
 
+    /// Frees a run of `frags` fragments at `bno` (a moved block's old run, soft updates'
+    /// freefrag). A whole block goes through `free_block` (a snapshot may claim it); the
+    /// allocator frees whole blocks only so far, and a shorter run exists only on UFS2, which is
+    /// not written yet.
+    pub(super) fn free_frags(&mut self, bno: u64, frags: u32) -> FsResult<()> {
+        if frags as u64 == self.sb.frag() {
+            return self.free_block(bno);
+        }
+        Err(FsError::Unsupported(format!(
+            "freeing a run of {frags} fragments at {bno}: the allocator frees whole blocks only"
+        )))
+    }
+
     /// Block `x` of the file system as it was when snapshot `ino` was taken.
     pub fn snapshot_block(&mut self, ino: u32, x: u64, buf: &mut [u8]) -> FsResult<()> {
         let d = self.iget(ino)?;
