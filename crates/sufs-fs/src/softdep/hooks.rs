@@ -150,6 +150,8 @@ impl Softdep {
                 continue;
             }
             let mut d: Option<Dinode> = None;
+            let rolled = inf.rolled_back;
+            inf.rolled_back = false;
             // The extended-attribute area goes as a whole: new, once all its blocks are ready,
             // else the area the disk holds.
             let ext_ready = id.allocdirects().all(|a| !matches!(a.slot, PtrSlot::Ext(_)) || self.allocdirect_ready(a));
@@ -167,9 +169,11 @@ impl Softdep {
                 let dd = d.get_or_insert_with(|| self.sb.decode_dinode(raw));
                 self.roll_back_pointers(ino, id, dd, inf);
             }
-            if let Some(dd) = d {
+            // Written back only if something was rolled back: the buffer's bytes are the copy's.
+            if let Some(dd) = d.filter(|_| inf.rolled_back) {
                 self.sb.encode_dinode(&dd, raw);
             }
+            inf.rolled_back |= rolled;
             inf.inodes_written.push(ino);
         }
     }
