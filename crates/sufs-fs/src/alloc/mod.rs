@@ -346,6 +346,18 @@ impl Alloc {
         Ok(true)
     }
 
+    /// Frees a run of `frags` fragments (fewer than a block) at `bno`: UFS2 only, whose blocks
+    /// hold fragments.
+    pub fn free_frags(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64, frags: u32) -> Result<(), AllocError> {
+        if self.counts_only {
+            return Err(AllocError::Ufs2ReadOnly);
+        }
+        if self.ufs2.is_none() || frags == 0 || frags as u64 >= sb.frag() {
+            return Err(AllocError::BadFree { what: "fragment run", n: bno });
+        }
+        self.free_frags_ufs2(cache, sb, bno, frags)
+    }
+
     pub fn free_block(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<(), AllocError> {
         if self.counts_only {
             return Err(AllocError::Ufs2ReadOnly);

@@ -29,7 +29,7 @@ use crate::clock::Clock;
 use crate::dev::{BlockDevice, DevError, DevStats, WriteKind, WriteReq};
 use crate::dirhash::{block_slack, DirHash, DIRHASH_MIN_BLOCKS};
 use crate::format::*;
-use crate::softdep::{FreeBlks, FreeFile, NameWait, PtrSlot, Softdep, Task};
+use crate::softdep::{FreeBlks, FreeFile, FreeFrag, NameWait, PtrSlot, Softdep, Task};
 
 /// Most blocks a read takes from the device in one request: FUSE's largest READ (1 MiB).
 const MAX_READ_RUN: u64 = 256;

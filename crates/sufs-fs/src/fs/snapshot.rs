@@ -684,6 +684,16 @@ impl Fs {
         Ok(self.alloc.free_block(&mut self.cache, &self.sb, b)?)
     }
 
+    /// Frees a run of `frags` fragments at `bno` (a moved block's old run, soft updates'
+    /// freefrag). A whole block goes through `free_block` (a snapshot may claim it); a shorter
+    /// run, which only UFS2 has, goes to the allocator's fragment maps.
+    pub(super) fn free_frags(&mut self, bno: u64, frags: u32) -> FsResult<()> {
+        if frags as u64 == self.sb.frag() {
+            return self.free_block(bno);
+        }
+        Ok(self.alloc.free_frags(&mut self.cache, &self.sb, bno, frags)?)
+    }
+
     /// Block `x` of the file system as it was when snapshot `ino` was taken.
     pub fn snapshot_block(&mut self, ino: u32, x: u64, buf: &mut [u8]) -> FsResult<()> {
         let d = self.iget(ino)?;

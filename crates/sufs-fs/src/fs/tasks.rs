@@ -177,6 +177,7 @@ impl Fs {
                 }
                 Ok(())
             }
+            Task::FreeFrag(FreeFrag { bno, frags, .. }) => self.free_frags(bno, frags),
             Task::FreeFile(FreeFile { ino, is_dir }) => {
                 if is_dir {
                     // Its number may name a directory anywhere next.

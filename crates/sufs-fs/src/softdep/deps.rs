@@ -44,6 +44,7 @@ pub enum DepKind {
     Mkdir,
     DirRem,
     FreeBlks,
+    FreeFrag,
     FreeFile,
 }
 
@@ -74,24 +75,62 @@ pub enum PtrSlot {
 #[derive(Debug, Clone, Copy)]
 pub struct NewBlk {
     pub wk: WorkList,
+    /// When it was made: a run extended in place is new again, and a write whose copy was made
+    /// before that does not carry its contents.
+    pub epoch: Epoch,
     /// The indirect block and slot whose `AllocIndir` points to it, so that freeing the block
     /// finds that dependency without a scan of every indirect block's.
     pub indir: Option<(u64, usize)>,
 }
 
-/// A new block pointer in a dinode.
-#[derive(Debug, Clone, Copy)]
+/// A new block pointer in a dinode (FreeBSD's `struct allocdirect`): the slot now points to
+/// `bno`, a run of `new_size` bytes, where the disk may still hold `old_bno`, a run of
+/// `old_size` bytes (0 and 0 for a slot that held nothing). A direct block may first be a run of
+/// fragments that is later extended in place (`old_bno == bno`) or moved to a larger run, and
+/// eventually to a full block; until the new run is safe, an inode write rolls the slot back to
+/// the old run and, for a fragment, the size back to it. Sizes are in bytes, as FreeBSD keeps
+/// them; on sufs's own format (one fragment a block) they are 0 or a full block.
+#[derive(Debug, Clone)]
 pub struct AllocDirect {
     #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
     pub wk: WorkList,
+    /// Which allocdirect this is: the epoch it was made in (two for one slot may name one run,
+    /// when the second extends the first's in place).
+    pub seq: Epoch,
     pub slot: PtrSlot,
     /// First logical block the pointer maps (for the size roll-back of a directory).
     pub lbn: u64,
+    /// The new run (`ad_newblkno`).
     pub bno: u64,
+    /// The run the disk may hold (`ad_oldblkno`): 0 for a new pointer.
+    pub old_bno: u64,
+    pub new_size: u32,
+    pub old_size: u32,
+    /// The old run, when the block moved: freed once an inode write carrying the new run is on
+    /// disk (`ad_freefrag`).
+    pub freefrag: Option<FreeFrag>,
     /// A new directory's first block (it holds ".."): pointed to on disk only once the parent's
     /// raised link count is on disk (MKDIR_PARENT on the body too): the parent, until its
     /// `BodyParent` op completes.
     pub parent: Option<u32>,
+}
+
+impl AllocDirect {
+    /// Rolled back, the slot holds a fragment (not nothing, not a full block): the on-disk inode
+    /// may claim nothing past it.
+    pub(crate) fn old_is_fragment(&self, bsize: u32) -> bool {
+        self.old_size != 0 && self.old_size != bsize
+    }
+}
+
+/// freefrag: a run of fragments a moved block no longer uses, returned to the free map once no
+/// inode write can name it (FreeBSD's `struct freefrag`). `frags` counts fragments (a whole
+/// block on sufs's own format).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FreeFrag {
+    pub ino: u32,
+    pub bno: u64,
+    pub frags: u32,
 }
 
 /// A new block pointer in an indirect block.
@@ -254,6 +293,8 @@ pub enum Task {
         parent: Option<u32>,
     },
     FreeBlks(FreeBlks),
+    /// freefrag: the old run of a moved block may go to the free map.
+    FreeFrag(FreeFrag),
     FreeFile(FreeFile),
     /// A name hidden from lookups but kept on disk (rename's old name, until the new name is on
     /// disk: rule 3; a removed directory's name, until the names it still holds may go) is now
@@ -289,6 +330,7 @@ impl Task {
     pub fn kind(&self) -> DepKind {
         match self {
             Task::FreeBlks(_) => DepKind::FreeBlks,
+            Task::FreeFrag(_) => DepKind::FreeFrag,
             Task::FreeFile(_) => DepKind::FreeFile,
             _ => DepKind::DirRem,
         }
@@ -342,13 +384,17 @@ impl Default for PageDep {
     }
 }
 
+/// A new block and the epoch its `NewBlk` was made in.
+pub type NewBlkRef = (u64, Epoch);
+
 /// A cylinder group's bitmap block: the new inodes and blocks waiting for it to reach disk.
 #[derive(Debug)]
 pub struct BmSafeMap {
     #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
     pub wk: WorkList,
     pub inodedeps: Vec<u32>,
-    pub newblks: Vec<u64>,
+    /// New blocks with the epoch of their `NewBlk` (a run extended in place is new again).
+    pub newblks: Vec<NewBlkRef>,
 }
 
 impl Default for BmSafeMap {
@@ -367,16 +413,18 @@ pub(crate) struct Inflight {
     pub(crate) epoch: Epoch,
     pub(crate) rolled_back: bool,
     pub(crate) inodes_written: Vec<u32>,
-    pub(crate) direct_done: Vec<(u32, u64)>,
+    /// The new pointers the copy carries: (inode, the allocdirect's `seq`, its block).
+    pub(crate) direct_done: Vec<(u32, Epoch, u64)>,
     pub(crate) indir_done: Vec<u64>,
     /// Entries the copy carries: (offset, the diradd's epoch). An entry removed and made again
     /// at the same offset while the write is in flight has a later epoch: not carried.
     pub(crate) diradds_done: Vec<(usize, Epoch)>,
     /// A group header: the inodes and blocks its bitmaps carried (allocations made while the
     /// write is in flight are not in the copy, and stay waiting).
-    pub(crate) bmsafe: Option<(Vec<u32>, Vec<u64>)>,
-    /// The block was new (a `NewBlk`) when its copy was made: this write carries its first contents.
-    pub(crate) first_contents: bool,
+    pub(crate) bmsafe: Option<(Vec<u32>, Vec<NewBlkRef>)>,
+    /// The block was new (a `NewBlk`, made in this epoch) when its copy was made: this write
+    /// carries its first contents (a run extended in place after the copy is new again).
+    pub(crate) first_contents: Option<Epoch>,
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]

@@ -21,7 +21,7 @@ impl Softdep {
                 self.roll_back_inits(cg, durable, copy, &mut inf);
             }
         }
-        inf.first_contents = self.newblks.contains_key(&bno);
+        inf.first_contents = self.newblks.get(&bno).map(|n| n.epoch);
         if self.is_inode_block(bno) {
             self.roll_back_inodes(bno, copy, &mut inf);
         }
@@ -66,17 +66,28 @@ impl Softdep {
             }
         }
         // A new block's first contents.
-        if inf.first_contents {
-            if let Some(n) = self.newblks.get_mut(&bno) {
+        if let Some(made) = inf.first_contents {
+            if let Some(n) = self.newblks.get_mut(&bno).filter(|n| n.epoch == made) {
                 n.wk.state |= DepState::COMPLETE;
             }
         }
-        for (ino, b) in inf.direct_done {
+        for (ino, seq, b) in inf.direct_done {
+            let (mut done, mut named) = (None, false);
             if let Some(d) = self.inodedeps.get_mut(&ino) {
-                d.inoupdt.retain(|a| a.bno != b);
-                d.newinoupdt.retain(|a| a.bno != b);
+                done = match d.inoupdt.iter().position(|a| a.seq == seq) {
+                    Some(i) => Some(d.inoupdt.swap_remove(i)),
+                    None => d.newinoupdt.iter().position(|a| a.seq == seq).map(|i| d.newinoupdt.swap_remove(i)),
+                };
+                // A later change extending the run in place still waits for its new fragments.
+                named = d.allocdirects().any(|a| a.bno == b);
             }
-            self.newblks.remove(&b);
+            if !named {
+                self.newblks.remove(&b);
+            }
+            // The inode on disk names the new run: the old one goes (freefrag).
+            if let Some(f) = done.and_then(|a| a.freefrag) {
+                self.freefrag_now(f);
+            }
         }
         for ino in inf.inodes_written {
             self.inode_written(ino, inf.epoch);
@@ -153,12 +164,13 @@ impl Softdep {
     }
 
     /// An inode block's copy (FreeBSD's initiate_write_inodeblock): a dinode not yet allocated
-    /// on disk goes out free, and each new block pointer whose block is not ready is cleared.
+    /// on disk goes out free, and each new block pointer whose block is not ready is rolled back
+    /// (`roll_back_pointers`).
     fn roll_back_inodes(&self, bno: u64, copy: &mut [u8], inf: &mut Inflight) {
-        let bs = self.sb.block_size as u64;
         let cg = self.sb.cg_of_block(bno);
         let ipb = self.sb.inodes_per_block();
-        let first = cg * self.sb.inodes_per_group + (bno - self.sb.cg_itable_block(cg)) as u32 * ipb;
+        let nth = (bno - self.sb.cg_itable_block(cg)) / self.sb.frag();
+        let first = cg * self.sb.inodes_per_group + nth as u32 * ipb;
         for ino in first..first + ipb {
             let Some(id) = self.inodedeps.get(&ino) else { continue };
             let off = (ino - first) as usize * DINODE_SIZE;
@@ -170,6 +182,8 @@ impl Softdep {
                 continue;
             }
             let mut d: Option<Dinode> = None;
+            let rolled = inf.rolled_back;
+            inf.rolled_back = false;
             // The extended-attribute area goes as a whole: new, once all its blocks are ready,
             // else the area the disk holds.
             let ext_ready = id.allocdirects().all(|a| !matches!(a.slot, PtrSlot::Ext(_)) || self.allocdirect_ready(a));
@@ -179,32 +193,108 @@ impl Softdep {
                 (dd.extsize, dd.extb) = (size, extb);
                 inf.rolled_back = true;
             }
-            for a in id.allocdirects() {
-                if matches!(a.slot, PtrSlot::Ext(_)) {
-                    if ext_ready {
-                        inf.direct_done.push((ino, a.bno));
-                    }
-                    continue;
-                }
-                if self.allocdirect_ready(a) {
-                    inf.direct_done.push((ino, a.bno));
-                    continue;
-                }
-                let dd = d.get_or_insert_with(|| self.sb.decode_dinode(raw));
-                match a.slot {
-                    PtrSlot::Direct(i) if dd.db[i] == a.bno => dd.db[i] = 0,
-                    PtrSlot::Indirect(l) if dd.ib[l] == a.bno => dd.ib[l] = 0,
-                    _ => continue,
-                }
-                if id.is_dir {
-                    dd.size = dd.size.min(a.lbn * bs);
-                }
-                inf.rolled_back = true;
+            if ext_ready {
+                let ext = id.allocdirects().filter(|a| matches!(a.slot, PtrSlot::Ext(_)));
+                inf.direct_done.extend(ext.map(|a| (ino, a.seq, a.bno)));
             }
-            if let Some(dd) = d {
+            if id.allocdirects().any(|a| !matches!(a.slot, PtrSlot::Ext(_))) {
+                let dd = d.get_or_insert_with(|| self.sb.decode_dinode(raw));
+                self.roll_back_pointers(ino, id, dd, inf);
+            }
+            // Written back only if something was rolled back: the buffer's bytes are the copy's.
+            if let Some(dd) = d.filter(|_| inf.rolled_back) {
                 self.sb.encode_dinode(&dd, raw);
             }
+            inf.rolled_back |= rolled;
             inf.inodes_written.push(ino);
+        }
+    }
+
+    /// One dinode's direct and indirect pointers (initiate_write_inodeblock_ufs2): each whose
+    /// new run is not ready goes back to the old run (0 for a new pointer; a directory's size
+    /// then stops before it). At the first direct block rolled back to a fragment, the size
+    /// goes back to that fragment's end and every later pointer is cleared: the inode on disk
+    /// never claims more than the last fragment written, nor a fragment that is not its last
+    /// block. On UFS2, a file whose last blocks were rolled back to nothing ends at the last
+    /// block it holds. The pointers the copy carries are noted, to retire with the write.
+    fn roll_back_pointers(&self, ino: u32, id: &InodeDep, dd: &mut Dinode, inf: &mut Inflight) {
+        let bs = self.sb.block_size;
+        let order = |a: &AllocDirect| match a.slot {
+            PtrSlot::Direct(i) => i,
+            PtrSlot::Indirect(l) => NDADDR + l,
+            PtrSlot::Ext(_) => unreachable!("the attribute area is rolled back as a whole"),
+        };
+        // In FreeBSD's order (direct blocks by offset, then indirect ones); the changes in the
+        // buffer before those only in memory.
+        let mut ads: Vec<(&AllocDirect, bool)> = id.inoupdt.iter().map(|a| (a, true)).collect();
+        ads.extend(id.newinoupdt.iter().map(|a| (a, false)));
+        ads.retain(|(a, _)| !matches!(a.slot, PtrSlot::Ext(_)));
+        ads.sort_by_key(|(a, _)| order(a));
+        let (mut cut, mut last_undone) = (None, None);
+        for &(a, buffered) in &ads {
+            if !buffered && a.old_bno != 0 {
+                // A change of a run not yet in the buffer: the copy holds what came before.
+                continue;
+            }
+            let held = match a.slot {
+                PtrSlot::Direct(i) => dd.db[i] == a.bno,
+                PtrSlot::Indirect(l) => dd.ib[l] == a.bno,
+                PtrSlot::Ext(_) => unreachable!(),
+            };
+            if self.allocdirect_ready(a) {
+                // Carried; a moved or extended run only if this copy holds it (its freefrag
+                // goes with the write). A new pointer retires once ready, as it always did.
+                if a.old_bno == 0 || held {
+                    inf.direct_done.push((ino, a.seq, a.bno));
+                }
+                continue;
+            }
+            if !held {
+                continue;
+            }
+            inf.rolled_back = true;
+            match a.slot {
+                PtrSlot::Direct(i) => {
+                    dd.db[i] = a.old_bno;
+                    last_undone = Some(i);
+                }
+                PtrSlot::Indirect(l) => dd.ib[l] = a.old_bno,
+                PtrSlot::Ext(_) => unreachable!(),
+            }
+            if a.old_bno == 0 && id.is_dir {
+                dd.size = dd.size.min(a.lbn * bs as u64);
+            }
+            if let PtrSlot::Direct(i) = a.slot {
+                if a.old_is_fragment(bs) {
+                    dd.size = dd.size.min(i as u64 * bs as u64 + a.old_size as u64);
+                    cut = Some(i);
+                    break;
+                }
+            }
+        }
+        let pending = |s: PtrSlot| ads.iter().any(|(a, _)| a.slot == s);
+        if let Some(i) = cut {
+            // Every pointer past the fragment is new: none of them is on disk.
+            for j in i + 1..NDADDR {
+                assert!(
+                    dd.db[j] == 0 || pending(PtrSlot::Direct(j)),
+                    "inode {ino}: block {j} past a rolled-back fragment has no dependency"
+                );
+                dd.db[j] = 0;
+            }
+            for l in 0..NIADDR {
+                assert!(
+                    dd.ib[l] == 0 || pending(PtrSlot::Indirect(l)),
+                    "inode {ino}: indirect {l} past a rolled-back fragment has no dependency"
+                );
+                dd.ib[l] = 0;
+            }
+        } else if let Some(last) = last_undone.filter(|&l| self.sb.frag() > 1 && dd.size <= (l as u64 + 1) * bs as u64)
+        {
+            // The last block was rolled back to nothing: the file ends at the last one it holds
+            // (a full block, as no fragment was rolled back), so that no hole claims a fragment.
+            let held = (0..=last).rev().find(|&j| dd.db[j] != 0).map_or(0, |j| j as u64 + 1);
+            dd.size = dd.size.min(held * bs as u64);
         }
     }
 
@@ -249,20 +339,22 @@ impl Softdep {
 
     /// A group header is on disk (handle_written_bmsafemap): the new inodes and blocks its copy
     /// carried are allocated on disk.
-    fn bitmaps_written(&mut self, bno: u64, inos: Vec<u32>, blks: Vec<u64>) {
+    fn bitmaps_written(&mut self, bno: u64, inos: Vec<u32>, blks: Vec<NewBlkRef>) {
         let cg = self.sb.cg_of_block(bno);
         for &i in &inos {
             if let Some(d) = self.inodedeps.get_mut(&i) {
                 d.wk.state |= DepState::DEPCOMPLETE;
             }
         }
-        for &b in &blks {
-            if let Some(n) = self.newblks.get_mut(&b) {
+        for &(b, made) in &blks {
+            // A run extended in place after the copy was made waits for its new bits.
+            if let Some(n) = self.newblks.get_mut(&b).filter(|n| n.epoch == made) {
                 n.wk.state |= DepState::DEPCOMPLETE;
             }
         }
         if let Some(m) = self.bmsafemap.get_mut(&cg) {
-            let (inos, blks): (HashSet<u32>, HashSet<u64>) = (inos.into_iter().collect(), blks.into_iter().collect());
+            let (inos, blks): (HashSet<u32>, HashSet<NewBlkRef>) =
+                (inos.into_iter().collect(), blks.into_iter().collect());
             m.inodedeps.retain(|i| !inos.contains(i));
             m.newblks.retain(|b| !blks.contains(b));
             if m.inodedeps.is_empty() && m.newblks.is_empty() {
@@ -357,7 +449,9 @@ impl Softdep {
                 }
             }
         }
-        self.tasks.extend(ready.into_iter().map(|(_, t)| t));
+        for (_, t) in ready {
+            self.put_on_work_list(t);
+        }
         for (r, what) in done {
             let Some(da) = self
                 .pagedeps

@@ -27,8 +27,12 @@
 //!   entry's removal is on disk) and its `DirRem`s (a removed entry: once the removal is on
 //!   disk, its work items run);
 //! - `FreeBlks` / `FreeFile`: blocks and an inode that return to the free maps once the
-//!   nullified pointers or the cleared dinode are on disk. There are no fragments, so no
-//!   freefrag.
+//!   nullified pointers or the cleared dinode are on disk;
+//! - `FreeFrag`: on UFS2, the old run of fragments of a direct block that moved (an
+//!   `AllocDirect` records the old and the new run and size), returned to the free map once an
+//!   inode write carrying the new run is on disk; until the new run is safe, an inode write
+//!   rolls the pointer back to the old run and the size back to the old fragment's end. On
+//!   sufs's own format a block is one fragment: the old size is 0 or a full block.
 //!
 //! Work that a completed write makes possible goes on the work list (`tasks`), which the file
 //! system runs outside the I/O path. "Written after the dependency was made" is decided by
@@ -83,6 +87,9 @@ pub struct Softdep {
     /// epoch of their initialization: the group header's copy counts no inode from the first
     /// of them on (UFS2's barrier write of a newly initialized inode block, as a roll-back).
     inits: HashMap<u32, std::collections::BTreeMap<u64, Epoch>>,
+    /// The old runs of moved blocks (freefrags) not yet handed to the work list, by address:
+    /// each is handed over exactly once.
+    freefrags: HashSet<u64>,
 }
 
 impl Softdep {
@@ -106,6 +113,7 @@ impl Softdep {
             dir_names: HashSet::new(),
             block_dir: HashMap::new(),
             inits: HashMap::new(),
+            freefrags: HashSet::new(),
         }
     }
 
@@ -127,7 +135,10 @@ impl Softdep {
     fn count_now(&self) -> usize {
         self.inodedeps
             .values()
-            .map(|d| 1 + d.pending.len() + d.bufwait.len() + d.inowait.len() + d.extwait.len())
+            .map(|d| {
+                let attached = d.allocdirects().filter(|a| a.freefrag.is_some()).count();
+                1 + d.pending.len() + d.bufwait.len() + d.inowait.len() + d.extwait.len() + attached
+            })
             .sum::<usize>()
             + self.newblks.len()
             + self.indirdeps.values().map(|i| 1 + i.allocindirs.len()).sum::<usize>()
@@ -195,13 +206,151 @@ impl Softdep {
     /// A newly allocated block pointed to from the in-memory dinode (incore update, until the
     /// dinode is copied into its buffer).
     pub fn alloc_direct(&mut self, ino: u32, is_dir: bool, slot: PtrSlot, lbn: u64, bno: u64) {
-        self.new_block(bno);
+        let a = self.new_allocdirect(ino, slot, lbn, (bno, self.sb.block_size), (0, 0));
+        self.replace_allocdirect(ino, is_dir, a);
+    }
+
+    /// Direct block `lbn` of `ino` is now the run `new` (address, bytes) where the in-memory
+    /// dinode held the run `old` ((0, 0): nothing): a run of fragments allocated, extended in
+    /// place (`old.0 == new.0`) or moved (FreeBSD's softdep_setup_allocdirect, called by
+    /// ffs_alloc and ffs_realloccg). The new run waits for its bitmap bits and contents (an
+    /// extension's new fragments are new); a moved run's old fragments return to the free map
+    /// once an inode write carrying the new run is on disk (freefrag). A change of a slot whose
+    /// earlier change is still only in memory merges with it (`merge_allocdirect`).
+    // Called by the file system once it writes UFS2 (its block allocation in fragments).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn alloc_direct_frags(&mut self, ino: u32, is_dir: bool, lbn: u64, new: (u64, u32), old: (u64, u32)) {
+        assert!(
+            (lbn as usize) < NDADDR,
+            "inode {ino}: a run of fragments at logical block {lbn}, past the direct blocks"
+        );
+        self.check_run(new);
+        if old.0 == 0 {
+            assert!(old.1 == 0, "inode {ino} block {lbn}: an old size {} with no old run", old.1);
+            let a = self.new_allocdirect(ino, PtrSlot::Direct(lbn as usize), lbn, new, old);
+            return self.replace_allocdirect(ino, is_dir, a);
+        }
+        self.check_run(old);
+        assert!(old.1 <= new.1, "inode {ino} block {lbn}: a run shrinks from {} to {} bytes", old.1, new.1);
+        assert!(
+            old.0 != new.0 || old.1 < new.1,
+            "inode {ino} block {lbn}: extended in place to no more than its {} bytes",
+            old.1
+        );
+        let mut a = self.new_allocdirect(ino, PtrSlot::Direct(lbn as usize), lbn, new, old);
         let d = self.inodedep(ino);
         d.is_dir |= is_dir;
-        d.inoupdt.retain(|a| a.slot != slot);
-        d.newinoupdt.retain(|a| a.slot != slot);
+        let mut now = None;
+        if let Some(i) = d.newinoupdt.iter().position(|p| p.slot == a.slot) {
+            // Its earlier change never reached the buffer, let alone the disk.
+            let prior = d.newinoupdt.swap_remove(i);
+            now = Self::merge_allocdirect(&mut a, prior);
+        }
+        d.newinoupdt.push(a);
+        if let Some(f) = now {
+            self.freefrag_now(f);
+        }
+    }
+
+    /// An allocdirect for `slot` from `old` to `new` (address, bytes), with its `NewBlk` and, for
+    /// a moved run, its freefrag.
+    fn new_allocdirect(&mut self, ino: u32, slot: PtrSlot, lbn: u64, new: (u64, u32), old: (u64, u32)) -> AllocDirect {
+        self.new_block(new.0);
+        let freefrag =
+            (old.0 != 0 && old.0 != new.0).then(|| FreeFrag { ino, bno: old.0, frags: old.1 / self.sb.addr_unit() });
+        if let Some(f) = freefrag {
+            assert!(self.freefrags.insert(f.bno), "inode {ino}: run {} freed twice (a freefrag is pending)", f.bno);
+        }
         let wk = WorkList::new(DepKind::AllocDirect, DepState::ATTACHED);
-        d.newinoupdt.push(AllocDirect { wk, slot, lbn, bno, parent: None });
+        let seq = self.tick();
+        AllocDirect {
+            wk,
+            seq,
+            slot,
+            lbn,
+            bno: new.0,
+            old_bno: old.0,
+            new_size: new.1,
+            old_size: old.1,
+            freefrag,
+            parent: None,
+        }
+    }
+
+    /// A run of `bytes` at `bno`: whole fragments of one block.
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn check_run(&self, (bno, bytes): (u64, u32)) {
+        let (unit, frag) = (self.sb.addr_unit(), self.sb.frag());
+        assert!(
+            bno != 0 && bytes > 0 && bytes <= self.sb.block_size && bytes % unit == 0,
+            "a run of {bytes} bytes at {bno}"
+        );
+        assert!(bno % frag + (bytes / unit) as u64 <= frag, "a run of {bytes} bytes at {bno} crosses its block");
+    }
+
+    /// A new pointer (no old run) replaces whatever change of its slot is pending, as sufs always
+    /// did; the replaced change's old run, if it moved, is freed once the inode is written.
+    fn replace_allocdirect(&mut self, ino: u32, is_dir: bool, a: AllocDirect) {
+        let d = self.inodedep(ino);
+        d.is_dir |= is_dir;
+        let replaced: Vec<AllocDirect> = d
+            .inoupdt
+            .extract_if(.., |p| p.slot == a.slot)
+            .chain(d.newinoupdt.extract_if(.., |p| p.slot == a.slot))
+            .collect();
+        d.inowait.extend(replaced.into_iter().filter_map(|p| p.freefrag).map(Task::FreeFrag));
+        d.newinoupdt.push(a);
+    }
+
+    /// FreeBSD's allocdirect_merge: `new` changes the run that `prior`, never on disk, made. It
+    /// takes `prior`'s old run and size (what the disk holds) and, when `prior` had a run to free
+    /// or none before it, `prior`'s freefrag: its own (the run `prior` allocated) is returned, to
+    /// be freed now. When `prior` extended its run in place, the disk claims that run's first
+    /// fragments: `new` keeps its freefrag, freed once `new` is on disk.
+    fn merge_allocdirect(new: &mut AllocDirect, mut prior: AllocDirect) -> Option<FreeFrag> {
+        assert!(
+            new.old_bno == prior.bno && new.old_size == prior.new_size && matches!(new.slot, PtrSlot::Direct(_)),
+            "merging a change from {} ({} bytes) into one to {} ({} bytes)",
+            new.old_bno,
+            new.old_size,
+            prior.bno,
+            prior.new_size
+        );
+        new.old_bno = prior.old_bno;
+        new.old_size = prior.old_size;
+        if prior.freefrag.is_some() || prior.old_bno == 0 {
+            std::mem::swap(&mut new.freefrag, &mut prior.freefrag);
+        }
+        // A new directory's first block keeps waiting for its parent.
+        new.parent = new.parent.or(prior.parent);
+        assert!(
+            new.freefrag.is_none_or(|f| f.bno == new.old_bno && new.old_bno != new.bno),
+            "a merged change frees a run the disk does not hold: {new:?}"
+        );
+        prior.freefrag
+    }
+
+    /// A freefrag whose run no inode write can name any more goes on the work list.
+    fn freefrag_now(&mut self, f: FreeFrag) {
+        if let Some(d) = self.inodedeps.get(&f.ino) {
+            assert!(
+                d.allocdirects().all(|a| a.old_bno != f.bno && a.bno != f.bno),
+                "inode {}: run {} freed while an inode write may still name it",
+                f.ino,
+                f.bno
+            );
+        }
+        self.put_on_work_list(Task::FreeFrag(f));
+    }
+
+    /// Work made possible goes on the work list; a freefrag goes there exactly once.
+    fn put_on_work_list(&mut self, t: Task) {
+        if let Task::FreeFrag(f) = &t {
+            assert!(self.freefrags.remove(&f.bno), "run {} of inode {} freed twice", f.bno, f.ino);
+            // Never written through this inode again: its new-block record goes too.
+            self.newblks.remove(&f.bno);
+        }
+        self.tasks.push(t);
     }
 
     /// The extended-attribute area on disk while a new one is pending (None: the in-memory
@@ -257,12 +406,38 @@ impl Softdep {
             return;
         }
         let epoch = self.tick();
+        let ib = self.sb.inode_location(ino).0;
+        let in_flight = |seq: Epoch| {
+            self.inflight.get(&ib).is_some_and(|f| f.direct_done.iter().any(|&(i, s, _)| i == ino && s == seq))
+        };
+        let d = self.inodedeps.get(&ino).expect("present");
+        // The changes of slots with an earlier change in the buffer, and whether a write in
+        // flight carries that earlier one to disk.
+        let flying: Vec<bool> = d
+            .newinoupdt
+            .iter()
+            .map(|a| d.inoupdt.iter().find(|p| p.slot == a.slot).is_some_and(|p| in_flight(p.seq)))
+            .collect();
         let d = self.inodedeps.get_mut(&ino).expect("present");
-        for a in std::mem::take(&mut d.newinoupdt) {
-            d.inoupdt.retain(|b| b.slot != a.slot);
+        let mut now = Vec::new();
+        for (mut a, flying) in std::mem::take(&mut d.newinoupdt).into_iter().zip(flying) {
+            if let Some(i) = d.inoupdt.iter().position(|p| p.slot == a.slot) {
+                let prior = d.inoupdt.swap_remove(i);
+                if a.old_bno != 0 && !flying {
+                    // FreeBSD's merge_inode_lists: the earlier change never reached the disk.
+                    now.extend(Self::merge_allocdirect(&mut a, prior));
+                } else if let Some(f) = prior.freefrag {
+                    // The disk may hold the earlier change's new run (a write in flight), or
+                    // the new pointer replaces it: its old run goes once this copy is on disk.
+                    d.bufwait.push((epoch, Task::FreeFrag(f)));
+                }
+            }
             d.inoupdt.push(a);
         }
         d.bufwait.extend(std::mem::take(&mut d.inowait).into_iter().map(|t| (epoch, t)));
+        for f in now {
+            self.freefrag_now(f);
+        }
     }
 
     fn allocdirect_ready(&self, a: &AllocDirect) -> bool {
@@ -292,10 +467,13 @@ impl Softdep {
         }
     }
 
+    /// A new block, or a run extended in place (new again: its new fragments' bits and contents).
     fn new_block(&mut self, bno: u64) {
         let cg = self.sb.cg_of_block(bno);
-        self.newblks.insert(bno, NewBlk { wk: WorkList::new(DepKind::NewBlk, DepState::ATTACHED), indir: None });
-        self.bmsafemap.entry(cg).or_default().newblks.push(bno);
+        let epoch = self.tick();
+        let wk = WorkList::new(DepKind::NewBlk, DepState::ATTACHED);
+        self.newblks.insert(bno, NewBlk { wk, epoch, indir: None });
+        self.bmsafemap.entry(cg).or_default().newblks.push((bno, epoch));
     }
 
     /// A new entry at `off` of directory block `dirblk` naming `ino` (DIRCHG when `old` is the
@@ -463,9 +641,10 @@ impl Softdep {
     pub fn free_file(&mut self, ino: u32, is_dir: bool, then: Vec<Task>) {
         let d = self.inodedep(ino);
         // Its pointers are gone with it: nothing of the old file is to be rolled back, and the
-        // old attribute blocks go once the cleared dinode is on disk.
-        d.inoupdt.clear();
-        d.newinoupdt.clear();
+        // old attribute blocks and moved runs go once the cleared dinode is on disk.
+        let moved: Vec<Task> =
+            d.inoupdt.drain(..).chain(d.newinoupdt.drain(..)).filter_map(|a| a.freefrag).map(Task::FreeFrag).collect();
+        d.inowait.extend(moved);
         d.ext_old = None;
         let extwait = std::mem::take(&mut d.extwait);
         d.inowait.extend(extwait);
@@ -483,8 +662,14 @@ impl Softdep {
         }
         let set: HashSet<u64> = freed.iter().copied().collect();
         if let Some(d) = self.inodedeps.get_mut(&ino) {
-            d.inoupdt.retain(|a| !set.contains(&a.bno));
-            d.newinoupdt.retain(|a| !set.contains(&a.bno));
+            let gone: Vec<AllocDirect> = d
+                .inoupdt
+                .extract_if(.., |a| set.contains(&a.bno))
+                .chain(d.newinoupdt.extract_if(.., |a| set.contains(&a.bno)))
+                .collect();
+            // A moved run's old fragments are still named on disk: they go once the inode,
+            // without them, is written (FreeBSD's cancel_allocdirect hands the freefrag on).
+            d.inowait.extend(gone.into_iter().filter_map(|a| a.freefrag).map(Task::FreeFrag));
         }
         for b in freed {
             self.indirdeps.remove(b);
@@ -608,7 +793,8 @@ impl Softdep {
     }
 
     /// Blocks and inodes that will return to the free maps once writes complete (statfs counts
-    /// them as free, as FreeBSD's pending counts do).
+    /// them as free, as FreeBSD's pending counts do). A moved run's old fragments count as their
+    /// number of fragments (the unit of block numbers: one block on sufs's own format).
     pub fn pending_frees(&self) -> (u64, u64) {
         let mut blocks = 0;
         let mut inodes = 0;
@@ -617,18 +803,20 @@ impl Softdep {
         for t in waiting.chain(self.tasks.iter()) {
             match t {
                 Task::FreeBlks(f) => blocks += f.blocks.len() as u64,
+                Task::FreeFrag(f) => blocks += f.frags as u64,
                 Task::FreeFile(_) => inodes += 1,
                 _ => {}
             }
         }
-        (blocks, inodes)
+        let attached = self.inodedeps.values().flat_map(|d| d.allocdirects().filter_map(|a| a.freefrag));
+        (blocks + attached.map(|f| f.frags as u64).sum::<u64>(), inodes)
     }
 
     /// Takes the work items that only return blocks and inodes to the free maps.
     pub fn take_free_tasks(&mut self) -> Vec<Task> {
         let (free, rest): (Vec<Task>, Vec<Task>) = std::mem::take(&mut self.tasks)
             .into_iter()
-            .partition(|t| matches!(t.kind(), DepKind::FreeBlks | DepKind::FreeFile));
+            .partition(|t| matches!(t.kind(), DepKind::FreeBlks | DepKind::FreeFrag | DepKind::FreeFile));
         self.tasks = rest;
         free
     }
@@ -892,5 +1080,185 @@ mod tests {
         sd.cancel_blocks(40, &[601, 800]);
         assert!(sd.indirdeps.is_empty() && sd.newblks.is_empty(), "{:?}", sd.indirdeps);
         assert!(sd.is_idle());
+    }
+
+    /// A UFS2 geometry of 4 KiB blocks and 1 KiB fragments (block numbers are fragment
+    /// addresses), with a data block of group 0 (a multiple of 4 fragments) and an inode whose
+    /// bitmap bit is on disk, as its dinode block and offset.
+    fn setup_frags() -> (Superblock, Softdep, u64, u32, u64, usize) {
+        let o = crate::format::ufs2::newfs::NewfsOptions { bsize: Some(4096), fsize: Some(1024), ..Default::default() };
+        let sb = Superblock::from_ufs2(crate::format::ufs2::newfs::geometry(64 << 20, &o).unwrap().sb);
+        assert_eq!((sb.frag(), sb.addr_unit(), sb.block_size), (4, 1024, 4096));
+        let mut sd = Softdep::new(&sb);
+        let data = sb.cg_data_start(0).next_multiple_of(4) + 64;
+        let ino = 40;
+        sd.track(&[ino]);
+        let (ib, ioff) = sb.inode_location(ino);
+        assert_eq!(ib % 4, 0, "an inode block is a whole block");
+        (sb, sd, data, ino, ib, ioff)
+    }
+
+    /// An inode block holding `ino`'s dinode with these direct pointers and size.
+    fn frag_itable(sb: &Superblock, ioff: usize, db: &[u64], size: u64) -> Vec<u8> {
+        let mut d = Dinode::new(S_IFREG | 0o644, 1, 0, 0, (1, 0), 1);
+        d.db[..db.len()].copy_from_slice(db);
+        d.size = size;
+        let mut itable = vec![0u8; 4096];
+        sb.encode_dinode(&d, &mut itable[ioff..ioff + DINODE_SIZE]);
+        itable
+    }
+
+    fn dinode_at(sb: &Superblock, copy: &[u8], ioff: usize) -> Dinode {
+        sb.decode_dinode(&copy[ioff..ioff + DINODE_SIZE])
+    }
+
+    /// The group header and the run's contents are on disk: the run is ready.
+    fn make_ready(sb: &Superblock, sd: &mut Softdep, run: u64) {
+        write(sd, sb.cg_header_block(sb.cg_of_block(run)), &[0u8; 4096]);
+        write(sd, run, &[0u8; 4096]);
+    }
+
+    /// A tail of one fragment extended in place to two: until the second fragment's bit and
+    /// contents are on disk, the inode goes out with the pointer it had and the size of one
+    /// fragment; then with the new size.
+    #[test]
+    fn a_fragment_extended_in_place_rolls_back_its_size() {
+        let (sb, mut sd, x, ino, ib, ioff) = setup_frags();
+        sd.alloc_direct_frags(ino, false, 0, (x, 2048), (x, 1024));
+        sd.inode_update(ino);
+        let itable = frag_itable(&sb, ioff, &[x], 1500);
+        let (copy, again) = write(&mut sd, ib, &itable);
+        let on_disk = dinode_at(&sb, &copy, ioff);
+        assert!(again && on_disk.db[0] == x && on_disk.size == 1024, "{on_disk:?}");
+        assert!(sd.tasks.is_empty(), "nothing to free: the run stays where it was");
+        make_ready(&sb, &mut sd, x);
+        let (copy, again) = write(&mut sd, ib, &itable);
+        assert!(!again && copy == itable);
+        assert!(sd.is_idle() && sd.tasks.is_empty());
+    }
+
+    /// A tail fragment moved to a full block, and a block allocated after it: until the moved
+    /// run is ready, the inode goes out with the old run and the old fragment's size, and the
+    /// later pointer cleared in the copy, even though its block is ready (nor does it retire).
+    #[test]
+    fn a_moved_fragment_rolls_back_to_the_old_run_and_size_and_clears_later_pointers() {
+        let (sb, mut sd, a, ino, ib, ioff) = setup_frags();
+        let (w, y, z) = (a + 4, a + 8, a + 12);
+        sd.alloc_direct_frags(ino, false, 1, (y, 4096), (w, 1024));
+        sd.alloc_direct(ino, false, PtrSlot::Direct(2), 2, z);
+        sd.inode_update(ino);
+        let itable = frag_itable(&sb, ioff, &[a, y, z], 2 * 4096 + 100);
+        // The later block is ready; the moved one waits for its contents.
+        write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
+        write(&mut sd, z, &[0u8; 4096]);
+        let (copy, again) = write(&mut sd, ib, &itable);
+        let on_disk = dinode_at(&sb, &copy, ioff);
+        assert!(again, "the buffer stays dirty");
+        assert_eq!((on_disk.db[0], on_disk.db[1], on_disk.db[2], on_disk.size), (a, w, 0, 4096 + 1024));
+        assert_eq!(sd.inodedeps[&ino].inoupdt.len(), 2, "the cleared pointer did not retire");
+        write(&mut sd, y, &[0u8; 4096]);
+        let (copy, again) = write(&mut sd, ib, &itable);
+        assert!(!again && copy == itable);
+        assert_eq!(sd.take_free_tasks(), vec![Task::FreeFrag(FreeFrag { ino, bno: w, frags: 1 })]);
+        assert!(sd.is_idle());
+    }
+
+    /// freefrag: the old run of a moved tail returns to the free map only once an inode write
+    /// carrying the new run is on disk: not when the change is made, not when the dinode is
+    /// copied into its buffer, not with a write that rolled the pointer back, not while the
+    /// write that carries it is in flight.
+    #[test]
+    fn freefrag_frees_the_old_run_only_after_the_inode_write_naming_the_new_one() {
+        let (sb, mut sd, w, ino, ib, ioff) = setup_frags();
+        let y = w + 4;
+        sd.alloc_direct_frags(ino, false, 0, (y, 3072), (w + 1, 2048));
+        assert_eq!(sd.pending_frees(), (2, 0), "statfs counts the old run as free");
+        sd.inode_update(ino);
+        let itable = frag_itable(&sb, ioff, &[y], 2500);
+        let (copy, _) = write(&mut sd, ib, &itable);
+        assert_eq!(dinode_at(&sb, &copy, ioff).db[0], w + 1);
+        assert!(sd.tasks.is_empty(), "the disk still names the old run");
+        make_ready(&sb, &mut sd, y);
+        assert!(sd.tasks.is_empty());
+        let mut copy = itable.clone();
+        sd.before_write(ib, &mut copy);
+        assert!(copy == itable && sd.tasks.is_empty(), "in flight: not yet durable");
+        assert!(!sd.after_write(ib));
+        assert_eq!(sd.take_free_tasks(), vec![Task::FreeFrag(FreeFrag { ino, bno: w + 1, frags: 2 })]);
+        assert!(sd.freefrags.is_empty() && sd.is_idle() && sd.pending_frees() == (0, 0));
+    }
+
+    /// Two changes of one slot before either is on disk merge (allocdirect_merge): a new tail
+    /// extended in place then moved is one new run (the run it left, never on disk, is freed at
+    /// once); a tail on disk moved then extended in place keeps the disk's run and size to roll
+    /// back to, and frees that run once the last change is on disk.
+    #[test]
+    fn pending_changes_of_one_block_merge() {
+        let (sb, mut sd, x, ino, ib, ioff) = setup_frags();
+        let y = x + 4;
+        // New one fragment, extended to two (both only in memory), then moved to three.
+        sd.alloc_direct_frags(ino, false, 0, (x, 1024), (0, 0));
+        sd.inode_update(ino);
+        sd.alloc_direct_frags(ino, false, 0, (x, 2048), (x, 1024));
+        sd.alloc_direct_frags(ino, false, 0, (y, 3072), (x, 2048));
+        assert!(sd.tasks.is_empty(), "the first fragment is in the buffer: kept until the copy is");
+        sd.inode_update(ino);
+        assert_eq!(sd.take_free_tasks(), vec![Task::FreeFrag(FreeFrag { ino, bno: x, frags: 2 })]);
+        let a = &sd.inodedeps[&ino].inoupdt;
+        assert_eq!(a.len(), 1);
+        assert_eq!((a[0].bno, a[0].new_size, a[0].old_bno, a[0].old_size, a[0].freefrag), (y, 3072, 0, 0, None));
+        let itable = frag_itable(&sb, ioff, &[y], 3000);
+        let (copy, _) = write(&mut sd, ib, &itable);
+        let on_disk = dinode_at(&sb, &copy, ioff);
+        assert_eq!((on_disk.db[0], on_disk.size), (0, 0), "a new file's only block rolled back: it ends at 0");
+        make_ready(&sb, &mut sd, y);
+        let (copy, _) = write(&mut sd, ib, &itable);
+        assert!(copy == itable && sd.is_idle() && sd.tasks.is_empty());
+
+        // Another file's tail on disk, one fragment at w, moved to two at z, then extended in
+        // place to three: the disk's run w is what both roll back to, freed after the last.
+        let (ino, (_, ioff)) = (ino + 1, sb.inode_location(ino + 1));
+        let (w, z) = (y + 4, y + 8);
+        sd.alloc_direct_frags(ino, false, 0, (z, 2048), (w, 1024));
+        sd.inode_update(ino);
+        sd.alloc_direct_frags(ino, false, 0, (z, 3072), (z, 2048));
+        sd.inode_update(ino);
+        assert!(sd.tasks.is_empty());
+        let a = &sd.inodedeps[&ino].inoupdt;
+        assert_eq!(a.len(), 1);
+        assert_eq!((a[0].old_bno, a[0].old_size), (w, 1024));
+        assert_eq!(a[0].freefrag, Some(FreeFrag { ino, bno: w, frags: 1 }));
+        let itable = frag_itable(&sb, ioff, &[z], 2500);
+        let (copy, _) = write(&mut sd, ib, &itable);
+        let on_disk = dinode_at(&sb, &copy, ioff);
+        assert_eq!((on_disk.db[0], on_disk.size), (w, 1024));
+        make_ready(&sb, &mut sd, z);
+        let (copy, _) = write(&mut sd, ib, &itable);
+        assert!(copy == itable);
+        assert_eq!(sd.take_free_tasks(), vec![Task::FreeFrag(FreeFrag { ino, bno: w, frags: 1 })]);
+        assert!(sd.is_idle());
+    }
+
+    /// A run extended in place while its group header's write is in flight: that write's copy
+    /// holds the first fragment's bit, not the new one's, so the extension waits for the next.
+    #[test]
+    fn an_extension_made_while_its_header_is_in_flight_waits_for_the_next_header() {
+        let (sb, mut sd, x, ino, ib, ioff) = setup_frags();
+        sd.alloc_direct_frags(ino, false, 0, (x, 1024), (0, 0));
+        sd.inode_update(ino);
+        write(&mut sd, x, &[0u8; 4096]);
+        let hb = sb.cg_header_block(0);
+        let mut header = vec![0u8; 4096];
+        sd.before_write(hb, &mut header);
+        sd.alloc_direct_frags(ino, false, 0, (x, 2048), (x, 1024));
+        sd.inode_update(ino);
+        sd.after_write(hb);
+        write(&mut sd, x, &[0u8; 4096]);
+        let itable = frag_itable(&sb, ioff, &[x], 2048);
+        let (copy, again) = write(&mut sd, ib, &itable);
+        assert!(again && dinode_at(&sb, &copy, ioff).size == 0, "{:?}", dinode_at(&sb, &copy, ioff));
+        write(&mut sd, hb, &[0u8; 4096]);
+        let (copy, again) = write(&mut sd, ib, &itable);
+        assert!(!again && copy == itable && sd.is_idle());
     }
 }
