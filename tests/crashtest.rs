@@ -288,3 +288,50 @@ fn ufs2_images_keep_the_orderings_promises() {
         .sum();
     assert!(caught > 0, "async on UFS2 not caught: the tester is broken");
 }
+
+/// UFS2 crash states (soft updates, sync): each mounts read-write without fsck and takes new
+/// work, leaving nothing the UFS2 checker calls a violation; the UFS2 repair, `-y` and `-p`,
+/// leaves each clean.
+#[test]
+fn ufs2_crash_states_mount_and_repair() {
+    use fsck::ufs2::{check, repair, Options, RepairMode};
+    let ufs2 = |ops, end| CrashOptions { ufs2: true, ..small(ops, end) };
+    for (ordering, name, seed, end) in [
+        (Ordering::Softdep, "mix", 3, End::Unmount),
+        (Ordering::Softdep, "rename-storm", 4, End::Crash),
+        (Ordering::Softdep, "mkdir-rmdir", 2, End::Crash),
+        (Ordering::Sync, "mix", 4, End::Crash),
+    ] {
+        let rec = crashtest::record(ordering, name, seed, &ufs2(48, end)).unwrap();
+        let states = rec
+            .for_each_state(2, |s, img| {
+                let how = format!("{ordering} {name}: {}", rec.describe(s));
+                let len = img.num_blocks() * img.addr_unit() as u64;
+                let o = Options::default();
+                for mode in [RepairMode::Yes, RepairMode::Preen] {
+                    let fork: Arc<dyn BlockDevice> = Arc::new(img.fork());
+                    let out = repair(&*fork, len, &o, mode).unwrap_or_else(|e| panic!("{how}: repair: {e}"));
+                    assert!(out.refused.is_none(), "{how}: {mode:?} refused: {:?}", out.refused);
+                    let left = check(&*fork, len, &o).unwrap().findings;
+                    assert!(left.is_empty(), "{how}: not clean after {mode:?}: {left:?}");
+                }
+                let mut fs = mount(img.clone()).unwrap_or_else(|e| panic!("{how}: mount fails: {e}"));
+                let (f, _) = fs.create(ROOT_INO, b"after-crash", 0o644, 0, 0).unwrap_or_else(|e| panic!("{how}: {e}"));
+                fs.write(f, 0, &[5u8; 9000]).unwrap_or_else(|e| panic!("{how}: {e}"));
+                fs.mkdir(ROOT_INO, b"dir-after-crash", 0o755, 0, 0).unwrap_or_else(|e| panic!("{how}: {e}"));
+                fs.unmount().unwrap_or_else(|e| panic!("{how}: unmount: {e}"));
+                let dev: &dyn BlockDevice = &*img;
+                let after = check(dev, len, &o).unwrap();
+                let bad: Vec<String> = after
+                    .findings
+                    .iter()
+                    .filter(|f| f.class() == fsck::Class::Violation)
+                    .map(|f| f.to_string())
+                    .collect();
+                assert!(bad.is_empty(), "{how}: violations after use: {bad:?}");
+                Ok(())
+            })
+            .unwrap();
+        assert!(states > 10);
+    }
+}

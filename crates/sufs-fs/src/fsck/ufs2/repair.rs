@@ -27,6 +27,12 @@ impl WriteAt for std::fs::File {
     }
 }
 
+impl WriteAt for dyn crate::dev::BlockDevice {
+    fn write_all_at(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
+        crate::dev::write_bytes(self, off, buf, crate::dev::WriteKind::Sync).map_err(std::io::Error::other)
+    }
+}
+
 /// How far repair goes: fsck_ffs's `-y`, or `-p` (only what a soft-updates crash may leave).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RepairMode {
@@ -56,6 +62,10 @@ fn repairs(f: &Finding) -> bool {
             | CgCheckHash { .. }
             | BlockCount { .. }
             | UnrefFile { .. }
+            | UnrefDir { .. }
+            | SizeBeyondAllocated { .. }
+            | ExtraDirLink { .. }
+            | BadDotDot { .. }
             | LinkCount { .. }
             | InodesMarkedFree { .. }
             | InodesMarkedUsed { .. }
@@ -97,15 +107,28 @@ pub fn repair<D: ReadAt + WriteAt + ?Sized>(
             return Ok(refuse(format!("not what a soft-updates crash leaves: {}", v.join("; "))));
         }
     }
-    ck.repair_inodes(mode, &mut out.done)?;
-    ck.rewrite_groups(&mut out.done)?;
-    let after = check(dev, dev_len, opts)?;
-    if after.findings.is_empty() {
+    // A repair can leave work for another round (a cleared directory's parent counted its
+    // ".."): rounds go on while they change something they know how to change.
+    for _ in 0..MAX_ROUNDS {
+        let before = out.done.len();
+        ck.repair_inodes(mode, &mut out.done)?;
+        ck.rewrite_groups(&mut out.done)?;
+        let (next, after) = run(dev, dev_len, opts)?;
+        let settled = after.findings.is_empty() || out.done.len() == before || !after.findings.iter().all(repairs);
+        out.after = Some(after);
+        if settled {
+            break;
+        }
+        ck = next;
+    }
+    if out.after.as_ref().is_some_and(|a| a.findings.is_empty()) {
         ck.mark_clean(&mut out.done)?;
     }
-    out.after = Some(after);
     Ok(out)
 }
+
+/// Rounds of repair and check before repair stops with what is left.
+const MAX_ROUNDS: usize = 8;
 
 impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
     fn write(&self, off: u64, b: &[u8]) -> Result<(), Ufs2Error> {
@@ -127,6 +150,36 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
                     self.put_dinode(ino, &d)?;
                     done.push(format!("{f} (FIXED)"));
                 }
+                Finding::SizeBeyondAllocated { ino, should, .. } => {
+                    // fsck_ffs's pass 1: the size ends with the last block the file holds. An
+                    // indirect block past that size holds no data (the last data block is
+                    // before it): it goes too, or the inode would hold a pointer past its size.
+                    let mut d = self.dinode(ino)?;
+                    self.drop_indirects_past(ino, &mut d, should)?;
+                    d.di_size = should;
+                    self.put_dinode(ino, &d)?;
+                    self.inode_mut(ino).size = should;
+                    done.push(format!("{f} (ADJUSTED)"));
+                }
+                Finding::ExtraDirLink { ino, dir, .. } => {
+                    // fsck_ffs's pass 2 removes the extra name. A rename's window leaves two,
+                    // and the one to keep is in the directory its ".." names: the other goes
+                    // (the counts are set right in the next round).
+                    let dotdot = self.inodes.get(ino).dotdot;
+                    let first = self.inodes.get(ino).parent;
+                    let drop_in = if dotdot == dir && first != dir { first } else { dir };
+                    if self.remove_entry(drop_in, ino)? {
+                        done.push(format!("{f} (REMOVED THE NAME IN I={drop_in})"));
+                    }
+                }
+                // fsck_ffs's pass 3: ".." names the directory that names it (after a rename's
+                // extra name is gone, which may settle it).
+                Finding::BadDotDot { dir, parent, .. }
+                    if !findings.iter().any(|g| matches!(g, Finding::ExtraDirLink { ino, .. } if *ino == dir))
+                        && self.set_dotdot(dir, parent)? =>
+                {
+                    done.push(format!("{f} (FIXED)"));
+                }
                 Finding::LinkCount { ino, actual, .. } => {
                     let mut d = self.dinode(ino)?;
                     assert!(actual > 0 && actual <= i16::MAX as u32, "I={ino}: a link count of {actual} names");
@@ -146,6 +199,19 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
                     }
                     self.clri(ino, &d)?;
                     done.push(format!("{f} (CLEARED)"));
+                }
+                Finding::UnrefDir { ino, .. } => {
+                    // A directory whose first block never reached the disk (fsck_ffs's "ZERO
+                    // LENGTH DIR"), a new one whose name did not, or a removed one whose
+                    // entries a rename moved out before its removal reached the disk: cleared,
+                    // as fsck_ffs's preen clears what soft updates left unreferenced. Names it
+                    // held are counted again in the next round: a file named nowhere else is
+                    // then unreferenced, and reconnected (-y) or cleared (-p) as any other.
+                    let empty = self.dir_is_empty(ino)?;
+                    let d = self.dinode(ino)?;
+                    self.clri(ino, &d)?;
+                    let what = if empty { "CLEARED" } else { "CLEARED; ITS NAMES COUNTED AGAIN" };
+                    done.push(format!("{f} ({what})"));
                 }
                 _ => {}
             }
@@ -173,6 +239,41 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         }
         self.write(self.sb.ino_offset(ino), &[0u8; UFS2_DINODE_SIZE])?;
         *self.inode_mut(ino) = InoInfo::default();
+        Ok(())
+    }
+
+    /// Clears the indirect pointers of `d` (inode `ino`) that a size of `size` does not reach,
+    /// their blocks unclaimed for pass 5 to free: they map no data.
+    fn drop_indirects_past(&mut self, ino: u32, d: &mut Dinode, size: u64) -> Result<(), Ufs2Error> {
+        let nindir = self.sb.nindir() as u64;
+        let (mut n, mut levels) = (size.div_ceil(self.sb.fs_bsize as u64).saturating_sub(UFS_NDADDR as u64), 0);
+        while n > 0 {
+            levels += 1;
+            n /= nindir;
+        }
+        for level in levels + 1..=UFS_NIADDR {
+            if d.di_ib[level - 1] == 0 {
+                continue;
+            }
+            let mut only = d.clone();
+            only.di_db = [0; UFS_NDADDR];
+            only.di_ib = [0; UFS_NIADDR];
+            only.di_ib[level - 1] = d.di_ib[level - 1];
+            let mut held = Vec::new();
+            walk(&self.sb, self.dev, &only, &mut |ev| {
+                if let Event::Held(h) = ev {
+                    held.push(h);
+                }
+                Step::Go
+            })?;
+            for h in held {
+                assert!(h.level > 0, "I={ino}: data block {} past the last allocated one", h.lbn);
+                for fr in h.fsb..h.fsb + h.frags {
+                    self.claimed.clear(fr);
+                }
+            }
+            d.di_ib[level - 1] = 0;
+        }
         Ok(())
     }
 
@@ -205,6 +306,11 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
 
     /// The inode `name` names in directory `dir`, if any.
     fn lookup(&self, dir: u32, name: &[u8]) -> Result<Option<u32>, Ufs2Error> {
+        self.find_entry(dir, |n| n == name)
+    }
+
+    /// The inode of the first live entry of directory `dir` whose name `want` accepts.
+    fn find_entry(&self, dir: u32, want: impl Fn(&[u8]) -> bool) -> Result<Option<u32>, Ufs2Error> {
         let size = self.inodes.get(dir).size;
         let bsize = self.sb.fs_bsize as u64;
         for &(lbn, fsb, frags) in self.dir_blocks.get(&dir).map_or(&[][..], |v| &v[..]) {
@@ -212,12 +318,80 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
             let len = (frags * self.sb.fs_fsize as i64) as u64;
             let data = self.read(fsb, len.min(size.saturating_sub(base)) as usize)?;
             for e in DirIter::new(&data, base, size, self.sb.maxino()).flatten() {
-                if e.d_ino != 0 && e.name == name {
+                if e.d_ino != 0 && want(e.name) {
                     return Ok(Some(e.d_ino));
                 }
             }
         }
         Ok(None)
+    }
+
+    /// Each block of directory `dir` up to its size: (byte offset of the block, its bytes,
+    /// its fragment address).
+    fn dir_data(&self, dir: u32) -> Result<Vec<(u64, Vec<u8>, i64)>, Ufs2Error> {
+        let size = self.inodes.get(dir).size;
+        let bsize = self.sb.fs_bsize as u64;
+        let mut out = Vec::new();
+        for &(lbn, fsb, frags) in self.dir_blocks.get(&dir).map_or(&[][..], |v| &v[..]) {
+            let base = lbn as u64 * bsize;
+            let len = ((frags * self.sb.fs_fsize as i64) as u64).min(size.saturating_sub(base));
+            out.push((base, self.read(fsb, len as usize)?, fsb));
+        }
+        Ok(out)
+    }
+
+    /// Removes the first entry of directory `dir` (not "." or "..") naming `ino`, as fsck_ffs's
+    /// pass 2 removes an extra link. False if there is none.
+    fn remove_entry(&mut self, dir: u32, ino: u32) -> Result<bool, Ufs2Error> {
+        let pick = |e: &Direct<'_>| e.d_ino == ino && e.name != b"." && e.name != b"..";
+        self.edit_entry(dir, pick, |data, at| {
+            crate::format::dir_remove(data, at).map_err(|e| Ufs2Error::Geometry(format!("directory I={dir}: {e}")))
+        })
+    }
+
+    /// Sets the ".." entry of directory `dir` to `parent`. False if it has none.
+    fn set_dotdot(&mut self, dir: u32, parent: u32) -> Result<bool, Ufs2Error> {
+        let done = self.edit_entry(
+            dir,
+            |e| e.name == b"..",
+            |data, at| {
+                crate::format::dirent_set_ino(data, at, parent);
+                Ok(())
+            },
+        )?;
+        if done {
+            self.inode_mut(dir).dotdot = parent;
+        }
+        Ok(done)
+    }
+
+    /// Changes the first entry of directory `dir` that `pick` accepts with `edit` (given its
+    /// block's bytes and the entry's offset in them) and writes the block back. False if no
+    /// entry was picked.
+    fn edit_entry(
+        &mut self,
+        dir: u32,
+        pick: impl Fn(&Direct<'_>) -> bool,
+        edit: impl FnOnce(&mut [u8], usize) -> Result<(), Ufs2Error>,
+    ) -> Result<bool, Ufs2Error> {
+        let size = self.inodes.get(dir).size;
+        for (base, mut data, fsb) in self.dir_data(dir)? {
+            let hit = DirIter::new(&data, base, size, self.sb.maxino())
+                .flatten()
+                .find(|e| pick(e))
+                .map(|e| (e.offset - base) as usize);
+            if let Some(at) = hit {
+                edit(&mut data, at)?;
+                self.write(self.sb.fsb_offset(fsb), &data)?;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether directory `dir` holds no entry but "." and "..".
+    fn dir_is_empty(&self, dir: u32) -> Result<bool, Ufs2Error> {
+        Ok(self.find_entry(dir, |n| n != b"." && n != b"..")?.is_none())
     }
 
     /// fsck_ffs's `makeentry` without `expanddir`: an entry for `ino` in the first room of
