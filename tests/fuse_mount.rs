@@ -615,6 +615,48 @@ fn preen_mounts_an_unclean_sync_image() {
     }
 }
 
+/// `-o norecovery` (fstests' generic/537 mounts `ro,norecovery`): only with `ro`; the image is
+/// mounted as it is, so an unclean one is not preened (`preen` is sufs's only repair that
+/// writes before a mount) and stays unclean, where `ro,preen` alone repairs it.
+#[test]
+fn norecovery_mounts_read_only_and_skips_the_preen() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    mkfs(&img, "64M");
+    let m = mount_fg(&img, &mnt, &["--ordering", "sync"]);
+    let mut f = fs::File::create(mnt.join("kept")).unwrap();
+    f.write_all(b"synchronous").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    crash(m);
+    let (i, d) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+    let unclean = || String::from_utf8_lossy(&sufs(&["dumpfs", i]).stdout).contains("not clean");
+    assert!(unclean(), "the crash left the image unclean");
+    let out = sufs(&["mount", i, d, "--ordering", "sync", "-o", "rw,norecovery,preen"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(32), "norecovery without ro: {err}");
+    assert!(err.contains("norecovery: only with ro"), "{err}");
+    for opts in ["ro,norecovery,preen", "noload,preen"] {
+        let mut args = vec!["mount", i, d, "--ordering", "sync", "-o", opts];
+        if !opts.contains("ro,") {
+            args.push("--ro");
+        }
+        let out = sufs(&args);
+        assert!(out.status.success(), "{opts}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(fs::read(mnt.join("kept")).unwrap(), b"synchronous");
+        assert!(sufs(&["umount", d]).status.success());
+        assert!(unclean(), "{opts}: mounted as it was, not preened");
+    }
+    let out = sufs(&["mount", i, d, "--ordering", "sync", "-o", "ro,preen"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(sufs(&["umount", d]).status.success());
+    assert!(!unclean(), "preened without norecovery");
+    fsck_clean(&img);
+}
+
 /// Instant restart (soft updates §6): an image a softdep mount left unclean mounts at once and
 /// is checked in the background; one a sync or async mount left unclean, or one marked for
 /// fsck, is refused until fsck (or --force).

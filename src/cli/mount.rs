@@ -139,6 +139,7 @@ pub(crate) fn mount_gate(image: &Path, sb: &Superblock, force: bool) -> Result<R
 }
 
 pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(), Fail> {
+    args.opts.check_norecovery(args.ro || args.snapshot).map_err(|e| Fail(e, 32))?;
     if args.opts.remount {
         // The mount point: DIR, or IMAGE's place when that is one (`sufs mount -o remount,ro MNT`).
         return cmd_remount(if image.is_dir() { image } else { dir }, &args.opts);
@@ -290,7 +291,7 @@ fn mount_again(image: &Path, dir: &Path, root: bool, ro: bool, quiet: bool) -> R
 }
 
 /// Before a mount's daemon starts: waits for an image another daemon still holds, preens it if
-/// asked to (`-o preen`), and makes the image if asked to (`-o mkfs_size`) or if it is missing
+/// asked to (`-o preen`, unless `-o norecovery`: the image is mounted as it is), and makes the image if asked to (`-o mkfs_size`) or if it is missing
 /// (unless `--no-create`).
 fn prepare_image(image: &Path, size: u64, opts: &MountOpts, quiet: bool, make_missing: bool) -> Result<(), Fail> {
     if image.exists() {
@@ -298,6 +299,7 @@ fn prepare_image(image: &Path, size: u64, opts: &MountOpts, quiet: bool, make_mi
         helper::wait_for_image(image, wait, &mut |m| say(image, quiet, m)).map_err(|e| Fail(e, 32))?;
     }
     if opts.preen
+        && !opts.norecovery
         && image.exists()
         && opts.mkfs_size.is_none_or(|s| std::fs::metadata(image).is_ok_and(|m| m.len() == s))
     {

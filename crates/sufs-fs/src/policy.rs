@@ -219,6 +219,29 @@ mod tests {
 
     const S: u64 = 1_000_000_000;
 
+    /// A sweep planned before a shutdown and written after it (the syncer plans under the
+    /// lock and writes outside it) fails with the shutdown's error, which the mount's syncer
+    /// does not log as its own (`FsError::is_shutdown`), for every ordering.
+    #[test]
+    fn a_sweep_cut_short_by_a_shutdown_fails_with_the_shutdown() {
+        use crate::fs::shutdown::Shutdown;
+        for ordering in [Ord::Softdep, Ord::Sync, Ord::Async] {
+            let dev = Arc::new(MemDevice::new(4096, 8192));
+            mkfs(dev.clone(), &MkfsOptions::default(), (0, 0)).unwrap();
+            let opts = MountOptions { ordering, cache_blocks: 4096, readonly: false };
+            let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
+            let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+            fs.write(f, 0, &[1; 3 * 4096]).unwrap();
+            let plan = fs.plan_delayed(fs.dirty_blocks(None), 1024);
+            assert!(!plan.is_empty(), "{ordering:?}: dirty blocks to write");
+            fs.shutdown(Shutdown::Nologflush);
+            let shared: SharedFs = Arc::new(std::sync::Mutex::new(fs));
+            let e = Sweeper::write_plan(&shared, plan).unwrap_err();
+            assert!(e.is_shutdown(), "{ordering:?}: {e}");
+            assert!(!crate::fs::FsError::NoSpace.is_shutdown());
+        }
+    }
+
     #[test]
     fn aipu_writes_a_block_once_it_is_age_old_and_redirtying_keeps_its_age() {
         let (mut fs, clock, dev) = setup();

@@ -47,6 +47,11 @@ pub struct MountOpts {
     /// sufs's own: preen an image left unclean (`sufs fsck -p`) before mounting it, as a boot
     /// does with fsck -p before mount: what a crash leaves is repaired, anything more refused.
     pub preen: bool,
+    /// `norecovery` (ext4's and xfs's name; `noload` is ext4's other one): mount the image as it
+    /// is, with no repair that writes before the mount. FFS has no log to replay; the only such
+    /// repair is `preen`, which this skips. Only with `ro` (`check_norecovery`), as ext4 and
+    /// xfs require: a read-only mount writes nothing else.
+    pub norecovery: bool,
     /// Options for mount(8) itself or ones whose effect is always on or means nothing here
     /// (`defaults`, `noauto`, `nofail`, `_netdev`, `user`, `x-*`, `comment=`, `allow_other`,
     /// `lazytime`, `iversion`, `mand`, ...): accepted.
@@ -129,6 +134,7 @@ impl MountOpts {
             ("writeback_cache", None) => self.writeback_cache = Some(true),
             ("nowriteback_cache", None) => self.writeback_cache = Some(false),
             ("preen", None) => self.preen = true,
+            ("norecovery" | "noload", None) => self.norecovery = true,
             // rw, suid, dev, exec, auto, nouser, async: dev and suid are left to the default
             // (root's mounts have them, a user's do not).
             ("defaults", None) => {
@@ -189,6 +195,16 @@ impl MountOpts {
             }
             (k, _) if k.starts_with("x-") => self.ignored.push(opt.to_string()),
             _ => return Err(format!("unknown mount option {opt:?}")),
+        }
+        Ok(())
+    }
+
+    /// `norecovery` is for read-only mounts only (`ro`: whether the mount is read-only, from
+    /// these options or the command line): a mount that may write would write on an image
+    /// whose repair it skipped.
+    pub fn check_norecovery(&self, ro: bool) -> Result<(), String> {
+        if self.norecovery && !ro {
+            return Err("norecovery: only with ro (a read-write mount of an image left unrepaired)".into());
         }
         Ok(())
     }
@@ -302,6 +318,17 @@ mod tests {
         let o = MountOpts::parse("bogus,ro", true).unwrap();
         assert_eq!((o.unknown.as_slice(), o.ro), (["bogus".to_string()].as_slice(), Some(true)));
         assert!(MountOpts::parse("threads=0", true).is_err());
+    }
+
+    #[test]
+    fn norecovery_is_for_read_only_mounts() {
+        let o = MountOpts::parse("ro,norecovery,preen", false).unwrap();
+        assert!(o.norecovery && o.preen);
+        assert_eq!(o.check_norecovery(true), Ok(()));
+        assert!(MountOpts::parse("noload", false).unwrap().norecovery);
+        let e = MountOpts::parse("rw,norecovery", false).unwrap().check_norecovery(false).unwrap_err();
+        assert!(e.contains("only with ro"), "{e}");
+        assert_eq!(MountOpts::parse("rw", false).unwrap().check_norecovery(false), Ok(()));
     }
 
     #[test]

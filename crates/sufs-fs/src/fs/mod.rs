@@ -113,6 +113,14 @@ pub enum FsError {
 }
 
 impl FsError {
+    /// Whether this is a shutdown's refusal (`Fs::shutdown`), from the file system or from the
+    /// device (a write planned before the shutdown and issued after it): what a background
+    /// writer meets once the file system is shut down, the shutdown's doing and not an error
+    /// of the writer's.
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self, FsError::ShutDown | FsError::Io(DevError::ShutDown))
+    }
+
     pub fn errno(&self) -> i32 {
         match self {
             FsError::NotFound => libc::ENOENT,
