@@ -155,7 +155,8 @@ impl Fs {
             }
             d.size = keep * bs;
             self.touch_c(&mut d);
-            self.truncate_blocks(ino, &mut d, keep, vec![])?;
+            let size = d.size;
+            self.truncate_blocks(ino, &mut d, keep, size, vec![])?;
         } else {
             self.br_punch(ino, &mut d, lbn, bno)?;
         }
@@ -272,7 +273,8 @@ impl Fs {
         self.br_hint = None;
         if let Err(e) = r {
             d.size = before.size;
-            self.truncate_blocks(ino, d, start, vec![])?;
+            let size = d.size;
+            self.truncate_blocks(ino, d, start, size, vec![])?;
             return Err(e);
         }
         d.size = end * bs;

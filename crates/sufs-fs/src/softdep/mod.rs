@@ -373,10 +373,11 @@ impl Softdep {
 
     /// The old extended-attribute area's blocks (their pending allocations already cancelled)
     /// return to the free map once the disk no longer points at them: once the new area is on
-    /// disk, or, with no new area pending, once the inode is written.
-    pub fn free_ext_blocks(&mut self, ino: u32, blocks: Vec<u64>) {
+    /// disk, or, with no new area pending, once the inode is written. `then` runs after (the
+    /// area's last run, in fragments: its freefrag).
+    pub fn free_ext_blocks(&mut self, ino: u32, blocks: Vec<u64>, then: Vec<Task>) {
         let d = self.inodedep(ino);
-        let task = Task::FreeBlks(FreeBlks { ino, blocks, then: Vec::new() });
+        let task = Task::FreeBlks(FreeBlks { ino, blocks, then });
         if d.ext_pending() {
             d.extwait.push(task);
         } else {
