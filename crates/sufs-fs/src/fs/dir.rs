@@ -390,7 +390,10 @@ impl Fs {
         }
         d.size += DIRBLKSIZ as u64;
         self.touch_mc(d);
-        self.iput(dir, d)?;
+        let ib = self.iput(dir, d)?;
+        // The new name is reachable only once the larger size is on disk: written now, as for
+        // a new block (a rename's old name must not go first).
+        self.order_write(&[ib])?;
         Ok(Some((bno, off)))
     }
 
