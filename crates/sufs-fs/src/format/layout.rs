@@ -7,10 +7,7 @@
 //! numbers on a UFS2 image are fragment numbers too, and its "blocks" are `fs_bsize` bytes read
 //! at a fragment address (`dev::FragDevice`). With one fragment a block (`fs_frag` 1) the two
 //! units are the same. A file's last direct block may be a run of fewer fragments (its tail):
-//! it is read whole, and the bytes past the file's size are never returned.
-//!
-//! What is not mapped yet: writing a UFS2 image. A UFS2 image mounts read-only
-//! (`Superblock::writable`).
+//! the file system keeps it as a run of that many fragments (`fs::frags`).
 
 use super::ufs2;
 use super::*;

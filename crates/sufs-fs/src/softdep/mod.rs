@@ -217,8 +217,6 @@ impl Softdep {
     /// extension's new fragments are new); a moved run's old fragments return to the free map
     /// once an inode write carrying the new run is on disk (freefrag). A change of a slot whose
     /// earlier change is still only in memory merges with it (`merge_allocdirect`).
-    // Called by the file system once it writes UFS2 (its block allocation in fragments).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn alloc_direct_frags(&mut self, ino: u32, is_dir: bool, lbn: u64, new: (u64, u32), old: (u64, u32)) {
         assert!(
             (lbn as usize) < NDADDR,
@@ -278,7 +276,6 @@ impl Softdep {
     }
 
     /// A run of `bytes` at `bno`: whole fragments of one block.
-    #[cfg_attr(not(test), allow(dead_code))]
     fn check_run(&self, (bno, bytes): (u64, u32)) {
         let (unit, frag) = (self.sb.addr_unit(), self.sb.frag());
         assert!(
