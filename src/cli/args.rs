@@ -271,10 +271,14 @@ pub(crate) enum Cmd {
         /// Run this update policy's sweeps during the workload (times scaled down).
         #[arg(long, value_enum)]
         update: Option<UpdatePolicy>,
-        /// Start from FreeBSD's UFS2 (newfs's layout, blocks of one fragment) instead of
-        /// sufs's own format, judged by the UFS2 checker.
+        /// Start from FreeBSD's UFS2 (newfs's layout) instead of sufs's own format, judged by
+        /// the UFS2 checker.
         #[arg(long)]
         ufs2: bool,
+        /// With --ufs2, the fragment size (512 to 4096): blocks of 4096 bytes hold fragments,
+        /// and files' tails are fragment runs. Default: one fragment a block.
+        #[arg(long, requires = "ufs2", default_value_t = 4096)]
+        fsize: usize,
     },
 }
 

@@ -351,11 +351,12 @@ pub(crate) fn cmd_bench_update(
 
 pub(crate) fn cmd_crashtest(ordering: Ordering, workload: &str, seed: u64, opts: &CrashOptions) -> Result<u8, Fail> {
     let mut names: Vec<&str> = if workload == "all" { crashtest::WORKLOADS.to_vec() } else { vec![workload] };
-    if opts.ufs2 && workload == "all" {
-        for (name, why) in crashtest::NOT_ON_UFS2 {
+    if workload == "all" {
+        let out = crashtest::left_out(opts);
+        for (name, why) in &out {
             println!("crashtest: {name} left out on UFS2: {why}");
         }
-        names.retain(|n| !crashtest::NOT_ON_UFS2.iter().any(|(x, _)| x == n));
+        names.retain(|n| !out.iter().any(|(x, _)| x == n));
     }
     let (mut states, mut violations) = (0, 0);
     for name in &names {

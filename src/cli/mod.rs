@@ -215,8 +215,11 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
         Cmd::Bench { which: Some(BenchCmd::FloorServe { dir, transport, threads, stats, ctl }), .. } => {
             cmd_bench_floor_serve(&dir, transport, threads as usize, stats, ctl).map(|_| 0)
         }
-        Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update, ufs2 } => {
-            let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ufs2, ..Default::default() };
+        Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update, ufs2, fsize } => {
+            if !(512..=4096).contains(&fsize) || !fsize.is_power_of_two() {
+                return Err(format!("--fsize {fsize}: a power of two from 512 to 4096").into());
+            }
+            let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ufs2, fsize, ..Default::default() };
             cmd_crashtest(ordering, &workload, seed, &opts)
         }
     }

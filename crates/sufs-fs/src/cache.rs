@@ -104,6 +104,11 @@ pub struct Cache {
     capacity: usize,
     clock: Arc<dyn Clock>,
     bufs: HashMap<u64, Buf>,
+    /// The run length of every address last used as a fragment run (shorter than a block),
+    /// kept past the buffer's eviction: a later `read` or `modify` of the address, which does
+    /// not say a length, takes the run and never a whole block (whose write would cover the
+    /// next file's fragments). Gone when the address is forgotten or used as a whole block.
+    runs: HashMap<u64, usize>,
     clean: LruCache<u64, ()>,
     dirty: BTreeSet<(u64, u64)>,
     stats: CacheStats,
@@ -146,6 +151,7 @@ impl Cache {
             capacity: capacity.max(16),
             clock,
             bufs: HashMap::new(),
+            runs: HashMap::new(),
             clean: LruCache::unbounded(),
             dirty: BTreeSet::new(),
             stats: CacheStats::default(),
@@ -184,8 +190,10 @@ impl Cache {
     /// run differs from `run`: a clean one is read again at the new length, a dirty one is the
     /// caller's mistake (its length changes only through `resize_frags` and `move_frags`).
     fn load(&mut self, bno: u64, run: Option<usize>) -> Result<&mut Buf, DevError> {
+        let run = run.or_else(|| self.runs.get(&bno).copied());
         if let Some(len) = run {
             self.check_run(bno, len);
+            self.note_run(bno, len);
         }
         match self.bufs.get_mut(&bno) {
             Some(b) if run.is_none_or(|len| len == b.len) => {
@@ -220,6 +228,15 @@ impl Cache {
             }
         }
         Ok(self.bufs.get_mut(&bno).expect("just loaded"))
+    }
+
+    /// Remembers the run length of `bno` (none for a whole block).
+    fn note_run(&mut self, bno: u64, len: usize) {
+        if len < self.bs {
+            self.runs.insert(bno, len);
+        } else if !self.runs.is_empty() {
+            self.runs.remove(&bno);
+        }
     }
 
     /// Asserts that a run of `len` bytes at `bno` is a whole number of the device's addresses
@@ -285,6 +302,7 @@ impl Cache {
     /// Puts at `bno` a buffer of `data` (zeros if `None`) with a run of `len` bytes, in place
     /// of any cached there: what a newly allocated address holds. Not yet dirty.
     fn install(&mut self, bno: u64, data: Option<Box<[u8]>>, len: usize, is_data: bool) {
+        self.note_run(bno, len);
         debug_assert!(data.as_ref().is_none_or(|d| d.len() == self.bs && d[len..].iter().all(|&x| x == 0)));
         match self.bufs.get_mut(&bno) {
             Some(b) => {
@@ -356,6 +374,7 @@ impl Cache {
     /// Drops a buffer without writing it (its block was freed).
     pub fn forget(&mut self, bno: u64) {
         self.note_change_in_flight(bno);
+        self.runs.remove(&bno);
         if let Some(b) = self.bufs.remove(&bno) {
             match b.dirty_since {
                 Some(t) => {
@@ -487,9 +506,6 @@ impl Cache {
 }
 
 /// Fragment runs: a UFS2 file's last block kept in fragments.
-// The file system's fragment tails come next (docs/ufs2.md, "The way there", step 3); until
-// then only the tests call these.
-#[cfg_attr(not(test), allow(dead_code))]
 impl Cache {
     /// The fragment run of `len` bytes at `bno` (a file's last block, below the direct
     /// blocks' end, in `len / addr_unit` fragments): the whole block, zeros past the run (never
@@ -499,6 +515,7 @@ impl Cache {
     }
 
     /// The run's length in bytes of a cached buffer (the block size but for a fragment run).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn buf_len(&self, bno: u64) -> Option<usize> {
         self.bufs.get(&bno).map(|b| b.len)
     }
@@ -526,7 +543,9 @@ impl Cache {
     /// they are not to be reused until that write is done.
     pub fn resize_frags(&mut self, bno: u64, old_len: usize, new_len: usize) -> Result<&mut [u8], DevError> {
         self.check_run(bno, new_len);
-        let b = self.load(bno, Some(old_len))?;
+        self.load(bno, Some(old_len))?;
+        self.note_run(bno, new_len);
+        let b = self.bufs.get_mut(&bno).expect("just loaded");
         if new_len < old_len {
             b.data[new_len..old_len].fill(0);
         }

@@ -346,6 +346,50 @@ impl Alloc {
         Ok(true)
     }
 
+    /// Allocates a run of `frags` fragments within one block, as close to `pref` as possible
+    /// (UFS2: a file's last direct block); a whole block when `frags` is the block's count.
+    pub fn alloc_frags(
+        &mut self,
+        cache: &mut Cache,
+        sb: &Superblock,
+        frags: u32,
+        pref: u64,
+    ) -> Result<u64, AllocError> {
+        if self.counts_only {
+            return Err(AllocError::Ufs2ReadOnly);
+        }
+        if frags as u64 == sb.frag() {
+            return self.alloc_block(cache, sb, pref);
+        }
+        if self.ufs2.is_none() || frags == 0 || frags as u64 > sb.frag() {
+            return Err(AllocError::BadFree { what: "fragment run", n: pref });
+        }
+        self.alloc_frags_ufs2(cache, sb, frags, pref)
+    }
+
+    /// Grows the allocated run of `old` fragments at `bno` to `new` (at most a block) in place,
+    /// if the fragments after it in its block are free: false, nothing changed, if not.
+    pub fn extend_frags(
+        &mut self,
+        cache: &mut Cache,
+        sb: &Superblock,
+        bno: u64,
+        old: u32,
+        new: u32,
+    ) -> Result<bool, AllocError> {
+        if self.counts_only {
+            return Err(AllocError::Ufs2ReadOnly);
+        }
+        if self.ufs2.is_none() {
+            return Ok(false);
+        }
+        if !sb.is_data_block(bno) {
+            return Err(AllocError::BadFree { what: "fragment run", n: bno });
+        }
+        // `ffs_fragextend`, in the run's group.
+        self.with_cg(cache, sb, sb.cg_of_block(bno), |a| a.extend_frags(bno as i64, old, new))
+    }
+
     /// Frees a run of `frags` fragments (fewer than a block) at `bno`: UFS2 only, whose blocks
     /// hold fragments.
     pub fn free_frags(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64, frags: u32) -> Result<(), AllocError> {

@@ -78,7 +78,7 @@ impl Alloc {
 
     /// Runs `f` on group `cg`'s allocator; when it succeeds, the group goes back into its
     /// buffer (dirtied) and its summary is taken again. A refusal changes nothing.
-    fn with_cg<T>(
+    pub(super) fn with_cg<T>(
         &mut self,
         cache: &mut Cache,
         sb: &Superblock,
@@ -107,16 +107,42 @@ impl Alloc {
         sb: &Superblock,
         pref: u64,
     ) -> Result<u64, AllocError> {
+        self.alloc_in_groups(cache, sb, pref, |s| s.nbfree > 0, |a, p| a.alloc_block(p))
+    }
+
+    /// A run of `n` fragments (1 to `fs_frag - 1`) in one block, as close to `pref` as
+    /// possible (`ffs_alloc` of a short size): in `pref`'s group first, then the next groups
+    /// with room (`ffs_hashalloc`'s quadratic rehash is not kept: groups in order).
+    pub(super) fn alloc_frags_ufs2(
+        &mut self,
+        cache: &mut Cache,
+        sb: &Superblock,
+        n: u32,
+        pref: u64,
+    ) -> Result<u64, AllocError> {
+        self.alloc_in_groups(cache, sb, pref, |s| s.free_blocks >= n, |a, p| a.alloc_frags(n, p))
+    }
+
+    /// Runs `alloc` on `pref`'s group (with `pref`), then on each next group whose summary
+    /// `room` accepts, until one allocates.
+    fn alloc_in_groups(
+        &mut self,
+        cache: &mut Cache,
+        sb: &Superblock,
+        pref: u64,
+        room: impl Fn(&CgSum) -> bool,
+        alloc: impl Fn(&mut CgAlloc, Option<i64>) -> Result<i64, CgAllocError>,
+    ) -> Result<u64, AllocError> {
         let n = sb.ngroups;
         let pref = if sb.is_data_block(pref) { Some(pref) } else { None };
         let start = pref.map_or(0, |p| sb.cg_of_block(p));
         for i in 0..n {
             let cg = (start + i) % n;
-            if self.sums[cg as usize].nbfree == 0 {
+            if !room(&self.sums[cg as usize]) {
                 continue;
             }
             let p = pref.filter(|_| cg == start).map(|p| p as i64);
-            match self.with_cg(cache, sb, cg, |a| a.alloc_block(p)) {
+            match self.with_cg(cache, sb, cg, |a| alloc(a, p)) {
                 Err(AllocError::NoSpace) => continue,
                 r => return r.map(|f| f as u64),
             }

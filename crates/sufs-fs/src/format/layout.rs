@@ -7,10 +7,7 @@
 //! numbers on a UFS2 image are fragment numbers too, and its "blocks" are `fs_bsize` bytes read
 //! at a fragment address (`dev::FragDevice`). With one fragment a block (`fs_frag` 1) the two
 //! units are the same. A file's last direct block may be a run of fewer fragments (its tail):
-//! it is read whole, and the bytes past the file's size are never returned.
-//!
-//! What is not mapped yet: writing a UFS2 image. A UFS2 image mounts read-only
-//! (`Superblock::writable`).
+//! the file system keeps it as a run of that many fragments (`fs::frags`).
 
 use super::ufs2;
 use super::*;
@@ -132,8 +129,8 @@ impl Superblock {
 
     /// Whether sufs may mount the image read-write. Not a UFS2 image that FreeBSD's gjournal
     /// keeps, nor one with journaled soft updates (SU+J) that was not unmounted cleanly (its
-    /// journal is not replayed: fsck first), nor yet one whose blocks hold more than one
-    /// fragment (sufs does not write fragments yet).
+    /// journal is not replayed: fsck first). Files' tails are written in fragments
+    /// (`fs::frags`).
     pub fn writable(&self) -> Result<(), String> {
         let Some(u) = self.ufs2() else { return Ok(()) };
         let ro = "mount it read-only (-o ro)";
@@ -145,12 +142,6 @@ impl Superblock {
         if u.fs_flags & ufs2::FS_SUJ != 0 && u.fs_clean == 0 {
             return Err(format!(
                 "this UFS2 file system has journaled soft updates (SU+J) and was not unmounted cleanly; sufs does not replay the journal: run sufs fsck first, or {ro}"
-            ));
-        }
-        if u.fs_frag > 1 {
-            return Err(format!(
-                "writing a UFS2 file system whose blocks hold fragments ({} fragments of {} bytes a block) is not supported yet: {ro}",
-                u.fs_frag, u.fs_fsize
             ));
         }
         Ok(())

@@ -9,6 +9,13 @@ impl Fs {
     /// created zeroed. `d` is the in-memory inode; the caller writes it back.
     pub(super) fn bmap(&mut self, ino: u32, d: &mut Dinode, lbn: u64, alloc: bool) -> FsResult<(u64, bool)> {
         let p = self.sb.ptrs_per_block();
+        if alloc && self.has_frags() {
+            if lbn < NDADDR as u64 {
+                let bs = self.sb.block_size as u64;
+                return self.bmap_run(ino, d, lbn, d.size.max(lbn * bs + 1));
+            }
+            self.fill_last_block(ino, d, lbn)?;
+        }
         if lbn < NDADDR as u64 {
             return self.bmap_direct(ino, d, lbn as usize, alloc);
         }
@@ -22,7 +29,7 @@ impl Fs {
             }
             ptr = self.alloc_indirect(ino, self.ino_pref(ino))?;
             d.ib[level] = ptr;
-            d.blocks += 1;
+            d.blocks += self.sb.frag();
             let is_dir = d.is_dir();
             if let Some(sd) = self.sd() {
                 sd.alloc_direct(ino, is_dir, PtrSlot::Indirect(level), level_base, ptr);
@@ -60,7 +67,7 @@ impl Fs {
             if let Some(sd) = self.sd() {
                 sd.alloc_indir(ptr, idx, nb);
             }
-            d.blocks += 1;
+            d.blocks += self.sb.frag();
             if span == 1 {
                 return Ok((nb, fresh));
             }
@@ -178,17 +185,20 @@ impl Fs {
     /// and indirect blocks; in `Sync` mode those are written before the blocks return to the
     /// free map. The inode itself is written back.
     /// The tasks in `then` run once the blocks are free (with soft updates: once the nullified
-    /// pointers are on disk, the paper's freeblks).
-    pub(super) fn truncate_blocks(&mut self, ino: u32, d: &mut Dinode, from: u64, then: Vec<Task>) -> FsResult<()> {
+    /// pointers are on disk, the paper's freeblks). `old_size` is the size the blocks were
+    /// held with (a last direct block in fragments is freed as its run).
+    pub(super) fn truncate_blocks(
+        &mut self,
+        ino: u32,
+        d: &mut Dinode,
+        from: u64,
+        old_size: u64,
+        then: Vec<Task>,
+    ) -> FsResult<()> {
         let p = self.sb.ptrs_per_block();
         let mut freed = Vec::new();
         let mut dirtied = Vec::new();
-        for i in (from.min(NDADDR as u64) as usize)..NDADDR {
-            if d.db[i] != 0 {
-                freed.push(d.db[i]);
-                d.db[i] = 0;
-            }
-        }
+        let tail = self.take_direct(d, from, NDADDR as u64, old_size, &mut freed);
         let mut base = NDADDR as u64;
         let mut span = p;
         for level in 0..NIADDR {
@@ -206,11 +216,39 @@ impl Fs {
             base += span;
             span = span.saturating_mul(p);
         }
-        self.release_blocks(ino, d, freed, dirtied, then)
+        self.release_blocks(ino, d, freed, tail, dirtied, then)
+    }
+
+    /// Clears direct pointers `from..to` of `d`, listing whole blocks in `freed`; returns the
+    /// run of fragments among them, if one is (the last block of a file of `size` bytes).
+    fn take_direct(
+        &mut self,
+        d: &mut Dinode,
+        from: u64,
+        to: u64,
+        size: u64,
+        freed: &mut Vec<u64>,
+    ) -> Option<(u64, u32)> {
+        let mut tail = None;
+        let bs = self.sb.block_size as usize;
+        for i in from.min(NDADDR as u64)..to.min(NDADDR as u64) {
+            let b = std::mem::take(&mut d.db[i as usize]);
+            if b == 0 {
+                continue;
+            }
+            let len = self.run_len(size, i);
+            if len < bs {
+                tail = Some((b, self.frags_in(len)));
+            } else {
+                freed.push(b);
+            }
+        }
+        tail
     }
 
     /// The common end of truncation and hole punching: `freed` are blocks whose pointers were
-    /// nullified in `d` (direct and top indirect ones) and in the indirect blocks `dirtied`.
+    /// nullified in `d` (direct and top indirect ones) and in the indirect blocks `dirtied`,
+    /// `tail` a run of fragments (address, count) whose direct pointer was.
     /// The inode is written back; the blocks return to the free map once no pointer to them
     /// can be on disk (with soft updates, the paper's freeblks once the inode is written; with
     /// indirect blocks changed, after synchronous writes of them, as in the paper), and then
@@ -220,18 +258,29 @@ impl Fs {
         ino: u32,
         d: &mut Dinode,
         freed: Vec<u64>,
+        tail: Option<(u64, u32)>,
         mut dirtied: Vec<u64>,
         then: Vec<Task>,
     ) -> FsResult<()> {
-        d.blocks = d.blocks.saturating_sub(freed.len() as u64);
+        let held = freed.len() as u64 * self.sb.frag() + tail.map_or(0, |t| t.1 as u64);
+        d.blocks = d.blocks.saturating_sub(held);
         let mut then = then;
-        if !freed.is_empty() {
+        if !freed.is_empty() || tail.is_some() {
             // Whether a pointer is on disk decides when its block may be reused, and a freed
             // block's old write must reach the device first: a write in flight lands.
             self.land_flight()?;
         }
+        if let Some((b, frags)) = tail {
+            // Freed with the blocks (first: `then` may drop the last link of its inode).
+            then.insert(0, Task::FreeFrag(FreeFrag { ino, bno: b, frags }));
+        }
         if let Some(sd) = self.hooks.softdep.as_mut() {
-            then.extend(sd.cancel_blocks(ino, &freed));
+            let cancelled: Vec<u64> = freed.iter().copied().chain(tail.map(|t| t.0)).collect();
+            let orphans = sd.cancel_blocks(ino, &cancelled);
+            then.extend(orphans);
+            if let Some((b, _)) = tail {
+                self.cache.forget(b);
+            }
             if dirtied.is_empty() {
                 // Only the inode points at the blocks: they are freed once it is on disk.
                 for &b in &freed {
@@ -256,6 +305,9 @@ impl Fs {
             self.forget_block(b)?;
             self.free_block(b)?;
         }
+        if let Some((b, _)) = tail {
+            self.forget_block(b)?;
+        }
         for t in then {
             self.run_task(t)?;
         }
@@ -269,13 +321,8 @@ impl Fs {
         let p = self.sb.ptrs_per_block();
         let mut freed = Vec::new();
         let mut dirtied = Vec::new();
-        for i in from.min(NDADDR as u64)..to.min(NDADDR as u64) {
-            let b = &mut d.db[i as usize];
-            if *b != 0 {
-                freed.push(*b);
-                *b = 0;
-            }
-        }
+        let size = d.size;
+        let tail = self.take_direct(d, from, to, size, &mut freed);
         let mut base = NDADDR as u64;
         let mut span = p;
         for level in 0..NIADDR {
@@ -290,10 +337,10 @@ impl Fs {
             base += span;
             span = span.saturating_mul(p);
         }
-        if freed.is_empty() {
+        if freed.is_empty() && tail.is_none() {
             return Ok(());
         }
-        self.release_blocks(ino, d, freed, dirtied, vec![])
+        self.release_blocks(ino, d, freed, tail, dirtied, vec![])
     }
 
     /// Frees relative blocks `lo..hi` of the tree under indirect block `bno`, whose pointers

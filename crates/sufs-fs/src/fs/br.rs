@@ -82,6 +82,7 @@ impl Fs {
     /// left behind.
     pub fn brreserve(&mut self, name: &[u8], nblocks: u64, hint: Option<u64>) -> FsResult<Reservation> {
         self.check_writable()?;
+        self.br_check_blocks()?;
         Self::br_check_name(name)?;
         self.br_check_hint(hint)?;
         let dir = self.br_dir(true)?;
@@ -101,10 +102,22 @@ impl Fs {
         self.br_info(name, ino)
     }
 
+    /// The Block Register hands out whole blocks one address apart: not on a UFS2 image whose
+    /// blocks hold fragments (a block is `fs_frag` addresses there, a file's tail a run).
+    fn br_check_blocks(&self) -> FsResult<()> {
+        if self.has_frags() {
+            return Err(FsError::Unsupported(
+                "Block Register reservations on a UFS2 file system with fragments are not supported yet".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// brexpand: `nblocks` more blocks at the end of the reservation, near `hint` if given
     /// (else after its last block). All or nothing.
     pub fn brexpand(&mut self, name: &[u8], nblocks: u64, hint: Option<u64>) -> FsResult<Reservation> {
         self.check_writable()?;
+        self.br_check_blocks()?;
         self.br_check_hint(hint)?;
         let (_, ino, mut d) = self.br_get(name)?;
         self.br_grow(ino, &mut d, nblocks, hint)?;
@@ -155,7 +168,8 @@ impl Fs {
             }
             d.size = keep * bs;
             self.touch_c(&mut d);
-            self.truncate_blocks(ino, &mut d, keep, vec![])?;
+            let size = d.size;
+            self.truncate_blocks(ino, &mut d, keep, size, vec![])?;
         } else {
             self.br_punch(ino, &mut d, lbn, bno)?;
         }
@@ -272,7 +286,8 @@ impl Fs {
         self.br_hint = None;
         if let Err(e) = r {
             d.size = before.size;
-            self.truncate_blocks(ino, d, start, vec![])?;
+            let size = d.size;
+            self.truncate_blocks(ino, d, start, size, vec![])?;
             return Err(e);
         }
         d.size = end * bs;

@@ -132,8 +132,11 @@ impl Fs {
             }
             let n = (((lbn + nblk) * bs).min(end) - pos) as usize;
             let at = (pos - off) as usize;
-            if bno != 0 && self.cache.is_cached(bno) {
-                plan.out[at..at + n].copy_from_slice(&self.cache.read(bno)?[skip..skip + n]);
+            // A last block in fragments is read as its run, into the cache: a whole block
+            // there would hold the next file's fragments.
+            let run = nblk == 1 && self.run_len(d.size, lbn) < bs as usize;
+            if bno != 0 && (run || self.cache.is_cached(bno)) {
+                plan.out[at..at + n].copy_from_slice(&self.read_run(bno, d.size, lbn)?[skip..skip + n]);
             } else if bno != 0 {
                 plan.runs.push(ReadRun { at, bno, nblk: nblk as usize, skip, len: n });
             }
@@ -216,7 +219,8 @@ impl Fs {
             let n = ((lbn + 1) * bs).min(end) - pos;
             let (bno, _) = self.bmap(ino, d, lbn, false)?;
             let at = (pos - off) as usize;
-            if bno != 0 && self.cache.read(bno)?[skip..skip + n as usize] != data[at..at + n as usize] {
+            let size = d.size;
+            if bno != 0 && self.read_run(bno, size, lbn)?[skip..skip + n as usize] != data[at..at + n as usize] {
                 return Err(FsError::Perm);
             }
             pos += n;
@@ -237,8 +241,19 @@ impl Fs {
             let lbn = pos / bs;
             let boff = (pos % bs) as usize;
             let n = ((bs - boff as u64).min(end - pos)) as usize;
-            let (bno, fresh) = match self.bmap(ino, d, lbn, true) {
+            let direct_run = self.has_frags() && lbn < NDADDR as u64;
+            let got =
+                if direct_run { self.bmap_run(ino, d, lbn, pos + n as u64) } else { self.bmap(ino, d, lbn, true) };
+            let (bno, fresh) = match got {
                 Ok(x) => x,
+                Err(FsError::NoSpace) if direct_run => {
+                    // No indirect block was made for a direct run, and a run that could not
+                    // grow keeps what it held.
+                    if pos > off {
+                        break;
+                    }
+                    return Err(FsError::NoSpace);
+                }
                 Err(FsError::NoSpace) => {
                     // The indirect blocks made for this block, which got none, are freed
                     // again (each is empty), the inode written with its pointers as they were:
@@ -254,7 +269,12 @@ impl Fs {
                 Err(e) => return Err(e),
             };
             let src = &data[(pos - off) as usize..(pos - off) as usize + n];
-            let buf = if fresh || n == bs as usize { self.cache.create(bno) } else { self.cache.modify(bno)? };
+            let len = self.run_len(d.size.max(pos + n as u64), lbn);
+            let buf = if fresh || n == len {
+                self.cache.create_frags(bno, len)
+            } else {
+                self.cache.modify_frags(bno, len)?
+            };
             buf[boff..boff + n].copy_from_slice(src);
             self.cache.set_data(bno);
             if self.async_full_blocks && boff + n == bs as usize {
@@ -331,15 +351,23 @@ impl Fs {
             if !size.is_multiple_of(bs) {
                 let (bno, _) = self.bmap(ino, d, size / bs, false)?;
                 if bno != 0 {
-                    self.cache.modify(bno)?[(size % bs) as usize..].fill(0);
+                    let old = d.size;
+                    self.modify_run(bno, old, size / bs)?[(size % bs) as usize..].fill(0);
                     self.cache.set_data(bno);
                 }
             }
+            let old = d.size;
             d.size = size;
-            self.truncate_blocks(ino, d, size.div_ceil(bs), vec![])?;
+            self.truncate_blocks(ino, d, size.div_ceil(bs), old, vec![])?;
+            // The last direct block, in fragments, gives up those past the new end.
+            self.shrink_last_run(ino, d, old)?;
             self.keep_end_allocated(ino, d)?;
         } else {
             let old = d.size;
+            // The last block, if in fragments, becomes whole: it is no longer the last.
+            if size > old {
+                self.fill_last_block(ino, d, (size - 1) / bs)?;
+            }
             d.size = size;
             if let Err(e) = self.keep_end_allocated(ino, d) {
                 d.size = old;

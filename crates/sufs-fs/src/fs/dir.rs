@@ -78,6 +78,8 @@ impl Fs {
                 h.add_block(lbn, None)?;
             } else {
                 let len = self.dir_block_len(d, lbn);
+                let size = d.size;
+                self.read_run(bno, size, lbn)?;
                 let hidden = &self.renames.hidden;
                 h.add_block_except(lbn, Some(&self.cache.read(bno)?[..len]), |off| hidden.contains(&(bno, off)))?;
             }
@@ -91,7 +93,8 @@ impl Fs {
         if self.dirhash_ensure(dir, d)? {
             let Some((lbn, off)) = self.dirhash[&dir].get(name) else { return Ok(None) };
             let (bno, _) = self.bmap(dir, d, lbn, false)?;
-            let buf = self.cache.read(bno)?;
+            let size = d.size;
+            let buf = self.read_run(bno, size, lbn)?;
             let e = dir_entry_at(buf, off)?;
             assert!(e.ino != 0 && e.name == name, "dirhash of directory {dir} is stale");
             return Ok(Some(Slot { bno, lbn, off, ino: e.ino }));
@@ -112,6 +115,8 @@ impl Fs {
                 continue;
             }
             let len = self.dir_block_len(d, lbn);
+            let size = d.size;
+            self.read_run(bno, size, lbn)?;
             let buf = self.cache.read(bno)?;
             for e in dir_iter(&buf[..len]) {
                 let e = e?;
@@ -290,8 +295,10 @@ impl Fs {
                 continue;
             }
             let len = self.dir_block_len(d, lbn);
-            let at = dir_find_space(&self.cache.read(bno)?[..len], name.len())?;
+            let size = d.size;
+            let at = dir_find_space(&self.read_run(bno, size, lbn)?[..len], name.len())?;
             if let Some(at) = at {
+                self.modify_run(bno, size, lbn)?;
                 let buf = &mut self.cache.modify(bno)?[..len];
                 let off = dir_insert(buf, at, ino, dtype, name)?;
                 if let Some(h) = self.dirhash.get_mut(&dir) {
@@ -306,9 +313,14 @@ impl Fs {
         if let Some(r) = self.grow_last_block(dir, d, nblocks, name, ino, dtype)? {
             return Ok(r);
         }
-        // A new block: initialised and (Sync) on disk before the inode points to it.
+        // A new block: initialised and (Sync) on disk before the inode points to it. With
+        // fragments, a direct one is a chunk in a fragment, grown as the directory grows.
         let mut nd = d.clone();
-        let bno = match self.bmap(dir, &mut nd, nblocks, true) {
+        let chunk = self.has_frags() && nblocks < NDADDR as u64;
+        let new_size = if chunk { nblocks * bs + DIRBLKSIZ as u64 } else { (nblocks + 1) * bs };
+        let got =
+            if chunk { self.bmap_run(dir, &mut nd, nblocks, new_size) } else { self.bmap(dir, &mut nd, nblocks, true) };
+        let bno = match got {
             Ok((bno, _)) => bno,
             Err(FsError::NoSpace) => {
                 // Indirect blocks made for the new block, which got none, are freed again and
@@ -319,7 +331,8 @@ impl Fs {
             }
             Err(e) => return Err(e),
         };
-        let buf = self.cache.create(bno);
+        let run = self.run_len(new_size, nblocks);
+        let buf = &mut self.cache.create_frags(bno, run)[..(new_size - nblocks * bs) as usize];
         dir_init_block(buf);
         let off = dir_insert(buf, 0, ino, dtype, name)?;
         let slack = block_slack(buf)?;
@@ -328,7 +341,7 @@ impl Fs {
             h.inserted(name, nblocks, off, slack);
         }
         *d = nd;
-        d.size = (nblocks + 1) * bs;
+        d.size = new_size;
         self.touch_mc(d);
         let ib = self.iput(dir, d)?;
         // The new name is reachable only once the directory's inode (size, pointer) is on disk:
@@ -356,18 +369,20 @@ impl Fs {
         if len + DIRBLKSIZ > self.sb.block_size as usize {
             return Ok(None);
         }
-        // The block is whole on disk: with one fragment a block, a block is all or nothing.
-        assert_eq!(self.sb.frag(), 1, "directory {dir}: growing a fragment run in place");
         let (bno, _) = self.bmap(dir, d, lbn, false)?;
         if bno == 0 {
             return Ok(None);
         }
-        dir_init_block(&mut self.cache.modify(bno)?[len..len + DIRBLKSIZ]);
+        // In fragments, the run grows first to hold the new chunk (in place, or moved).
+        let grown = d.size + DIRBLKSIZ as u64;
+        let run = self.run_len(grown, lbn);
+        let bno = if self.has_frags() && lbn < NDADDR as u64 { self.bmap_run(dir, d, lbn, grown)?.0 } else { bno };
+        dir_init_block(&mut self.cache.modify_frags(bno, run)?[len..len + DIRBLKSIZ]);
         if self.ordering != Ordering::Async {
             // The empty chunk alone: the entry follows the rules of any new name.
             self.write_bufs(&[bno], WriteKind::Sync)?;
         }
-        let buf = &mut self.cache.modify(bno)?[..len + DIRBLKSIZ];
+        let buf = &mut self.cache.modify_frags(bno, run)?[..len + DIRBLKSIZ];
         let off = dir_insert(buf, len, ino, dtype, name)?;
         let slack = block_slack(buf)?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
@@ -375,7 +390,10 @@ impl Fs {
         }
         d.size += DIRBLKSIZ as u64;
         self.touch_mc(d);
-        self.iput(dir, d)?;
+        let ib = self.iput(dir, d)?;
+        // The new name is reachable only once the larger size is on disk: written now, as for
+        // a new block (a rename's old name must not go first).
+        self.order_write(&[ib])?;
         Ok(Some((bno, off)))
     }
 
@@ -399,13 +417,17 @@ impl Fs {
 
     /// Gives a new directory its first block with "." and "..".
     pub(super) fn init_dir_block(&mut self, ino: u32, d: &mut Dinode, parent: u32) -> FsResult<u64> {
-        let (bno, _) = self.bmap(ino, d, 0, true)?;
-        let buf = self.cache.create(bno);
+        // With fragments a directory starts as one chunk in one fragment, as FreeBSD's mkdir
+        // makes it.
+        let size = if self.has_frags() { DIRBLKSIZ as u64 } else { self.sb.block_size as u64 };
+        let (bno, _) = if self.has_frags() { self.bmap_run(ino, d, 0, size)? } else { self.bmap(ino, d, 0, true)? };
+        let run = self.run_len(size, 0);
+        let buf = &mut self.cache.create_frags(bno, run)[..size as usize];
         dir_init_block(buf);
         let at = dir_insert(buf, 0, ino, DT_DIR, b".")?;
         let at = dir_find_space(buf, 2)?.unwrap_or(at);
         dir_insert(buf, at, parent, DT_DIR, b"..")?;
-        d.size = self.sb.block_size as u64;
+        d.size = size;
         Ok(bno)
     }
 
@@ -434,6 +456,7 @@ impl Fs {
                 continue;
             }
             let len = self.dir_block_len(&d, lbn);
+            self.read_run(bno, d.size, lbn)?;
             let buf = self.cache.read(bno)?;
             for e in dir_iter(&buf[..len]) {
                 let e = e?;

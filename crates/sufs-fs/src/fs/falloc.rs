@@ -92,7 +92,11 @@ impl Fs {
     /// as it was.
     fn preallocate(&mut self, ino: u32, off: u64, end: u64, keep_size: bool) -> FsResult<Dinode> {
         let mut d = self.iget(ino)?;
-        let made = self.allocate_holes(ino, &mut d, off, end)?;
+        let old = self.grow_for_range(ino, &mut d, end, keep_size)?;
+        let made = match self.allocate_holes(ino, &mut d, off, end) {
+            Ok(m) => m,
+            Err(e) => return Err(self.undo_grow(ino, &mut d, old, e)),
+        };
         if !keep_size && end > d.size {
             d.size = end;
             self.touch_mc(&mut d);
@@ -156,7 +160,10 @@ impl Fs {
     /// then every byte of the range is zeroed in place.
     fn zero_range(&mut self, ino: u32, off: u64, end: u64, keep_size: bool) -> FsResult<Dinode> {
         let mut d = self.iget(ino)?;
-        self.allocate_holes(ino, &mut d, off, end)?;
+        let old = self.grow_for_range(ino, &mut d, end, keep_size)?;
+        if let Err(e) = self.allocate_holes(ino, &mut d, off, end) {
+            return Err(self.undo_grow(ino, &mut d, old, e));
+        }
         self.zero_bytes(ino, &mut d, off, end)?;
         if !keep_size && end > d.size {
             d.size = end;
@@ -164,6 +171,28 @@ impl Fs {
         self.touch_mc(&mut d);
         self.iput(ino, &d)?;
         Ok(d)
+    }
+
+    /// With fragments, a range past the size makes the size first (a truncation up, which
+    /// makes the last block whole), so that the blocks allocated in it are sized to the file
+    /// they belong to. Returns the size before.
+    fn grow_for_range(&mut self, ino: u32, d: &mut Dinode, end: u64, keep_size: bool) -> FsResult<u64> {
+        let old = d.size;
+        if self.has_frags() && !keep_size && end > d.size {
+            self.truncate(ino, d, end)?;
+        }
+        Ok(old)
+    }
+
+    /// A failed allocation after `grow_for_range` takes the size back to `old` (freeing what
+    /// the growth took); returns the allocation's error.
+    fn undo_grow(&mut self, ino: u32, d: &mut Dinode, old: u64, e: FsError) -> FsError {
+        if d.size > old {
+            if let Err(e2) = self.truncate(ino, d, old).and_then(|_| self.iput(ino, d).map(|_| ())) {
+                return e2;
+            }
+        }
+        e
     }
 
     /// Zeroes bytes `off..end` of the file's allocated blocks (holes stay holes).
@@ -180,10 +209,11 @@ impl Fs {
             }
             let (bno, _) = self.bmap(ino, d, lbn, false)?;
             let (a, b) = ((pos - lbn * bs) as usize, (next - lbn * bs) as usize);
-            if a == 0 && b == bs as usize {
-                self.cache.create(bno);
-            } else {
-                self.cache.modify(bno)?[a..b].fill(0);
+            let len = self.run_len(d.size, lbn);
+            if a == 0 && b >= len {
+                self.cache.create_frags(bno, len);
+            } else if a < len {
+                self.cache.modify_frags(bno, len)?[a..b.min(len)].fill(0);
             }
             self.cache.set_data(bno);
             if self.cache.over_capacity() {

@@ -49,6 +49,16 @@ impl HiddenNames {
         assert!(old.is_none(), "two hidden names at {at:?}");
     }
 
+    /// Directory block `old` moved to `new` (a directory's last fragments moved where they
+    /// can grow): its hidden names are at the new address.
+    pub fn moved_block(&mut self, old: u64, new: u64) {
+        let at: Vec<Place> = self.by_place.keys().filter(|p| p.0 == old).copied().collect();
+        for p in at {
+            let h = self.remove(&p).expect("listed just now");
+            self.insert((new, p.1), h);
+        }
+    }
+
     pub fn remove(&mut self, at: &Place) -> Option<HiddenName> {
         let h = self.by_place.remove(at)?;
         let key = (h.dir, h.name.clone());

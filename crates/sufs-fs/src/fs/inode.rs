@@ -190,8 +190,8 @@ impl Fs {
             return Ok(());
         }
         let upto = need.max(have + INIT_AHEAD * ipb).min(ipg);
-        let first = self.sb.cg_itable_block(cg) + (have / ipb) as u64;
-        let bnos: Vec<u64> = (first..first + ((upto - have) / ipb) as u64).collect();
+        // Inode blocks are a block apart: `fs_frag` addresses on a UFS2 image with fragments.
+        let bnos: Vec<u64> = ((have / ipb) as u64..(upto / ipb) as u64).map(|k| self.sb.cg_itable_nth(cg, k)).collect();
         for &b in &bnos {
             self.cache.create(b);
         }
@@ -232,8 +232,8 @@ impl Fs {
         self.release_ext(ino, &mut d)?;
         if d.has_blocks() {
             // Size goes with the pointers, so no crash shows a directory with a hole.
-            d.size = 0;
-            self.truncate_blocks(ino, &mut d, 0, std::mem::take(&mut then))?;
+            let old_size = std::mem::take(&mut d.size);
+            self.truncate_blocks(ino, &mut d, 0, old_size, std::mem::take(&mut then))?;
         }
         let cleared = Dinode { generation: d.generation, ..Default::default() };
         if let Some(sd) = self.hooks.softdep.as_mut() {

@@ -204,6 +204,7 @@ mod dir;
 pub mod falloc;
 pub mod flags;
 pub mod flight;
+mod frags;
 pub mod label;
 pub mod messages;
 pub mod perm;

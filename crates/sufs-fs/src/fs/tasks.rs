@@ -162,8 +162,8 @@ impl Fs {
                     // on disk would leave that count too low after a crash.
                     self.incore.orphans.insert(child);
                     self.dirhash.remove(&child);
-                    d.size = 0;
-                    self.truncate_blocks(child, &mut d, 0, then)
+                    let old_size = std::mem::take(&mut d.size);
+                    self.truncate_blocks(child, &mut d, 0, old_size, then)
                 } else {
                     self.release_inode(child, d, then)
                 }

@@ -197,7 +197,8 @@ impl Fs {
         for (i, &b) in d.extb[..n].iter().enumerate() {
             self.checked_ptr(b)?;
             let len = bs.min(size - i * bs);
-            area.extend_from_slice(&self.cache.read(b)?[..len]);
+            let run = self.ext_run_len(len);
+            area.extend_from_slice(&self.cache.read_frags(b, run)?[..len]);
         }
         Ok(area)
     }
@@ -211,10 +212,20 @@ impl Fs {
             // ENOSPC as the disk's, but not worth a wait for soft updates' frees.
             return Err(FsError::AttrAreaFull);
         }
-        let old: Vec<u64> = d.ext_blocks().collect();
+        let mut old: Vec<u64> = d.ext_blocks().collect();
         for &b in &old {
             self.checked_ptr(b)?;
         }
+        // The old area's last run, when in fragments, is freed as such.
+        let old_tail = match old.last() {
+            Some(&b) => {
+                let run = self.ext_run_len(d.extsize as usize - (old.len() - 1) * bs);
+                (run < bs).then(|| (b, self.frags_in(run)))
+            }
+            None => None,
+        };
+        let old_held =
+            (old.len() as u64 - old_tail.is_some() as u64) * self.sb.frag() + old_tail.map_or(0, |t| t.1 as u64);
         if !old.is_empty() {
             // Whether the old area is on disk decides when its blocks may go.
             self.land_flight()?;
@@ -225,25 +236,39 @@ impl Fs {
         d.extsize = area.len() as u32;
         d.extb = [0; NXADDR];
         d.extb[..new.len()].copy_from_slice(&new);
-        d.blocks = d.blocks.saturating_sub(old.len() as u64) + new.len() as u64;
+        let new_held: u64 = area.chunks(bs).map(|c| self.frags_in(self.ext_run_len(c.len())) as u64).sum();
+        d.blocks = d.blocks.saturating_sub(old_held) + new_held;
         if let Some(sd) = self.hooks.softdep.as_mut() {
             let orphans = sd.cancel_blocks(ino, &old);
             debug_assert!(orphans.is_empty(), "attribute blocks hold no directory entries");
             sd.alloc_ext(ino, &new, on_disk);
-            if !old.is_empty() {
-                sd.free_ext_blocks(ino, old.clone());
-            }
             for &b in &old {
                 self.cache.forget(b);
+            }
+            if old_tail.is_some() {
+                old.pop();
+            }
+            if !old.is_empty() || old_tail.is_some() {
+                let then =
+                    old_tail.map(|(bno, frags)| Task::FreeFrag(FreeFrag { ino, bno, frags })).into_iter().collect();
+                sd.free_ext_blocks(ino, old, then);
             }
             self.iput(ino, d)?;
             return Ok(());
         }
         let ib = self.iput(ino, d)?;
         self.order_write(&[ib])?;
+        for b in &old {
+            self.forget_block(*b)?;
+        }
+        if old_tail.is_some() {
+            old.pop();
+        }
         for b in old {
-            self.forget_block(b)?;
             self.free_block(b)?;
+        }
+        if let Some((b, frags)) = old_tail {
+            self.free_frags(b, frags)?;
         }
         Ok(())
     }
@@ -253,19 +278,19 @@ impl Fs {
         let bs = self.sb.block_size as usize;
         let mut new = Vec::new();
         for chunk in area.chunks(bs) {
-            let pref = new.last().map_or_else(|| self.ino_pref(ino), |&b| b + 1);
-            let b = match self.alloc_block(pref) {
+            let pref = new.last().map_or_else(|| self.ino_pref(ino), |&b| b + self.sb.frag());
+            let run = self.ext_run_len(chunk.len());
+            let b = match self.alloc_run(self.frags_in(run), pref) {
                 Ok(b) => b,
                 Err(e) => {
-                    // Nothing points at the blocks taken so far: they go back at once.
+                    // Nothing points at the blocks taken so far (all whole): they go back at once.
                     for b in new {
                         self.free_block(b)?;
                     }
                     return Err(e);
                 }
             };
-            self.cache.create(b);
-            self.cache.modify(b)?[..chunk.len()].copy_from_slice(chunk);
+            self.cache.create_frags(b, run)[..chunk.len()].copy_from_slice(chunk);
             new.push(b);
         }
         Ok(new)

@@ -217,8 +217,6 @@ impl Softdep {
     /// extension's new fragments are new); a moved run's old fragments return to the free map
     /// once an inode write carrying the new run is on disk (freefrag). A change of a slot whose
     /// earlier change is still only in memory merges with it (`merge_allocdirect`).
-    // Called by the file system once it writes UFS2 (its block allocation in fragments).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn alloc_direct_frags(&mut self, ino: u32, is_dir: bool, lbn: u64, new: (u64, u32), old: (u64, u32)) {
         assert!(
             (lbn as usize) < NDADDR,
@@ -278,7 +276,6 @@ impl Softdep {
     }
 
     /// A run of `bytes` at `bno`: whole fragments of one block.
-    #[cfg_attr(not(test), allow(dead_code))]
     fn check_run(&self, (bno, bytes): (u64, u32)) {
         let (unit, frag) = (self.sb.addr_unit(), self.sb.frag());
         assert!(
@@ -373,10 +370,11 @@ impl Softdep {
 
     /// The old extended-attribute area's blocks (their pending allocations already cancelled)
     /// return to the free map once the disk no longer points at them: once the new area is on
-    /// disk, or, with no new area pending, once the inode is written.
-    pub fn free_ext_blocks(&mut self, ino: u32, blocks: Vec<u64>) {
+    /// disk, or, with no new area pending, once the inode is written. `then` runs after (the
+    /// area's last run, in fragments: its freefrag).
+    pub fn free_ext_blocks(&mut self, ino: u32, blocks: Vec<u64>, then: Vec<Task>) {
         let d = self.inodedep(ino);
-        let task = Task::FreeBlks(FreeBlks { ino, blocks, then: Vec::new() });
+        let task = Task::FreeBlks(FreeBlks { ino, blocks, then });
         if d.ext_pending() {
             d.extwait.push(task);
         } else {

@@ -284,7 +284,7 @@ pub fn record(ordering: Ordering, seed: u64, opts: &CrashOptions) -> Result<Reco
     let fail = |what: String| {
         move |source| CrashError::Fs { what: format!("{CONCURRENT} ({ordering}, seed {seed}): {what}"), source }
     };
-    let dev = Arc::new(MemDevice::new(BS, opts.blocks));
+    let dev = Arc::new(opts.new_device(opts.blocks));
     super::make_fs(&dev, (opts.blocks / 8).max(256), opts.ufs2).map_err(fail("mkfs".into()))?;
     let clock = Arc::new(SimClock::new());
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -314,7 +314,7 @@ pub fn record(ordering: Ordering, seed: u64, opts: &CrashOptions) -> Result<Reco
     let mut global = setup_promises(&stable);
 
     let image = dev.blocks();
-    let rec = RecordingDevice::new(MemDevice::from_blocks(BS, image.clone()));
+    let rec = RecordingDevice::new(MemDevice::from_units(BS, opts.unit(), image.clone()));
     let rec = Arc::new(rec);
     let mut fs = mount(rec.clone(), opts.cache_blocks).map_err(fail("mount".into()))?;
     let sweeper = scaled_sweeper(opts.update.unwrap_or(UpdatePolicy::Aipu), &mut fs);

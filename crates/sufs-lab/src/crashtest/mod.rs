@@ -103,14 +103,44 @@ pub struct CrashOptions {
     /// PU every second, AIPU every 100 ms for buffers a second old, metadata every second)
     /// instead of the plain sweep every 20 operations.
     pub update: Option<UpdatePolicy>,
-    /// Make the image FreeBSD's UFS2 (newfs's layout, one fragment a block: the geometry sufs
-    /// writes) instead of sufs's own format; the UFS2 checker judges it.
+    /// Make the image FreeBSD's UFS2 (newfs's layout) instead of sufs's own format; the UFS2
+    /// checker judges it.
     pub ufs2: bool,
+    /// With `ufs2`, the fragment size: blocks of `BS` bytes hold `BS / fsize` fragments, and
+    /// the device is addressed in fragments (files' tails are fragment runs). `BS`: one
+    /// fragment a block.
+    pub fsize: usize,
+}
+
+impl CrashOptions {
+    /// The recorded device's address unit: the fragment on a UFS2 image, else the block.
+    fn unit(&self) -> usize {
+        if self.ufs2 && self.fsize > 0 {
+            self.fsize
+        } else {
+            BS
+        }
+    }
+
+    /// A zeroed device of `blocks` blocks of `BS` bytes, addressed in `unit()`s.
+    fn new_device(&self, blocks: u64) -> MemDevice {
+        let unit = self.unit();
+        MemDevice::new_frags(BS, unit, blocks * (BS / unit) as u64)
+    }
 }
 
 impl Default for CrashOptions {
     fn default() -> Self {
-        CrashOptions { subsets: 8, ops: 80, cache_blocks: 64, blocks: 8192, end: End::Auto, update: None, ufs2: false }
+        CrashOptions {
+            subsets: 8,
+            ops: 80,
+            cache_blocks: 64,
+            blocks: 8192,
+            end: End::Auto,
+            update: None,
+            ufs2: false,
+            fsize: BS,
+        }
     }
 }
 
@@ -122,10 +152,10 @@ fn make_fs(dev: &Arc<MemDevice>, inodes: u64, ufs2: bool) -> Result<Superblock, 
         let mk = MkfsOptions { inodes: Some(inodes), ..Default::default() };
         return mkfs(dev.clone(), &mk, (EPOCH, 0));
     }
-    let size = dev.num_blocks() * BS as u64;
+    let size = dev.num_blocks() * dev.addr_unit() as u64;
     let o = NewfsOptions {
         bsize: Some(BS as i32),
-        fsize: Some(BS as i32),
+        fsize: Some(dev.addr_unit() as i32),
         density: Some((size / inodes).clamp(BS as u64, 1 << 20) as i32),
         time: EPOCH,
         regression: true,
@@ -139,6 +169,22 @@ fn make_fs(dev: &Arc<MemDevice>, inodes: u64, ufs2: bool) -> Result<Superblock, 
 /// The workloads `all` leaves out on a UFS2 image, with why: what they exercise is not
 /// written in UFS2's form yet.
 pub const NOT_ON_UFS2: [(&str, &str); 1] = [("snapshot", "snapshots are sufs's own form, not FreeBSD's yet")];
+
+/// The workloads `all` leaves out on a UFS2 image whose blocks hold fragments, with why.
+pub const NOT_WITH_FRAGMENTS: [(&str, &str); 1] =
+    [("br", "the Block Register hands out whole blocks one address apart, not fragments")];
+
+/// The workloads `all` leaves out under `opts`, with why.
+pub fn left_out(opts: &CrashOptions) -> Vec<(&'static str, &'static str)> {
+    let mut out = Vec::new();
+    if opts.ufs2 {
+        out.extend(NOT_ON_UFS2);
+        if opts.unit() < BS {
+            out.extend(NOT_WITH_FRAGMENTS);
+        }
+    }
+    out
+}
 
 /// Runs `workload` over a recording device and returns its log: the concurrent workload through
 /// its own recorder (`concurrent`), every other one through `recorder`.

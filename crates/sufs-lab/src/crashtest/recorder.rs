@@ -170,7 +170,7 @@ pub(super) fn record(
         move |source| CrashError::Fs { what, source }
     };
     let blocks = wl.blocks(opts.blocks);
-    let dev = Arc::new(MemDevice::new(BS, blocks));
+    let dev = Arc::new(opts.new_device(blocks));
     let sb = super::make_fs(&dev, (blocks / 8).max(256), opts.ufs2).map_err(fail("mkfs"))?;
     wl.age_device(&dev, &sb);
     let clock = Arc::new(SimClock::new());
@@ -191,7 +191,7 @@ pub(super) fn record(
     let promises = setup_promises(&stable);
 
     let image = dev.blocks();
-    let rec = Arc::new(RecordingDevice::new(MemDevice::from_blocks(BS, image.clone())));
+    let rec = Arc::new(RecordingDevice::new(MemDevice::from_units(BS, opts.unit(), image.clone())));
     let mut fs = mount(rec.clone(), opts.cache_blocks).map_err(fail("mount"))?;
     let unmounted = match opts.end {
         End::Auto => seed % 2 == 1,
