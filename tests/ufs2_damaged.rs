@@ -1,7 +1,8 @@
-//! Damaged UFS2 images read through the file system (read-only, as sufs mounts UFS2 today):
-//! the FreeBSD fixture with bytes of its metadata changed at random (inodes, directories, the
-//! group blocks, indirect blocks) is either refused at mount with an error, or read whole with
-//! answers or errors: never a panic, never a walk that does not end.
+//! Damaged UFS2 images through the file system: the FreeBSD fixture with bytes of its metadata
+//! changed at random (inodes, directories, the group blocks, indirect blocks) is either refused
+//! at mount with an error, or read whole with answers or errors, and written to (read-write: new
+//! files, writes, truncates, removals, renames) with answers or errors: never a panic, never a
+//! walk that does not end.
 
 mod common;
 
@@ -82,21 +83,58 @@ fn walk_all(fs: &mut Fs) {
     }
 }
 
-/// Mounts `img` read-only from a file and walks it; whether it mounted.
-fn mount_and_walk(img: &[u8]) -> bool {
+/// Mounts a copy of `img` from a file (in a directory that lives as long as the answer).
+fn mount_copy(img: &[u8], writable: bool) -> (tempfile::TempDir, Result<Fs, sufs_fs::fs::FsError>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d.img");
     std::fs::write(&path, img).unwrap();
-    let dev = FileDevice::open_frags(&path, 32768, 4096, false).unwrap();
+    let dev = FileDevice::open_frags(&path, 32768, 4096, writable).unwrap();
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    let opts = MountOptions { readonly: true, cache_blocks: 256, ..Default::default() };
-    match Fs::mount(dev, opts, Arc::new(SimClock::new())) {
+    let opts = MountOptions { readonly: !writable, cache_blocks: 64, ..Default::default() };
+    let fs = Fs::mount(dev, opts, Arc::new(SimClock::new()));
+    (dir, fs)
+}
+
+/// Mounts `img` read-only from a file and walks it; whether it mounted.
+fn mount_and_walk(img: &[u8]) -> bool {
+    let (_dir, fs) = mount_copy(img, false);
+    match fs {
         Ok(mut fs) => {
             walk_all(&mut fs);
             true
         }
         Err(_) => false,
     }
+}
+
+/// Mounts `img` read-write from a file, walks it, then changes it the way a user would: files
+/// made, the root's names written to, truncated, renamed and removed, a directory made; every
+/// call answers or fails, and the unmount ends. Whether it mounted.
+fn mount_and_change(img: &[u8]) -> bool {
+    let (_dir, fs) = mount_copy(img, true);
+    let Ok(mut fs) = fs else { return false };
+    walk_all(&mut fs);
+    let names: Vec<(Vec<u8>, u32)> = fs
+        .readdir(ROOT_INO, 0, 64)
+        .map(|v| v.into_iter().filter(|e| e.name != b"." && e.name != b"..").map(|e| (e.name, e.ino)).collect())
+        .unwrap_or_default();
+    for (i, (name, ino)) in names.iter().enumerate() {
+        let _ = fs.write(*ino, (i as u64) * 3000, &[7u8; 5000]);
+        let _ = fs.setattr(*ino, &sufs_fs::fs::SetAttr { size: Some(i as u64 * 700), ..Default::default() });
+        match i % 3 {
+            0 => drop(fs.unlink(ROOT_INO, name)),
+            1 => drop(fs.rename(ROOT_INO, name, ROOT_INO, format!("moved-{i}").as_bytes(), Default::default())),
+            _ => {}
+        }
+    }
+    for i in 0..8 {
+        if let Ok((ino, _)) = fs.create(ROOT_INO, format!("new-{i}").as_bytes(), 0o644, 0, 0) {
+            let _ = fs.write(ino, 0, &vec![i as u8; 1000 * i + 1]);
+        }
+    }
+    let _ = fs.mkdir(ROOT_INO, b"new-dir", 0o755, 0, 0);
+    let _ = fs.unmount();
+    true
 }
 
 #[test]
@@ -125,6 +163,15 @@ proptest! {
     ) {
         let img = damaged(&metadata_ranges(common::ufs2::image(), false), &picks);
         prop_assert!(mount_and_walk(&img), "a mount refused an image whose groups are intact");
+    }
+
+    /// Inodes and a directory damaged, mounted read-write and changed: no panic, no hang.
+    #[test]
+    fn damaged_inodes_and_directories_never_panic_a_read_write_mount(
+        picks in proptest::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>(), any::<u8>()), 1..16)
+    ) {
+        let img = damaged(&metadata_ranges(common::ufs2::image(), false), &picks);
+        mount_and_change(&img);
     }
 
     /// Group blocks damaged: refused at mount (their check hashes), or read as any image.

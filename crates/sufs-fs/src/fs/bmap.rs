@@ -163,8 +163,60 @@ impl Fs {
                 })
                 .collect();
             self.claim_pointers(bno, &ptrs)?;
+            self.drop_pointers_past_size(bno)?;
         }
         Ok(self.cache.read(bno)?)
+    }
+
+    /// UFS2 holds no block past a file's size (fsck_ffs calls such an inode unknown and clears
+    /// it): an inode read from disk with a direct pointer or an indirect level its size does not
+    /// reach is damage. The pointers are cleared in the cached block (on a writable mount), so
+    /// that no later write builds on them (their blocks are leaked until fsck), and the
+    /// superblock asks for fsck.
+    fn drop_pointers_past_size(&mut self, bno: u64) -> FsResult<()> {
+        let Some(u) = self.sb.ufs2() else { return Ok(()) };
+        let (bs, nindir) = (u.fs_bsize as u64, u.nindir() as u64);
+        // The direct pointers and indirect levels a size reaches (fsck_ffs's pass 1).
+        let reach = |size: u64| {
+            let ndb = size.div_ceil(bs);
+            let (mut n, mut levels) = (ndb.saturating_sub(NDADDR as u64), 0);
+            while n > 0 {
+                levels += 1;
+                n /= nindir;
+            }
+            (ndb.min(NDADDR as u64) as usize, levels.min(NIADDR))
+        };
+        let past = |d: &Dinode| {
+            let (ndb, levels) = reach(d.size);
+            (!d.is_free() && d.has_blocks())
+                && (d.db[ndb..].iter().any(|&p| p != 0) || d.ib[levels..].iter().any(|&p| p != 0))
+        };
+        let bad: Vec<usize> = self
+            .cache
+            .read(bno)?
+            .chunks_exact(DINODE_SIZE)
+            .enumerate()
+            .filter(|(_, raw)| past(&self.sb.decode_dinode(raw)))
+            .map(|(k, _)| k)
+            .collect();
+        let cg = self.sb.cg_of_block(bno);
+        let first = cg * self.sb.inodes_per_group
+            + ((bno - self.sb.cg_itable_block(cg)) / self.sb.frag()) as u32 * self.sb.inodes_per_block();
+        for &k in &bad {
+            self.damaged(format!("inode {}: block pointers past its size", first + k as u32));
+        }
+        if !self.live.can_write {
+            return Ok(());
+        }
+        for k in bad {
+            let raw = &mut self.cache.modify(bno)?[k * DINODE_SIZE..(k + 1) * DINODE_SIZE];
+            let mut d = self.sb.decode_dinode(raw);
+            let (ndb, levels) = reach(d.size);
+            d.db[ndb..].fill(0);
+            d.ib[levels..].fill(0);
+            self.sb.encode_dinode(&d, raw);
+        }
+        Ok(())
     }
 
     /// Reads an indirect block, checking its pointers when it comes from disk.
