@@ -337,3 +337,76 @@ fn umount_reports_a_failed_unmount() {
     let dumpfs = ok(&["dumpfs", s(&img)]);
     assert!(dumpfs.contains("not clean"), "{dumpfs}");
 }
+
+/// On a UFS2 image of newfs's geometry (32 KiB blocks of 4 KiB fragments), an unprivileged
+/// user renames files over each other in a shared sticky directory while the directory grows
+/// past its fragment, so its last fragments move to a run with room under names whose removal
+/// still waits on disk; then fills the disk. Nothing wedges: no rename fails, the full disk
+/// says ENOSPC (not EIO), the daemon logs no error, the unmount is clean and the checker finds
+/// nothing. (The old-name removal kept the block's old address: the next flush found its
+/// hidden name "vanished", and every write after that failed for every user.)
+#[test]
+fn renames_in_a_directory_whose_fragments_move_do_not_wedge_the_mount() {
+    if !root_with_fuse() {
+        return;
+    }
+    let (t, _) = shared_dir();
+    let img = t.path().join("ufs2.img");
+    ok(&["mkfs", "--ufs2", s(&img), "--size", "64M"]);
+    let (mnt, log) = (t.path().join("mnt"), t.path().join("stderr"));
+    std::fs::create_dir(&mnt).unwrap();
+    let child = Command::new(common::SUFS)
+        .args(["mount", s(&img), s(&mnt), "-f", "-o", "allow_other"])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !common::fuse::is_mounted(&mnt) {
+        assert!(start.elapsed() < Duration::from_secs(20), "not mounted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let m = Mounted { child, dir: mnt.clone(), done: false };
+    let dir = mnt.join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let program = format!(
+        r#"
+import errno, os
+os.chdir({dir:?})
+for i in range(2000):
+    with open(f't{{i % 50}}', 'ab') as f:
+        f.write(b'x' * (i % 5000 + 1))
+    os.rename(f't{{i % 50}}', f't{{(i + 7) % 50}}')
+for i in range(300):
+    os.symlink('target' * 10, f'l{{i}}')
+try:
+    with open('fill', 'wb') as f:
+        while True:
+            f.write(b'y' * (1 << 20))
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"#,
+        dir = s(&dir)
+    );
+    let out = as_nobody(&program);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(out.status.success(), "nobody's renames failed: {}\ndaemon: {text}", err(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ENOSPC", "the full disk; daemon: {text}");
+    // The names the renames leave, by a model of the loop, then the links and the fill.
+    let mut want = std::collections::BTreeSet::new();
+    for i in 0..2000 {
+        want.remove(&format!("t{}", i % 50));
+        want.insert(format!("t{}", (i + 7) % 50));
+    }
+    want.extend((0..300).map(|i| format!("l{i}")));
+    want.insert("fill".to_string());
+    let names: std::collections::BTreeSet<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, want, "the names left");
+    m.umount();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("ERROR") && !text.contains("did not drain"), "the daemon logged errors:\n{text}");
+    let out = sufs(&["fsck", "-n", s(&img)]);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && report.contains(" 0 findings"), "fsck -n:\n{report}");
+}

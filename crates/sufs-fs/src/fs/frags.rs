@@ -169,9 +169,6 @@ impl Fs {
         }
         let new = self.alloc_run(nfr, old)?;
         self.cache.move_frags(old, have, new, want)?;
-        if is_dir {
-            self.renames.hidden.moved_block(old, new);
-        }
         d.db[lbn as usize] = new;
         d.blocks += (nfr - ofr) as u64;
         if let Some(sd) = self.sd() {
@@ -188,18 +185,32 @@ impl Fs {
         Ok(new)
     }
 
-    /// A directory block about to move has nothing pending on its address (soft updates'
-    /// entries and removals, which are kept by block address): everything is written first,
-    /// as FreeBSD's move of a directory's fragment waits on its dependencies.
+    /// A directory block about to move has nothing pending on its address: soft updates'
+    /// entries and removals, rename's hidden old names and their removals, and the new entries
+    /// waiting for hidden namesakes are all kept by block address, so everything is written
+    /// first, as FreeBSD's move of a directory's fragment waits on its dependencies. (Moving
+    /// the hidden names alone left their removals, queued elsewhere, naming the old address: a
+    /// user's renames in a growing directory then wedged soft updates for everyone.)
     fn settle_dir_block(&mut self, bno: u64) -> FsResult<()> {
-        let pending = |fs: &Fs| fs.hooks.softdep.as_ref().is_some_and(|sd| sd.dir_block_pending(bno));
-        if pending(self) {
+        if self.dir_block_held(bno) {
             self.sync_all()?;
         }
-        if pending(self) {
+        if self.dir_block_held(bno) {
             return Err(self.damaged(format!("directory block {bno} keeps dependencies after a full sync")));
         }
         Ok(())
+    }
+
+    /// True if something waiting in memory names directory block `bno` by its address.
+    fn dir_block_held(&self, bno: u64) -> bool {
+        self.hooks.softdep.as_ref().is_some_and(|sd| sd.dir_block_held(bno))
+            || self.renames.hidden.in_block(bno)
+            || self.renames.namesakes.waits_in(bno)
+            || self
+                .renames
+                .deferred_old_names
+                .iter()
+                .any(|t| matches!(t, Task::RemoveOldName { bno: b, .. } if *b == bno))
     }
 
     /// A truncation from `old_size` to `d.size` within the file's last direct block, held in

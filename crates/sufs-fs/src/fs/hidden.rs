@@ -49,14 +49,10 @@ impl HiddenNames {
         assert!(old.is_none(), "two hidden names at {at:?}");
     }
 
-    /// Directory block `old` moved to `new` (a directory's last fragments moved where they
-    /// can grow): its hidden names are at the new address.
-    pub fn moved_block(&mut self, old: u64, new: u64) {
-        let at: Vec<Place> = self.by_place.keys().filter(|p| p.0 == old).copied().collect();
-        for p in at {
-            let h = self.remove(&p).expect("listed just now");
-            self.insert((new, p.1), h);
-        }
+    /// True if directory block `bno` holds a hidden name (a scan: asked only before the block
+    /// moves, which is rare).
+    pub fn in_block(&self, bno: u64) -> bool {
+        self.by_place.keys().any(|p| p.0 == bno)
     }
 
     pub fn remove(&mut self, at: &Place) -> Option<HiddenName> {
@@ -220,6 +216,12 @@ impl Namesakes {
     /// What the waiting entries naming `ino` wait for: (directory, name, newest sequence).
     pub fn waits_of(&self, ino: u32) -> Vec<(u32, Vec<u8>, u64)> {
         self.waiting.values().filter(|w| w.ino == ino).map(|w| (w.dir, w.name.clone(), w.seq)).collect()
+    }
+
+    /// True if an entry of directory block `bno` waits (a scan: asked only before the block
+    /// moves).
+    pub fn waits_in(&self, bno: u64) -> bool {
+        self.waiting.keys().any(|p| p.0 == bno)
     }
 
     /// True if no entry waits.

@@ -836,8 +836,9 @@ impl Fs {
                 }
             }
         }
+        let softdep = self.hooks.softdep.as_ref().map(|s| s.busy_summary()).unwrap_or_default();
         Err(FsError::Corrupt(format!(
-            "dependencies did not drain: nothing left to write (held: {held:?}; deferred names: {:?}; hidden: {:?})",
+            "dependencies did not drain: nothing left to write (held: {held:?}; deferred names: {:?}; hidden: {:?}; soft updates: {softdep})",
             self.renames.deferred_old_names, self.renames.hidden
         )))
     }

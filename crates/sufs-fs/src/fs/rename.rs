@@ -350,7 +350,10 @@ impl Fs {
                 let mut nd2 = self.iget(newdir)?;
                 match self.add_entry(newdir, &mut nd2, newname, src.ino, dtype_of_mode(si.mode)) {
                     Ok((b, off)) => {
-                        let tasks = old_name_task.into_iter().collect();
+                        let tasks = match old_name_task {
+                            Some(t) if dir == newdir => vec![self.old_name_moved(t)?],
+                            t => t.into_iter().collect(),
+                        };
                         self.entry_added(newdir, b, off, src.ino, None, None, false, tasks)?;
                         if !moving_dir {
                             self.wait_for_namesake(newdir, newname, b, off, src.ino);
@@ -391,6 +394,23 @@ impl Fs {
             self.entry_added(src.ino, b, off, newdir, Some((dir, DT_DIR)), None, false, vec![Task::DropLink(dir)])?;
         }
         self.balance()
+    }
+
+    /// The old name's removal `t`, made before the new entry was added to the same directory,
+    /// at the old name's block as it is now: the new entry may have grown the directory past
+    /// its last fragments, which then moved to a run with room (`grow_run`), the old name with
+    /// them.
+    fn old_name_moved(&mut self, t: Task) -> FsResult<Task> {
+        let Task::RemoveOldName { dir, wait, bno, lbn, off, tasks } = t else {
+            unreachable!("old_name_moved is given a rename's old-name removal");
+        };
+        let mut d = self.iget(dir)?;
+        let (now, _) = self.bmap(dir, &mut d, lbn, false)?;
+        assert!(now != 0, "directory {dir} block {lbn} holding a renamed name is allocated");
+        if now != bno {
+            log::debug!("directory {dir} block {lbn} moved from {bno} to {now} under a rename's old name");
+        }
+        Ok(Task::RemoveOldName { dir, wait, bno: now, lbn, off, tasks })
     }
 
     /// Step 3 of a rename over an existing entry `t` (inode `ti`): the entry names the source

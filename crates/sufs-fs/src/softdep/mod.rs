@@ -593,9 +593,15 @@ impl Softdep {
         Some(da.on_complete.remove(i))
     }
 
-    /// True if directory block `bno` has entries or removals not yet on disk.
+    /// True if directory block `bno` has entries not yet on disk.
     pub fn dir_block_pending(&self, bno: u64) -> bool {
         self.block_dir.contains_key(&bno)
+    }
+
+    /// True if directory block `bno` has anything pending on its address: entries
+    /// (`dir_block_pending`) or only removals (kept in its pagedep alone).
+    pub fn dir_block_held(&self, bno: u64) -> bool {
+        self.block_dir.contains_key(&bno) || self.pagedeps.contains_key(&bno)
     }
 
     /// The entry at `off` of `dirblk` was removed; `tasks` run once the removal is on disk. A
@@ -743,6 +749,21 @@ impl Softdep {
             out.extend(pd.diradds.iter().filter(|d| d.ino == ino).map(|d| (b, d.off, d.wk.state)));
         }
         out
+    }
+
+    /// What keeps soft updates from being idle (`is_idle`), for diagnostics: the pending work
+    /// of each kind, and the records of the first few busy inodes.
+    pub fn busy_summary(&self) -> String {
+        let busy: Vec<u32> = self.inodedeps.iter().filter(|(_, d)| !d.idle()).map(|(i, _)| *i).take(4).collect();
+        let inodes: Vec<String> = busy.iter().map(|i| format!("{i}: {}", self.inodedep_summary(*i))).collect();
+        format!(
+            "tasks {}, inits {}, pagedeps {:?}, indirdeps {}, newblks {:?}, busy inodes {inodes:?}",
+            self.tasks.len(),
+            self.inits.len(),
+            self.pagedeps.iter().take(2).collect::<Vec<_>>(),
+            self.indirdeps.len(),
+            self.newblks.keys().take(8).collect::<Vec<_>>(),
+        )
     }
 
     /// What the inode's record holds, for diagnostics.

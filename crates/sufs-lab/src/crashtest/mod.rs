@@ -42,7 +42,7 @@ pub use summary::{Summary, Verdict};
 pub use work::Work;
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 21] = [
+pub const WORKLOADS: [&str; 22] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -64,6 +64,7 @@ pub const WORKLOADS: [&str; 21] = [
     "falloc",
     "lazy-inodes",
     "tmpfile",
+    "grow-renames",
 ];
 
 /// The block size of every recorded image.

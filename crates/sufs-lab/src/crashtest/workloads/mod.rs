@@ -29,7 +29,7 @@ use data::{FsyncWork, GrowIndirect, Truncate};
 use falloc::FallocWork;
 use inodes::LazyInodes;
 use names::{CreateMany, HardLinks, LinkFsync, MkdirRmdir, RemoveTree};
-use renames::{AncestorRename, RenameBack, RenameOver, RenameStorm, RenameWhiteout, SwapFsync};
+use renames::{AncestorRename, GrowRenames, RenameBack, RenameOver, RenameStorm, RenameWhiteout, SwapFsync};
 use snapshot::SnapWork;
 use tmpfile::TmpfileWork;
 pub(super) use xattr::xattr_digest;
@@ -70,6 +70,7 @@ pub(super) fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>>
         "falloc" => Box::new(FallocWork::default()),
         "lazy-inodes" => Box::new(LazyInodes::default()),
         "tmpfile" => Box::new(TmpfileWork::default()),
+        "grow-renames" => Box::new(GrowRenames::default()),
         "mix" => {
             let each = (ops / 8).max(4);
             let subs = WORKLOADS[..8].iter().filter_map(|n| make_workload(n, each)).map(|w| (w, true)).collect();

@@ -477,3 +477,53 @@ impl Workload for RenameWhiteout {
         Ok(true)
     }
 }
+
+/// Renames in a directory whose last fragments move: files in one directory are appended to
+/// (their tails taking the fragments next to the directory's) and renamed, to new long names
+/// (the directory grows a chunk, and past its run, which then moves) or over each other (the
+/// old names stay on disk, hidden, until the new ones are there). Every rename's old name must
+/// leave the directory at its block's new address. Some renamed files are fsync'ed.
+#[derive(Default)]
+pub(super) struct GrowRenames {
+    names: Vec<String>,
+    n: usize,
+}
+
+impl Workload for GrowRenames {
+    fn setup(&mut self, w: &mut Work) -> FsResult<()> {
+        w.mkdir("/gr")?;
+        self.names = w.create_files("/gr/", 6, |i| 100 + i * 300)?;
+        Ok(())
+    }
+    fn step(&mut self, w: &mut Work) -> FsResult<bool> {
+        self.n += 1;
+        let n = self.n;
+        let j = w.rng.gen_range(0..self.names.len());
+        let src = self.names[j].clone();
+        let size = w.size(&src)?;
+        let more = w.rng.gen_range(1..1500);
+        w.write(&src, size, more)?;
+        let to_new = self.names.len() < 4 || w.rng.gen_bool(0.6);
+        let dst = if to_new {
+            // An entry of 208 bytes: the directory passes a fragment every few renames.
+            format!("/gr/{}-{n:04}", "long-name-".repeat(19))
+        } else {
+            self.names[(j + w.rng.gen_range(1..self.names.len())) % self.names.len()].clone()
+        };
+        w.rename(&src, &dst)?;
+        self.names.swap_remove(j);
+        if to_new {
+            self.names.push(dst.clone());
+        }
+        if w.rng.gen_bool(0.3) {
+            w.fsync(&dst)?;
+        }
+        if self.names.len() < 6 {
+            let p = format!("/gr/n{n}");
+            let len = w.rng.gen_range(0..3000);
+            w.create(&p, len)?;
+            self.names.push(p);
+        }
+        Ok(true)
+    }
+}
