@@ -54,6 +54,16 @@ fn user_work(m: &Path, small: bool) {
     holey.write_all_at(b"end", 4 * far).unwrap();
     let f = fs::OpenOptions::new().write(true).open(m.join("w/f7")).unwrap();
     f.set_len(300_001).unwrap();
+    // Sizes set within a last block held in fragments: the run follows the size both ways,
+    // and a write after each lands in it (a run left at its old length broke the mount).
+    let g = fs::File::create(m.join("w/grown")).unwrap();
+    g.write_all_at(&pattern(8, 4096), 0).unwrap();
+    g.set_len(20_000).unwrap();
+    g.write_all_at(b"past the old run", 10_000).unwrap();
+    g.set_len(3_000).unwrap();
+    g.write_all_at(b"within", 2_000).unwrap();
+    g.set_len(9_000).unwrap();
+    g.write_all_at(b"again", 8_990).unwrap();
     let f = fs::OpenOptions::new().append(true).open(m.join("w/f2")).unwrap();
     f.write_all_at(&pattern(7, 9000), 0).unwrap();
     let out = std::process::Command::new("setfattr")

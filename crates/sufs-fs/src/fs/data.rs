@@ -367,6 +367,7 @@ impl Fs {
             // The last block, if in fragments, becomes whole: it is no longer the last.
             if size > old {
                 self.fill_last_block(ino, d, (size - 1) / bs)?;
+                self.extend_last_run(ino, d, size)?;
             }
             d.size = size;
             if let Err(e) = self.keep_end_allocated(ino, d) {

@@ -144,6 +144,26 @@ impl Fs {
         Ok(())
     }
 
+    /// Before the size grows to `size` within the file's last direct block, held in fragments,
+    /// the run grows to cover the new end (`ffs_truncate` allocates the new last byte with
+    /// `UFS_BALLOC`): a run's length is what the size says it is, and a shorter one would be
+    /// taken at the wrong length by every later access. The new bytes read as zeros.
+    pub(super) fn extend_last_run(&mut self, ino: u32, d: &mut Dinode, size: u64) -> FsResult<()> {
+        let bs = self.sb.block_size as u64;
+        if !self.has_frags() || d.size == 0 || size <= d.size {
+            return Ok(());
+        }
+        let lbn = (d.size - 1) / bs;
+        if lbn != (size - 1) / bs || lbn >= NDADDR as u64 || d.db[lbn as usize] == 0 {
+            return Ok(());
+        }
+        let (have, want) = (self.run_len(d.size, lbn), self.run_len(size, lbn));
+        if want > have {
+            self.grow_run(ino, d, lbn, have, want)?;
+        }
+        Ok(())
+    }
+
     /// Grows the run of direct block `lbn` from `have` to `want` bytes (`ffs_realloccg`): in
     /// place when the fragments after it are free, else into a new run where the bytes move;
     /// the old run is freed once no inode on disk can name it. Returns the run's address.
