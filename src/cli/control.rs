@@ -71,7 +71,8 @@ pub(crate) fn control(on: &Path, req: ctl::Request) -> Result<ctl::Reply, Fail> 
             CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is mounted, but: {e}", image.display()), 1))?;
         return c.call(&req).map_err(|e| Fail(e.to_string(), 1));
     }
-    let (dev, sb) = open_image(&image, true)?;
+    // A UFS2 image too: the file system answers for what it does not do there yet.
+    let (dev, sb) = open_image_any(&image, true)?;
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let opts = MountOptions { cache_blocks: (64 << 20) / sb.block_size as usize, ..Default::default() };
     let mut fs = Fs::mount(Arc::new(dev), opts, clock).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
