@@ -288,6 +288,8 @@ impl Fs {
         for lbn in start..end {
             match self.br_map_block(ino, d, lbn) {
                 Ok((b, fresh)) => {
+                    let whole = b.is_multiple_of(self.sb.frag());
+                    assert!(!fresh || whole, "reservation inode {ino}: new block {b} is not a whole block");
                     if fresh {
                         // An unwritten block: no buffer, and no contents to wait for.
                         self.forget_block(b)?;
