@@ -3,13 +3,14 @@
 //! interface refusing changes to a reservation (EPERM), and `sufs fsck` counting reservations.
 
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
 mod common;
 
-use common::fuse::{fuse_available, mkfs, mount_fg};
-use common::ufs2::{statvfs, walk};
+use common::fuse::{external_tool, fuse_available, mkfs, mount_fg};
+use common::ufs2::{statvfs, walk, FuseUfs};
 use common::{ok, pattern, sufs};
 
 /// The physical blocks a `sufs br query` printed ("offset start len" lines).
@@ -163,6 +164,15 @@ fn br_on_ufs2_with_fragments() {
     check("free");
     let kept = query(img_s, "store");
     assert_eq!(kept.len(), 108);
+    // A UFS2 reader no one here wrote sees the reservation as a file owning its blocks (108
+    // and an indirect block, in 512-byte sectors), beside the user's files.
+    if let Some(tool) = external_tool("fuse-ufs", "cargo install fuse-ufs") {
+        let theirs = dir.path().join("fuse-ufs");
+        let _m = FuseUfs::mount(&tool, &img, &theirs);
+        let st = fs::metadata(theirs.join(".br/store")).unwrap();
+        assert_eq!((st.len(), st.blocks()), (109 * 32768, 109 * 32768 / 512));
+        assert!(walk(&theirs.join("data")) == tree, "fuse-ufs reads other files");
+    }
 
     // Mounted: through the control channel.
     let m = mount_fg(&img, &mnt, &[]);
