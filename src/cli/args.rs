@@ -348,7 +348,8 @@ pub(crate) enum BrCmd {
         #[arg(long)]
         hint: Option<u64>,
     },
-    /// The physical runs of logical blocks OFFSET..OFFSET+COUNT: "offset start length" lines.
+    /// The physical runs of logical blocks OFFSET..OFFSET+COUNT: "offset start length" lines
+    /// (on UFS2 addresses are fragments: a run's blocks are a block's fragments apart).
     Query { name: String, offset: u64, count: u64 },
     /// Add NBLOCKS blocks at the end of the reservation.
     Expand {

@@ -71,7 +71,9 @@ pub(crate) fn control(on: &Path, req: ctl::Request) -> Result<ctl::Reply, Fail> 
             CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is mounted, but: {e}", image.display()), 1))?;
         return c.call(&req).map_err(|e| Fail(e.to_string(), 1));
     }
-    let (dev, sb) = open_image(&image, true)?;
+    // The Block Register works on UFS2 too; anything else is refused before the image is
+    // mounted (a mount and unmount would rewrite its superblock).
+    let (dev, sb) = if is_br(&req) { open_image_any(&image, true)? } else { open_image(&image, true)? };
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let opts = MountOptions { cache_blocks: (64 << 20) / sb.block_size as usize, ..Default::default() };
     let mut fs = Fs::mount(Arc::new(dev), opts, clock).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
@@ -79,6 +81,20 @@ pub(crate) fn control(on: &Path, req: ctl::Request) -> Result<ctl::Reply, Fail> 
     fs.unmount().map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
     drop(f);
     r.map_err(|e| Fail(e.to_string(), 1))
+}
+
+/// Whether `req` is a Block Register call (which an unmounted UFS2 image takes).
+fn is_br(req: &ctl::Request) -> bool {
+    use ctl::Request as R;
+    matches!(
+        req,
+        R::BrReserve { .. }
+            | R::BrQuery { .. }
+            | R::BrExpand { .. }
+            | R::BrTruncate { .. }
+            | R::BrFree { .. }
+            | R::BrList
+    )
 }
 
 /// Opens an unmounted image for the volume commands (whole device: file system and reserved area).

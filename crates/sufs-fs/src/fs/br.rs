@@ -12,6 +12,13 @@
 //! first), and each call returns only once its change is durable (an fsync of the reservation or
 //! of `/.br`), so an owner may use the blocks as soon as brreserve or brexpand returns and a crash
 //! never gives them to anybody else.
+//!
+//! On a UFS2 image whose blocks hold fragments a reservation takes whole blocks only (every
+//! fragment of each block, block-aligned; never a tail in fragments), so the groups' fragment
+//! maps, `cg_frsum`, cluster maps and counts move as for any whole block a file holds, and no
+//! fragment of a reserved block is free for another file's tail. Addresses are the file system's
+//! (fragment numbers on UFS2, as FreeBSD's block pointers): a run's blocks are `fs_frag`
+//! addresses apart, and counts are of blocks.
 
 use serde::Serialize;
 
@@ -33,6 +40,15 @@ pub struct BrRun {
     pub offset: u64,
     pub start: u64,
     pub len: u64,
+}
+
+impl BrRun {
+    /// The addresses of the run's blocks: `start`, then one block (`frag` addresses, the
+    /// superblock's `frag()`) apart.
+    pub fn blocks(&self, frag: u64) -> impl Iterator<Item = u64> {
+        let start = self.start;
+        (0..self.len).map(move |i| start + i * frag)
+    }
 }
 
 /// A reservation as `brlist` reports it.
@@ -82,7 +98,6 @@ impl Fs {
     /// left behind.
     pub fn brreserve(&mut self, name: &[u8], nblocks: u64, hint: Option<u64>) -> FsResult<Reservation> {
         self.check_writable()?;
-        self.br_check_blocks()?;
         Self::br_check_name(name)?;
         self.br_check_hint(hint)?;
         let dir = self.br_dir(true)?;
@@ -102,22 +117,10 @@ impl Fs {
         self.br_info(name, ino)
     }
 
-    /// The Block Register hands out whole blocks one address apart: not on a UFS2 image whose
-    /// blocks hold fragments (a block is `fs_frag` addresses there, a file's tail a run).
-    fn br_check_blocks(&self) -> FsResult<()> {
-        if self.has_frags() {
-            return Err(FsError::Unsupported(
-                "Block Register reservations on a UFS2 file system with fragments are not supported yet".into(),
-            ));
-        }
-        Ok(())
-    }
-
     /// brexpand: `nblocks` more blocks at the end of the reservation, near `hint` if given
     /// (else after its last block). All or nothing.
     pub fn brexpand(&mut self, name: &[u8], nblocks: u64, hint: Option<u64>) -> FsResult<Reservation> {
         self.check_writable()?;
-        self.br_check_blocks()?;
         self.br_check_hint(hint)?;
         let (_, ino, mut d) = self.br_get(name)?;
         self.br_grow(ino, &mut d, nblocks, hint)?;
@@ -130,6 +133,7 @@ impl Fs {
     pub fn brquery(&mut self, name: &[u8], offset: u64, count: u64) -> FsResult<Vec<BrRun>> {
         let (_, ino, mut d) = self.br_get(name)?;
         let bs = self.sb.block_size as u64;
+        let frag = self.sb.frag();
         let end = offset.saturating_add(count).min(d.size / bs);
         let mut runs: Vec<BrRun> = Vec::new();
         for lbn in offset..end {
@@ -138,7 +142,7 @@ impl Fs {
                 continue;
             }
             match runs.last_mut() {
-                Some(r) if r.offset + r.len == lbn && r.start + r.len == b => r.len += 1,
+                Some(r) if r.offset + r.len == lbn && r.start + r.len * frag == b => r.len += 1,
                 _ => runs.push(BrRun { offset: lbn, start: b, len: 1 }),
             }
         }
@@ -180,11 +184,11 @@ impl Fs {
 
     /// brfree: removes the reservation; every block returns to the file system (with soft
     /// updates, once the removed name is on disk, as for any unlinked file). Returns the number
-    /// of blocks it held.
+    /// of blocks it held (indirect blocks included).
     pub fn brfree(&mut self, name: &[u8]) -> FsResult<u64> {
         self.check_writable()?;
         let (dir, ino, d) = self.br_get(name)?;
-        let held = d.blocks;
+        let held = self.br_whole_blocks(ino, d.blocks)?;
         self.br_remove(dir, name, ino)?;
         self.balance()?;
         self.fsync(dir)?;
@@ -222,10 +226,21 @@ impl Fs {
         for (level, &top) in d.ib.iter().enumerate() {
             indirect += self.br_count_indirect(top, level)?;
         }
-        let blocks = d.blocks.checked_sub(indirect).ok_or_else(|| {
-            FsError::Corrupt(format!("reservation inode {ino}: {} blocks but {indirect} indirect", d.blocks))
+        let held = self.br_whole_blocks(ino, d.blocks)?;
+        let blocks = held.checked_sub(indirect).ok_or_else(|| {
+            FsError::Corrupt(format!("reservation inode {ino}: {held} blocks but {indirect} indirect"))
         })?;
         Ok(Reservation { name: String::from_utf8_lossy(name).into_owned(), ino, blocks, length })
+    }
+
+    /// A reservation's count of addresses held (`di_blocks` in fragments on UFS2) as whole
+    /// blocks: it holds no fragment run, so anything else is damage.
+    fn br_whole_blocks(&self, ino: u32, held: u64) -> FsResult<u64> {
+        let frag = self.sb.frag();
+        if !held.is_multiple_of(frag) {
+            return Err(FsError::Corrupt(format!("reservation inode {ino} holds {held} fragments, not whole blocks")));
+        }
+        Ok(held / frag)
     }
 
     /// Indirect blocks in the tree under `ptr`, an indirect block of `level` (0: it points to data).
@@ -258,6 +273,10 @@ impl Fs {
     /// this call took are returned and the inode is as before.
     fn br_grow(&mut self, ino: u32, d: &mut Dinode, n: u64, hint: Option<u64>) -> FsResult<()> {
         let bs = self.sb.block_size as u64;
+        if !d.size.is_multiple_of(bs) {
+            // Its last block would be a tail in fragments, which a reservation never holds.
+            return Err(FsError::Corrupt(format!("reservation inode {ino}: size {} is not whole blocks", d.size)));
+        }
         let start = d.size / bs;
         let end = start.checked_add(n).ok_or(FsError::TooBig)?;
         if end.saturating_mul(bs) > self.sb.max_file_size() {
@@ -267,8 +286,10 @@ impl Fs {
         self.br_hint = hint;
         let mut r = Ok(());
         for lbn in start..end {
-            match self.bmap(ino, d, lbn, true) {
+            match self.br_map_block(ino, d, lbn) {
                 Ok((b, fresh)) => {
+                    let whole = b.is_multiple_of(self.sb.frag());
+                    assert!(!fresh || whole, "reservation inode {ino}: new block {b} is not a whole block");
                     if fresh {
                         // An unwritten block: no buffer, and no contents to wait for.
                         self.forget_block(b)?;
@@ -296,6 +317,17 @@ impl Fs {
         Ok(())
     }
 
+    /// Logical block `lbn` of a reservation, allocated if it is a hole: always a whole block. On
+    /// an image with fragments a direct block is allocated as the run of a file reaching that
+    /// block's end (`bmap` would start a new last block as a tail of one fragment).
+    fn br_map_block(&mut self, ino: u32, d: &mut Dinode, lbn: u64) -> FsResult<(u64, bool)> {
+        if self.has_frags() && lbn < NDADDR as u64 {
+            let bs = self.sb.block_size as u64;
+            return self.bmap_run(ino, d, lbn, (lbn + 1) * bs);
+        }
+        self.bmap(ino, d, lbn, true)
+    }
+
     /// Returns block `bno` at logical block `lbn` (not the last) and leaves a hole: the pointer
     /// is cleared first and the block freed once that is on disk (synchronously, as FFS's
     /// partial truncation through indirect blocks is).
@@ -308,7 +340,7 @@ impl Fs {
             ind_set(self.cache.modify(ind)?, idx, 0);
             Some(ind)
         };
-        d.blocks = d.blocks.saturating_sub(1);
+        d.blocks = d.blocks.saturating_sub(self.sb.frag());
         self.touch_c(d);
         let ib = self.iput(ino, d)?;
         let mut dirtied: Vec<u64> = holder.into_iter().collect();
@@ -455,6 +487,101 @@ mod tests {
             fs.unmount().unwrap();
             let report = crate::fsck::check(dev.as_ref()).unwrap();
             assert!(report.is_clean(), "{ordering}: {:?}", report.findings);
+        }
+    }
+
+    /// A newfs'd UFS2 image of 4 KiB blocks of `fsize`-byte fragments, mounted.
+    fn mounted_ufs2(fsize: usize, ordering: Ordering) -> (Arc<MemDevice>, Fs) {
+        use crate::format::ufs2::newfs::{newfs, NewfsOptions};
+        let size: u64 = 8 << 20;
+        let dev = Arc::new(MemDevice::new_frags(4096, fsize, size / fsize as u64));
+        let o = NewfsOptions {
+            bsize: Some(4096),
+            fsize: Some(fsize as i32),
+            time: 1,
+            regression: true,
+            ..Default::default()
+        };
+        newfs(size, &o, |off, data| {
+            crate::dev::write_bytes(&*dev, off, data, WriteKind::Sync).map_err(std::io::Error::other)
+        })
+        .unwrap();
+        let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
+        let fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
+        (dev, fs)
+    }
+
+    fn ufs2_findings(dev: &MemDevice) -> Vec<String> {
+        let len = dev.num_blocks() * dev.addr_unit() as u64;
+        let r = crate::fsck::ufs2::check(dev as &dyn BlockDevice, len, &Default::default()).unwrap();
+        r.findings.iter().map(|f| f.to_string()).collect()
+    }
+
+    /// On UFS2 with fragments a reservation holds whole, block-aligned blocks; the fragment maps
+    /// and summaries stay exact (the UFS2 checker's pass 5), files filling the disk never get a
+    /// reserved block's fragments (no duplicate), and freeing gives every fragment back.
+    #[test]
+    fn whole_blocks_on_ufs2_with_fragments() {
+        for fsize in [512, 1024, 2048] {
+            for ordering in [Ordering::Softdep, Ordering::Sync, Ordering::Async] {
+                let what = format!("fsize {fsize}, {ordering}");
+                let (dev, mut fs) = mounted_ufs2(fsize, ordering);
+                let frag = fs.sb.frag();
+                assert_eq!(frag, 4096 / fsize as u64);
+                // A file with a tail in fragments first, so partly used blocks exist.
+                let (f, _) = fs.create(ROOT_INO, b"tail", 0o644, 0, 0).unwrap();
+                fs.write(f, 0, &[1u8; 5000]).unwrap();
+                let free0 = fs.statfs().bfree;
+                let r = fs.brreserve(b"store", 30, None).unwrap();
+                assert_eq!((r.blocks, r.length), (30, 30), "{what}");
+                let runs = fs.brquery(b"store", 0, 100).unwrap();
+                let all: Vec<u64> = runs.iter().flat_map(|r| r.blocks(frag)).collect();
+                assert_eq!(all.len(), 30, "{what}");
+                assert!(all.iter().all(|b| b % frag == 0), "{what}: block-aligned {all:?}");
+                // 30 blocks, an indirect block (past 12 direct ones) and /.br's first fragment.
+                fs.sync_all().unwrap();
+                assert_eq!(fs.statfs().bfree, free0 - 31 * frag - 1, "{what}");
+                let far = fs.sb.cg_data_start(fs.sb.ngroups - 1) + 40 * frag + 1;
+                let r = fs.brexpand(b"store", 5, Some(far)).unwrap();
+                assert_eq!((r.blocks, r.length), (35, 35), "{what}");
+                let tail: Vec<u64> = fs.brquery(b"store", 30, 5).unwrap().iter().flat_map(|r| r.blocks(frag)).collect();
+                assert_eq!(tail[0], far - 1, "{what}: the hinted block");
+                let r = fs.brtruncate(b"store", all[5]).unwrap();
+                assert_eq!((r.blocks, r.length), (34, 35), "{what}");
+                assert!(matches!(fs.brtruncate(b"store", all[6] + 1), Err(FsError::Invalid(_))), "{what}");
+                let r = fs.brtruncate(b"store", tail[4]).unwrap();
+                assert_eq!((r.blocks, r.length), (33, 34), "{what}");
+                // Fill the disk with files of every tail length: ENOSPC, and no fragment of a
+                // reserved block is a file's (the checker finds no duplicate).
+                let mut n = 0u32;
+                'fill: loop {
+                    let name = format!("f{n}");
+                    let (ino, _) = fs.create(ROOT_INO, name.as_bytes(), 0o644, 0, 0).unwrap();
+                    let len = 1 + (n as usize * 7919) % 60000;
+                    match fs.write(ino, 0, &vec![2u8; len]) {
+                        Ok(_) => n += 1,
+                        Err(FsError::NoSpace) => break 'fill,
+                        Err(e) => panic!("{what}: {e}"),
+                    }
+                }
+                let kept: Vec<u64> =
+                    fs.brquery(b"store", 0, 100).unwrap().iter().flat_map(|r| r.blocks(frag)).collect();
+                assert_eq!(kept.len(), 33, "{what}");
+                let mut fs = remount(&dev, &mut fs);
+                assert_eq!(
+                    fs.brquery(b"store", 0, 100).unwrap().iter().flat_map(|r| r.blocks(frag)).collect::<Vec<_>>(),
+                    kept
+                );
+                fs.unmount().unwrap();
+                assert_eq!(ufs2_findings(&dev), Vec::<String>::new(), "{what}");
+                let mut fs = Fs::mount(dev.clone(), MountOptions::default(), Arc::new(SimClock::new())).unwrap();
+                let before = fs.statfs().bfree;
+                assert_eq!(fs.brfree(b"store").unwrap(), 33 + 1, "{what}");
+                fs.sync_all().unwrap();
+                assert_eq!(fs.statfs().bfree, before + 34 * frag, "{what}");
+                fs.unmount().unwrap();
+                assert_eq!(ufs2_findings(&dev), Vec::<String>::new(), "{what}");
+            }
         }
     }
 

@@ -171,18 +171,11 @@ fn make_fs(dev: &Arc<MemDevice>, inodes: u64, ufs2: bool) -> Result<Superblock, 
 /// written in UFS2's form yet.
 pub const NOT_ON_UFS2: [(&str, &str); 1] = [("snapshot", "snapshots are sufs's own form, not FreeBSD's yet")];
 
-/// The workloads `all` leaves out on a UFS2 image whose blocks hold fragments, with why.
-pub const NOT_WITH_FRAGMENTS: [(&str, &str); 1] =
-    [("br", "the Block Register hands out whole blocks one address apart, not fragments")];
-
 /// The workloads `all` leaves out under `opts`, with why.
 pub fn left_out(opts: &CrashOptions) -> Vec<(&'static str, &'static str)> {
     let mut out = Vec::new();
     if opts.ufs2 {
         out.extend(NOT_ON_UFS2);
-        if opts.unit() < BS {
-            out.extend(NOT_WITH_FRAGMENTS);
-        }
     }
     out
 }

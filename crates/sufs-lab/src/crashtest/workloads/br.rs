@@ -20,7 +20,8 @@ pub(super) struct BrWork {
 impl BrWork {
     fn some_block(w: &mut Work, name: &str) -> FsResult<Option<u64>> {
         let runs = w.fs.brquery(name.as_bytes(), 0, u64::MAX)?;
-        let blocks: Vec<u64> = runs.iter().flat_map(|r| r.start..r.start + r.len).collect();
+        let frag = w.fs.sb.frag();
+        let blocks: Vec<u64> = runs.iter().flat_map(|r| r.blocks(frag)).collect();
         Ok(pick(w.rng, &blocks))
     }
 }
