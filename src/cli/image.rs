@@ -161,7 +161,7 @@ pub(crate) fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Su
     if sb.ufs2().is_some() {
         return Err(Fail(
             format!(
-                "{}: a UFS2 file system: sufs mounts it read-only (`sufs mount -o ro`) and prints it (`sufs dumpfs`); this command does not work on UFS2 yet",
+                "{}: a UFS2 file system: sufs mounts it (read-write or read-only), prints it (`sufs dumpfs`, `sufs inspect`), checks and repairs it (`sufs fsck`) and tunes it (`sufs tunefs`); this command does not work on UFS2 yet",
                 image.display()
             ),
             8,
@@ -517,8 +517,14 @@ fn dumpfs_ufs2(sb: &Superblock, u: &format::ufs2::Superblock) {
         "free      {} blocks, {} fragments, {} inodes; {} directories",
         cs.cs_nbfree, cs.cs_nffree, cs.cs_nifree, cs.cs_ndir
     );
-    println!("minfree   {}%", u.fs_minfree);
+    let optim = if u.fs_optim == newfs::FS_OPTSPACE { "space" } else { "time" };
+    println!("minfree   {}%  optim {optim}", u.fs_minfree);
     println!("label     {}", if sb.label.is_empty() { "(none)".into() } else { String::from_utf8_lossy(&sb.label) });
+    println!(
+        "ordering  {} for a mount given none (soft updates {})",
+        format!("{:?}", super::default_ordering(sb)).to_lowercase(),
+        if u.fs_flags & FS_DOSOFTDEP != 0 { "on" } else { "off" }
+    );
     let named = [
         (FS_UNCLEAN, "unclean"),
         (FS_DOSOFTDEP, "soft-updates"),
