@@ -165,3 +165,130 @@ fn tunefs_refusals_on_ufs2() {
     assert!(ok(&["tunefs", i, "-p"]).contains("minfree   8%"), "-p alone reads an unclean image");
     assert_eq!(fs::metadata(&img).unwrap().size(), 64 << 20);
 }
+
+/// The names under `dir` as a reader lists them, with their inode numbers.
+fn listing(dir: &Path) -> Vec<(String, u64)> {
+    let name_ino = |e: fs::DirEntry| (e.file_name().into_string().unwrap(), e.metadata().unwrap().ino());
+    let mut v: Vec<(String, u64)> = fs::read_dir(dir).unwrap().map(|e| name_ino(e.unwrap())).collect();
+    v.sort();
+    v
+}
+
+/// `inspect dir`'s entries other than `.` and `..`, sorted: (name, inode).
+fn inspect_listing(img: &str, dir: &str) -> Vec<(String, u64)> {
+    let out = ok(&["inspect", img, "dir", dir]);
+    let mut v: Vec<(String, u64)> = out
+        .lines()
+        .skip(2)
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let ino = w.next()?.parse().ok()?;
+            let name = w.nth(1)?.to_string();
+            (name != "." && name != "..").then_some((name, ino))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The fragments a `bmap` listing names: data runs, tails and indirect blocks.
+fn mapped_fragments(map: &str) -> u64 {
+    map.lines()
+        .skip(1)
+        .filter_map(|l| l.split("fragments ").nth(1))
+        .map(|r| {
+            let (a, b) = r.split_whitespace().next().unwrap().split_once("..").unwrap();
+            b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() + 1
+        })
+        .sum()
+}
+
+/// On the image FreeBSD made, inspect says what the mount and fuse-ufs show: each directory's
+/// names and inode numbers, each file's size and blocks held, a short link's target, and block
+/// maps whose fragment runs and indirect blocks add up to the blocks held.
+#[test]
+fn inspect_shows_the_freebsd_image_as_the_mount_and_fuse_ufs_do() {
+    if !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, mnt) = (tmp.path().join("fb.img"), tmp.path().join("mnt"));
+    fs::write(&img, common::ufs2::freebsd_image()).unwrap();
+    // inspect reads a copy: it refuses an image a mount holds.
+    let copy = tmp.path().join("copy.img");
+    fs::write(&copy, common::ufs2::freebsd_image()).unwrap();
+    let i = copy.to_str().unwrap();
+    let m = mount_fg(&img, &mnt, &["-o", "ro"]);
+    let readers = {
+        let mut r = vec![mnt.clone()];
+        let tool = external_tool("fuse-ufs", "cargo install fuse-ufs");
+        let fu = tool.as_ref().map(|t| FuseUfs::mount(t, &img, &tmp.path().join("fuse-ufs")));
+        if fu.is_some() {
+            r.push(tmp.path().join("fuse-ufs"));
+        }
+        (r, fu)
+    };
+    let mut checked = 0;
+    for root in &readers.0 {
+        for dir in ["", "dir1", "dir1/dir2", "dir1/dir2/dir3"] {
+            let inspect_dir = if dir.is_empty() { "/".to_string() } else { dir.to_string() };
+            let mut theirs = listing(&root.join(dir));
+            theirs.retain(|(n, _)| n != ".snap" || dir.is_empty());
+            assert_eq!(inspect_listing(i, &inspect_dir), theirs, "{dir} under {}", root.display());
+            for (name, ino) in &theirs {
+                let p = root.join(dir).join(name);
+                let md = fs::symlink_metadata(&p).unwrap();
+                let inode = ok(&["inspect", i, "inode", &ino.to_string()]);
+                assert!(inode.contains(&format!("size       {}\n", md.len())), "{name}: {inode}");
+                assert!(inode.contains(&format!("({} sectors)", md.blocks())), "{name}: {} in {inode}", md.blocks());
+                if md.file_type().is_symlink() && md.blocks() == 0 {
+                    let target = fs::read_link(&p).unwrap();
+                    assert!(
+                        inode.contains(&format!("target     {:?} (in the inode)", target.to_str().unwrap())),
+                        "{inode}"
+                    );
+                    checked += 1;
+                }
+                if md.is_file() || md.file_type().is_symlink() {
+                    // Every fragment held is a data run, a tail or an indirect block of the map,
+                    // or the extended-attribute area's.
+                    let map = ok(&["inspect", i, "bmap", &ino.to_string()]);
+                    let ext = inode.lines().find(|l| l.starts_with("extsize")).unwrap();
+                    let extsize: u64 = ext.split_whitespace().nth(1).unwrap().parse().unwrap();
+                    // Whole blocks of 32 KiB, the last in 4 KiB fragments.
+                    let ext_frags = extsize / 32768 * 8 + (extsize % 32768).div_ceil(4096);
+                    assert_eq!(mapped_fragments(&map) + ext_frags, md.blocks() / 8, "{name}: {map}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 2 * 10, "the files were compared ({checked})");
+    drop(readers);
+    m.umount();
+    // A file's first fragment, as hex: the bytes the mount reads.
+    let map = ok(&["inspect", i, "bmap", "4"]);
+    assert!(map.contains("lbn 0..0  -> fragments") && map.contains("(a tail of 1)"), "{map}");
+    let frag = map.lines().nth(1).unwrap().split("fragments ").nth(1).unwrap().split("..").next().unwrap();
+    let block = ok(&["inspect", i, "block", frag]);
+    assert!(block.contains("a data fragment") && block.contains("bitmap: in use"), "{block}");
+    let sb = ok(&["inspect", i, "sb"]);
+    assert!(sb.contains("bsize/fsize/frag  32768 4096 8") && sb.contains("default_ordering  softdep"), "{sb}");
+}
+
+/// `sufs volume` refuses a UFS2 image with its reason, and writes nothing.
+#[test]
+fn volume_snapshots_refuse_ufs2_with_their_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("u.img");
+    let i = img.to_str().unwrap();
+    ok(&["mkfs", "--ufs2", i, "--size", "64M", "-b", "4096", "-f", "4096"]);
+    fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(80 << 20).unwrap();
+    let before = fs::read(&img).unwrap();
+    for args in [vec!["create", "--store", "reserved", i], vec!["create", "--store", "br", i], vec!["status", i]] {
+        let (code, _, err) = run(&[&["volume", "snapshot"][..], &args].concat());
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains("no volume snapshot of it") && err.contains("addressed in fragments"), "{err}");
+    }
+    assert!(fs::read(&img).unwrap() == before, "nothing written");
+}

@@ -525,6 +525,13 @@ fn dumpfs_ufs2(sb: &Superblock, u: &format::ufs2::Superblock) {
         format!("{:?}", super::default_ordering(sb)).to_lowercase(),
         if u.fs_flags & FS_DOSOFTDEP != 0 { "on" } else { "off" }
     );
+    println!("clean     {}", if u.fs_clean != 0 { "yes" } else { "no" });
+    println!("flags     {}", ufs2_flag_names(u.fs_flags));
+}
+
+/// The names of the `fs_flags` bits set, as dumpfs(8) names them ("none" for none).
+pub(crate) fn ufs2_flag_names(fs_flags: i32) -> String {
+    use format::ufs2::*;
     let named = [
         (FS_UNCLEAN, "unclean"),
         (FS_DOSOFTDEP, "soft-updates"),
@@ -537,7 +544,10 @@ fn dumpfs_ufs2(sb: &Superblock, u: &format::ufs2::Superblock) {
         (FS_METACKHASH, "check-hashes"),
         (FS_TRIM, "trim"),
     ];
-    let flags: Vec<&str> = named.iter().filter(|(f, _)| u.fs_flags & f != 0).map(|(_, n)| *n).collect();
-    println!("clean     {}", if u.fs_clean != 0 { "yes" } else { "no" });
-    println!("flags     {}", if flags.is_empty() { "none".into() } else { flags.join(" ") });
+    let flags: Vec<&str> = named.iter().filter(|(f, _)| fs_flags & f != 0).map(|(_, n)| *n).collect();
+    if flags.is_empty() {
+        "none".into()
+    } else {
+        flags.join(" ")
+    }
 }
