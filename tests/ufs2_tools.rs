@@ -163,6 +163,13 @@ fn tunefs_refusals_on_ufs2() {
     let (code, _, err) = run(&["tunefs", i, "--minfree", "5"]);
     assert_eq!((code, err.contains("sufs fsck -y")), (1, true), "{err}");
     assert!(ok(&["tunefs", i, "-p"]).contains("minfree   8%"), "-p alone reads an unclean image");
+    // Soft updates turned off take their journal (SU+J) with them.
+    u.fs_clean = 1;
+    u.fs_flags |= sufs_fs::format::ufs2::FS_SUJ;
+    fs::OpenOptions::new().write(true).open(&img).unwrap().write_all_at(&u.encode(), SBLOCK_UFS2).unwrap();
+    ok(&["tunefs", i, "--ordering", "sync"]);
+    let u = superblock_at(&img, SBLOCK_UFS2);
+    assert_eq!(u.fs_flags & (sufs_fs::format::ufs2::FS_SUJ | sufs_fs::format::ufs2::FS_DOSOFTDEP), 0);
     assert_eq!(fs::metadata(&img).unwrap().size(), 64 << 20);
 }
 

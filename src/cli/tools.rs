@@ -149,6 +149,11 @@ fn tunefs_ufs2(image: &Path, dev: &FileDevice, mut sb: Superblock, t: &Tune) -> 
                 println!("UFS2 keeps only soft updates on or off: a mount given no ordering runs sync (ask for async at mount)");
             }
             sb.default_ordering = if o == Ordering::Softdep { format::ORDER_SOFTDEP } else { format::ORDER_SYNC };
+            // Journaled soft updates without soft updates mean nothing: tunefs -n disable
+            // clears the journal's flag too.
+            if o != Ordering::Softdep && sb.disable_suj() {
+                println!("soft updates journaling cleared with soft updates (remove .sujournal to reclaim its space)");
+            }
         }
         sb.write_time = sufs_fs::clock::Clock::wall(&sufs_fs::clock::RealClock::new()).0;
         let mut u = sb.to_ufs2().expect("a UFS2 image");
