@@ -2,7 +2,7 @@
 //! changed at random (inodes, directories, the group blocks, indirect blocks) is either refused
 //! at mount with an error, or read whole with answers or errors, and written to (read-write: new
 //! files, writes, truncates, removals, renames) with answers or errors: never a panic, never a
-//! walk that does not end.
+//! walk that does not end. `sufs inspect` prints such an image: answers, or a number refused.
 
 mod common;
 
@@ -16,16 +16,22 @@ use sufs_fs::format::ufs2::{Superblock, UFS2_DINODE_SIZE};
 use sufs_fs::format::{DT_DIR, DT_LNK, DT_REG, ROOT_INO};
 use sufs_fs::fs::{Fs, MountOptions};
 
-/// Where the fixture's metadata is (byte ranges), found by decoding the clean image: with
-/// `groups`, its group blocks (whose check hashes a mount verifies); else its inode blocks and
-/// the root directory's first block (read as they are: the mount does not check inode hashes).
-fn metadata_ranges(img: &[u8], groups: bool) -> Vec<(usize, usize)> {
+/// The superblock of the image `img`.
+fn superblock_of(img: &[u8]) -> Superblock {
     let (_, u) = Superblock::search(|off, buf| {
         let off = off as usize;
         buf.copy_from_slice(&img[off..off + buf.len()]);
         Ok(())
     })
     .unwrap();
+    u
+}
+
+/// Where the fixture's metadata is (byte ranges), found by decoding the clean image: with
+/// `groups`, its group blocks (whose check hashes a mount verifies); else its inode blocks and
+/// the root directory's first block (read as they are: the mount does not check inode hashes).
+fn metadata_ranges(img: &[u8], groups: bool) -> Vec<(usize, usize)> {
+    let u = superblock_of(img);
     let fsize = u.fs_fsize as usize;
     let mut out = Vec::new();
     for c in 0..u.fs_ncg {
@@ -182,4 +188,92 @@ proptest! {
         let img = damaged(&metadata_ranges(common::ufs2::image(), true), &picks);
         mount_and_walk(&img);
     }
+}
+
+/// `sufs inspect` of `img` (written to a file): the superblock, the root directory, the first
+/// inodes' fields, block maps and (for directories) entries, and each group's block, inode table
+/// and first data fragments. The superblock is intact, so `sb` answers; every other command
+/// answers (exit 0) or refuses its number (exit 1, "not a directory"): never a panic.
+fn inspect_all(img: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.img");
+    std::fs::write(&path, img).unwrap();
+    let p = path.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = common::sufs(&[&["inspect", p][..], args].concat());
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let code = out.status.code();
+        assert!(!err.contains("panicked") && matches!(code, Some(0 | 1)), "inspect {args:?}: {code:?} {err}");
+        code
+    };
+    assert_eq!(run(&["sb"]), Some(0));
+    run(&["dir", "/"]);
+    for ino in 2..16u32 {
+        let n = ino.to_string();
+        run(&["inode", &n]);
+        run(&["bmap", &n]);
+        run(&["dir", &n]);
+    }
+    let u = superblock_of(img);
+    for c in 0..u.fs_ncg {
+        for f in [u.cgtod(c), u.cgimin(c), u.cgdmin(c), u.cgdmin(c) + 9] {
+            run(&["block", &f.to_string()]);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Inodes, the root directory and the group blocks damaged: `sufs inspect` prints them.
+    #[test]
+    fn damaged_images_never_panic_inspect(
+        picks in proptest::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>(), any::<u8>()), 1..16),
+        groups in any::<bool>(),
+    ) {
+        inspect_all(&damaged(&metadata_ranges(common::ufs2::image(), groups), &picks));
+    }
+}
+
+/// Damage inspect must report, not follow: the root's first pointer past the file system, the
+/// first file's tail in the middle of a block's end, an inode's check hash broken, a group block
+/// overwritten.
+#[test]
+fn inspect_reports_the_damage_it_meets() {
+    let img = common::ufs2::image().to_vec();
+    let u = superblock_of(&img);
+    let mut bad = img.clone();
+    let at = |ino: u32| u.ino_offset(ino) as usize;
+    // Root (inode 2): di_db[0] past the end, its check hash resealed so only the pointer is bad.
+    let mut d = sufs_fs::format::ufs2::Dinode::decode(&bad[at(2)..]).unwrap();
+    d.di_db[0] = u.fs_size + 3;
+    bad[at(2)..at(2) + UFS2_DINODE_SIZE].copy_from_slice(&d.encode_for(&u));
+    // file1 (inode 4, 23 bytes, one fragment): its fragment moved to a block's last fragment but
+    // one, then two fragments long: past its block.
+    let mut d = sufs_fs::format::ufs2::Dinode::decode(&bad[at(4)..]).unwrap();
+    d.di_db[0] = 7 * u.fs_frag as i64 + u.fs_frag as i64 - 1;
+    d.di_size = u.fs_fsize as u64 + 1;
+    bad[at(4)..at(4) + UFS2_DINODE_SIZE].copy_from_slice(&d.encode_for(&u));
+    // file3 (inode 5): a byte changed, its check hash left.
+    bad[at(5) + 16] ^= 0x40;
+    // Group 1's block.
+    let cg1 = u.cgtod(1) as usize * u.fs_fsize as usize;
+    bad[cg1..cg1 + 64].fill(0xee);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.img");
+    std::fs::write(&path, &bad).unwrap();
+    let p = path.to_str().unwrap();
+    let out = |args: &[&str]| {
+        let o = common::sufs(&[&["inspect", p][..], args].concat());
+        assert_eq!(o.status.code(), Some(0), "inspect {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let root = out(&["dir", "/"]);
+    assert!(root.contains("bad: lbn 0: bad pointer") && root.contains("problems found"), "{root}");
+    let map = out(&["bmap", "4"]);
+    assert!(map.contains("lbn 0: bad pointer") && map.contains("1 problems found"), "{map}");
+    let ino = out(&["inode", "5"]);
+    assert!(ino.contains("check hash bad") && ino.contains("problems found"), "{ino}");
+    let place = out(&["block", &u.cgdmin(1).to_string()]);
+    assert!(place.contains("bitmap: unreadable") && place.contains("problems found"), "{place}");
 }

@@ -161,7 +161,7 @@ pub(crate) fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Su
     if sb.ufs2().is_some() {
         return Err(Fail(
             format!(
-                "{}: a UFS2 file system: sufs mounts it read-only (`sufs mount -o ro`) and prints it (`sufs dumpfs`); this command does not work on UFS2 yet",
+                "{}: a UFS2 file system: sufs mounts it (read-write or read-only), prints it (`sufs dumpfs`, `sufs inspect`), checks and repairs it (`sufs fsck`) and tunes it (`sufs tunefs`); this command does not work on UFS2 yet",
                 image.display()
             ),
             8,
@@ -517,8 +517,21 @@ fn dumpfs_ufs2(sb: &Superblock, u: &format::ufs2::Superblock) {
         "free      {} blocks, {} fragments, {} inodes; {} directories",
         cs.cs_nbfree, cs.cs_nffree, cs.cs_nifree, cs.cs_ndir
     );
-    println!("minfree   {}%", u.fs_minfree);
+    let optim = if u.fs_optim == newfs::FS_OPTSPACE { "space" } else { "time" };
+    println!("minfree   {}%  optim {optim}", u.fs_minfree);
     println!("label     {}", if sb.label.is_empty() { "(none)".into() } else { String::from_utf8_lossy(&sb.label) });
+    println!(
+        "ordering  {} for a mount given none (soft updates {})",
+        format!("{:?}", super::default_ordering(sb)).to_lowercase(),
+        if u.fs_flags & FS_DOSOFTDEP != 0 { "on" } else { "off" }
+    );
+    println!("clean     {}", if u.fs_clean != 0 { "yes" } else { "no" });
+    println!("flags     {}", ufs2_flag_names(u.fs_flags));
+}
+
+/// The names of the `fs_flags` bits set, as dumpfs(8) names them ("none" for none).
+pub(crate) fn ufs2_flag_names(fs_flags: i32) -> String {
+    use format::ufs2::*;
     let named = [
         (FS_UNCLEAN, "unclean"),
         (FS_DOSOFTDEP, "soft-updates"),
@@ -531,7 +544,10 @@ fn dumpfs_ufs2(sb: &Superblock, u: &format::ufs2::Superblock) {
         (FS_METACKHASH, "check-hashes"),
         (FS_TRIM, "trim"),
     ];
-    let flags: Vec<&str> = named.iter().filter(|(f, _)| u.fs_flags & f != 0).map(|(_, n)| *n).collect();
-    println!("clean     {}", if u.fs_clean != 0 { "yes" } else { "no" });
-    println!("flags     {}", if flags.is_empty() { "none".into() } else { flags.join(" ") });
+    let flags: Vec<&str> = named.iter().filter(|(f, _)| fs_flags & f != 0).map(|(_, n)| *n).collect();
+    if flags.is_empty() {
+        "none".into()
+    } else {
+        flags.join(" ")
+    }
 }

@@ -1,6 +1,11 @@
 //! `sufs inspect`: FreeBSD's fsdb/ffsinfo for an unmounted image, read-only. Prints an inode, a
 //! directory, a file's block map, a raw block or the superblock; every value read from the disk
 //! is checked where it is used, so a damaged image gets messages, not a panic.
+//!
+//! On a UFS2 image the addresses are fragments (as everywhere in sufs on UFS2, docs/ufs2.md): a
+//! block map lists runs of whole blocks in fragments and a file's tail as its fragments, the
+//! group maps are UFS2's (`Cg`: the used-inode map and the free-fragment map), and the
+//! FreeBSD-only fields are printed beside sufs's view of them.
 
 use std::path::Path;
 use sufs_fs::dev::{BlockDevice, FileDevice};
@@ -43,7 +48,7 @@ pub(crate) fn refuse_mounted(image: &Path, exclusive: bool) -> Result<std::fs::F
 
 pub(crate) fn cmd_inspect(image: &Path, what: InspectCmd) -> Result<u8, Fail> {
     let _lock = refuse_mounted(image, false)?;
-    let (dev, sb) = open_image(image, false)
+    let (dev, sb) = open_image_any(image, false)
         .map_err(|Fail(m, _)| Fail(format!("{m} (the superblock is unreadable: try `sufs fsck -b N`)"), 8))?;
     let img = Image { dev, sb };
     let problems = match what {
@@ -51,7 +56,10 @@ pub(crate) fn cmd_inspect(image: &Path, what: InspectCmd) -> Result<u8, Fail> {
         InspectCmd::Dir { target } => print_dir(&img, &target)?,
         InspectCmd::Bmap { ino } => print_bmap(&img, inode_number(&img.sb, ino)?)?,
         InspectCmd::Block { bno } => print_block(&img, bno)?,
-        InspectCmd::Sb => print_sb(&img.sb),
+        InspectCmd::Sb => match img.sb.ufs2() {
+            Some(u) => print_sb_ufs2(&img.sb, u),
+            None => print_sb(&img.sb),
+        },
     };
     if problems > 0 {
         println!("{problems} problems found (run `sufs fsck` on the image)");
@@ -68,10 +76,29 @@ fn inode_number(sb: &Superblock, ino: u64) -> Result<u32, Fail> {
 }
 
 fn read_inode(img: &Image, ino: u32) -> Result<Dinode, Fail> {
+    Ok(img.sb.decode_dinode(&read_raw_inode(img, ino)?))
+}
+
+/// The inode's bytes as they are in the inode table.
+fn read_raw_inode(img: &Image, ino: u32) -> Result<Vec<u8>, Fail> {
     let (bno, off) = img.sb.inode_location(ino);
     let mut buf = vec![0u8; img.sb.block_size as usize];
     img.dev.read_block(bno, &mut buf).map_err(|e| Fail(format!("reading inode {ino}: {e}"), 8))?;
-    Ok(Dinode::decode(&buf[off..off + format::DINODE_SIZE]))
+    Ok(buf[off..off + format::DINODE_SIZE].to_vec())
+}
+
+/// Fragments per block: 1 on sufs's format, where block numbers count blocks.
+fn frag(img: &Image) -> u64 {
+    img.sb.frag()
+}
+
+/// What block numbers count on this image.
+fn unit_name(img: &Image) -> &'static str {
+    if img.sb.ufs2().is_some() {
+        "fragments"
+    } else {
+        "blocks"
+    }
 }
 
 fn type_name(mode: u16) -> &'static str {
@@ -120,17 +147,29 @@ fn flag_names(flags: u32) -> String {
 
 /// Prints an inode; returns the problems seen.
 fn print_inode(img: &Image, ino: u32) -> Result<usize, Fail> {
-    let di = read_inode(img, ino)?;
+    let raw = read_raw_inode(img, ino)?;
+    let di = img.sb.decode_dinode(&raw);
     let mut problems = 0;
     let cg = img.sb.cg_of_inode(ino);
-    let bit = bitmap_bit(img, cg, CgHeader::inode_map_offset(), (ino % img.sb.inodes_per_group) as usize)?;
+    let bit = inode_bit(img, ino)?;
     problems += bit.is_err() as usize;
     println!("inode      {ino} (group {cg}; bitmap: {})", bit_text(&bit));
     println!("mode       {:#o} ({})", di.mode, type_name(di.mode));
     println!("nlink      {}", di.nlink);
     println!("uid/gid    {}/{}", di.uid, di.gid);
     println!("size       {}", di.size);
-    println!("blocks     {}", di.blocks);
+    match img.sb.ufs2() {
+        // di_blocks counts 512-byte sectors on disk (what stat's st_blocks shows).
+        Some(u) => {
+            let d = format::ufs2::Dinode::decode(&raw).map_err(|e| Fail(e.to_string(), 8))?;
+            println!("blocks     {} fragments ({} sectors)", di.blocks, d.di_blocks);
+            if let Err(e) = format::ufs2::Dinode::decode_checked(&raw, u, ino) {
+                problems += 1;
+                println!("check hash bad: {e}");
+            }
+        }
+        None => println!("blocks     {}", di.blocks),
+    }
     for (name, s, ns) in [
         ("atime", di.atime, di.atime_ns),
         ("mtime", di.mtime, di.mtime_ns),
@@ -142,10 +181,18 @@ fn print_inode(img: &Image, ino: u32) -> Result<usize, Fail> {
         println!("{name:<10} {s}.{ns:09}{bad}");
     }
     println!("flags      {}", flag_names(di.flags));
+    if img.sb.ufs2().is_some() {
+        println!("di_flags   {:#x} (FreeBSD's chflags bits)", di.ufs2.flags);
+    }
     println!("generation {}", di.generation);
     println!("rdev       {:#x}", di.rdev);
-    println!("direct     {:?}", di.db);
-    println!("indirect   {:?}", di.ib);
+    if img.sb.ufs2().is_some() && di.short_symlink() {
+        // UFS2 keeps a target shorter than fs_maxsymlinklen in the block pointers.
+        println!("target     {:?} (in the inode)", String::from_utf8_lossy(&di.short_target()));
+    } else {
+        println!("direct     {:?}", di.db);
+        println!("indirect   {:?}", di.ib);
+    }
     problems += print_ext_area(img, &di)?;
     Ok(problems)
 }
@@ -164,7 +211,9 @@ fn print_ext_area(img: &Image, di: &Dinode) -> Result<usize, Fail> {
     }
     let mut area = vec![0u8; nblocks * bs];
     for (i, &b) in di.extb[..nblocks].iter().enumerate() {
-        if !img.sb.is_data_block(b) {
+        // The area's last block may be a run of fragments (UFS2), as a file's tail.
+        let len = (di.extsize as usize - i * bs).min(bs);
+        if !run_ok(img, b, (len as u64).div_ceil(img.sb.addr_unit() as u64)) {
             println!("  bad: attribute block {b} is not a data block");
             return Ok(1);
         }
@@ -186,8 +235,11 @@ fn print_ext_area(img: &Image, di: &Dinode) -> Result<usize, Fail> {
 
 /// One entry of a block map walk.
 enum MapItem {
-    /// Logical blocks `[0]..[0]+[2]` are at physical `[1]..`.
+    /// Logical blocks `[0]..[0]+[2]` are at physical `[1]..` (whole blocks, `frag` addresses
+    /// apart).
     Data(u64, u64, u64),
+    /// Logical block `[0]`, a file's last direct block, is the `[2]` fragments at `[1]` (UFS2).
+    Tail(u64, u64, u64),
     /// Logical blocks `[0]..[0]+[1]` are holes.
     Hole(u64, u64),
     /// An indirect block of the given level (1 single, 2 double, 3 triple) at `[1]`, mapping
@@ -204,7 +256,12 @@ fn walk_map(img: &Image, di: &Dinode, nblocks: u64) -> Result<Vec<MapItem>, Fail
     let mut out = Vec::new();
     for (i, &p) in di.db.iter().enumerate() {
         if (i as u64) < nblocks {
-            leaf(img, &mut out, i as u64, p);
+            // UFS2's `sblksize`: the last direct block holds only the fragments its bytes need.
+            let frags = match img.sb.ufs2() {
+                Some(u) => u.sblksize(di.size, i as i64).div_ceil(u.fs_fsize as u64),
+                None => 1,
+            };
+            leaf(img, &mut out, i as u64, p, frags);
         }
     }
     let ppb = img.sb.ptrs_per_block();
@@ -220,16 +277,28 @@ fn walk_map(img: &Image, di: &Dinode, nblocks: u64) -> Result<Vec<MapItem>, Fail
     Ok(out)
 }
 
-/// Adds one data pointer for logical block `lbn`, merging runs.
-fn leaf(img: &Image, out: &mut Vec<MapItem>, lbn: u64, p: u64) {
+/// Whether the `frags` addresses from `p` may be a file's block or tail: data space, inside one
+/// block (a whole block starts a block), in the file system.
+fn run_ok(img: &Image, p: u64, frags: u64) -> bool {
+    let f = frag(img);
+    frags >= 1 && img.sb.is_data_block(p) && img.sb.is_data_block(p + frags - 1) && p % f + frags <= f
+}
+
+/// Adds one data pointer for logical block `lbn`, of `frags` addresses (1 on sufs's format; on
+/// UFS2 a whole block's `fs_frag`, or a tail's fragments), merging runs of whole blocks.
+fn leaf(img: &Image, out: &mut Vec<MapItem>, lbn: u64, p: u64, frags: u64) {
     if p == 0 {
         return hole(out, lbn, 1);
     }
-    if !img.sb.is_data_block(p) {
+    if !run_ok(img, p, frags) {
         return out.push(MapItem::Bad(0, lbn, p));
     }
+    let f = frag(img);
+    if frags < f {
+        return out.push(MapItem::Tail(lbn, p, frags));
+    }
     if let Some(MapItem::Data(l, b, n)) = out.last_mut() {
-        if *l + *n == lbn && *b + *n == p {
+        if *l + *n == lbn && *b + *n * f == p {
             *n += 1;
             return;
         }
@@ -262,7 +331,7 @@ fn walk_indirect(
         hole(out, start, len);
         return Ok(());
     }
-    if !img.sb.is_data_block(p) {
+    if !run_ok(img, p, frag(img)) {
         out.push(MapItem::Bad(lvl, start, p));
         return Ok(());
     }
@@ -282,7 +351,7 @@ fn walk_indirect(
             break;
         }
         if lvl == 1 {
-            leaf(img, out, s, c);
+            leaf(img, out, s, c, frag(img));
         } else {
             walk_indirect(img, out, lvl - 1, c, s, child, nblocks)?;
         }
@@ -296,25 +365,32 @@ fn print_bmap(img: &Image, ino: u32) -> Result<usize, Fail> {
     let bs = img.sb.block_size as u64;
     let nblocks = di.size.div_ceil(bs).min(img.sb.max_file_size() / bs);
     println!(
-        "inode {ino}: {}, size {}, {} logical blocks, {} blocks held",
+        "inode {ino}: {}, size {}, {} logical blocks, {} {} held",
         type_name(di.mode),
         di.size,
         nblocks,
-        di.blocks
+        di.blocks,
+        unit_name(img)
     );
     if di.is_symlink() && di.blocks == 0 {
         println!("  (a short symlink: its target is in the inode)");
         return Ok(0);
     }
+    let (f, unit) = (frag(img), unit_name(img));
     let mut problems = 0;
     for item in walk_map(img, &di, nblocks)? {
         match item {
-            MapItem::Data(l, b, n) => println!("  lbn {l}..{}  -> blocks {b}..{}", l + n - 1, b + n - 1),
+            MapItem::Data(l, b, n) => println!("  lbn {l}..{}  -> {unit} {b}..{}", l + n - 1, b + n * f - 1),
+            MapItem::Tail(l, p, k) => println!("  lbn {l}..{l}  -> {unit} {p}..{} (a tail of {k})", p + k - 1),
             MapItem::Hole(l, n) => println!("  lbn {l}..{}  hole", l + n - 1),
+            MapItem::Indirect(lvl, b, l) if f > 1 => {
+                println!("  indirect level {lvl} at fragments {b}..{} (from lbn {l})", b + f - 1)
+            }
             MapItem::Indirect(lvl, b, l) => println!("  indirect level {lvl} at block {b} (from lbn {l})"),
             MapItem::Bad(lvl, l, p) => {
                 problems += 1;
-                println!("  lbn {l}: bad pointer {p} (level {lvl}): not a data block");
+                let what = if f > 1 { "not data fragments inside one block" } else { "not a data block" };
+                println!("  lbn {l}: bad pointer {p} (level {lvl}): {what}");
             }
             MapItem::Repeated(lvl, l, p) => {
                 problems += 1;
@@ -351,14 +427,22 @@ fn dir_entries_of(img: &Image, ino: u32) -> Result<(Vec<format::DirEntry>, Vec<S
     let mut entries = Vec::new();
     let mut problems = Vec::new();
     let mut buf = vec![0u8; bs as usize];
+    // A block's entries end at the directory's size (UFS2 directories grow a chunk at a time).
+    let mut read = |lbn: u64, at: u64, problems: &mut Vec<String>| match img.dev.read_block(at, &mut buf) {
+        Ok(()) => {
+            let len = di.size.saturating_sub(lbn * bs).min(bs) as usize;
+            read_dir_block(&buf[..len], lbn, &mut entries, problems);
+        }
+        Err(e) => problems.push(format!("lbn {lbn}: {e}")),
+    };
     for item in walk_map(img, &di, nblocks)? {
         match item {
             MapItem::Data(l, b, n) => {
                 for i in 0..n {
-                    img.dev.read_block(b + i, &mut buf).map_err(|e| Fail(e.to_string(), 8))?;
-                    read_dir_block(&buf, l + i, &mut entries, &mut problems);
+                    read(l + i, b + i * frag(img), &mut problems);
                 }
             }
+            MapItem::Tail(l, p, _) => read(l, p, &mut problems),
             MapItem::Hole(l, _) => problems.push(format!("a hole at lbn {l}")),
             MapItem::Bad(_, l, p) => problems.push(format!("lbn {l}: bad pointer {p}")),
             MapItem::Repeated(_, l, p) => problems.push(format!("lbn {l}: indirect block {p} repeated")),
@@ -417,10 +501,15 @@ fn block_role(sb: &Superblock, bno: u64) -> String {
 fn print_block(img: &Image, bno: u64) -> Result<usize, Fail> {
     let sb = &img.sb;
     if bno >= img.dev.num_blocks() {
-        return Err(Fail(format!("block {bno} is past the device's end ({} blocks)", img.dev.num_blocks()), 1));
+        return Err(Fail(
+            format!("block {bno} is past the device's end ({} {})", img.dev.num_blocks(), unit_name(img)),
+            1,
+        ));
     }
     let mut problems = 0;
-    if bno >= sb.num_blocks {
+    if let Some(u) = sb.ufs2() {
+        problems += print_frag_place(img, u, bno)?;
+    } else if bno >= sb.num_blocks {
         println!("block {bno}: past the file system's end ({} blocks)", sb.num_blocks);
     } else {
         let cg = sb.cg_of_block(bno);
@@ -434,6 +523,83 @@ fn print_block(img: &Image, bno: u64) -> Result<usize, Fail> {
     img.dev.read_block(bno, &mut buf).map_err(|e| Fail(e.to_string(), 8))?;
     hexdump(&buf);
     Ok(problems)
+}
+
+/// Where fragment `bno` of a UFS2 image is: its group and role, and what the group's free map
+/// says of it and of the other fragments of its block. Returns the problems seen.
+fn print_frag_place(img: &Image, u: &format::ufs2::Superblock, bno: u64) -> Result<usize, Fail> {
+    if bno >= u.fs_size as u64 {
+        println!("fragment {bno}: past the file system's end ({} fragments)", u.fs_size);
+        return Ok(0);
+    }
+    let cg = u.dtog(bno as i64) as u32;
+    println!("fragment {bno}: group {cg}, {}", frag_role(u, bno));
+    let g = match ufs2_cg(img, u, cg)? {
+        Ok(g) => g,
+        Err(e) => {
+            println!("bitmap: unreadable ({e})");
+            return Ok(1);
+        }
+    };
+    let in_group = |f: u64| (f < u.fs_size as u64).then(|| u.dtogd(f as i64) as u32);
+    let free = |f: u64| in_group(f).map(|d| g.frag_free(d));
+    println!("bitmap: {}", if free(bno) == Some(true) { "free" } else { "in use" });
+    let first = u.blknum(bno as i64) as u64;
+    let map: String = (first..first + u.fs_frag as u64)
+        .map(|f| match free(f) {
+            Some(true) => '.',
+            Some(false) => '#',
+            None => ' ',
+        })
+        .collect();
+    println!("fragments {first}..{} of its block: [{map}] (# in use, . free)", first + u.fs_frag as u64 - 1);
+    Ok(0)
+}
+
+/// What fragment `bno` of a UFS2 image is, by FreeBSD's layout of its group (`cgsblock`,
+/// `cgtod`, `cgimin`, `cgdmin`) and the summary area at `fs_csaddr`.
+fn frag_role(u: &format::ufs2::Superblock, bno: u64) -> String {
+    let cg = u.dtog(bno as i64) as u32;
+    let b = bno as i64;
+    let fsize = u.fs_fsize as i64;
+    let cs_frags = (u.fs_cssize as i64 + fsize - 1) / fsize;
+    let primary = u.fs_sblockloc / fsize..(u.fs_sblockloc + u.fs_sbsize as i64 + fsize - 1) / fsize;
+    if primary.contains(&b) {
+        "the primary superblock (fs_sblockloc)".into()
+    } else if cg == 0 && b < u.cgsblock(0) {
+        "the boot area".into()
+    } else if (u.cgsblock(cg)..u.cgtod(cg)).contains(&b) {
+        "a superblock copy".into()
+    } else if (u.cgtod(cg)..u.cgimin(cg)).contains(&b) {
+        "the group block (cylinder group header and maps)".into()
+    } else if (u.cgimin(cg)..u.cgdmin(cg)).contains(&b) {
+        let k = (b - u.cgimin(cg)) / u.fs_frag as i64;
+        let first = cg as u64 * u.fs_ipg as u64 + k as u64 * u.inopb() as u64;
+        format!("inode table (inodes {first}..{})", first + u.inopb() as u64 - 1)
+    } else if (u.fs_csaddr..u.fs_csaddr + cs_frags).contains(&b) {
+        "the summary area (fs_csaddr)".into()
+    } else {
+        "a data fragment".into()
+    }
+}
+
+/// Group `cg` of a UFS2 image, decoded and checked (magic, counts, check hash): Ok, or why it
+/// cannot be trusted.
+fn ufs2_cg(img: &Image, u: &format::ufs2::Superblock, cg: u32) -> Result<Result<format::ufs2::Cg, String>, Fail> {
+    let mut buf = vec![0u8; img.sb.block_size as usize];
+    img.dev.read_block(img.sb.cg_header_block(cg), &mut buf).map_err(|e| Fail(e.to_string(), 8))?;
+    Ok(format::ufs2::Cg::decode(&buf, u, cg, true).map_err(|e| e.to_string()))
+}
+
+/// Whether inode `ino` is in use by its group's map: Ok(in use), or why the group cannot be
+/// trusted.
+fn inode_bit(img: &Image, ino: u32) -> Result<Result<bool, String>, Fail> {
+    let cg = img.sb.cg_of_inode(ino);
+    let i = ino % img.sb.inodes_per_group;
+    match img.sb.ufs2() {
+        Some(u) => Ok(ufs2_cg(img, u, cg)?.map(|g| g.inode_used(i))),
+        None => bitmap_bit(img, cg, CgHeader::inode_map_offset(), i as usize),
+    }
 }
 
 /// Bit `i` of the bitmap at byte `off` of group `cg`'s header: Ok(in use), or why the header
@@ -493,5 +659,41 @@ fn print_sb(sb: &Superblock) -> usize {
     println!("label             {:?}", String::from_utf8_lossy(&sb.label));
     let snaps: Vec<String> = sb.snapshots.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();
     println!("snapshots         {}", if snaps.is_empty() { "none".into() } else { snaps.join(" ") });
+    0
+}
+
+/// The UFS2 superblock's fields, as dumpfs(8) names them, and sufs's view of them.
+fn print_sb_ufs2(sb: &Superblock, u: &format::ufs2::Superblock) -> usize {
+    let cs = u.fs_cstotal;
+    let label: Vec<u8> = u.fs_volname.iter().take_while(|&&c| c != 0).copied().collect();
+    let snaps: Vec<String> = u.fs_snapinum.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();
+    println!("magic             {:#x} (UFS2) at byte {}", u.fs_magic, u.fs_sblockloc);
+    println!("bsize/fsize/frag  {} {} {}", u.fs_bsize, u.fs_fsize, u.fs_frag);
+    println!("size              {} fragments (dsize {})", u.fs_size, u.fs_dsize);
+    println!("ncg               {} of {} fragments, {} inodes each", u.fs_ncg, u.fs_fpg, u.fs_ipg);
+    println!("sblkno/cblkno     {} {}", u.fs_sblkno, u.fs_cblkno);
+    println!("iblkno/dblkno     {} {}", u.fs_iblkno, u.fs_dblkno);
+    println!("cgsize            {}", u.fs_cgsize);
+    println!("csaddr/cssize     {} {}", u.fs_csaddr, u.fs_cssize);
+    println!(
+        "cstotal           nbfree {} nffree {} nifree {} ndir {}",
+        cs.cs_nbfree, cs.cs_nffree, cs.cs_nifree, cs.cs_ndir
+    );
+    println!(
+        "minfree/optim     {}% {}",
+        u.fs_minfree,
+        if u.fs_optim == format::ufs2::newfs::FS_OPTSPACE { "space" } else { "time" }
+    );
+    println!("maxcontig/maxbpg  {} {}", u.fs_maxcontig, u.fs_maxbpg);
+    println!("avgfilesize/fpdir {} {}", u.fs_avgfilesize, u.fs_avgfpdir);
+    println!("maxsymlinklen     {}", u.fs_maxsymlinklen);
+    println!("maxfilesize       {}", u.fs_maxfilesize);
+    println!("flags             {:#x} ({})", u.fs_flags, ufs2_flag_names(u.fs_flags));
+    println!("clean             {}", u.fs_clean);
+    println!("metackhash        {:#x}  ckhash {:#x}", u.fs_metackhash, u.fs_ckhash);
+    println!("time/mtime        {} {}", u.fs_time, u.fs_mtime);
+    println!("label             {:?}", String::from_utf8_lossy(&label));
+    println!("snapinum          {}", if snaps.is_empty() { "none".into() } else { snaps.join(" ") });
+    println!("default_ordering  {}", format!("{:?}", super::default_ordering(sb)).to_lowercase());
     0
 }

@@ -74,7 +74,9 @@ impl Superblock {
             write_time: u.fs_time,
             mount_count: 0,
             minfree: u8::try_from(u.fs_minfree).ok().filter(|&m| m <= MAX_MINFREE),
-            default_ordering: ORDER_DEFAULT,
+            // FreeBSD's setting: soft updates when `FS_DOSOFTDEP` is set (tunefs -n), else the
+            // traditional synchronous metadata writes (see `to_ufs2`).
+            default_ordering: if u.fs_flags & ufs2::FS_DOSOFTDEP != 0 { ORDER_SOFTDEP } else { ORDER_SYNC },
             label,
             snapshots,
             ufs2: Some(Box::new(u)),
@@ -86,11 +88,19 @@ impl Superblock {
     /// updates and "needs fsck" (`fs_flags`), the times, the label, minfree and the snapshot
     /// list. The counts (`fs_cstotal`) are the UFS2 superblock's own, kept by the allocator.
     /// None on a sufs image.
+    ///
+    /// `FS_DOSOFTDEP` is two things here, as in FreeBSD: on a clean image the setting (the
+    /// ordering a mount uses when given none: `default_ordering`, which `sufs tunefs
+    /// --ordering` changes); while mounted (not clean) the ordering that mount runs
+    /// (`SB_SOFTDEP`), so that after a crash the image says what fsck must repair: a sync or
+    /// async mount clears it for as long as it runs.
     pub fn to_ufs2(&self) -> Option<ufs2::Superblock> {
         let mut u = self.ufs2()?.clone();
-        u.fs_clean = (self.flags & SB_CLEAN != 0) as i8;
+        let clean = self.flags & SB_CLEAN != 0;
+        u.fs_clean = clean as i8;
         let mut fl = u.fs_flags & !(ufs2::FS_DOSOFTDEP | ufs2::FS_NEEDSFSCK | ufs2::FS_UNCLEAN);
-        if self.flags & SB_SOFTDEP != 0 {
+        let softdep = if clean { self.default_ordering == ORDER_SOFTDEP } else { self.flags & SB_SOFTDEP != 0 };
+        if softdep {
             fl |= ufs2::FS_DOSOFTDEP;
         }
         if self.flags & SB_NEEDS_FSCK != 0 {

@@ -196,12 +196,19 @@ fn check_options(o: &NewfsOptions) -> Result<(), NewfsError> {
         return bad("bad average file size or files per directory".into());
     }
     if let Some(l) = &o.label {
-        if !l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-') {
-            return bad("bad volume label. Valid characters are alphanumerics, dashes, and underscores.".into());
-        }
-        if l.len() >= MAXVOLLEN {
-            return bad(format!("bad volume label. Length is longer than {MAXVOLLEN}."));
-        }
+        check_label(l).map_err(NewfsError::Option)?;
+    }
+    Ok(())
+}
+
+/// A volume label as newfs's and tunefs's `-L` take it: letters, digits, `_` and `-`, fewer
+/// than `MAXVOLLEN` bytes (`fs_volname` keeps its NUL); empty clears the label.
+pub fn check_label(l: &str) -> Result<(), String> {
+    if !l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-') {
+        return Err("bad volume label. Valid characters are alphanumerics, dashes, and underscores.".into());
+    }
+    if l.len() >= MAXVOLLEN {
+        return Err(format!("bad volume label. Length is longer than {}.", MAXVOLLEN - 1));
     }
     Ok(())
 }
