@@ -269,7 +269,7 @@ impl GrowDevice for Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::newfs::{newfs, NewfsOptions};
+    use super::super::newfs::{newfs, NewfsOptions};
     use super::*;
 
     fn image(size: u64, o: &NewfsOptions) -> Vec<u8> {
@@ -280,6 +280,30 @@ mod tests {
         })
         .unwrap();
         img
+    }
+
+    #[test]
+    fn a_short_last_group_resized_to_a_whole_one_and_back_is_what_it_was() {
+        let o = NewfsOptions { time: 1, regression: true, ..NewfsOptions::default() };
+        let img = image(4 << 20, &o);
+        let (_, sb) = Superblock::search(|off, b| ReadAt::read_exact_at(img.as_slice(), b, off)).unwrap();
+        let last = sb.fs_ncg - 1;
+        let at = sb.fsb_offset(sb.cgtod(last)) as usize;
+        let g = Cg::decode(&img[at..], &sb, last, true).unwrap();
+        let ndblk = g.hdr.cg_ndblk;
+        assert!(ndblk < sb.fs_fpg as u32, "the fixture geometry's last group is short");
+        let mut grown = g.clone();
+        grown.resize(sb.fs_fpg as u32);
+        let (m, cs) = (grown.map_counts(), grown.hdr.cg_cs);
+        assert_eq!((m.nbfree, m.nffree), (cs.cs_nbfree as u32, cs.cs_nffree as u32));
+        assert_eq!(m.clustersum[1..], grown.clustersum()[1..]);
+        let added = sb.fs_fpg as u32 - ndblk;
+        assert_eq!(
+            cs.cs_nbfree as u32 * 8 + cs.cs_nffree as u32,
+            g.hdr.cg_cs.cs_nbfree as u32 * 8 + g.hdr.cg_cs.cs_nffree as u32 + added
+        );
+        grown.resize(ndblk);
+        assert_eq!(grown.encode(&sb), g.encode(&sb), "cut back, the group is newfs's again");
     }
 
     #[test]
