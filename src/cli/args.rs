@@ -181,8 +181,9 @@ pub(crate) enum Cmd {
         #[arg(short = 'p')]
         print: bool,
     },
-    /// Grow an unmounted, clean image file and its file system (FreeBSD's growfs): the last
-    /// group is extended and new groups added; a crash leaves the old or the new file system.
+    /// Grow an unmounted, clean image file and its file system, sufs's or UFS2 (FreeBSD's
+    /// growfs): the last group is extended and new groups added; a crash leaves the old or the
+    /// new file system.
     Growfs {
         image: PathBuf,
         /// The new size of the image, e.g. 2G (larger than the file system).

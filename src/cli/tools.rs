@@ -215,7 +215,10 @@ pub(crate) fn cmd_growfs(image: &Path, size: u64) -> Result<u8, Fail> {
         return Err(Fail(format!("{} is not an image file", image.display()), 1));
     }
     let _lock = inspect::refuse_mounted(image, true)?;
-    let (dev, sb) = open_image(image, false)?;
+    let (dev, sb) = open_image_any(image, false)?;
+    if sb.ufs2().is_some() {
+        return cmd_growfs_ufs2(image, size, meta.len());
+    }
     refuse_unclean(image, &sb)?;
     refuse_reserve(image, dev, &sb)?;
     let bs = sb.block_size as u64;
@@ -235,6 +238,49 @@ pub(crate) fn cmd_growfs(image: &Path, size: u64) -> Result<u8, Fail> {
             Err(Fail(format!("{}: {m}", image.display()), 1))
         }
         Err(e) => Err(Fail(format!("{}: growfs failed: {e} (run `sufs fsck -y`)", image.display()), 8)),
+    }
+}
+
+/// `sufs growfs` of a UFS2 image (`format::ufs2::growfs`): the file extended to `size` (never
+/// cut), the file system grown to it, and the file set back to `old_len` if growfs refused
+/// before writing anything.
+fn cmd_growfs_ufs2(image: &Path, size: u64, old_len: u64) -> Result<u8, Fail> {
+    use sufs_fs::format::ufs2::growfs::{self, GrowError};
+    let fail = |e: &dyn std::fmt::Display, code| Fail(format!("{}: {e}", image.display()), code);
+    let mut file = std::fs::OpenOptions::new().read(true).write(true).open(image).map_err(|e| fail(&e, 1))?;
+    let provider = size.max(old_len);
+    if size > old_len {
+        file.set_len(size).map_err(|e| fail(&format!("extending: {e}"), 8))?;
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    match growfs::grow(&mut file, size, provider, now) {
+        Ok(g) => {
+            file.sync_all().map_err(|e| fail(&e, 8))?;
+            let mib = |sb: &sufs_fs::format::ufs2::Superblock| (sb.fs_size as u64 * sb.fs_fsize as u64) >> 20;
+            println!(
+                "{}: grew from {} fragments ({} MiB, {} groups) to {} fragments ({} MiB, {} groups); {} blocks and {} fragments free{}",
+                image.display(),
+                g.old.fs_size,
+                mib(&g.old),
+                g.old.fs_ncg,
+                g.new.fs_size,
+                mib(&g.new),
+                g.new.fs_ncg,
+                g.new.fs_cstotal.cs_nbfree,
+                g.new.fs_cstotal.cs_nffree,
+                match g.moved_summary {
+                    Some((from, to)) => format!("; summary area moved from fragment {from} to {to}"),
+                    None => String::new(),
+                }
+            );
+            Ok(0)
+        }
+        Err(GrowError::Refused(m)) => {
+            // Nothing was written: the file goes back to its size.
+            file.set_len(old_len).map_err(|e| fail(&format!("{m}; shrinking back: {e}"), 8))?;
+            Err(fail(&m, 1))
+        }
+        Err(e) => Err(fail(&format!("growfs failed: {e} (run `sufs fsck -y`)"), 8)),
     }
 }
 

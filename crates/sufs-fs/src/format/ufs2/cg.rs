@@ -214,6 +214,12 @@ impl Cg {
         Ok(Cg { hdr, buf: buf.to_vec(), ipg, fpg, frag, contigsumsize })
     }
 
+    /// `cg_ndblk` as group block `buf` says it, before anything is checked (fsck's look at an
+    /// interrupted growfs's header); `None` if `buf` is shorter than a header.
+    pub fn peek_ndblk(buf: &[u8]) -> Option<u32> {
+        (buf.len() >= CG_STRUCT_SIZE).then(|| CgHeader::read_fields(buf).cg_ndblk)
+    }
+
     /// The `fs_cgsize` bytes of the group, header written and check hash updated if the file
     /// system keeps them.
     pub fn encode(&self, fs: &Fs) -> Vec<u8> {
@@ -356,6 +362,45 @@ impl Cg {
         (0..self.contigsumsize as usize + usize::from(self.contigsumsize > 0))
             .map(|i| u32::get(&self.buf, off + 4 * i))
             .collect()
+    }
+
+    /// Resizes the group to `ndblk` fragments (growfs extends the old last group; fsck cuts an
+    /// interrupted growfs's back): growing frees the fragments from the old end to the new one,
+    /// shrinking clears every bit past the new end (bits past a group's end are zero), and the
+    /// cluster map and counts are then recomputed from the free map (`recount`).
+    pub fn resize(&mut self, ndblk: u32) {
+        assert!(ndblk > 0 && ndblk <= self.fpg, "group {}: {ndblk} fragments of at most {}", self.hdr.cg_cgx, self.fpg);
+        let old = self.hdr.cg_ndblk;
+        if ndblk > old {
+            self.set_frags_free(old, ndblk - old, true);
+        } else {
+            self.set_frags_free(ndblk, self.fpg - ndblk, false);
+        }
+        self.hdr.cg_ndblk = ndblk;
+        if self.contigsumsize > 0 {
+            self.hdr.cg_nclusterblks = ndblk / self.frag;
+        }
+        self.recount();
+    }
+
+    /// Makes the cluster map (a bit per wholly free block inside the group), the free counts
+    /// of `cg_cs`, `cg_frsum` and the cluster summary agree with the free-fragment map, as
+    /// growfs leaves a group whose map it changed. `cs_ndir` and `cs_nifree` are not touched.
+    pub fn recount(&mut self) {
+        if self.contigsumsize > 0 {
+            let whole = self.hdr.cg_ndblk / self.frag;
+            for b in 0..self.fpg / self.frag {
+                let free = b < whole && self.block_free(b);
+                self.set_cluster_free(b, free);
+            }
+        }
+        let m = self.map_counts();
+        self.hdr.cg_cs.cs_nbfree = m.nbfree as i32;
+        self.hdr.cg_cs.cs_nffree = m.nffree as i32;
+        self.hdr.cg_frsum = m.frsum;
+        if self.contigsumsize > 0 {
+            self.set_clustersum_all(&m.clustersum);
+        }
     }
 
     /// The counts, fragment summary and cluster summary recomputed from the maps, as fsck_ffs

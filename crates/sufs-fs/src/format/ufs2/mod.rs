@@ -28,6 +28,7 @@ mod cg;
 mod dinode;
 mod dir;
 mod extattr;
+pub mod growfs;
 pub mod newfs;
 mod superblock;
 

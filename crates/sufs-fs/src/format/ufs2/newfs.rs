@@ -121,7 +121,7 @@ pub struct Newfs {
 }
 
 /// `howmany`, `roundup` of non-negative values.
-fn howmany(a: i64, b: i64) -> i64 {
+pub(super) fn howmany(a: i64, b: i64) -> i64 {
     (a + b - 1) / b
 }
 fn roundup(a: i64, b: i64) -> i64 {
@@ -143,15 +143,15 @@ fn cgsize(fs: &Fs) -> i64 {
 }
 
 /// `newfs_random`: random numbers, or 1, 2, 3, ... with `-R`.
-struct Numbers {
+pub(super) struct Numbers {
     next: Option<u32>,
 }
 
 impl Numbers {
-    fn new(regression: bool) -> Numbers {
+    pub(super) fn new(regression: bool) -> Numbers {
         Numbers { next: regression.then_some(1) }
     }
-    fn get(&mut self) -> u32 {
+    pub(super) fn get(&mut self) -> u32 {
         match &mut self.next {
             Some(n) => {
                 *n += 1;
@@ -432,9 +432,37 @@ pub fn geometry(size: u64, o: &NewfsOptions) -> Result<Newfs, NewfsError> {
     Ok(Newfs { sb: Superblock { fs, tail }, notes })
 }
 
+/// The bytes newfs writes for group `c`, from its superblock copy to the end of its first
+/// inode blocks: the copy (`fs_sblockactualloc` saying where it is), the group block `g` (none
+/// for group 0, whose block newfs writes last) and the `cg_initediblk` inodes initialized, each
+/// with a fresh `di_gen`, the rest of the inode table left to be initialized lazily. The gaps
+/// between them are zero. Written at `fsb_offset(cgsblock(c))`.
+pub(super) fn group_span(sb: &Superblock, c: u32, g: Option<&Cg>, numbers: &mut Numbers) -> Vec<u8> {
+    let (fsize, bsize) = (sb.fs_fsize as usize, sb.fs_bsize as usize);
+    let inited = sb.fs_ipg.min(2 * sb.fs_inopb);
+    let inode_blocks = (inited / sb.fs_inopb) as usize;
+    let span = (sb.fs_iblkno - sb.fs_sblkno) as usize * fsize + inode_blocks * bsize;
+    let at = |fsb: i64| (sb.fsb_offset(fsb) - sb.fsb_offset(sb.cgsblock(c))) as usize;
+    let mut buf = vec![0u8; span];
+    let mut copy = sb.clone();
+    copy.fs_sblockactualloc = sb.fsb_offset(sb.cgsblock(c)) as i64;
+    let enc = copy.encode();
+    buf[..enc.len()].copy_from_slice(&enc);
+    let ib = at(sb.cgimin(c));
+    for i in 0..inited as usize {
+        numbers.get().put(&mut buf, ib + i * UFS2_DINODE_SIZE + 80);
+    }
+    if let Some(g) = g {
+        assert_eq!(g.hdr.cg_initediblk, inited, "group {c}: the inodes initialized are newfs's");
+        let cb = at(sb.cgtod(c));
+        buf[cb..cb + sb.fs_cgsize as usize].copy_from_slice(&g.encode(sb));
+    }
+    buf
+}
+
 /// `initcg`: group `c` as newfs first writes it, every fragment outside its metadata free
 /// (group 0's summary area too), inodes 0 and 1 taken in group 0.
-fn initcg(fs: &Fs, c: u32, time: i64) -> Cg {
+pub(super) fn initcg(fs: &Fs, c: u32, time: i64) -> Cg {
     let frag = fs.fs_frag as u32;
     let cbase = fs.cgbase(c);
     let dmax = (cbase + fs.fs_fpg as i64).min(fs.fs_size);
@@ -597,7 +625,6 @@ pub fn newfs(
     let sb = &mut made.sb;
     sb.fs_id[1] = numbers.get() as i32;
     let fsize = sb.fs_fsize as usize;
-    let bsize = sb.fs_bsize as usize;
 
     // The last sector must be writable; the boot area and the rest of group 0 before its
     // superblock copy are cleared (an older file system's superblock there must not be found).
@@ -612,31 +639,19 @@ pub fn newfs(
     // copy to the end of those inode blocks (the gaps between them zero).
     let ncg = sb.fs_ncg;
     let mut fscs = vec![Csum::default(); ncg as usize];
-    let inode_blocks = (sb.fs_ipg.min(2 * sb.fs_inopb) / sb.fs_inopb) as usize;
-    let span = (sb.fs_iblkno - sb.fs_sblkno) as usize * fsize + inode_blocks * bsize;
-    let at = |fsb: i64, c: u32, sb: &Fs| (sb.fsb_offset(fsb) - sb.fsb_offset(sb.cgsblock(c))) as usize;
     let mut group0 = None;
     for c in 0..ncg {
         let g = initcg(sb, c, o.time);
         fscs[c as usize] = g.hdr.cg_cs;
-        let mut buf = vec![0u8; span];
-        let mut copy = sb.clone();
-        copy.fs_sblockactualloc = sb.fsb_offset(sb.cgsblock(c)) as i64;
-        let enc = copy.encode();
-        buf[..enc.len()].copy_from_slice(&enc);
-        let ib = at(sb.cgimin(c), c, sb);
-        for i in 0..g.hdr.cg_initediblk as usize {
-            numbers.get().put(&mut buf, ib + i * UFS2_DINODE_SIZE + 80);
-        }
         if c == 0 {
+            let buf = group_span(sb, 0, None, &mut numbers);
             group0 = Some((g, buf));
             continue;
         }
-        let cb = at(sb.cgtod(c), c, sb);
-        buf[cb..cb + sb.fs_cgsize as usize].copy_from_slice(&g.encode(sb));
-        write(sb.fsb_offset(sb.cgsblock(c)), &buf)?;
+        write(sb.fsb_offset(sb.cgsblock(c)), &group_span(sb, c, Some(&g), &mut numbers))?;
     }
     let Some((mut cg0, mut buf0)) = group0 else { unreachable!("a file system has a group 0") };
+    let at = |fsb: i64, c: u32, sb: &Fs| (sb.fsb_offset(fsb) - sb.fsb_offset(sb.cgsblock(c))) as usize;
 
     // fsinit: the root directory and .snap, a fragment each, their inodes in group 0's first
     // inode block.

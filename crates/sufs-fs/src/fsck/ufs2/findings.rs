@@ -34,6 +34,14 @@ pub enum Finding {
         cg: u32,
         what: String,
     },
+    /// The last group's header says `ndblk` fragments where the superblock gives it `fs_ndblk`,
+    /// the fragments past that free: a growfs that wrote the header and not yet the superblock
+    /// (allowed; repair cuts the header back).
+    GrowInterrupted {
+        cg: u32,
+        ndblk: u32,
+        fs_ndblk: u32,
+    },
     /// An inode whose check hash disagrees with its 256 bytes.
     InodeCheckHash {
         ino: u32,
@@ -272,6 +280,7 @@ impl Finding {
             | SizeBeyondAllocated { .. }
             | CsArea { .. }
             | CsTotal { .. }
+            | GrowInterrupted { .. }
             | BadDotDot { stored_dir: true, .. }
             | ExtraDirLink { names: 2, .. }
             | ExtraDirLink { counted: true, .. } => Class::Allowed,
@@ -304,6 +313,10 @@ impl fmt::Display for Finding {
                 write!(f, "CG {cg}: CHECK HASH FAILED (stored {stored:#x}, computed {computed:#x})")
             }
             BadCg { cg, what } => write!(f, "CG {cg}: BAD CYLINDER GROUP: {what}"),
+            GrowInterrupted { cg, ndblk, fs_ndblk } => write!(
+                f,
+                "CG {cg}: {ndblk} FRAGMENTS WHERE THE SUPERBLOCK GIVES {fs_ndblk}, THE REST FREE (AN INTERRUPTED GROWFS)"
+            ),
             InodeCheckHash { ino, stored, computed } => {
                 write!(f, "INODE CHECK-HASH FAILED I={ino} (stored {stored:#x}, computed {computed:#x})")
             }

@@ -193,6 +193,9 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
     /// Reads group `c`'s block: its check hash and its header, as `Cg::decode` checks them.
     fn read_cg(&mut self, c: u32) -> Result<Option<Cg>, Ufs2Error> {
         let b = self.read(self.sb.cgtod(c), self.sb.fs_cgsize as usize)?;
+        if let Some(g) = self.grown_last_cg(c, &b) {
+            return Ok(Some(g));
+        }
         let g = match Cg::decode(&b, &self.sb, c, true) {
             Err(Ufs2Error::CheckHash { stored, computed, .. }) => {
                 self.find(Finding::CgCheckHash { cg: c, stored, computed });
@@ -207,6 +210,33 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
                 None
             }
         })
+    }
+
+    /// The last group's block as an interrupted growfs leaves it (the header written, the
+    /// superblock not yet, `format::ufs2::growfs`): `cg_ndblk` more than the superblock gives
+    /// the group, at most `fs_fpg`, every fragment past the superblock's end free, and counts
+    /// that are the map's. Found as `GrowInterrupted` (allowed) and answered cut back to the
+    /// superblock's size, as repair writes it; anything else is left to `Cg::decode` to refuse.
+    fn grown_last_cg(&mut self, c: u32, b: &[u8]) -> Option<Cg> {
+        let sb = &self.sb;
+        let want = (sb.fs_size - sb.cgbase(c)).min(sb.fs_fpg as i64) as u32;
+        let ndblk = Cg::peek_ndblk(b)?;
+        if c + 1 != sb.fs_ncg || ndblk <= want || ndblk > sb.fs_fpg as u32 {
+            return None;
+        }
+        let mut grown = sb.fs.clone();
+        grown.fs_size = sb.cgbase(c) + ndblk as i64;
+        let mut g = Cg::decode(b, &grown, c, true).ok()?;
+        let m = g.map_counts();
+        let cs = g.hdr.cg_cs;
+        let consistent =
+            (m.nbfree, m.nffree) == (cs.cs_nbfree as u32, cs.cs_nffree as u32) && m.frsum == g.hdr.cg_frsum;
+        if !consistent || !(want..ndblk).all(|f| g.frag_free(f)) {
+            return None;
+        }
+        g.resize(want);
+        self.find(Finding::GrowInterrupted { cg: c, ndblk, fs_ndblk: want });
+        Some(g)
     }
 
     pub(super) fn pass1(&mut self) -> Result<(), Ufs2Error> {

@@ -78,6 +78,7 @@ fn repairs(f: &Finding) -> bool {
             | Rotor { .. }
             | CsArea { .. }
             | CsTotal { .. }
+            | GrowInterrupted { .. }
     )
 }
 
