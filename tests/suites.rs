@@ -1,12 +1,14 @@
 //! External test suites against a real FUSE mount (docs/suites/): pjdfstest (POSIX
 //! conformance, the Rust port), fsx (random reads, writes, mmaps, truncations and fsyncs checked
 //! against an in-memory copy of the file) and an fsstress-style concurrent load, each followed by
-//! unmount and `sufs fsck`, which must find nothing. Each test skips with a message when
+//! unmount and `sufs fsck`, which must find nothing; on sufs's format under each ordering and on
+//! UFS2 (newfs's 32 KiB blocks of 4 KiB fragments) under soft updates. Each test skips with a message when
 //! /dev/fuse or its tool is missing; `.ci/run` installs the tools and sets
 //! `SUFS_REQUIRE_SUITES=1`, which turns a missing tool into a failure.
 //!
 //! Longer runs for the docs: `SUFS_FSX_OPS`, `SUFS_FSX_SEED`, `SUFS_LOAD_OPS`,
-//! `SUFS_LOAD_THREADS`, `SUFS_LOAD_SEED`, `SUFS_SUITE_ORDERINGS` (comma-separated) and
+//! `SUFS_LOAD_THREADS`, `SUFS_LOAD_SEED`, `SUFS_SUITE_ORDERINGS` and `SUFS_SUITE_FORMATS`
+//! (comma-separated: `sufs,ufs2` runs every ordering on both) and
 //! `SUFS_MOUNT_OPTS` (`-o` for every mount, e.g. `writeback_cache`).
 
 use std::collections::HashMap;
@@ -32,6 +34,40 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 fn orderings(default: &str) -> Vec<String> {
     std::env::var("SUFS_SUITE_ORDERINGS").unwrap_or_else(|_| default.into()).split(',').map(String::from).collect()
+}
+
+/// The on-disk formats a suite runs on, from `$SUFS_SUITE_FORMATS` (`sufs`, sufs's own; `ufs2`,
+/// FreeBSD's as `sufs mkfs --ufs2` makes it: newfs's 32 KiB blocks of 4 KiB fragments).
+fn formats() -> Option<Vec<String>> {
+    std::env::var("SUFS_SUITE_FORMATS").ok().map(|v| v.split(',').map(String::from).collect())
+}
+
+/// The suite's image `img` of `size` in `format`.
+fn suite_mkfs(img: &Path, size: &str, format: &str) {
+    match format {
+        "sufs" => mkfs(img, size),
+        "ufs2" => {
+            let out = common::sufs(&["mkfs", "--ufs2", img.to_str().unwrap(), "--size", size]);
+            assert!(out.status.success(), "mkfs --ufs2: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        other => panic!("unknown format {other:?} in SUFS_SUITE_FORMATS (sufs, ufs2)"),
+    }
+}
+
+/// The (format, ordering) pairs a suite runs: by default sufs's format under each of
+/// `orderings_default` and UFS2 under soft updates; with `$SUFS_SUITE_FORMATS` or
+/// `$SUFS_SUITE_ORDERINGS` set, every format given with every ordering given.
+fn configs(orderings_default: &str) -> Vec<(String, String)> {
+    let asked = formats();
+    if asked.is_none() && std::env::var("SUFS_SUITE_ORDERINGS").is_err() {
+        let mut v: Vec<(String, String)> =
+            orderings(orderings_default).into_iter().map(|o| ("sufs".to_string(), o)).collect();
+        v.push(("ufs2".into(), "softdep".into()));
+        return v;
+    }
+    let orderings = orderings(orderings_default);
+    let formats = asked.unwrap_or_else(|| vec!["sufs".into(), "ufs2".into()]);
+    formats.into_iter().flat_map(|f| orderings.iter().map(move |o| (f.clone(), o.clone()))).collect()
 }
 
 /// `sufs mount` arguments for `ordering`, with `-o $SUFS_MOUNT_OPTS` when set (e.g.
@@ -147,11 +183,12 @@ fn pjdfstest_passes() {
         return;
     }
     let users = dummy_users().expect("two unprivileged users with different groups in /etc/passwd");
-    for ordering in orderings("softdep,sync,async") {
+    for (format, ordering) in configs("softdep,sync,async") {
+        let what = format!("{ordering} on {format}");
         let t = tempfile::tempdir().unwrap();
         let (img, mnt, second) = (t.path().join("img"), t.path().join("mnt"), t.path().join("second"));
         fs::create_dir(&second).unwrap();
-        mkfs(&img, "1G");
+        suite_mkfs(&img, "1G", &format);
         let m = mount_suite(&img, &mnt, &ordering);
         let config = |remount: bool| {
             let p = t.path().join(format!("pjdfstest-{remount}.toml"));
@@ -171,24 +208,20 @@ fn pjdfstest_passes() {
         let all = run_pjdfstest(&tool, &config(false), &mnt, &second, &[]);
         let erofs = run_pjdfstest(&tool, &config(true), &mnt, &second, &["erofs"]);
         eprintln!(
-            "pjdfstest on {ordering}: {} passed, {} failed, {} skipped; EROFS tests: {} passed, {} failed",
+            "pjdfstest, {what}: {} passed, {} failed, {} skipped; EROFS tests: {} passed, {} failed",
             all.passed, all.failed, all.skipped, erofs.passed, erofs.failed
         );
         m.umount();
         fsck_clean(&img);
         let failed: Vec<String> =
             not_passed(&all.text, "FAILED").into_iter().chain(not_passed(&erofs.text, "FAILED")).collect();
-        assert!(
-            failed.is_empty() && all.failed == 0 && erofs.failed == 0,
-            "{ordering}: failed:\n{}",
-            failed.join("\n")
-        );
-        assert!(erofs.passed >= 13, "{ordering}: the EROFS tests did not run:\n{}", erofs.text);
+        assert!(failed.is_empty() && all.failed == 0 && erofs.failed == 0, "{what}: failed:\n{}", failed.join("\n"));
+        assert!(erofs.passed >= 13, "{what}: the EROFS tests did not run:\n{}", erofs.text);
         let skipped: Vec<String> = not_passed(&all.text, "skipped")
             .into_iter()
             .filter(|s| !s.contains("erofs") && !s.starts_with("link::link_count_max "))
             .collect();
-        assert!(skipped.is_empty(), "{ordering}: unexpected skips:\n{}", skipped.join("\n"));
+        assert!(skipped.is_empty(), "{what}: unexpected skips:\n{}", skipped.join("\n"));
     }
 }
 
@@ -208,12 +241,12 @@ fn fsx_short_run() {
     let Some(tool) = external_tool("fsx", FSX_INSTALL) else { return };
     let ops: u64 = env_or("SUFS_FSX_OPS", 3000);
     let seed: u64 = env_or("SUFS_FSX_SEED", 1);
-    for ordering in orderings("softdep,async") {
+    for (format, ordering) in configs("softdep,async") {
         let t = tempfile::tempdir().unwrap();
         let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
         let config = t.path().join("fsx.toml");
         fs::write(&config, FSX_CONFIG).unwrap();
-        mkfs(&img, "256M");
+        suite_mkfs(&img, "256M", &format);
         let m = mount_suite(&img, &mnt, &ordering);
         let start = Instant::now();
         let out = Command::new(&tool)
@@ -225,16 +258,19 @@ fn fsx_short_run() {
             .output()
             .expect("run fsx");
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-        eprintln!("fsx on {ordering}: {ops} operations, seed {seed}, {:.1} s", start.elapsed().as_secs_f64());
+        eprintln!("fsx, {ordering} on {format}: {ops} operations, seed {seed}, {:.1} s", start.elapsed().as_secs_f64());
         assert!(
             out.status.success() && text.contains("All operations completed A-OK!"),
-            "fsx on {ordering} (seed {seed}) failed:\n{text}"
+            "fsx, {ordering} on {format} (seed {seed}) failed:\n{text}"
         );
         let data = fs::read(mnt.join("fsxfile")).unwrap();
         m.umount();
         fsck_clean(&img);
         let m = mount_suite(&img, &mnt, &ordering);
-        assert!(fs::read(mnt.join("fsxfile")).unwrap() == data, "{ordering}: the file changed across a remount");
+        assert!(
+            fs::read(mnt.join("fsxfile")).unwrap() == data,
+            "{ordering} on {format}: the file changed across a remount"
+        );
         m.umount();
     }
 }
@@ -401,10 +437,10 @@ fn concurrent_load_then_fsck_is_clean() {
     let threads: usize = env_or("SUFS_LOAD_THREADS", 4);
     let ops: usize = env_or("SUFS_LOAD_OPS", 1500);
     let seed: u64 = env_or("SUFS_LOAD_SEED", 1);
-    for ordering in orderings("softdep,sync,async") {
+    for (format, ordering) in configs("softdep,sync,async") {
         let t = tempfile::tempdir().unwrap();
         let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
-        mkfs(&img, "1G");
+        suite_mkfs(&img, "1G", &format);
         let m = mount_suite(&img, &mnt, &ordering);
         for d in ["own/0", "own/1", "own/2", "own/3", "shared"] {
             fs::create_dir_all(mnt.join(d)).unwrap();
@@ -423,14 +459,14 @@ fn concurrent_load_then_fsck_is_clean() {
         });
         let files: usize = models.iter().map(|m| m.len()).sum();
         eprintln!(
-            "load on {ordering}: {threads} threads x {ops} operations, seed {seed}, {:.1} s, {files} files kept",
+            "load, {ordering} on {format}: {threads} threads x {ops} operations, seed {seed}, {:.1} s, {files} files kept",
             start.elapsed().as_secs_f64()
         );
         m.umount();
         fsck_clean(&img);
         let m = mount_suite(&img, &mnt, &ordering);
         for (p, data) in models.iter().flatten() {
-            assert!(fs::read(p).unwrap() == *data, "{ordering}: {} differs after remount", p.display());
+            assert!(fs::read(p).unwrap() == *data, "{ordering} on {format}: {} differs after remount", p.display());
         }
         m.umount();
         fsck_clean(&img);
