@@ -69,6 +69,7 @@ pub(crate) fn cmd_mkfs(
 }
 
 /// What `sufs mkfs --ufs2` was asked for, newfs's options.
+#[derive(Default)]
 pub(crate) struct Ufs2Geometry {
     pub(crate) block_size: Option<u32>,
     pub(crate) frag_size: Option<u32>,
@@ -77,9 +78,13 @@ pub(crate) struct Ufs2Geometry {
     pub(crate) label: Option<String>,
 }
 
-/// `sufs mkfs --ufs2`: a FreeBSD UFS2 file system over the whole image (made sparse, or
-/// extended, to `size`), as newfs(8) makes one, and newfs's report of it.
-pub(crate) fn cmd_mkfs_ufs2(image: &Path, size: Option<u64>, g: Ufs2Geometry) -> Result<(), Fail> {
+/// A FreeBSD UFS2 file system over the whole image (made sparse, or extended, to `size`), as
+/// newfs(8) makes one; answers newfs's layout and notes.
+pub(crate) fn newfs_image(
+    image: &Path,
+    size: Option<u64>,
+    g: Ufs2Geometry,
+) -> Result<sufs_fs::format::ufs2::newfs::Newfs, Fail> {
     use std::os::unix::fs::FileExt;
     use sufs_fs::format::ufs2::newfs::{self, NewfsOptions};
     let int = |v: Option<u32>, what: &str| {
@@ -110,6 +115,13 @@ pub(crate) fn cmd_mkfs_ufs2(image: &Path, size: Option<u64>, g: Ufs2Geometry) ->
     let dev_size = sufs_fs::dev::device_size(&file)?;
     let made = newfs::newfs(dev_size, &opts, |off, b| file.write_all_at(b, off)).map_err(|e| cannot(&e))?;
     file.sync_all().map_err(|e| cannot(&e))?;
+    Ok(made)
+}
+
+/// `sufs mkfs --ufs2`: a FreeBSD UFS2 file system over the whole image (made sparse, or
+/// extended, to `size`), as newfs(8) makes one, and newfs's report of it.
+pub(crate) fn cmd_mkfs_ufs2(image: &Path, size: Option<u64>, g: Ufs2Geometry) -> Result<(), Fail> {
+    let made = newfs_image(image, size, g)?;
     for n in &made.notes {
         println!("{n}");
     }

@@ -306,7 +306,7 @@ fn prepare_image(image: &Path, size: u64, opts: &MountOpts, quiet: bool, make_mi
         preen_first(image)?;
     }
     if let Some(want) = opts.mkfs_size {
-        mkfs_sized(image, want, quiet)?;
+        mkfs_sized(image, want, opts.mkfs_ufs2, quiet)?;
     } else if !image.exists() {
         if !make_missing {
             return Err(Fail(
@@ -502,20 +502,29 @@ fn preen_first(image: &Path) -> Result<(), Fail> {
 }
 
 /// `-o mkfs_size=SIZE`: a new file system of SIZE bytes on the image (a regular file, made
-/// anew), unless it already is a sufs image of exactly that size. For test harnesses, whose
-/// "make a file system of this size" for FUSE can only be a mount option.
-pub(crate) fn mkfs_sized(image: &Path, size: u64, quiet: bool) -> Result<(), Fail> {
+/// anew), unless it already is an image of exactly that size in the format asked for (UFS2 with
+/// `ufs2`, `-o mkfs_format=ufs2`). For test harnesses, whose "make a file system of this size"
+/// for FUSE can only be a mount option.
+pub(crate) fn mkfs_sized(image: &Path, size: u64, ufs2: bool, quiet: bool) -> Result<(), Fail> {
     match std::fs::metadata(image) {
         Ok(m) if !m.is_file() => {
             return Err(Fail(format!("mkfs_size: {} is not a regular file", image.display()), 32));
         }
-        Ok(m) if m.len() == size && open_image(image, false).is_ok() => return Ok(()),
+        Ok(m) if m.len() == size && open_image_any(image, false).is_ok_and(|(_, sb)| sb.ufs2().is_some() == ufs2) => {
+            return Ok(())
+        }
         Ok(_) => std::fs::remove_file(image).map_err(|e| Fail(format!("mkfs_size: {}: {e}", image.display()), 32))?,
         Err(_) => {}
     }
+    let made = format!("made a new file system of {size} bytes on {} (mkfs_size)", image.display());
+    if ufs2 {
+        newfs_image(image, Some(size), Default::default()).map_err(|Fail(m, _)| Fail(format!("mkfs_size: {m}"), 32))?;
+        say(image, quiet, &made);
+        return Ok(());
+    }
     let sb = cmd_mkfs(image, Some(size), 4096, None, None, None)
         .map_err(|Fail(m, _)| Fail(format!("mkfs_size: {m}"), 32))?;
-    say(image, quiet, &format!("made a new file system of {size} bytes on {} (mkfs_size)", image.display()));
+    say(image, quiet, &made);
     if !quiet {
         print_mkfs(image, &sb);
     }

@@ -14,6 +14,8 @@
 #   WORK          images and mount points        (default: /var/tmp/sufs-fstests)
 #   IMG_SIZE      size of each image             (default: 2G)
 #   ORDERING      softdep, sync or async, for both mounts (default: softdep)
+#   FORMAT        sufs or ufs2 (FreeBSD's, as `sufs mkfs --ufs2` makes it), for both images
+#                 and every scratch file system a test makes (default: sufs)
 #   SUFS          the sufs binary the helper runs (default: this checkout's target/release/sufs,
 #                 built with cargo)
 #   SKIP_APT=1    install no packages
@@ -27,11 +29,13 @@ WORK=${WORK:-/var/tmp/sufs-fstests}
 XFSTESTS=${XFSTESTS:-$WORK/xfstests}
 IMG_SIZE=${IMG_SIZE:-2G}
 ORDERING=${ORDERING:-softdep}
+FORMAT=${FORMAT:-sufs}
 say() { echo "setup.sh: $*"; }
 mkdir -p "$WORK"
 
 [ "$(id -u)" = 0 ] || { echo "setup.sh: run as root (packages, users, /sbin/mount.fuse.sufs)" >&2; exit 1; }
 case $ORDERING in softdep|sync|async) ;; *) echo "setup.sh: ORDERING=$ORDERING: softdep, sync or async" >&2; exit 1;; esac
+case $FORMAT in sufs) MKFS_ARGS=() ;; ufs2) MKFS_ARGS=(--ufs2) ;; *) echo "setup.sh: FORMAT=$FORMAT: sufs or ufs2" >&2; exit 1;; esac
 
 # 1. Packages: fstests' build and the programs its tests call (Debian 12 names).
 if [ -z "${SKIP_APT:-}" ]; then
@@ -97,7 +101,7 @@ done
 for img in test scratch; do
   [ -n "${KEEP_IMAGES:-}" ] && [ -e "$WORK/$img.img" ] && continue
   rm -f "$WORK/$img.img" "$WORK/$img.img.log"
-  "$SUFS" mkfs "$WORK/$img.img" --size "$IMG_SIZE" >/dev/null
+  "$SUFS" mkfs "${MKFS_ARGS[@]}" "$WORK/$img.img" --size "$IMG_SIZE" >/dev/null
 done
 # The scratch mount carries mkfs_size=IMG_SIZE: a test that made a smaller scratch file system
 # (_scratch_mkfs_sized, patched to ask for mkfs_size=N) leaves the next one a full-size one.
@@ -114,9 +118,9 @@ export TEST_DIR=$WORK/test
 export SCRATCH_DEV=sufs:$WORK/scratch.img
 export SCRATCH_MNT=$WORK/scratch
 export TEST_FS_MOUNT_OPTS="-o ordering=$ORDERING$EXTRA"
-export MOUNT_OPTIONS="-o mkfs_size=$IMG_SIZE,ordering=$ORDERING$EXTRA"
+export MOUNT_OPTIONS="-o mkfs_size=$IMG_SIZE,mkfs_format=$FORMAT,ordering=$ORDERING$EXTRA"
 export SUFS=$SUFS
 # /sbin/mount.fuse.sufs is one for the machine; it hands the mounts of these tests to this build.
 export SUFS_MOUNT_HELPER=$SUFS
 EOC
-say "ready: $XFSTESTS/local.config (ordering $ORDERING, images $IMG_SIZE in $WORK)"
+say "ready: $XFSTESTS/local.config (ordering $ORDERING, $FORMAT images of $IMG_SIZE in $WORK)"
