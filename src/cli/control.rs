@@ -71,7 +71,12 @@ pub(crate) fn control(on: &Path, req: ctl::Request) -> Result<ctl::Reply, Fail> 
             CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is mounted, but: {e}", image.display()), 1))?;
         return c.call(&req).map_err(|e| Fail(e.to_string(), 1));
     }
-    let (dev, sb) = open_image(&image, true)?;
+    // Snapshots are FreeBSD's on a UFS2 image; the other requests are sufs's own.
+    let snapshot = matches!(
+        req,
+        ctl::Request::SnapshotCreate { .. } | ctl::Request::SnapshotList | ctl::Request::SnapshotDelete { .. }
+    );
+    let (dev, sb) = if snapshot { open_image_any(&image, true)? } else { open_image(&image, true)? };
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let opts = MountOptions { cache_blocks: (64 << 20) / sb.block_size as usize, ..Default::default() };
     let mut fs = Fs::mount(Arc::new(dev), opts, clock).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
@@ -239,7 +244,7 @@ pub(crate) fn cmd_shutdown(on: &Path, mode: Shutdown) -> Result<(), Fail> {
 pub(crate) fn frozen_device(on: &Path, name: &str) -> Result<(Arc<dyn BlockDevice>, Option<std::fs::File>), Fail> {
     let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
     let f = std::fs::File::open(&image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
-    let (_, sb) = open_image(&image, false)?;
+    let (_, sb) = open_image_any(&image, false)?;
     if f.try_lock_shared().is_err() {
         let mnt = if on.is_dir() {
             on.to_path_buf()
@@ -249,11 +254,11 @@ pub(crate) fn frozen_device(on: &Path, name: &str) -> Result<(Arc<dyn BlockDevic
             })?
         };
         let file = mnt.join(".snap").join(name);
-        let dev = FileDevice::open(&file, sb.block_size as usize, false)
+        let dev = FileDevice::open_frags(&file, sb.block_size as usize, sb.addr_unit() as usize, false)
             .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
         return Ok((Arc::new(dev), None));
     }
-    let (dev, sb) = open_image(&image, false)?;
+    let (dev, sb) = open_image_any(&image, false)?;
     let opts = MountOptions { readonly: true, cache_blocks: (16 << 20) / sb.block_size as usize, ..Default::default() };
     let fs = Fs::mount(Arc::new(dev), opts, Arc::new(RealClock::new()))
         .map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;

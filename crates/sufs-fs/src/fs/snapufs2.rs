@@ -1,0 +1,130 @@
+//! A snapshot's first copies on a UFS2 image, as FreeBSD's `ffs_snapshot` makes them: the
+//! groups (`cgaccount`: a block wholly free in its group's map is `BLK_NOCOPY`), with the
+//! blocks of snapshots freed in the copies (`mapacct_ufs2`), the superblock with those counts and
+//! no snapshot listed (`copy_fs`), and the summary area at `fs_csaddr` with each frozen group's
+//! counts. The frozen file system then passes fsck as it stands. The groups are decoded and
+//! changed through `Cg` and `CgAlloc` (crates/sufs-fs/src/format/ufs2/), never as raw bytes.
+
+use std::collections::HashSet;
+
+use super::snapshot::FrozenGroups;
+use super::{Fs, FsError, FsResult};
+use crate::format::ufs2::{Cg, CgAlloc, LeField};
+use crate::format::*;
+
+impl Fs {
+    /// The UFS2 superblock as the allocator keeps it (its counts the groups' now).
+    fn snap_ufs2_super(&self) -> FsResult<crate::format::ufs2::Superblock> {
+        self.alloc.ufs2_super().cloned().ok_or_else(|| FsError::Corrupt("not a UFS2 image".into()))
+    }
+
+    /// Group `cg` decoded from the cache.
+    fn snap_ufs2_cg(&mut self, u: &crate::format::ufs2::Superblock, cg: u32) -> FsResult<Cg> {
+        let buf = self.cache.read(self.sb.cg_header_block(cg))?;
+        Cg::decode(buf, u, cg, false).map_err(|e| FsError::Corrupt(format!("group {cg}: {e}")))
+    }
+
+    /// Whether every fragment of logical block `x` is free in its group's map (`ffs_isblock`).
+    pub(super) fn snap_wholly_free_ufs2(&mut self, x: u64) -> FsResult<bool> {
+        let u = self.snap_ufs2_super()?;
+        let b = x * self.sb.frag();
+        let cg = self.sb.cg_of_block(b);
+        let g = self.snap_ufs2_cg(&u, cg)?;
+        Ok(g.block_free(((b - self.sb.cg_start(cg)) / self.sb.frag()) as u32))
+    }
+
+    /// The frozen groups: each group's map as it is now (its wholly free blocks recorded), the
+    /// blocks of snapshots (`owned`, whole blocks) freed in a copy through the group's allocator,
+    /// which keeps the counts, cluster maps and `fs_cstotal` right; the copy is encoded with its
+    /// check hash.
+    pub(super) fn snap_frozen_groups_ufs2(&mut self, owned: &HashSet<u64>) -> FsResult<FrozenGroups> {
+        let mut u = self.snap_ufs2_super()?;
+        let frag = self.sb.frag();
+        let mut f = FrozenGroups::new(self.snap_nblocks());
+        let mut owned: Vec<u64> = owned.iter().copied().collect();
+        owned.sort_unstable();
+        for cg in 0..self.sb.ngroups {
+            let mut g = self.snap_ufs2_cg(&u, cg)?;
+            let (start, len) = (self.sb.cg_start(cg), self.sb.cg_blocks(cg) as u64);
+            assert_eq!(start % frag, 0, "group {cg} starts inside a block");
+            for b in 0..len / frag {
+                if g.block_free(b as u32) {
+                    f.set_free_then(start / frag + b);
+                }
+            }
+            let lo = owned.partition_point(|&b| b < start);
+            let hi = owned.partition_point(|&b| b < start + len);
+            {
+                let mut a = CgAlloc::resume(&mut u, &mut g);
+                for &b in &owned[lo..hi] {
+                    a.free(b as i64, frag as u32)
+                        .map_err(|e| FsError::Corrupt(format!("snapshot block {b} in group {cg}: {e}")))?;
+                }
+            }
+            let cs = g.hdr.cg_cs;
+            f.free_blocks += cs.cs_nbfree as u64 * frag + cs.cs_nffree as u64;
+            f.free_inodes += cs.cs_nifree as u64;
+            f.ndirs += cs.cs_ndir as u64;
+            f.csums.push(crate::format::ufs2::Csum {
+                cs_ndir: cs.cs_ndir,
+                cs_nbfree: cs.cs_nbfree,
+                cs_nifree: cs.cs_nifree,
+                cs_nffree: cs.cs_nffree,
+            });
+            f.cgs.push(g.encode(&u));
+        }
+        f.total = u.fs_cstotal;
+        Ok(f)
+    }
+
+    /// Fills the first copies (logical block, copy) on UFS2: each block as the disk holds it
+    /// (everything was written first; an inode block from the cache), the frozen group, the
+    /// frozen superblock and summary area patched in where they lie, the snapshots' inodes
+    /// expunged (`snap_inos`).
+    pub(super) fn snap_fill_copies_ufs2(
+        &mut self,
+        copies: &[(u64, u64)],
+        frozen: &FrozenGroups,
+        snap_inos: &[u32],
+    ) -> FsResult<()> {
+        let (bs, frag) = (self.sb.block_size as u64, self.sb.frag());
+        // The frozen superblock: the frozen counts, clean, no snapshot listed.
+        let mut fsb = self.sb.clone();
+        fsb.flags = (fsb.flags & SB_SOFTDEP) | SB_CLEAN;
+        fsb.snapshots = [0; MAX_SNAPSHOTS];
+        fsb.write_time = self.clock.wall().0;
+        let mut u = fsb.to_ufs2().ok_or_else(|| FsError::Corrupt("not a UFS2 image".into()))?;
+        u.fs_cstotal = frozen.total;
+        u.fs_fmod = 0;
+        let sblock = u.encode();
+        let mut cs = vec![0u8; u.fragroundup(u.fs_cssize as u64) as usize];
+        for (i, c) in frozen.csums.iter().enumerate() {
+            LeField::put(c, &mut cs, i * 16);
+        }
+        let areas: [(u64, &[u8]); 2] = [(u.fs_sblockloc as u64, &sblock), (u.fsb_offset(u.fs_csaddr), &cs)];
+        for &(x, c) in copies {
+            let at = x * frag;
+            let mut data = vec![0u8; bs as usize];
+            if self.sb.is_cg_header(at) {
+                self.cache.device().read_block(at, &mut data)?;
+                let g = &frozen.cgs[self.sb.cg_of_block(at) as usize];
+                data[..g.len()].copy_from_slice(g);
+            } else if snap_inos.iter().any(|&i| self.sb.inode_location(i).0 == at) {
+                data.copy_from_slice(self.cache.read(at)?);
+                self.snap_expunge_inodes(at, &mut data, snap_inos);
+            } else {
+                self.cache.device().read_block(at, &mut data)?;
+            }
+            let (lo, hi) = (x * bs, (x + 1) * bs);
+            for &(off, bytes) in &areas {
+                let (s, e) = (off.max(lo), (off + bytes.len() as u64).min(hi));
+                if s < e {
+                    data[(s - lo) as usize..(e - lo) as usize]
+                        .copy_from_slice(&bytes[(s - off) as usize..(e - off) as usize]);
+                }
+            }
+            self.cache.create(c).copy_from_slice(&data);
+        }
+        Ok(())
+    }
+}
