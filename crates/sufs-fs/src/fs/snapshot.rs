@@ -108,7 +108,8 @@ pub struct SnapInfo {
     pub ino: u32,
     /// Creation time (seconds since the epoch).
     pub created: i64,
-    /// Blocks the snapshot owns: its map's indirect blocks, copies and claimed blocks.
+    /// Blocks the snapshot owns: its map's indirect blocks, copies and claimed blocks (whole
+    /// blocks on UFS2 too).
     pub blocks: u64,
     /// Blocks still shared with the live file system (not copied).
     pub shared: u64,
@@ -150,7 +151,10 @@ impl Fs {
         for ino in list {
             let d = self.iget(ino)?;
             let n = self.snap_nblocks();
-            if d.flags & DI_SNAPSHOT == 0 || d.size != n * self.sb.block_size as u64 {
+            // On UFS2 the block hints list follows the map (`snap_hint_list`).
+            let room = self.snap_list_room() * self.sb.block_size as u64;
+            let map = n * self.sb.block_size as u64;
+            if d.flags & DI_SNAPSHOT == 0 || d.size < map || d.size > map + room {
                 return Err(FsError::Corrupt(format!("superblock lists inode {ino}, which is not a snapshot")));
             }
             let mut a = Active::new(ino, n);
@@ -334,7 +338,7 @@ impl Fs {
     /// Blocks a new snapshot takes at once, at most: its map's indirect blocks, the eager
     /// copies (`snap_eager_copies`) and a block for `/.snap`.
     fn snap_room(&self) -> u64 {
-        let (n, p) = (self.snap_nblocks(), self.sb.ptrs_per_block());
+        let (n, p) = (self.snap_nblocks() + self.snap_list_room(), self.sb.ptrs_per_block());
         let mut map = 0;
         let (mut base, mut span) = (NDADDR as u64, p);
         for level in 0..NIADDR {
@@ -352,7 +356,7 @@ impl Fs {
         }
         let summary = self.sb.ufs2().map_or(0, |u| (u.fs_cssize as u64).div_ceil(u.fs_bsize as u64) + 1);
         let eager = 1 + self.sb.ngroups as u64 + self.snapshots.active.len() as u64 + 1 + NDADDR as u64 + summary;
-        map + eager + 1
+        map + eager + 1 + self.snap_list_room()
     }
 
     /// The snapshot's blocks and map, made for its inode `ino` (empty, named, on disk), then
@@ -361,9 +365,10 @@ impl Fs {
         let n = self.snap_nblocks();
         let mut d = self.iget(ino)?;
         let pref = self.ino_pref(ino);
-        self.snap_build_tree(&mut d, n, pref, mine)?;
+        self.snap_build_tree(&mut d, n + self.snap_list_room(), pref, mine)?;
         let snap_inos: Vec<u32> = self.snapshots.active.iter().map(|s| s.ino).chain([ino]).collect();
         let copies = self.snap_eager_copies(&snap_inos, pref, mine)?;
+        let (list, list_bytes) = self.snap_hint_list(&copies, pref, mine)?;
         // Blocks of snapshots: never copied, and free in the frozen file system.
         let mut owned: HashSet<u64> = mine.iter().copied().collect();
         for k in 0..self.snapshots.active.len() {
@@ -377,6 +382,9 @@ impl Fs {
         };
         self.snap_fill_copies(&copies, &frozen, &snap_inos)?;
         let active = self.snap_write_map(ino, &mut d, &copies, &owned, &frozen)?;
+        for (i, &b) in list.iter().enumerate() {
+            self.snap_set(&d, n + i as u64, b)?;
+        }
         // On disk in order: the bitmaps, the copies and the map; then the inode pointing at them;
         // then the superblock listing it.
         let mut first: Vec<u64> = (0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)).collect();
@@ -385,7 +393,7 @@ impl Fs {
         for chunk in first.chunks(1024) {
             self.write_bufs(chunk, WriteKind::Sync)?;
         }
-        d.size = n * self.sb.block_size as u64;
+        d.size = n * self.sb.block_size as u64 + list_bytes;
         d.blocks = mine.len() as u64 * self.sb.frag();
         let ib = self.iput(ino, &d)?;
         self.write_bufs(&[ib], WriteKind::Sync)?;
@@ -393,6 +401,46 @@ impl Fs {
         self.sb.snapshots[slot] = ino;
         self.snapshots.active.push(active);
         self.write_superblock()
+    }
+
+    /// Logical blocks past the map that FreeBSD's block hints list may take, at most: none on
+    /// sufs's own format; on UFS2 one entry for the count and one for each first copy.
+    fn snap_list_room(&self) -> u64 {
+        match self.sb.ufs2() {
+            None => 0,
+            Some(u) => {
+                let bs = u.fs_bsize as u64;
+                let cs = (u.fs_cssize as u64).div_ceil(bs) + 1;
+                let most = 1 + 1 + self.sb.ngroups as u64 + MAX_SNAPSHOTS as u64 + 1 + NDADDR as u64 + 1 + cs;
+                (most * 8).div_ceil(bs)
+            }
+        }
+    }
+
+    /// On UFS2, FreeBSD's block hints list (`i_snapblklist`, which `ffs_snapshot_mount` reads
+    /// past the map, at `lblktosize(numblks)`): its length counting itself, then the logical
+    /// blocks the snapshot holds a first copy of, ascending; FreeBSD's copy-on-write skips
+    /// them. Its blocks are allocated here (in `mine`) and filled; returns them and its bytes.
+    fn snap_hint_list(&mut self, copies: &[(u64, u64)], pref: u64, mine: &mut Vec<u64>) -> FsResult<(Vec<u64>, u64)> {
+        if self.sb.ufs2().is_none() {
+            return Ok((Vec::new(), 0));
+        }
+        let mut entries: Vec<u64> = copies.iter().map(|&(x, _)| x).collect();
+        entries.sort_unstable();
+        entries.insert(0, entries.len() as u64 + 1);
+        let bs = self.sb.block_size as usize;
+        let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_le_bytes()).collect();
+        let nblocks = bytes.len().div_ceil(bs) as u64;
+        assert!(nblocks <= self.snap_list_room(), "a hints list of {} entries in {nblocks} blocks", entries.len());
+        let mut blocks = Vec::new();
+        for chunk in bytes.chunks(bs) {
+            let next = mine.last().map_or(pref, |l| l + self.sb.frag());
+            let b = self.alloc.alloc_block(&mut self.cache, &self.sb, next)?;
+            self.cache.create(b)[..chunk.len()].copy_from_slice(chunk);
+            mine.push(b);
+            blocks.push(b);
+        }
+        Ok((blocks, bytes.len() as u64))
     }
 
     /// Undoes a snapshot `snap_make` failed to make: once its inode points to its blocks it goes
@@ -627,7 +675,7 @@ impl Fs {
             name: String::from_utf8_lossy(name).into_owned(),
             ino,
             created: d.btime,
-            blocks: d.blocks,
+            blocks: d.blocks / self.sb.frag(),
             shared,
         })
     }
