@@ -331,6 +331,10 @@ fn ufs2_snapshots_in_freebsds_form() {
         assert_eq!(fs::remove_file(mnt.join(".snap/s1")).unwrap_err().raw_os_error(), Some(libc::EPERM));
         let out1 = dir.path().join("out1.img");
         ok(&["snapshot", "--on", mnt_s, "export", "s1", out1.to_str().unwrap()]);
+        // Background fsck is sufs's own format's: refused before any snapshot is taken.
+        let e = sufs(&["fsck", "--background", mnt_s]);
+        assert!(String::from_utf8_lossy(&e.stderr).contains("background fsck not started: a UFS2"), "{e:?}");
+        assert_eq!(fs::read_dir(mnt.join(".snap")).unwrap().count(), 1);
         drop(guard);
         ufs2_clean(img_s, "after the snapshot through the mount and changes");
         ufs2_clean(out1.to_str().unwrap(), "the export");
