@@ -972,7 +972,7 @@ pub fn shared(fs: Fs) -> SharedFs {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::clock::SimClock;
     use crate::dev::MemDevice;
