@@ -835,7 +835,9 @@ impl Fs {
     /// Frees a run of `frags` fragments at `bno` (a moved block's old run, soft updates'
     /// freefrag). A whole block goes through `free_block` (a snapshot may claim it); a shorter
     /// run, which only UFS2 has, goes to the allocator's fragment maps, its block first copied
-    /// for the snapshots that still share it (`ffs_snapblkfree` copies what it cannot claim).
+    /// for the snapshots that still share it (`ffs_snapblkfree` copies what it cannot claim):
+    /// otherwise runs freed one by one could leave a shared block free in the maps, handed out
+    /// whole against invariant (2), e.g. as a snapshot's copy, which is written past `cow`.
     pub(super) fn free_frags(&mut self, bno: u64, frags: u32) -> FsResult<()> {
         if frags as u64 == self.sb.frag() {
             return self.free_block(bno);
