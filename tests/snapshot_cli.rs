@@ -366,7 +366,11 @@ fn ufs2_snapshots_in_freebsds_form() {
         drop(guard);
         ufs2_clean(img_s, "after deleting the first snapshot");
         assert_eq!(mount_tree(img_s, "s2", &dir.path().join("snapmnt2")), after, "{b}/{f}");
-        ok(&["snapshot", "--on", img_s, "delete", "s2"]);
+        // What a deletion releases is what the list said the snapshot owned, in blocks.
+        let list = ok(&["snapshot", "--on", img_s, "list"]);
+        let owned = list.split(", ").find_map(|p| p.strip_suffix(" blocks owned")).unwrap().to_string();
+        let out = ok(&["snapshot", "--on", img_s, "delete", "s2"]);
+        assert!(out.contains(&format!("deleted, {owned} blocks released")), "{b}/{f}: {list} {out}");
         ufs2_clean(img_s, "after deleting both");
         assert_eq!(ok(&["snapshot", "--on", img_s, "list"]), "");
     }

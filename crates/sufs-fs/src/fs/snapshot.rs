@@ -743,7 +743,7 @@ impl Fs {
             }
         }
         d.flags &= !DI_SNAPSHOT;
-        let held = d.blocks;
+        let held = d.blocks / self.sb.frag();
         self.snap_unlink(dir, name, ino, &d)?;
         self.balance()?;
         self.snap_dir_prune()?;
