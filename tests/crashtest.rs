@@ -335,6 +335,7 @@ fn ufs2_crash_states_mount_and_repair() {
         (Ordering::Softdep, "rename-storm", 4, End::Crash),
         (Ordering::Softdep, "mkdir-rmdir", 2, End::Crash),
         (Ordering::Sync, "mix", 4, End::Crash),
+        (Ordering::Softdep, "snapshot", 3, End::Crash),
     ] {
         let rec = crashtest::record(ordering, name, seed, &ufs2(48, end)).unwrap();
         let states = rec
