@@ -302,6 +302,27 @@ fn ufs2_keeps_the_orderings_promises(fsize: usize) {
     assert!(caught > 0, "async on UFS2 (fragments of {fsize} bytes) not caught: the tester is broken");
 }
 
+/// FreeBSD's snapshots on UFS2, with blocks of one fragment and of four: every snapshot keeps the
+/// tree of its moment in every crash state of soft updates and sync (copies and claims, and the
+/// copy of a block whose fragments are freed, ordered before the overwrite and the reuse), and
+/// the UFS2 checker accepts the snapshot files; async is caught.
+#[test]
+fn ufs2_snapshots_keep_their_moment_in_every_crash_state() {
+    for fsize in [4096, 1024] {
+        let ufs2 = |end| CrashOptions { ufs2: true, fsize, ..small(60, end) };
+        assert!(!crashtest::left_out(&ufs2(End::Unmount)).iter().any(|(n, _)| *n == "snapshot"));
+        for ordering in [Ordering::Softdep, Ordering::Sync] {
+            for (seed, end) in [(3, End::Unmount), (4, End::Crash)] {
+                let s = crashtest::run(ordering, "snapshot", seed, &ufs2(end)).unwrap();
+                assert!(s.promises.get("snapshots").is_some_and(|&n| n > 0), "{s}");
+                assert_eq!(s.violations, 0, "{ordering} on UFS2, fragments of {fsize} bytes: {s}");
+            }
+        }
+        let s = crashtest::run(Ordering::Async, "snapshot", 1, &ufs2(End::Unmount)).unwrap();
+        assert!(s.violations > 0, "async on UFS2 (fragments of {fsize} bytes) not caught: {s}");
+    }
+}
+
 /// UFS2 crash states (soft updates, sync): each mounts read-write without fsck and takes new
 /// work, leaving nothing the UFS2 checker calls a violation; the UFS2 repair, `-y` and `-p`,
 /// leaves each clean.
@@ -314,6 +335,7 @@ fn ufs2_crash_states_mount_and_repair() {
         (Ordering::Softdep, "rename-storm", 4, End::Crash),
         (Ordering::Softdep, "mkdir-rmdir", 2, End::Crash),
         (Ordering::Sync, "mix", 4, End::Crash),
+        (Ordering::Softdep, "snapshot", 3, End::Crash),
     ] {
         let rec = crashtest::record(ordering, name, seed, &ufs2(48, end)).unwrap();
         let states = rec

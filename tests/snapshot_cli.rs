@@ -277,3 +277,101 @@ fn background_fsck_without_room_for_its_snapshot_leaves_nothing_behind() {
     let f = ok(&["fsck", img_s]);
     assert!(f.contains(" 0 findings"), "{f}");
 }
+
+/// `sufs fsck -n` of a UFS2 image finds nothing.
+fn ufs2_clean(img: &str, when: &str) {
+    let f = ok(&["fsck", "-n", img]);
+    assert!(f.contains(" 0 findings"), "{when}: {f}");
+}
+
+/// FreeBSD's snapshots on UFS2 images with and without fragments: taken through the mount and
+/// offline, listed, read back (export and a read-only mount hold the tree of the moment),
+/// deleted; the UFS2 checker finds nothing after each step, and fuse-ufs (where it reads the
+/// geometry) shows the snapshot file in `/.snap` at the file system's size.
+#[test]
+fn ufs2_snapshots_in_freebsds_form() {
+    if !fuse_available() {
+        return;
+    }
+    let fuse_ufs = common::fuse::external_tool("fuse-ufs", "cargo install fuse-ufs");
+    for (b, f) in [("4096", "4096"), ("32768", "4096"), ("4096", "1024")] {
+        let dir = tempfile::tempdir().unwrap();
+        let (img, mnt) = (dir.path().join("u.img"), dir.path().join("mnt"));
+        let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
+        ok(&["mkfs", "--ufs2", img_s, "--size", "64M", "-b", b, "-f", f]);
+        fs::create_dir(&mnt).unwrap();
+        ok(&["mount", img_s, mnt_s]);
+        let guard = Unmount(&mnt, true);
+        fs::create_dir(mnt.join("d")).unwrap();
+        for i in 0..20u64 {
+            fs::write(mnt.join(format!("d/f{i}")), pattern(i, 100 + i as usize * 1500)).unwrap();
+        }
+        fs::write(mnt.join("big"), pattern(99, 1 << 20)).unwrap();
+        let before = tree(&mnt);
+        assert!(ok(&["snapshot", "--on", mnt_s, "create", "s1"]).contains("s1: inode"));
+        // Overwrites, appends to tails in fragments, removals, a truncation, new files.
+        fs::write(mnt.join("big"), pattern(7, 300_000)).unwrap();
+        for i in 0..8 {
+            fs::remove_file(mnt.join(format!("d/f{i}"))).unwrap();
+        }
+        for i in 8..14 {
+            let mut v = fs::read(mnt.join(format!("d/f{i}"))).unwrap();
+            v.extend_from_slice(&pattern(i + 50, 700));
+            fs::write(mnt.join(format!("d/f{i}")), v).unwrap();
+        }
+        fs::write(mnt.join("d/new"), pattern(5, 9_000)).unwrap();
+        let after = tree(&mnt);
+        assert_ne!(before, after);
+        // FreeBSD's block hints list follows the map: its length (itself counted), then the
+        // logical blocks copied at creation, ascending.
+        let snap = fs::read(mnt.join(".snap/s1")).unwrap();
+        let list: Vec<u64> = snap[64 << 20..].chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(list.first().copied(), Some(list.len() as u64), "{b}/{f}: {list:?}");
+        assert!(list[1..].windows(2).all(|w| w[0] < w[1]) && list[1] == 0, "{b}/{f}: {list:?}");
+        assert_eq!(fs::remove_file(mnt.join(".snap/s1")).unwrap_err().raw_os_error(), Some(libc::EPERM));
+        let out1 = dir.path().join("out1.img");
+        ok(&["snapshot", "--on", mnt_s, "export", "s1", out1.to_str().unwrap()]);
+        // Background fsck is sufs's own format's: refused before any snapshot is taken.
+        let e = sufs(&["fsck", "--background", mnt_s]);
+        assert!(String::from_utf8_lossy(&e.stderr).contains("background fsck not started: a UFS2"), "{e:?}");
+        assert_eq!(fs::read_dir(mnt.join(".snap")).unwrap().count(), 1);
+        drop(guard);
+        ufs2_clean(img_s, "after the snapshot through the mount and changes");
+        ufs2_clean(out1.to_str().unwrap(), "the export");
+        let emnt = dir.path().join("emnt");
+        ok(&["mount", out1.to_str().unwrap(), emnt.to_str().unwrap(), "--ro"]);
+        let eguard = Unmount(&emnt, true);
+        assert_eq!(tree(&emnt), before, "{b}/{f}: the export holds the files and bytes of the moment");
+        drop(eguard);
+        fs::remove_file(&out1).unwrap();
+        // Offline: a second snapshot, the first read through a read-only mount of it.
+        assert!(ok(&["snapshot", "--on", img_s, "create", "s2"]).contains("s2: inode"));
+        ufs2_clean(img_s, "after the offline snapshot");
+        assert_eq!(ok(&["snapshot", "--on", img_s, "list"]).lines().count(), 2);
+        assert_eq!(mount_tree(img_s, "s1", &dir.path().join("snapmnt")), before, "{b}/{f}");
+        if let Some(tool) = fuse_ufs.as_deref().filter(|_| b == "4096" && f == "4096") {
+            let fu = dir.path().join("fu");
+            let _m = common::ufs2::FuseUfs::mount(tool, &img, &fu);
+            assert!(fs::metadata(fu.join(".snap/s1")).unwrap().len() > 64 << 20);
+            assert!(fu.join(".snap/s2").exists());
+            assert_eq!(fs::read(fu.join("d/new")).unwrap(), pattern(5, 9_000));
+        }
+        // The live tree is today's; more changes, then the snapshots go.
+        ok(&["mount", img_s, mnt_s]);
+        let guard = Unmount(&mnt, true);
+        assert_eq!(tree(&mnt), after);
+        fs::remove_file(mnt.join("big")).unwrap();
+        fs::write(mnt.join("d/f9"), pattern(3, 33)).unwrap();
+        assert!(ok(&["snapshot", "--on", mnt_s, "delete", "s1"]).contains("blocks released"));
+        drop(guard);
+        ufs2_clean(img_s, "after deleting the first snapshot");
+        assert_eq!(mount_tree(img_s, "s2", &dir.path().join("snapmnt2")), after, "{b}/{f}");
+        // What a deletion releases is what the list said the snapshot owned, in blocks.
+        let list = ok(&["snapshot", "--on", img_s, "list"]);
+        let owned = list.split(", ").find_map(|p| p.strip_suffix(" blocks owned")).unwrap().to_string();
+        let out = ok(&["snapshot", "--on", img_s, "delete", "s2"]);
+        assert!(out.contains(&format!("deleted, {owned} blocks released")), "{b}/{f}: {list} {out}");
+        ufs2_clean(img_s, "after deleting both");
+        assert_eq!(ok(&["snapshot", "--on", img_s, "list"]), "");
+    }
+}

@@ -71,9 +71,13 @@ pub(crate) fn control(on: &Path, req: ctl::Request) -> Result<ctl::Reply, Fail> 
             CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is mounted, but: {e}", image.display()), 1))?;
         return c.call(&req).map_err(|e| Fail(e.to_string(), 1));
     }
-    // The Block Register works on UFS2 too; anything else is refused before the image is
-    // mounted (a mount and unmount would rewrite its superblock).
-    let (dev, sb) = if is_br(&req) { open_image_any(&image, true)? } else { open_image(&image, true)? };
+    // The Block Register and snapshots (FreeBSD's) work on UFS2 too; anything else is refused
+    // before the image is mounted (a mount and unmount would rewrite its superblock).
+    let snapshot = matches!(
+        req,
+        ctl::Request::SnapshotCreate { .. } | ctl::Request::SnapshotList | ctl::Request::SnapshotDelete { .. }
+    );
+    let (dev, sb) = if is_br(&req) || snapshot { open_image_any(&image, true)? } else { open_image(&image, true)? };
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let opts = MountOptions { cache_blocks: (64 << 20) / sb.block_size as usize, ..Default::default() };
     let mut fs = Fs::mount(Arc::new(dev), opts, clock).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
@@ -264,7 +268,7 @@ pub(crate) fn cmd_shutdown(on: &Path, mode: Shutdown) -> Result<(), Fail> {
 pub(crate) fn frozen_device(on: &Path, name: &str) -> Result<(Arc<dyn BlockDevice>, Option<std::fs::File>), Fail> {
     let image = if on.is_dir() { PathBuf::from(mounted_image(on)?.1) } else { on.to_path_buf() };
     let f = std::fs::File::open(&image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
-    let (_, sb) = open_image(&image, false)?;
+    let (_, sb) = open_image_any(&image, false)?;
     if f.try_lock_shared().is_err() {
         let mnt = if on.is_dir() {
             on.to_path_buf()
@@ -274,11 +278,11 @@ pub(crate) fn frozen_device(on: &Path, name: &str) -> Result<(Arc<dyn BlockDevic
             })?
         };
         let file = mnt.join(".snap").join(name);
-        let dev = FileDevice::open(&file, sb.block_size as usize, false)
+        let dev = FileDevice::open_frags(&file, sb.block_size as usize, sb.addr_unit() as usize, false)
             .map_err(|e| Fail(format!("snapshot {name}: {e}"), 1))?;
         return Ok((Arc::new(dev), None));
     }
-    let (dev, sb) = open_image(&image, false)?;
+    let (dev, sb) = open_image_any(&image, false)?;
     let opts = MountOptions { readonly: true, cache_blocks: (16 << 20) / sb.block_size as usize, ..Default::default() };
     let fs = Fs::mount(Arc::new(dev), opts, Arc::new(RealClock::new()))
         .map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;

@@ -226,6 +226,27 @@ impl Drop for FsckSnapshot<'_> {
 /// The snapshot is deleted on every path; a file system without room for it is not checked.
 pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::SharedFs>) -> Result<u8, Fail> {
     use ctl::Request;
+    // The check of a snapshot and its adjust are sufs's own format's; on UFS2 nothing is taken.
+    let ufs2 = match &mounted {
+        Some(fs) => sufs_fs::fs::lock(fs).sb.ufs2().is_some(),
+        None => {
+            let image = if on.is_dir() {
+                std::path::PathBuf::from(super::control::mounted_image(on)?.1)
+            } else {
+                on.to_path_buf()
+            };
+            open_image_any(&image, false)?.1.ufs2().is_some()
+        }
+    };
+    if ufs2 {
+        return Err(Fail(
+            format!(
+                "{}: background fsck not started: a UFS2 file system: not supported yet (sufs fsck on the unmounted image)",
+                on.display()
+            ),
+            8,
+        ));
+    }
     let t = std::time::Instant::now();
     let name = format!("fsck.{}", std::process::id());
     // In the mount's own process the requests go to the file system itself: its control channel

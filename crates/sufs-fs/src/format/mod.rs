@@ -101,6 +101,9 @@ pub const DI_KEEP_NAMES: u32 = DI_IMMUTABLE | DI_SNAPSHOT | DI_APPEND;
 /// was not in use when the snapshot was taken, or belongs to a snapshot, and is never copied
 /// (FreeBSD's BLK_NOCOPY). 0 means not copied yet: the snapshot reads the block in place.
 pub const BLK_NOCOPY: u64 = 1;
+/// In a UFS2 snapshot's block map: the block belongs to a snapshot (FreeBSD's BLK_SNAP), never
+/// copied. sufs's own format marks those `BLK_NOCOPY` too.
+pub const BLK_SNAP: u64 = 2;
 
 pub const S_IFMT: u16 = 0o170000;
 pub const S_IFREG: u16 = 0o100000;

@@ -395,10 +395,11 @@ impl Fs {
     }
 
     /// Calls `f` with every block an inode's maps point to and whether it is a data block (not
-    /// an indirect or attribute block). Values up to `BLK_NOCOPY` (a hole, a snapshot's
-    /// sentinel) are no blocks.
+    /// an indirect or attribute block). A hole and a snapshot's markers (`BLK_NOCOPY`, on UFS2
+    /// `BLK_SNAP` too) are no blocks.
     fn each_pointer(&mut self, d: &Dinode, f: &mut impl FnMut(u64, bool)) -> FsResult<()> {
-        let real = |b: u64| b > BLK_NOCOPY;
+        let limit = if self.sb.ufs2().is_some() { BLK_SNAP } else { BLK_NOCOPY };
+        let real = |b: u64| b > limit;
         d.db.iter().copied().filter(|&b| real(b)).for_each(|b| f(b, true));
         d.extb.iter().copied().filter(|&b| real(b)).for_each(|b| f(b, false));
         for (top_level, &top) in d.ib.iter().enumerate() {

@@ -182,6 +182,8 @@ pub mod br;
 // Snapshots (§6) live in their own file inside `fs`: their copy-on-write and claiming hook
 // into its writes and frees.
 pub mod snapshot;
+// FreeBSD's form of the snapshot's first copies on a UFS2 image (groups, superblock, summaries).
+mod snapufs2;
 // Background fsck's adjust: what a snapshot's check found lost, checked against the live state.
 pub mod adjust;
 

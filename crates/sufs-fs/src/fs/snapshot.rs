@@ -14,6 +14,11 @@
 //! when the snapshot is taken, and in those copies the snapshots are expunged (their inodes
 //! become empty files, their blocks free), so the frozen file system passes fsck as it stands and
 //! deleting any snapshot frees its space.
+//!
+//! On a UFS2 image the snapshot is FreeBSD's (`ffs_snapshot.c`): its logical block `x` is the
+//! file system's block of fragments `x * fs_frag ..`, a snapshot's own blocks are `BLK_SNAP` in
+//! the map, and the first copies are FreeBSD's groups, superblock and summary area
+//! (`snapufs2`); the records here are kept by logical block (`Fs::snap_lbn` of an address).
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -71,13 +76,29 @@ pub struct Snapshots {
 
 /// The group headers at a snapshot's creation (`maps`), the frozen file system's (`cgs`), and
 /// the frozen superblock's counts.
+/// `free_then` marks, by logical block, the blocks wholly free at creation; on UFS2 `csums` and
+/// `total` are the frozen summary area's and `fs_cstotal`.
 #[derive(Default)]
-struct FrozenGroups {
-    maps: Vec<Vec<u8>>,
-    cgs: Vec<Vec<u8>>,
-    free_blocks: u64,
-    free_inodes: u64,
-    ndirs: u64,
+pub(super) struct FrozenGroups {
+    pub(super) free_then: Vec<u64>,
+    pub(super) cgs: Vec<Vec<u8>>,
+    pub(super) free_blocks: u64,
+    pub(super) free_inodes: u64,
+    pub(super) ndirs: u64,
+    pub(super) csums: Vec<crate::format::ufs2::Csum>,
+    pub(super) total: crate::format::ufs2::CsumTotal,
+}
+
+impl FrozenGroups {
+    pub(super) fn new(nblocks: u64) -> FrozenGroups {
+        FrozenGroups { free_then: vec![0; nblocks.div_ceil(64) as usize], ..Default::default() }
+    }
+    pub(super) fn set_free_then(&mut self, x: u64) {
+        self.free_then[(x / 64) as usize] |= 1 << (x % 64);
+    }
+    fn was_free(&self, x: u64) -> bool {
+        self.free_then.get((x / 64) as usize).is_some_and(|w| (w >> (x % 64)) & 1 == 1)
+    }
 }
 
 /// A snapshot as `snapshot list` reports it.
@@ -87,7 +108,8 @@ pub struct SnapInfo {
     pub ino: u32,
     /// Creation time (seconds since the epoch).
     pub created: i64,
-    /// Blocks the snapshot owns: its map's indirect blocks, copies and claimed blocks.
+    /// Blocks the snapshot owns: its map's indirect blocks, copies and claimed blocks (whole
+    /// blocks on UFS2 too).
     pub blocks: u64,
     /// Blocks still shared with the live file system (not copied).
     pub shared: u64,
@@ -97,24 +119,53 @@ pub struct SnapInfo {
 type Leaf = (u64, u64);
 
 impl Fs {
+    /// Logical blocks of a snapshot file: the file system's size in blocks (FreeBSD's
+    /// `howmany(fs_size, fs_frag)`; on sufs's own format, its blocks).
+    pub(super) fn snap_nblocks(&self) -> u64 {
+        self.sb.num_blocks.div_ceil(self.sb.frag())
+    }
+
+    /// The logical block of a snapshot that stands for address `b`.
+    fn snap_lbn(&self, b: u64) -> u64 {
+        b / self.sb.frag()
+    }
+
+    /// Whether a map value is a marker, not an address: `BLK_NOCOPY`, and on UFS2 `BLK_SNAP`.
+    pub(super) fn snap_marker(&self, v: u64) -> bool {
+        v == BLK_NOCOPY || (v == BLK_SNAP && self.sb.ufs2().is_some())
+    }
+
+    /// The marker of a block a snapshot owns in a new snapshot's map.
+    fn snap_own_marker(&self) -> u64 {
+        if self.sb.ufs2().is_some() {
+            BLK_SNAP
+        } else {
+            BLK_NOCOPY
+        }
+    }
+
     /// Reactivates the snapshots listed in the superblock (at mount).
     pub(super) fn snap_activate(&mut self) -> FsResult<()> {
         self.snapshots.active.clear();
         let list: Vec<u32> = self.sb.snapshots.iter().copied().filter(|&i| i != 0).collect();
         for ino in list {
             let d = self.iget(ino)?;
-            if d.flags & DI_SNAPSHOT == 0 || d.size != self.sb.num_blocks * self.sb.block_size as u64 {
+            let n = self.snap_nblocks();
+            // On UFS2 the block hints list follows the map (`snap_hint_list`).
+            let room = self.snap_list_room() * self.sb.block_size as u64;
+            let map = n * self.sb.block_size as u64;
+            if d.flags & DI_SNAPSHOT == 0 || d.size < map || d.size > map + room {
                 return Err(FsError::Corrupt(format!("superblock lists inode {ino}, which is not a snapshot")));
             }
-            let mut a = Active::new(ino, self.sb.num_blocks);
-            for (x, &v) in d.db.iter().enumerate().take(self.sb.num_blocks.min(NDADDR as u64) as usize) {
+            let mut a = Active::new(ino, n);
+            for (x, &v) in d.db.iter().enumerate().take(n.min(NDADDR as u64) as usize) {
                 a.set_need(x as u64, v == 0);
             }
             for (base, leaf) in self.snap_leaves(&d)? {
                 let buf = self.cache.read(leaf)?;
                 for i in 0..self.sb.ptrs_per_block() as usize {
                     let x = base + i as u64;
-                    if x < self.sb.num_blocks && ind_get(buf, i) == 0 {
+                    if x < n && ind_get(buf, i) == 0 {
                         a.set_need(x, true);
                     }
                 }
@@ -175,14 +226,14 @@ impl Fs {
 
     /// Every block a snapshot owns: its map's indirect blocks and the blocks its map points to.
     fn snap_owned(&mut self, d: &Dinode, out: &mut HashSet<u64>) -> FsResult<()> {
-        out.extend(d.db.iter().copied().filter(|&v| v > BLK_NOCOPY));
+        out.extend(d.db.iter().copied().filter(|&v| v != 0 && !self.snap_marker(v)));
         let mut data = Vec::new();
         let mut levels: [Vec<u64>; NIADDR] = Default::default();
         // The tree's indirect blocks, level by level (data pointers may be sentinels).
         let dd = Dinode { db: [0; NDADDR], ..d.clone() };
         self.file_blocks(&dd, &mut data, &mut levels)?;
         out.extend(levels.iter().flatten().copied());
-        out.extend(data.into_iter().filter(|&v| v > BLK_NOCOPY));
+        out.extend(data.into_iter().filter(|&v| v != 0 && !self.snap_marker(v)));
         Ok(())
     }
 
@@ -204,7 +255,8 @@ impl Fs {
     }
 
     fn snap_build(&mut self, level: usize, count: u64, pref: u64, mine: &mut Vec<u64>) -> FsResult<u64> {
-        let b = self.alloc.alloc_block(&mut self.cache, &self.sb, mine.last().map_or(pref, |l| l + 1))?;
+        let next = mine.last().map_or(pref, |l| l + self.sb.frag());
+        let b = self.alloc.alloc_block(&mut self.cache, &self.sb, next)?;
         self.cache.create(b);
         mine.push(b);
         if level == 0 {
@@ -243,10 +295,6 @@ impl Fs {
     /// is made (`NoSnapshotRoom`); one that fails on the way is undone (`snap_abandon`).
     pub fn snapshot_create(&mut self, name: &[u8]) -> FsResult<SnapInfo> {
         self.check_writable()?;
-        if self.sb.ufs2().is_some() {
-            // sufs's snapshots copy its own group headers; FreeBSD's form is not written yet.
-            return Err(FsError::Unsupported("snapshots of a UFS2 file system are not supported yet".into()));
-        }
         Self::snap_check_name(name)?;
         let slot = self.sb.snapshots.iter().position(|&i| i == 0).ok_or(FsError::Invalid("at most 20 snapshots"))?;
         self.sync_all()?;
@@ -262,6 +310,12 @@ impl Fs {
             Ok(())
         });
         let ino = match made {
+            // On UFS2 the new name and inode go to the disk first, as FreeBSD syncs the
+            // snapshot file before it suspends: the first copies read blocks from the disk.
+            Ok((ino, _)) if self.sb.ufs2().is_some() => {
+                self.sync_all()?;
+                ino
+            }
             Ok((ino, _)) => ino,
             Err(e) => {
                 self.snap_dir_prune().unwrap_or_else(|p| log::error!("snapshot: /.snap left behind: {p}"));
@@ -284,7 +338,7 @@ impl Fs {
     /// Blocks a new snapshot takes at once, at most: its map's indirect blocks, the eager
     /// copies (`snap_eager_copies`) and a block for `/.snap`.
     fn snap_room(&self) -> u64 {
-        let (n, p) = (self.sb.num_blocks, self.sb.ptrs_per_block());
+        let (n, p) = (self.snap_nblocks() + self.snap_list_room(), self.sb.ptrs_per_block());
         let mut map = 0;
         let (mut base, mut span) = (NDADDR as u64, p);
         for level in 0..NIADDR {
@@ -300,28 +354,37 @@ impl Fs {
             base += span;
             span = span.saturating_mul(p);
         }
-        let eager = 1 + self.sb.ngroups as u64 + self.snapshots.active.len() as u64 + 1 + NDADDR as u64;
-        map + eager + 1
+        let summary = self.sb.ufs2().map_or(0, |u| (u.fs_cssize as u64).div_ceil(u.fs_bsize as u64) + 1);
+        let eager = 1 + self.sb.ngroups as u64 + self.snapshots.active.len() as u64 + 1 + NDADDR as u64 + summary;
+        map + eager + 1 + self.snap_list_room()
     }
 
     /// The snapshot's blocks and map, made for its inode `ino` (empty, named, on disk), then
     /// the inode and the superblock listing it in `slot`. The blocks allocated are in `mine`.
     fn snap_make(&mut self, ino: u32, slot: usize, mine: &mut Vec<u64>) -> FsResult<()> {
-        let n = self.sb.num_blocks;
+        let n = self.snap_nblocks();
         let mut d = self.iget(ino)?;
         let pref = self.ino_pref(ino);
-        self.snap_build_tree(&mut d, n, pref, mine)?;
+        self.snap_build_tree(&mut d, n + self.snap_list_room(), pref, mine)?;
         let snap_inos: Vec<u32> = self.snapshots.active.iter().map(|s| s.ino).chain([ino]).collect();
         let copies = self.snap_eager_copies(&snap_inos, pref, mine)?;
+        let (list, list_bytes) = self.snap_hint_list(&copies, pref, mine)?;
         // Blocks of snapshots: never copied, and free in the frozen file system.
         let mut owned: HashSet<u64> = mine.iter().copied().collect();
         for k in 0..self.snapshots.active.len() {
             let od = self.iget(self.snapshots.active[k].ino)?;
             self.snap_owned(&od, &mut owned)?;
         }
-        let frozen = self.snap_frozen_groups(&owned)?;
+        let frozen = if self.sb.ufs2().is_some() {
+            self.snap_frozen_groups_ufs2(&owned)?
+        } else {
+            self.snap_frozen_groups(&owned)?
+        };
         self.snap_fill_copies(&copies, &frozen, &snap_inos)?;
-        let active = self.snap_write_map(ino, &mut d, &copies, &owned, &frozen.maps)?;
+        let active = self.snap_write_map(ino, &mut d, &copies, &owned, &frozen)?;
+        for (i, &b) in list.iter().enumerate() {
+            self.snap_set(&d, n + i as u64, b)?;
+        }
         // On disk in order: the bitmaps, the copies and the map; then the inode pointing at them;
         // then the superblock listing it.
         let mut first: Vec<u64> = (0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)).collect();
@@ -330,14 +393,54 @@ impl Fs {
         for chunk in first.chunks(1024) {
             self.write_bufs(chunk, WriteKind::Sync)?;
         }
-        d.size = n * self.sb.block_size as u64;
-        d.blocks = mine.len() as u64;
+        d.size = n * self.sb.block_size as u64 + list_bytes;
+        d.blocks = mine.len() as u64 * self.sb.frag();
         let ib = self.iput(ino, &d)?;
         self.write_bufs(&[ib], WriteKind::Sync)?;
         self.sync_all()?;
         self.sb.snapshots[slot] = ino;
         self.snapshots.active.push(active);
         self.write_superblock()
+    }
+
+    /// Logical blocks past the map that FreeBSD's block hints list may take, at most: none on
+    /// sufs's own format; on UFS2 one entry for the count and one for each first copy.
+    fn snap_list_room(&self) -> u64 {
+        match self.sb.ufs2() {
+            None => 0,
+            Some(u) => {
+                let bs = u.fs_bsize as u64;
+                let cs = (u.fs_cssize as u64).div_ceil(bs) + 1;
+                let most = 1 + 1 + self.sb.ngroups as u64 + MAX_SNAPSHOTS as u64 + 1 + NDADDR as u64 + 1 + cs;
+                (most * 8).div_ceil(bs)
+            }
+        }
+    }
+
+    /// On UFS2, FreeBSD's block hints list (`i_snapblklist`, which `ffs_snapshot_mount` reads
+    /// past the map, at `lblktosize(numblks)`): its length counting itself, then the logical
+    /// blocks the snapshot holds a first copy of, ascending; FreeBSD's copy-on-write skips
+    /// them. Its blocks are allocated here (in `mine`) and filled; returns them and its bytes.
+    fn snap_hint_list(&mut self, copies: &[(u64, u64)], pref: u64, mine: &mut Vec<u64>) -> FsResult<(Vec<u64>, u64)> {
+        if self.sb.ufs2().is_none() {
+            return Ok((Vec::new(), 0));
+        }
+        let mut entries: Vec<u64> = copies.iter().map(|&(x, _)| x).collect();
+        entries.sort_unstable();
+        entries.insert(0, entries.len() as u64 + 1);
+        let bs = self.sb.block_size as usize;
+        let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_le_bytes()).collect();
+        let nblocks = bytes.len().div_ceil(bs) as u64;
+        assert!(nblocks <= self.snap_list_room(), "a hints list of {} entries in {nblocks} blocks", entries.len());
+        let mut blocks = Vec::new();
+        for chunk in bytes.chunks(bs) {
+            let next = mine.last().map_or(pref, |l| l + self.sb.frag());
+            let b = self.alloc.alloc_block(&mut self.cache, &self.sb, next)?;
+            self.cache.create(b)[..chunk.len()].copy_from_slice(chunk);
+            mine.push(b);
+            blocks.push(b);
+        }
+        Ok((blocks, bytes.len() as u64))
     }
 
     /// Undoes a snapshot `snap_make` failed to make: once its inode points to its blocks it goes
@@ -373,8 +476,12 @@ impl Fs {
     }
 
     /// Removes `/.snap` if it holds no snapshot (it is made again by the next one): a file
-    /// system that had snapshots, or a background fsck, looks as it did before.
+    /// system that had snapshots, or a background fsck, looks as it did before. Kept on UFS2.
     fn snap_dir_prune(&mut self) -> FsResult<()> {
+        if self.sb.ufs2().is_some() {
+            // FreeBSD's newfs makes `/.snap` and nothing removes it.
+            return Ok(());
+        }
         let dir = match self.snap_dir(false) {
             Ok(d) => d,
             Err(FsError::NotFound) => return Ok(()),
@@ -397,23 +504,28 @@ impl Fs {
         Ok(())
     }
 
-    /// What a new snapshot copies at once, as (block, its copy): the superblock, the group
-    /// headers, the inode blocks of the snapshots (`snap_inos`, expunged in the copy) and the
-    /// direct slots (which never change later), those in use; the copies are allocated here.
+    /// What a new snapshot copies at once, as (logical block, its copy): the superblock, the
+    /// group headers, the inode blocks of the snapshots (`snap_inos`, expunged in the copy) and
+    /// the direct slots (which never change later), on UFS2 the summary area too (all written
+    /// past the cache, or by their logical block), those in use; the copies are allocated here.
     fn snap_eager_copies(&mut self, snap_inos: &[u32], pref: u64, mine: &mut Vec<u64>) -> FsResult<Vec<(u64, u64)>> {
-        let n = self.sb.num_blocks;
+        let n = self.snap_nblocks();
+        let frag = self.sb.frag();
         let mut eager: BTreeSet<u64> = [0].into();
-        eager.extend((0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)));
-        eager.extend(snap_inos.iter().map(|&i| self.sb.inode_location(i).0));
+        eager.extend((0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg) / frag));
+        eager.extend(snap_inos.iter().map(|&i| self.sb.inode_location(i).0 / frag));
         eager.extend(0..(NDADDR as u64).min(n));
-        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
+        if let Some(u) = self.sb.ufs2() {
+            let bs = u.fs_bsize as u64;
+            eager.insert(u.fs_sblockloc as u64 / bs);
+            let cs = u.fsb_offset(u.fs_csaddr);
+            eager.extend(cs / bs..(cs + u.fs_cssize as u64).div_ceil(bs));
+        }
         let mut copies: Vec<(u64, u64)> = Vec::new();
         for &x in &eager {
-            let cg = self.sb.cg_of_block(x);
-            let used =
-                bit_get(&self.cache.read(self.sb.cg_header_block(cg))?[bmoff..], (x - self.sb.cg_start(cg)) as usize);
-            if used {
-                let c = self.alloc.alloc_block(&mut self.cache, &self.sb, mine.last().map_or(pref, |l| l + 1))?;
+            if !self.snap_wholly_free(x)? {
+                let next = mine.last().map_or(pref, |l| l + frag);
+                let c = self.alloc.alloc_block(&mut self.cache, &self.sb, next)?;
                 self.cache.create(c);
                 mine.push(c);
                 copies.push((x, c));
@@ -422,18 +534,31 @@ impl Fs {
         Ok(copies)
     }
 
-    /// The group headers as they are now, and as the frozen file system has them (the blocks of
-    /// snapshots, `owned`, free there), with the frozen superblock's counts.
+    /// Whether logical block `x` is wholly free now (never copied: `BLK_NOCOPY`).
+    fn snap_wholly_free(&mut self, x: u64) -> FsResult<bool> {
+        if self.sb.ufs2().is_some() {
+            return self.snap_wholly_free_ufs2(x);
+        }
+        let cg = self.sb.cg_of_block(x);
+        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
+        let hdr = self.cache.read(self.sb.cg_header_block(cg))?;
+        Ok(!bit_get(&hdr[bmoff..], (x - self.sb.cg_start(cg)) as usize))
+    }
+
+    /// The group headers as the frozen file system has them (the blocks of snapshots, `owned`,
+    /// free there), which blocks are free now, and the frozen superblock's counts.
     fn snap_frozen_groups(&mut self, owned: &HashSet<u64>) -> FsResult<FrozenGroups> {
         let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
-        let mut f = FrozenGroups::default();
+        let mut f = FrozenGroups::new(self.snap_nblocks());
         for cg in 0..self.sb.ngroups {
             let buf = self.cache.read(self.sb.cg_header_block(cg))?.to_vec();
             let mut fz = buf.clone();
             let start = self.sb.cg_start(cg);
             let mut freed = 0;
             for i in 0..self.sb.cg_blocks(cg) as usize {
-                if bit_get(&buf[bmoff..], i) && owned.contains(&(start + i as u64)) {
+                if !bit_get(&buf[bmoff..], i) {
+                    f.set_free_then(start + i as u64);
+                } else if owned.contains(&(start + i as u64)) {
                     bit_set(&mut fz[bmoff..], i, false);
                     freed += 1;
                 }
@@ -444,7 +569,6 @@ impl Fs {
             f.free_blocks += fb as u64;
             f.free_inodes += cg_get_free_inodes(&fz) as u64;
             f.ndirs += cg_get_ndirs(&fz) as u64;
-            f.maps.push(buf);
             f.cgs.push(fz);
         }
         Ok(f)
@@ -453,6 +577,9 @@ impl Fs {
     /// Fills the eager copies: the frozen superblock and group headers, and the other blocks as
     /// they are, a snapshot's own inode showing in them as an empty file.
     fn snap_fill_copies(&mut self, copies: &[(u64, u64)], frozen: &FrozenGroups, snap_inos: &[u32]) -> FsResult<()> {
+        if self.sb.ufs2().is_some() {
+            return self.snap_fill_copies_ufs2(copies, frozen, snap_inos);
+        }
         let bs = self.sb.block_size as usize;
         let mut fsb = self.sb.clone();
         fsb.free_blocks = frozen.free_blocks;
@@ -469,23 +596,28 @@ impl Fs {
                 data.copy_from_slice(&frozen.cgs[self.sb.cg_of_block(x) as usize]);
             } else {
                 data.copy_from_slice(self.cache.read(x)?);
-                for &i in snap_inos {
-                    let (b, off) = self.sb.inode_location(i);
-                    if b == x {
-                        // The snapshot appears in itself as an empty file.
-                        let mut sd = self.sb.decode_dinode(&data[off..off + DINODE_SIZE]);
-                        sd.size = 0;
-                        sd.blocks = 0;
-                        sd.db = [0; NDADDR];
-                        sd.ib = [0; NIADDR];
-                        sd.flags &= !DI_SNAPSHOT;
-                        self.sb.encode_dinode(&sd, &mut data[off..off + DINODE_SIZE]);
-                    }
-                }
+                self.snap_expunge_inodes(x, &mut data, snap_inos);
             }
             self.cache.create(c).copy_from_slice(&data);
         }
         Ok(())
+    }
+
+    /// Expunges the snapshots `snap_inos` from `data`, a copy of the inode block at address
+    /// `x`: each appears in the frozen file system as an empty file.
+    pub(super) fn snap_expunge_inodes(&self, x: u64, data: &mut [u8], snap_inos: &[u32]) {
+        for &i in snap_inos {
+            let (b, off) = self.sb.inode_location(i);
+            if b == x {
+                let mut sd = self.sb.decode_dinode(&data[off..off + DINODE_SIZE]);
+                sd.size = 0;
+                sd.blocks = 0;
+                sd.db = [0; NDADDR];
+                sd.ib = [0; NIADDR];
+                sd.flags &= !DI_SNAPSHOT;
+                self.sb.encode_dinode(&sd, &mut data[off..off + DINODE_SIZE]);
+            }
+        }
     }
 
     /// The snapshot's map: for each block of the file system its copy, BLK_NOCOPY (free then,
@@ -497,20 +629,18 @@ impl Fs {
         d: &mut Dinode,
         copies: &[(u64, u64)],
         owned: &HashSet<u64>,
-        maps: &[Vec<u8>],
+        frozen: &FrozenGroups,
     ) -> FsResult<Active> {
-        let n = self.sb.num_blocks;
-        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
+        let n = self.snap_nblocks();
+        let (frag, own) = (self.sb.frag(), self.snap_own_marker());
         let copy_of: std::collections::HashMap<u64, u64> = copies.iter().copied().collect();
         let mut active = Active::new(ino, n);
-        let sb = self.sb.clone();
         let entry = |x: u64| -> u64 {
             if let Some(&c) = copy_of.get(&x) {
-                return c;
-            }
-            let cg = sb.cg_of_block(x);
-            let i = (x - sb.cg_start(cg)) as usize;
-            if owned.contains(&x) || !bit_get(&maps[cg as usize][bmoff..], i) {
+                c
+            } else if owned.contains(&(x * frag)) {
+                own
+            } else if frozen.was_free(x) {
                 BLK_NOCOPY
             } else {
                 0
@@ -545,7 +675,7 @@ impl Fs {
             name: String::from_utf8_lossy(name).into_owned(),
             ino,
             created: d.btime,
-            blocks: d.blocks,
+            blocks: d.blocks / self.sb.frag(),
             shared,
         })
     }
@@ -591,11 +721,13 @@ impl Fs {
         let mut changed = Vec::new();
         let p = self.sb.ptrs_per_block() as usize;
         for &(_, leaf) in &leaves {
+            let ufs2 = self.sb.ufs2().is_some();
+            let marker = |v: u64| v == BLK_NOCOPY || (ufs2 && v == BLK_SNAP);
             let buf = self.cache.read(leaf)?;
-            if (0..p).any(|i| ind_get(buf, i) == BLK_NOCOPY) {
+            if (0..p).any(|i| marker(ind_get(buf, i))) {
                 let buf = self.cache.modify(leaf)?;
                 for i in 0..p {
-                    if ind_get(buf, i) == BLK_NOCOPY {
+                    if marker(ind_get(buf, i)) {
                         ind_set(buf, i, 0);
                     }
                 }
@@ -605,13 +737,13 @@ impl Fs {
         for chunk in changed.chunks(1024) {
             self.write_bufs(chunk, WriteKind::Sync)?;
         }
-        for v in d.db.iter_mut() {
-            if *v == BLK_NOCOPY {
-                *v = 0;
+        for k in 0..NDADDR {
+            if self.snap_marker(d.db[k]) {
+                d.db[k] = 0;
             }
         }
         d.flags &= !DI_SNAPSHOT;
-        let held = d.blocks;
+        let held = d.blocks / self.sb.frag();
         self.snap_unlink(dir, name, ino, &d)?;
         self.balance()?;
         self.snap_dir_prune()?;
@@ -627,34 +759,48 @@ impl Fs {
         if self.snapshots.active.is_empty() {
             return Ok(());
         }
-        let mut todo: Vec<u64> = bnos
+        let todo: Vec<u64> = bnos
             .iter()
             .copied()
-            .filter(|&b| self.snapshots.active.iter().any(|s| s.needs(b)) && self.cache.is_dirty(b))
+            .filter(|&b| self.snap_needed(self.snap_lbn(b)) && self.cache.is_dirty(b))
+            .map(|b| self.snap_lbn(b))
             .collect();
+        self.snap_copy(todo)
+    }
+
+    /// Whether some snapshot still shares logical block `x` with the live file system.
+    fn snap_needed(&self, x: u64) -> bool {
+        self.snapshots.active.iter().any(|s| s.needs(x))
+    }
+
+    /// Copies logical blocks `todo` (their whole block, fragments and all, as FreeBSD copies
+    /// them) from the disk into a new block of every snapshot that still shares them, and
+    /// makes the copies, then the map blocks pointing at them, durable.
+    fn snap_copy(&mut self, mut todo: Vec<u64>) -> FsResult<()> {
         if todo.is_empty() {
             return Ok(());
         }
         todo.sort_unstable();
         todo.dedup();
-        let bs = self.sb.block_size as usize;
+        let (bs, frag) = (self.sb.block_size as usize, self.sb.frag());
         let mut old = vec![0u8; bs];
         let mut first = BTreeSet::new();
         let mut leaves = BTreeSet::new();
-        for b in todo {
+        for x in todo {
+            let b = x * frag;
             self.cache.device().read_block(b, &mut old)?;
             for k in 0..self.snapshots.active.len() {
-                if !self.snapshots.active[k].needs(b) {
+                if !self.snapshots.active[k].needs(x) {
                     continue;
                 }
                 let ino = self.snapshots.active[k].ino;
                 let c = self.alloc.alloc_block(&mut self.cache, &self.sb, b)?;
                 self.cache.create(c).copy_from_slice(&old);
                 let mut d = self.iget(ino)?;
-                leaves.insert(self.snap_set(&d, b, c)?);
-                d.blocks += 1;
+                leaves.insert(self.snap_set(&d, x, c)?);
+                d.blocks += frag;
                 self.iput(ino, &d)?;
-                self.snapshots.active[k].set_need(b, false);
+                self.snapshots.active[k].set_need(x, false);
                 self.snapshots.cow += 1;
                 first.insert(c);
                 first.insert(self.sb.cg_header_block(self.sb.cg_of_block(c)));
@@ -671,13 +817,15 @@ impl Fs {
     /// Frees a block, unless a snapshot has not copied it: then the first such snapshot (oldest
     /// first) claims it as its copy.
     pub(super) fn free_block(&mut self, b: u64) -> FsResult<()> {
-        if let Some(k) = self.snapshots.active.iter().position(|s| s.needs(b)) {
+        let x = self.snap_lbn(b);
+        if let Some(k) = self.snapshots.active.iter().position(|s| s.needs(x)) {
+            assert_eq!(b % self.sb.frag(), 0, "block {b} claimed by a snapshot is not a whole block");
             let ino = self.snapshots.active[k].ino;
             let mut d = self.iget(ino)?;
-            self.snap_set(&d, b, b)?;
-            d.blocks += 1;
+            self.snap_set(&d, x, b)?;
+            d.blocks += self.sb.frag();
             self.iput(ino, &d)?;
-            self.snapshots.active[k].set_need(b, false);
+            self.snapshots.active[k].set_need(x, false);
             self.snapshots.claimed += 1;
             return Ok(());
         }
@@ -686,21 +834,29 @@ impl Fs {
 
     /// Frees a run of `frags` fragments at `bno` (a moved block's old run, soft updates'
     /// freefrag). A whole block goes through `free_block` (a snapshot may claim it); a shorter
-    /// run, which only UFS2 has, goes to the allocator's fragment maps.
+    /// run, which only UFS2 has, goes to the allocator's fragment maps, its block first copied
+    /// for the snapshots that still share it (`ffs_snapblkfree` copies what it cannot claim):
+    /// otherwise runs freed one by one could leave a shared block free in the maps, handed out
+    /// whole against invariant (2), e.g. as a snapshot's copy, which is written past `cow`.
     pub(super) fn free_frags(&mut self, bno: u64, frags: u32) -> FsResult<()> {
         if frags as u64 == self.sb.frag() {
             return self.free_block(bno);
         }
+        let x = self.snap_lbn(bno);
+        if self.snap_needed(x) {
+            self.snap_copy(vec![x])?;
+        }
         Ok(self.alloc.free_frags(&mut self.cache, &self.sb, bno, frags)?)
     }
 
-    /// Block `x` of the file system as it was when snapshot `ino` was taken.
+    /// Logical block `x` (fragments `x * fs_frag ..` on UFS2) of the file system as it was when
+    /// snapshot `ino` was taken.
     pub fn snapshot_block(&mut self, ino: u32, x: u64, buf: &mut [u8]) -> FsResult<()> {
         let d = self.iget(ino)?;
         if d.flags & DI_SNAPSHOT == 0 {
             return Err(FsError::Invalid("not a snapshot"));
         }
-        if x >= self.sb.num_blocks {
+        if x >= self.snap_nblocks() {
             return Err(FsError::Invalid("block beyond the end of the file system"));
         }
         self.snap_block(&d, x, buf)
@@ -708,8 +864,8 @@ impl Fs {
 
     fn snap_block(&mut self, d: &Dinode, x: u64, buf: &mut [u8]) -> FsResult<()> {
         match self.snap_get(d, x)? {
-            BLK_NOCOPY => buf.fill(0),
-            0 => self.cache.device().read_block(x, buf)?,
+            v if self.snap_marker(v) => buf.fill(0),
+            0 => self.cache.device().read_block(x * self.sb.frag(), buf)?,
             v => {
                 self.checked_ptr(v)?;
                 self.cache.device().read_block(v, buf)?
@@ -736,10 +892,12 @@ impl Fs {
 
 /// The frozen file system of a snapshot as a read-only device, read through the file system
 /// that holds it (in this process).
+/// On UFS2 it is addressed in fragments, as the image is (`FileDevice::open_frags`).
 pub struct FrozenDevice {
     fs: SharedFs,
     ino: u32,
     bs: usize,
+    unit: usize,
     n: u64,
 }
 
@@ -747,9 +905,21 @@ impl FrozenDevice {
     pub fn new(fs: SharedFs, name: &[u8]) -> FsResult<FrozenDevice> {
         let mut g = lock(&fs);
         let ino = g.snapshot_ino(name)?;
-        let (bs, n) = (g.sb.block_size as usize, g.sb.num_blocks);
+        let (bs, unit, n) = (g.sb.block_size as usize, g.sb.addr_unit() as usize, g.sb.num_blocks);
         drop(g);
-        Ok(FrozenDevice { fs, ino, bs, n })
+        Ok(FrozenDevice { fs, ino, bs, unit, n })
+    }
+
+    /// Logical block `x` of the snapshot (zeros past its end).
+    fn logical(&self, x: u64, buf: &mut [u8]) -> DevResult<()> {
+        if x * (self.bs / self.unit) as u64 >= self.n {
+            buf.fill(0);
+            return Ok(());
+        }
+        lock(&self.fs).snapshot_block(self.ino, x, buf).map_err(|e| match e {
+            FsError::Io(d) => d,
+            other => DevError::Open(other.to_string()),
+        })
     }
 }
 
@@ -757,14 +927,25 @@ impl BlockDevice for FrozenDevice {
     fn block_size(&self) -> usize {
         self.bs
     }
+    fn addr_unit(&self) -> usize {
+        self.unit
+    }
     fn num_blocks(&self) -> u64 {
         self.n
     }
+    /// The block at address `bno`: with fragments it may end in the next logical block.
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
-        lock(&self.fs).snapshot_block(self.ino, bno, buf).map_err(|e| match e {
-            FsError::Io(d) => d,
-            other => DevError::Open(other.to_string()),
-        })
+        let frag = (self.bs / self.unit) as u64;
+        let (x, skip) = (bno / frag, (bno % frag) as usize * self.unit);
+        if skip == 0 {
+            return self.logical(x, buf);
+        }
+        let mut block = vec![0u8; self.bs];
+        self.logical(x, &mut block)?;
+        buf[..self.bs - skip].copy_from_slice(&block[skip..]);
+        self.logical(x + 1, &mut block)?;
+        buf[self.bs - skip..].copy_from_slice(&block[..skip]);
+        Ok(())
     }
     fn write_batch(&self, reqs: &[WriteReq], _kind: WriteKind) -> DevResult<()> {
         Err(DevError::Io {
@@ -779,8 +960,12 @@ impl BlockDevice for FrozenDevice {
 
 /// Writes a frozen file system (any device reading as one: a `FrozenDevice`, or a snapshot file
 /// of a mounted file system) to a new image `out`, sparse. Returns the blocks written.
+/// A device addressed in fragments is written a block at a time.
 pub fn export(src: &dyn BlockDevice, out: &std::path::Path) -> Result<u64, DevError> {
-    crate::dev::write_sparse_image(out, src.num_blocks(), src.block_size(), |b, buf| src.read_block(b, buf), |_| true)
+    let (bs, unit) = (src.block_size(), src.addr_unit());
+    let frag = (bs / unit) as u64;
+    let n = (src.num_blocks() * unit as u64).div_ceil(bs as u64);
+    crate::dev::write_sparse_image(out, n, bs, |b, buf| src.read_block(b * frag, buf), |_| true)
 }
 
 /// A shared file system for a `FrozenDevice` over an unmounted image.
@@ -789,7 +974,7 @@ pub fn shared(fs: Fs) -> SharedFs {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::clock::SimClock;
     use crate::dev::MemDevice;

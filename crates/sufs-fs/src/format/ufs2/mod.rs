@@ -75,6 +75,12 @@ pub const DEV_BSIZE: i32 = 512;
 pub const FS_MAXCONTIG: i32 = 16;
 /// `FSMAXSNAP`: snapshot inode numbers in the superblock.
 pub const FSMAXSNAP: usize = 20;
+/// `SF_SNAPSHOT`: the inode is a snapshot (`di_flags`).
+pub const SF_SNAPSHOT: u32 = 0x0020_0000;
+/// In a snapshot's block map: the block was free when the snapshot was taken (`BLK_NOCOPY`), or
+/// belongs to a snapshot (`BLK_SNAP`); markers, never addresses (ffs_snapshot.c).
+pub const BLK_NOCOPY: i64 = 1;
+pub const BLK_SNAP: i64 = 2;
 /// `MAXMNTLEN`, `MAXVOLLEN`: bytes of `fs_fsmnt` and `fs_volname`.
 pub const MAXMNTLEN: usize = 468;
 pub const MAXVOLLEN: usize = 32;

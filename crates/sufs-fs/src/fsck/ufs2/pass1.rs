@@ -8,7 +8,9 @@
 //! indirect levels, are refused (indirect blocks may map blocks past the end: FreeBSD's
 //! truncate-up allocates the block holding the last byte). `di_blocks` must count every
 //! fragment held, data, indirect and extended-attribute, in 512-byte sectors. A short symbolic
-//! link holds no blocks and nothing after its target.
+//! link holds no blocks and nothing after its target. A snapshot's map (`SF_SNAPSHOT`) holds
+//! the markers `BLK_NOCOPY` and `BLK_SNAP`, which are skipped as fsck_ffs's `pass1check` skips
+//! them, and holes anywhere: its size is the file system's.
 
 use super::*;
 use crate::format::DT_DIR;
@@ -82,9 +84,15 @@ fn frags_of(sb: &Superblock, size: u64, i: u64, n: u64) -> i64 {
     }
 }
 
+/// Whether `p`, a data pointer of an inode that `snap` says is a snapshot, is a marker.
+fn marker(snap: bool, p: i64) -> bool {
+    snap && (p == BLK_NOCOPY || p == BLK_SNAP)
+}
+
 /// Walks every block `dip` holds (`ckinode`): the extended-attribute area, the direct blocks,
 /// then the indirect trees, an indirect block read only when `f` answers `Go` for it. Short
-/// symbolic links and devices hold none. The depth is at most three indirect levels.
+/// symbolic links and devices hold none, a snapshot's markers neither. The depth is at most
+/// three indirect levels.
 pub(super) fn walk<D: ReadAt + ?Sized>(
     sb: &Superblock,
     dev: &D,
@@ -115,8 +123,9 @@ pub(super) fn walk<D: ReadAt + ?Sized>(
     }
     let size = dip.di_size;
     let ndb = size.div_ceil(bsize);
+    let snap = dip.di_flags & SF_SNAPSHOT != 0;
     for (i, &p) in dip.di_db.iter().enumerate() {
-        if p == 0 {
+        if p == 0 || marker(snap, p) {
             continue;
         }
         let i = i as u64;
@@ -144,7 +153,7 @@ pub(super) fn walk<D: ReadAt + ?Sized>(
             {
                 return Ok(());
             }
-            if indirect(sb, dev, level, p, first, f)? == Step::Stop {
+            if indirect(sb, dev, level, p, first, snap, f)? == Step::Stop {
                 return Ok(());
             }
         }
@@ -153,13 +162,15 @@ pub(super) fn walk<D: ReadAt + ?Sized>(
     Ok(())
 }
 
-/// `iblock`: an indirect block of `level` at `p` mapping logical blocks from `first`.
+/// `iblock`: an indirect block of `level` at `p` mapping logical blocks from `first` (of a
+/// snapshot if `snap`).
 fn indirect<D: ReadAt + ?Sized>(
     sb: &Superblock,
     dev: &D,
     level: u32,
     p: i64,
     first: i64,
+    snap: bool,
     f: &mut dyn FnMut(Event) -> Step,
 ) -> Result<Step, Ufs2Error> {
     assert!((1..=UFS_NIADDR as u32).contains(&level), "indirect level {level}");
@@ -173,14 +184,14 @@ fn indirect<D: ReadAt + ?Sized>(
     let each = sb.nindir().pow(level - 1);
     for (i, c) in b.chunks_exact(8).enumerate() {
         let q = i64::get(c, 0);
-        if q == 0 {
+        if q == 0 || (level == 1 && marker(snap, q)) {
             continue;
         }
         let lbn = first + i as i64 * each;
         let s = if level == 1 {
             leaf(sb, Held { fsb: q, frags: frag, lbn, level: 0 }, f)
         } else {
-            indirect(sb, dev, level - 1, q, lbn, f)?
+            indirect(sb, dev, level - 1, q, lbn, snap, f)?
         };
         if s == Step::Stop {
             return Ok(Step::Stop);
@@ -373,7 +384,12 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
         // Soft updates rolls back the pointers of indirect blocks not yet written, not the size.
         let bsize = self.sb.fs_bsize as u64;
         let size = dip.di_size;
-        if dip.shortlink(&self.sb).is_none() && size > UFS_NDADDR as u64 * bsize && lballoc < self.sb.lblkno(size - 1) {
+        let snap = dip.di_flags & SF_SNAPSHOT != 0;
+        if !snap
+            && dip.shortlink(&self.sb).is_none()
+            && size > UFS_NDADDR as u64 * bsize
+            && lballoc < self.sb.lblkno(size - 1)
+        {
             let should = self.sb.lblktosize(lballoc + 1);
             self.find(Finding::SizeBeyondAllocated { ino, size, should });
         }

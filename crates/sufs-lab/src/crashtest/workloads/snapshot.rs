@@ -111,17 +111,17 @@ fn create_snapshot(w: &mut Work, name: &str) -> FsResult<()> {
     Ok(())
 }
 
-/// The file system snapshot `ino` holds, copied block by block into memory and mounted read-only.
+/// The file system snapshot `ino` holds, copied block by block into memory (addressed as the
+/// image is: in fragments on UFS2) and mounted read-only.
 fn snapshot_copy(w: &mut Work, ino: u32) -> FsResult<Fs> {
-    let bs = w.fs.sb.block_size as usize;
-    let mut img = Vec::with_capacity(w.fs.sb.num_blocks as usize * bs);
+    let (bs, unit) = (w.fs.sb.block_size as usize, w.fs.sb.addr_unit() as usize);
+    let frag = (bs / unit) as u64;
+    let nblocks = w.fs.sb.num_blocks.div_ceil(frag);
+    let mem = Arc::new(MemDevice::new_frags(bs, unit, nblocks * frag));
     let mut buf = vec![0u8; bs];
-    for x in 0..w.fs.sb.num_blocks {
+    for x in 0..nblocks {
         w.fs.snapshot_block(ino, x, &mut buf)?;
-        img.extend_from_slice(&buf);
+        mem.write_batch(&[WriteReq { bno: x * frag, data: &buf }], WriteKind::Sync)?;
     }
-    let mem = Arc::new(MemDevice::new(bs, w.fs.sb.num_blocks));
-    let reqs: Vec<WriteReq> = img.chunks(bs).enumerate().map(|(i, c)| WriteReq { bno: i as u64, data: c }).collect();
-    mem.write_batch(&reqs, WriteKind::Sync)?;
     Fs::mount(mem, readonly(), Arc::new(SimClock::new()))
 }
