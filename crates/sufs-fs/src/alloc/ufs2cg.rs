@@ -222,6 +222,12 @@ impl Alloc {
     /// Whether the fragment at `bno`, which something the mount read points at, is free in
     /// its group's map (the map is wrong). The map is not changed here: the mount asks for
     /// fsck, and the block, held in the cache, is never handed out while it is there.
+    /// Group `cg` of a UFS2 image as the cache holds it (its maps, for FITRIM).
+    pub(crate) fn group_ufs2(&mut self, cache: &mut Cache, sb: &Superblock, cg: u32) -> Result<Cg, AllocError> {
+        let u = self.ufs2.as_deref().expect("the allocator of a UFS2 image");
+        Self::decode_cg(cache, sb, u, cg, false)
+    }
+
     pub(super) fn frag_free_ufs2(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<bool, AllocError> {
         let u = self.ufs2.as_deref().expect("the allocator of a UFS2 image");
         let cg = sb.cg_of_block(bno);

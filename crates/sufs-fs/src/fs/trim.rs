@@ -20,26 +20,27 @@ impl Fs {
     pub fn trim(&mut self, start: u64, len: u64, minlen: u64) -> FsResult<u64> {
         self.check_live()?;
         self.check_writable()?;
-        let bs = self.sb.block_size as u64;
-        let first = start.div_ceil(bs);
-        let end = (start.saturating_add(len) / bs).min(self.sb.num_blocks);
-        if first >= self.sb.num_blocks || len < bs {
+        // The device's unit: a block, or on UFS2 a fragment (its maps are of fragments).
+        let unit = self.sb.addr_unit() as u64;
+        let first = start.div_ceil(unit);
+        let end = (start.saturating_add(len) / unit).min(self.sb.num_blocks);
+        if first >= self.sb.num_blocks || len < self.sb.block_size as u64 {
             return Err(FsError::Invalid("trim range past the end or shorter than a block"));
         }
-        let min_run = minlen.div_ceil(bs).max(1);
+        let min_run = minlen.div_ceil(unit).max(1);
         let runs = self.free_runs(first, end, min_run)?;
-        let blocks: u64 = runs.iter().map(|r| r.1).sum();
+        let units: u64 = runs.iter().map(|r| r.1).sum();
         if runs.is_empty() {
             return Ok(0);
         }
         if !self.cache.device().discard(&runs)? {
             return Err(FsError::NotSupported);
         }
-        Ok(blocks * bs)
+        Ok(units * unit)
     }
 
-    /// The runs (first block, count) of free data blocks in `first..end` of `min_run` blocks
-    /// or more, from the group bitmaps in the cache.
+    /// The runs (first unit, count) of free data blocks (fragments on UFS2) in `first..end` of
+    /// `min_run` units or more, from the groups' maps in the cache.
     fn free_runs(&mut self, first: u64, end: u64, min_run: u64) -> FsResult<Vec<(u64, u64)>> {
         let mut runs = Vec::new();
         let mut run: Option<(u64, u64)> = None;
@@ -48,18 +49,17 @@ impl Fs {
                 runs.push(r);
             }
         };
-        let off = CgHeader::block_map_offset(self.sb.inodes_per_group);
         let mut cg = self.sb.cg_of_block(first);
         while cg < self.sb.ngroups && self.sb.cg_start(cg) < end {
             let base = self.sb.cg_start(cg);
             let n = self.sb.cg_blocks(cg) as u64;
-            let map = self.cache.read(self.sb.cg_header_block(cg))?[off..].to_vec();
+            let free = self.group_free_map(cg)?;
             for b in first.max(base)..end.min(base + n) {
-                if bit_get(&map, (b - base) as usize) {
+                if !free[(b - base) as usize] {
                     close(&mut run);
                     continue;
                 }
-                assert!(self.sb.is_data_block(b), "trim: block {b} of group {cg} is metadata, free in the bitmap");
+                assert!(self.sb.is_data_block(b), "trim: block {b} of group {cg} is metadata, free in the map");
                 match &mut run {
                     Some((s, k)) if *s + *k == b => *k += 1,
                     _ => {
@@ -72,6 +72,19 @@ impl Fs {
         }
         close(&mut run);
         Ok(runs)
+    }
+
+    /// Whether each unit of group `cg` is free: sufs's block bitmap (a bit set is in use), or
+    /// UFS2's `cg_blksfree` (a bit set is free), decoded and checked.
+    fn group_free_map(&mut self, cg: u32) -> FsResult<Vec<bool>> {
+        let n = self.sb.cg_blocks(cg) as usize;
+        if self.sb.ufs2().is_some() {
+            let g = self.alloc.group_ufs2(&mut self.cache, &self.sb, cg)?;
+            return Ok((0..n as u32).map(|f| g.frag_free(f)).collect());
+        }
+        let off = CgHeader::block_map_offset(self.sb.inodes_per_group);
+        let map = &self.cache.read(self.sb.cg_header_block(cg))?[off..];
+        Ok((0..n).map(|i| !bit_get(map, i)).collect())
     }
 }
 
