@@ -66,12 +66,23 @@ fn user_work(m: &Path, small: bool) {
     g.write_all_at(b"again", 8_990).unwrap();
     let f = fs::OpenOptions::new().append(true).open(m.join("w/f2")).unwrap();
     f.write_all_at(&pattern(7, 9000), 0).unwrap();
-    let out = std::process::Command::new("setfattr")
-        .args(["-n", "user.colour", "-v", "blue"])
+    // Attributes of every namespace a Linux user meets: user., and root's trusted. and
+    // security., which UFS2 keeps in FreeBSD's system namespace (the checker refused the
+    // numbers FreeBSD does not have), and a POSIX ACL.
+    for (name, value) in [("user.colour", "blue"), ("trusted.origin", "linux"), ("security.label", "x")] {
+        let out = std::process::Command::new("setfattr")
+            .args(["-n", name, "-v", value])
+            .arg(m.join("w/f1"))
+            .output()
+            .expect("setfattr (apt-get install attr)");
+        assert!(out.status.success(), "setfattr {name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = std::process::Command::new("setfacl")
+        .args(["-m", "u:65534:r"])
         .arg(m.join("w/f1"))
         .output()
-        .expect("setfattr (apt-get install attr)");
-    assert!(out.status.success(), "setfattr: {}", String::from_utf8_lossy(&out.stderr));
+        .expect("setfacl (apt-get install acl)");
+    assert!(out.status.success(), "setfacl: {}", String::from_utf8_lossy(&out.stderr));
     fs::remove_dir(m.join("w/deep/er/still")).unwrap_err();
 }
 

@@ -81,6 +81,11 @@ impl Fs {
         }
         let d = self.iget(ino)?;
         let area = self.read_ext_bytes(ino, &d)?;
+        // The record as the area holds it (on UFS2, in FreeBSD's namespaces).
+        let (ns, name) = match self.sb.ufs2() {
+            Some(_) => crate::format::ufs2::freebsd_key(ns, name),
+            None => (ns, name.to_vec()),
+        };
         let found = match ext_records(&area) {
             Ok(refs) => refs.iter().find(|a| a.namespace == ns && a.name == name).map(|a| a.value.to_vec()),
             Err(e) => return Err(self.damaged(format!("inode {ino}: {e}"))),
@@ -177,6 +182,7 @@ impl Fs {
     pub(super) fn read_ext_area(&mut self, ino: u32, d: &Dinode) -> FsResult<Vec<ExtAttr>> {
         let area = self.read_ext_bytes(ino, d)?;
         match decode_ext_area(&area) {
+            Ok(attrs) if self.sb.ufs2().is_some() => Ok(crate::format::ufs2::from_freebsd(attrs)),
             Ok(attrs) => Ok(attrs),
             Err(e) => Err(self.damaged(format!("inode {ino}: {e}"))),
         }
@@ -206,7 +212,11 @@ impl Fs {
     /// Writes `attrs` as `ino`'s new attribute area (copy-on-write, see the module's comment)
     /// and the dinode `d` with it.
     pub(super) fn write_ext_area(&mut self, ino: u32, d: &mut Dinode, attrs: &[ExtAttr]) -> FsResult<()> {
-        let area = encode_ext_area(attrs);
+        // On UFS2 only FreeBSD's namespaces reach the disk (`ufs2::to_freebsd`).
+        let area = match self.sb.ufs2() {
+            Some(_) => encode_ext_area(&crate::format::ufs2::to_freebsd(attrs)),
+            None => encode_ext_area(attrs),
+        };
         let bs = self.sb.block_size as usize;
         if area.len() > NXADDR * bs {
             // ENOSPC as the disk's, but not worth a wait for soft updates' frees.

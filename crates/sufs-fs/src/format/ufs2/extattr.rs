@@ -8,7 +8,7 @@
 //! `UFS_NXADDR` blocks.
 
 use super::*;
-use crate::format::{decode_ext_area, encode_ext_area, ExtAttr};
+use crate::format::{decode_ext_area, encode_ext_area, ExtAttr, EXT_NS_SECURITY, EXT_NS_TRUSTED};
 
 /// `EXTATTR_NAMESPACE_USER`, `EXTATTR_NAMESPACE_SYSTEM` (sys/extattr.h).
 pub const EXTATTR_NAMESPACE_USER: u8 = 1;
@@ -40,6 +40,48 @@ pub fn encode_extattrs(attrs: &[ExtAttr], fs: &Fs) -> Result<Vec<u8>, Ufs2Error>
     Ok(area)
 }
 
+/// Linux's namespaces FreeBSD has no number for, kept in FreeBSD's system namespace (root's, as
+/// they are) under their Linux prefix: `trusted.x` is `system` `trusted.x` on disk.
+const LINUX_IN_SYSTEM: [(&[u8], u8); 2] = [(b"trusted.", EXT_NS_TRUSTED), (b"security.", EXT_NS_SECURITY)];
+
+/// `attrs` (sufs's namespaces, `format::xattr`) as a UFS2 area holds them: only FreeBSD's two
+/// namespaces (`LINUX_IN_SYSTEM`).
+pub fn to_freebsd(attrs: &[ExtAttr]) -> Vec<ExtAttr> {
+    attrs
+        .iter()
+        .map(|a| {
+            let (namespace, name) = freebsd_key(a.namespace, &a.name);
+            ExtAttr { namespace, name, value: a.value.clone() }
+        })
+        .collect()
+}
+
+/// The (namespace, name) under which a UFS2 area holds sufs's attribute `name` of `ns`.
+pub fn freebsd_key(ns: u8, name: &[u8]) -> (u8, Vec<u8>) {
+    match LINUX_IN_SYSTEM.iter().find(|(_, n)| *n == ns) {
+        Some((prefix, _)) => (EXTATTR_NAMESPACE_SYSTEM, [prefix, name].concat()),
+        None => (ns, name.to_vec()),
+    }
+}
+
+/// A UFS2 area's attributes in sufs's namespaces: the inverse of `to_freebsd`.
+pub fn from_freebsd(attrs: Vec<ExtAttr>) -> Vec<ExtAttr> {
+    attrs
+        .into_iter()
+        .map(|a| {
+            if a.namespace != EXTATTR_NAMESPACE_SYSTEM {
+                return a;
+            }
+            for (prefix, ns) in LINUX_IN_SYSTEM {
+                if let Some(name) = a.name.strip_prefix(prefix).filter(|n| !n.is_empty()) {
+                    return ExtAttr { namespace: ns, name: name.to_vec(), value: a.value };
+                }
+            }
+            a
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::superblock::tests::sample;
@@ -61,6 +103,18 @@ mod tests {
         let mut linux = area.clone();
         linux[4] = 3;
         assert!(decode_extattrs(&linux, &sb).is_err(), "namespace 3 is sufs's, not FreeBSD's");
+        // Linux's trusted. and security. go into the system namespace under their prefix.
+        let linux = vec![
+            ExtAttr { namespace: EXT_NS_TRUSTED, name: b"x".to_vec(), value: b"1".to_vec() },
+            ExtAttr { namespace: EXT_NS_SECURITY, name: b"selinux".to_vec(), value: b"2".to_vec() },
+            attrs[0].clone(),
+            attrs[1].clone(),
+        ];
+        let stored = to_freebsd(&linux);
+        assert_eq!((stored[0].namespace, &stored[0].name[..]), (EXTATTR_NAMESPACE_SYSTEM, &b"trusted.x"[..]));
+        assert_eq!((stored[1].namespace, &stored[1].name[..]), (EXTATTR_NAMESPACE_SYSTEM, &b"security.selinux"[..]));
+        let area = encode_extattrs(&stored, &sb).unwrap();
+        assert_eq!(from_freebsd(decode_extattrs(&area, &sb).unwrap()), linux);
         let big = ExtAttr { namespace: 1, name: b"big".to_vec(), value: vec![0; 65530] };
         assert!(encode_extattrs(&[big], &sb).is_err(), "past two 32 KiB blocks");
     }
