@@ -371,6 +371,67 @@ fn ufs2_crash_states_mount_and_repair() {
     }
 }
 
+/// Background fsck on UFS2 in every crash state soft updates leaves (workloads with fragments,
+/// 1 KiB, and without): the state mounts, a snapshot of it checked by the UFS2 checker has no
+/// violation, and the adjust of its findings, applied to the live file system, refuses nothing
+/// but unreferenced directories; after use and unmount the checker finds only what background
+/// fsck leaves for a full one.
+#[test]
+fn ufs2_background_fsck_in_every_softdep_crash_state() {
+    use fsck::ufs2::{check, Finding as U, Options};
+    use sufs_fs::fs::adjust::Adjust;
+    use sufs_fs::fs::{lock, snapshot};
+    for (fsize, name, seed, ops) in [(1024, "mix", 3, 48), (1024, "truncate", 2, 32), (4096, "tmpfile", 1, 32)] {
+        let opts = CrashOptions { ufs2: true, fsize, ..small(ops, End::Crash) };
+        let rec = crashtest::record(Ordering::Softdep, name, seed, &opts).unwrap();
+        let states = rec
+            .for_each_state(2, |s, img| {
+                let how = format!("{fsize} {name} {seed}: {}", rec.describe(s));
+                let len = img.num_blocks() * img.addr_unit() as u64;
+                let o = Options::default();
+                let mopts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
+                let fs = Fs::mount(img.clone(), mopts, Arc::new(SimClock::new()))
+                    .unwrap_or_else(|e| panic!("{how}: mount fails: {e}"));
+                let shared = snapshot::shared(fs);
+                lock(&shared).snapshot_create(b"fsck").unwrap_or_else(|e| panic!("{how}: snapshot: {e}"));
+                let frozen = snapshot::FrozenDevice::new(shared.clone(), b"fsck").unwrap();
+                let r = check(&frozen as &dyn BlockDevice, len, &o).unwrap();
+                assert_eq!(r.violations(), 0, "{how}: {:?}", r.findings);
+                let (adjust, _) = Adjust::from_ufs2_findings(&r.findings, &frozen).unwrap();
+                drop(frozen);
+                let mut fs = lock(&shared);
+                fs.snapshot_delete(b"fsck").unwrap();
+                let done = fs.fsck_adjust(&adjust).unwrap_or_else(|e| panic!("{how}: adjust: {e}"));
+                // An unreferenced directory is a full fsck's to reconnect (the mount refuses it).
+                let dirs = r.findings.iter().filter(|f| matches!(f, U::UnrefDir { .. })).count() as u64;
+                assert_eq!(done.refused, dirs, "{how}: {done:?}");
+                let (f, _) = fs.create(ROOT_INO, b"after-crash", 0o644, 0, 0).unwrap_or_else(|e| panic!("{how}: {e}"));
+                fs.write(f, 0, &[5u8; 9000]).unwrap_or_else(|e| panic!("{how}: {e}"));
+                fs.unmount().unwrap_or_else(|e| panic!("{how}: unmount: {e}"));
+                let left: Vec<String> = check(&*img as &dyn BlockDevice, len, &o)
+                    .unwrap()
+                    .findings
+                    .iter()
+                    // What background fsck leaves for a full one.
+                    .filter(|f| {
+                        !matches!(
+                            f,
+                            U::SizeBeyondAllocated { .. }
+                                | U::ExtraDirLink { .. }
+                                | U::BadDotDot { .. }
+                                | U::UnrefDir { .. }
+                        )
+                    })
+                    .map(|f| f.to_string())
+                    .collect();
+                assert!(left.is_empty(), "{how}: left after background fsck: {left:?}\nbefore: {:?}", r.findings);
+                Ok(())
+            })
+            .unwrap();
+        assert!(states > 5, "{fsize} {name}: {states} states");
+    }
+}
+
 /// Sizes set up and down within a last block held in fragments, on UFS2 with 1 KiB fragments:
 /// the run follows the size both ways (a run left at its old length by a truncation upwards
 /// made a later truncation free fragments twice: seed 3 of 200 steps found it).

@@ -219,6 +219,18 @@ impl Drop for FsckSnapshot<'_> {
     }
 }
 
+/// What background fsck's check of a snapshot found, in either format's checker's words.
+struct BgReport {
+    /// Each finding: its class and what it says.
+    found: Vec<(fsck::Class, String)>,
+    files: u64,
+    dirs: u64,
+    /// The space in use, in the format's unit ("N blocks used", "N fragments used").
+    used: String,
+    /// Findings the adjust does not act on (left for a full fsck, or needing nothing sent).
+    other: usize,
+}
+
 /// `fsck --background`: a snapshot checked while writers go on, its lost resources handed to the
 /// live file system. Exit 0 nothing found, 1 adjusted, 4 violations found (nothing adjusted).
 /// `mounted`: the mount's own file system, when the mount process checks itself (it reads the
@@ -226,7 +238,7 @@ impl Drop for FsckSnapshot<'_> {
 /// The snapshot is deleted on every path; a file system without room for it is not checked.
 pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::SharedFs>) -> Result<u8, Fail> {
     use ctl::Request;
-    // The check of a snapshot and its adjust are sufs's own format's; on UFS2 nothing is taken.
+    // On UFS2 the snapshot is FreeBSD's, checked by the UFS2 checker.
     let ufs2 = match &mounted {
         Some(fs) => sufs_fs::fs::lock(fs).sb.ufs2().is_some(),
         None => {
@@ -238,15 +250,6 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::Shared
             open_image_any(&image, false)?.1.ufs2().is_some()
         }
     };
-    if ufs2 {
-        return Err(Fail(
-            format!(
-                "{}: background fsck not started: a UFS2 file system: not supported yet (sufs fsck on the unmounted image)",
-                on.display()
-            ),
-            8,
-        ));
-    }
     let t = std::time::Instant::now();
     let name = format!("fsck.{}", std::process::id());
     // In the mount's own process the requests go to the file system itself: its control channel
@@ -260,7 +263,7 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::Shared
         .map_err(|e| Fail(format!("{}: background fsck not started: snapshot: {}", on.display(), e.0), e.1))?;
     let snap = FsckSnapshot { name: name.clone(), call: &call, deleted: false };
     let taken = t.elapsed();
-    let (report, adjust, other) = {
+    let (report, adjust) = {
         // `_lock`: an unmounted image's, held while its snapshot is read.
         let (frozen, _lock): (Arc<dyn BlockDevice>, _) = match &mounted {
             Some(fs) => (
@@ -272,19 +275,31 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::Shared
             ),
             None => frozen_device(on, &name)?,
         };
-        let report = fsck::check(frozen.as_ref()).map_err(|e| Fail(e.to_string(), 8))?;
-        let (adjust, other) = Adjust::from_findings(&report.findings, frozen.as_ref())
-            .map_err(|e| Fail(format!("snapshot {name}: {e}"), 8))?;
-        let other = other.len();
-        (report, adjust, other)
+        let adjust_err = |e: sufs_fs::fs::FsError| Fail(format!("snapshot {name}: {e}"), 8);
+        let (found, files, dirs, used, other, adjust) = if ufs2 {
+            let len = frozen.num_blocks() * frozen.addr_unit() as u64;
+            let r = fsck::ufs2::check(frozen.as_ref(), len, &Default::default())
+                .map_err(|e| Fail(format!("snapshot {name}: UFS2: {e}"), 8))?;
+            let (adjust, other) = Adjust::from_ufs2_findings(&r.findings, frozen.as_ref()).map_err(adjust_err)?;
+            let found = r.findings.iter().map(|f| (f.class(), f.to_string())).collect();
+            (found, r.files, r.dirs, format!("{} fragments used", r.used_frags), other.len(), adjust)
+        } else {
+            let r = fsck::check(frozen.as_ref()).map_err(|e| Fail(e.to_string(), 8))?;
+            let (adjust, other) = Adjust::from_findings(&r.findings, frozen.as_ref()).map_err(adjust_err)?;
+            let found = r.findings.iter().map(|f| (f.class(), f.to_string())).collect();
+            (found, r.files, r.dirs, format!("{} blocks used", r.used_blocks), other.len(), adjust)
+        };
+        (BgReport { found, files, dirs, used, other }, adjust)
     };
     let checked = t.elapsed();
     snap.delete()?;
-    for f in &report.findings {
-        println!("{:?}: {f}", f.class());
+    for (class, what) in &report.found {
+        println!("{class:?}: {what}");
     }
-    if report.violations() > 0 {
-        println!("{}: {} violations: run a full fsck on the unmounted image", on.display(), report.violations());
+    // What a crash cannot leave is not repaired on a live file system: a full fsck, unmounted.
+    let violations = report.found.iter().filter(|(class, _)| *class == fsck::Class::Violation).count();
+    if violations > 0 {
+        println!("{}: {violations} violations: run a full fsck on the unmounted image", on.display());
         return Ok(4);
     }
     let done = if adjust.is_empty() {
@@ -295,8 +310,10 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::Shared
         for req in ctl::adjust_requests(adjust) {
             let d = call(req)?.into_adjusted().map_err(super::control::answer)?;
             done.blocks_freed += d.blocks_freed;
+            done.frags_freed += d.frags_freed;
             done.inodes_freed += d.inodes_freed;
             done.links_lowered += d.links_lowered;
+            done.counts_fixed += d.counts_fixed;
             done.refused += d.refused;
             let room = sufs_fs::fs::adjust::MAX_REFUSALS_LISTED.saturating_sub(done.refusals.len());
             done.refusals.extend(d.refusals.into_iter().take(room));
@@ -307,18 +324,22 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::Shared
         println!("refused: {why}");
     }
     println!(
-        "{}: background fsck: snapshot {:.3} s, check {:.3} s, total {:.3} s; {} files, {} directories, {} blocks used; {} findings ({} left for a full fsck); adjusted: {}",
+        "{}: background fsck: snapshot {:.3} s, check {:.3} s, total {:.3} s; {} files, {} directories, {}; {} findings ({} left for a full fsck); adjusted: {}",
         on.display(),
         taken.as_secs_f64(),
         (checked - taken).as_secs_f64(),
         t.elapsed().as_secs_f64(),
         report.files,
         report.dirs,
-        report.used_blocks,
-        report.findings.len(),
-        other,
+        report.used,
+        report.found.len(),
+        report.other,
         match &done {
             None => "nothing".to_string(),
+            Some(d) if ufs2 => format!(
+                "{} fragments freed ({} whole blocks), {} inodes freed, {} link counts lowered, {} block counts set, {} refused",
+                d.frags_freed, d.blocks_freed, d.inodes_freed, d.links_lowered, d.counts_fixed, d.refused
+            ),
             Some(d) => format!(
                 "{} blocks freed, {} inodes freed, {} link counts lowered, {} refused",
                 d.blocks_freed, d.inodes_freed, d.links_lowered, d.refused

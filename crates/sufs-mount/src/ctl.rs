@@ -180,21 +180,25 @@ pub const MAX_LINE: usize = 4 << 20;
 /// Connections served at once; one more gets an error line and is closed.
 pub const MAX_CONNECTIONS: usize = 32;
 
-/// The most items (blocks, inodes, link counts) in one `FsckAdjust` request: a block number is
-/// at most 21 bytes of JSON, an inode with its generation 43, a link count 54, so a piece is
-/// under 2 MiB, half of `MAX_LINE`.
+/// The most items (blocks, fragment runs, inodes, link counts) in one `FsckAdjust` request: a
+/// block number is at most 21 bytes of JSON, a fragment run 46, an inode with its generation
+/// 43, a link count 54, so a piece is under 2 MiB, half of `MAX_LINE` (block counts, up to 72
+/// bytes, go half as many a piece).
 pub const ADJUST_ITEMS: usize = 32_768;
 
-/// `adjust` as requests of at most `ADJUST_ITEMS` items each, in its order (blocks, unreferenced
-/// inodes, leaked inodes, link counts): each item is checked against the live state on its own,
-/// so the pieces do what the whole would.
+/// `adjust` as requests of at most `ADJUST_ITEMS` items each, in its order (blocks, fragment
+/// runs, unreferenced inodes, leaked inodes, link counts, block counts): each item is checked
+/// against the live state on its own, so the pieces do what the whole would.
 pub fn adjust_requests(adjust: Adjust) -> Vec<Request> {
     let n = ADJUST_ITEMS;
     let mut out: Vec<Adjust> = Vec::new();
     out.extend(adjust.blocks.chunks(n).map(|c| Adjust { blocks: c.to_vec(), ..Default::default() }));
+    out.extend(adjust.frags.chunks(n).map(|c| Adjust { frags: c.to_vec(), ..Default::default() }));
     out.extend(adjust.unreferenced.chunks(n).map(|c| Adjust { unreferenced: c.to_vec(), ..Default::default() }));
     out.extend(adjust.leaked_inodes.chunks(n).map(|c| Adjust { leaked_inodes: c.to_vec(), ..Default::default() }));
     out.extend(adjust.links.chunks(n).map(|c| Adjust { links: c.to_vec(), ..Default::default() }));
+    // A block count is up to 72 bytes: half as many a piece.
+    out.extend(adjust.counts.chunks(n / 2).map(|c| Adjust { counts: c.to_vec(), ..Default::default() }));
     out.into_iter().map(|adjust| Request::FsckAdjust { adjust }).collect()
 }
 
@@ -572,7 +576,9 @@ fn stale_after(fs: &mut Fs, req: &Request) -> Vec<Stale> {
             }
             v
         }
-        Request::FsckAdjust { adjust } => adjust.links.iter().map(|l| Stale::Inode(l.ino)).collect(),
+        Request::FsckAdjust { adjust } => {
+            adjust.links.iter().map(|l| l.ino).chain(adjust.counts.iter().map(|c| c.ino)).map(Stale::Inode).collect()
+        }
         Request::Ping
         | Request::BrQuery { .. }
         | Request::BrList
@@ -689,13 +695,17 @@ mod tests {
 
     #[test]
     fn a_big_adjust_goes_in_pieces_under_the_longest_line() {
-        use sufs_fs::fs::adjust::{InodeRef, LinkAdjust};
+        use sufs_fs::fs::adjust::{CountAdjust, FragRun, InodeRef, LinkAdjust};
         let big = Adjust {
             blocks: (0..200_000).map(|b| u64::MAX - b).collect(),
             unreferenced: vec![InodeRef { ino: 7, generation: u32::MAX }, InodeRef { ino: 8, generation: 1 }],
             leaked_inodes: vec![],
             links: (0..70_000)
                 .map(|i| LinkAdjust { ino: u32::MAX - i, generation: u32::MAX, delta: u32::MAX })
+                .collect(),
+            frags: (0..40_000).map(|i| FragRun { fsb: u64::MAX - i, frags: u32::MAX }).collect(),
+            counts: (0..40_000)
+                .map(|i| CountAdjust { ino: u32::MAX - i, generation: u32::MAX, delta: i64::MIN })
                 .collect(),
         };
         let reqs = adjust_requests(big.clone());
@@ -707,9 +717,11 @@ mod tests {
             back.unreferenced.extend(&adjust.unreferenced);
             back.leaked_inodes.extend(&adjust.leaked_inodes);
             back.links.extend(&adjust.links);
+            back.frags.extend(&adjust.frags);
+            back.counts.extend(&adjust.counts);
         }
         assert_eq!(back, big, "every item once, in order");
-        assert_eq!(reqs.len(), 7 + 1 + 3);
+        assert_eq!(reqs.len(), 7 + 2 + 1 + 3 + 3);
     }
 
     #[test]

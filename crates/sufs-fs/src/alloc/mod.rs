@@ -157,6 +157,31 @@ impl Alloc {
         self.sums[cg as usize].initialized
     }
 
+    /// Directories group `cg` counts (its header's count, as the allocator keeps it).
+    pub fn group_ndirs(&self, cg: u32) -> u32 {
+        self.sums[cg as usize].ndirs
+    }
+
+    /// Group `cg`'s inode map as it stands: bit `i` (`bit_get`) set for inode `cg * ipg + i`
+    /// in use. Read by background fsck's adjust, on either format.
+    pub fn inode_map(&mut self, cache: &mut Cache, sb: &Superblock, cg: u32) -> Result<Vec<u8>, AllocError> {
+        if let Some(u) = self.ufs2.as_deref() {
+            return Ok(Self::decode_cg(cache, sb, u, cg, false)?.inode_map().to_vec());
+        }
+        let buf = cache.read(sb.cg_header_block(cg))?;
+        Ok(buf[CgHeader::inode_map_offset()..CgHeader::block_map_offset(sb.inodes_per_group)].to_vec())
+    }
+
+    /// Whether data unit `bno` (a block; on UFS2 a fragment) is marked in use in its group's map.
+    pub fn unit_used(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<bool, AllocError> {
+        if self.ufs2.is_some() {
+            return Ok(!self.frag_free_ufs2(cache, sb, bno)?);
+        }
+        let cg = sb.cg_of_block(bno);
+        let idx = (bno - sb.cg_start(cg)) as usize;
+        Ok(bit_get(&cache.read(sb.cg_header_block(cg))?[CgHeader::block_map_offset(sb.inodes_per_group)..], idx))
+    }
+
     /// Records that group `cg`'s inode blocks up to inode `n` are initialized (their zeroed
     /// buffers are already in the cache: the caller orders their writes before the header's).
     pub fn set_initialized(&mut self, cache: &mut Cache, sb: &Superblock, cg: u32, n: u32) -> Result<(), AllocError> {

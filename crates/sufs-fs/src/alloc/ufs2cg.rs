@@ -65,7 +65,7 @@ impl Alloc {
 
     /// Group `cg`'s block, decoded from the cache (the check hash checked when `check_hash`:
     /// once, as it comes from disk).
-    fn decode_cg(
+    pub(super) fn decode_cg(
         cache: &mut Cache,
         sb: &Superblock,
         u: &ufs2::Superblock,

@@ -130,7 +130,7 @@ impl Fs {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
@@ -142,7 +142,7 @@ mod tests {
     use crate::fs::{Fs, MountOptions, Ordering, SetAttr};
 
     /// A 32 MiB UFS2 image as newfs makes it, 4 KiB blocks of `fsize` fragments.
-    fn image(fsize: usize) -> Arc<MemDevice> {
+    pub(in crate::fs) fn image(fsize: usize) -> Arc<MemDevice> {
         let size = 32u64 << 20;
         let dev = Arc::new(MemDevice::new_frags(4096, fsize, size / fsize as u64));
         let o = NewfsOptions {
