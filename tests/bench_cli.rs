@@ -263,3 +263,46 @@ fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Runs `sufs bench` with `args` and `--dir DIR --json DIR/peers.json`, asserts that it
+/// succeeded, and answers its output and JSON report.
+fn bench_json(dir: &std::path::Path, args: &[&str]) -> (String, serde_json::Value) {
+    let json = dir.join("peers.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_sufs"))
+        .arg("bench")
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(run.status.success(), "{text}{}", String::from_utf8_lossy(&run.stderr));
+    (text, serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap())
+}
+
+#[test]
+fn peers_bench_runs_sufs_on_ufs2_beside_its_own_format() {
+    if !std::path::Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: /dev/fuse is missing");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let tree = small_tree(t.path(), 6, 500);
+    // `ufs2` after the ordering: the image is made by `sufs mkfs --ufs2`, and the bench's fsck
+    // after each workload must find it clean; a `ufs2` anywhere else is not a peer.
+    let peers = "sufs-softdep,sufs-softdep-ufs2,sufs-softdep-pu-ufs2";
+    let sizes = ["--files", "30", "--tree-files", "8", "--image-size", "64M", "--trees"];
+    let mut args = vec!["--peers", peers, "--workloads", "files,copy"];
+    args.extend(sizes);
+    args.push(tree.to_str().unwrap());
+    let (text, v) = bench_json(t.path(), &args);
+    for needle in ["| files | create | 30 |", "softdep / sufs-softdep-ufs2", "skipped sufs-softdep-pu-ufs2"] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    let runs = v["runs"].as_array().unwrap();
+    let ufs2: Vec<_> = runs.iter().filter(|r| r["peer"] == "sufs-softdep-ufs2").collect();
+    assert_eq!(ufs2.len(), 2, "{v}");
+    assert!(ufs2.iter().all(|r| r["writes"]["blocks"].as_u64().unwrap() > 0), "{v}");
+}

@@ -37,7 +37,9 @@ mod messages;
 /// (`sufs-softdep-classic`, `sufs-softdep-uring`, `sufs-softdep-pu-uring`), and `wbc` at the
 /// very end for the kernel's writeback cache (`sufs-softdep-uring-wbc`, `-o writeback_cache`);
 /// without them it has the mount's defaults (aipu; io_uring when the kernel offers it; no
-/// writeback cache).
+/// writeback cache). `ufs2` right after the ordering (`sufs-softdep-ufs2`, `sufs-softdep-ufs2-pu`)
+/// puts it on FreeBSD's UFS2 as `sufs mkfs --ufs2` makes it (32 KiB blocks of 4 KiB fragments)
+/// instead of sufs's own format.
 pub const PEERS: [&str; 7] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel", "fuse-ufs", FLOOR];
 /// The floor peer (`sufs bench floor-serve`), which may name a transport after it (`floor-uring`).
 pub const FLOOR: &str = "floor";
@@ -72,6 +74,8 @@ struct SufsPeer<'a> {
     transport: Option<&'a str>,
     /// The kernel's writeback cache (`-o writeback_cache`).
     writeback: bool,
+    /// The image is UFS2 (`sufs mkfs --ufs2`), not sufs's own format.
+    ufs2: bool,
 }
 
 /// A sufs peer from its name.
@@ -83,17 +87,20 @@ fn sufs_peer(peer: &str) -> Option<SufsPeer<'_>> {
         "async" => Ordering::Async,
         _ => return None,
     };
-    let (mut policy, mut transport, mut writeback) = (None, None, false);
+    let (mut policy, mut transport, mut writeback, mut ufs2) = (None, None, false, false);
+    let mut first = true;
     for p in parts {
         match p {
             _ if writeback => return None,
+            "ufs2" if first => ufs2 = true,
             "wbc" => writeback = true,
             p if POLICIES.contains(&p) && policy.is_none() && transport.is_none() => policy = Some(p),
             p if TRANSPORTS.contains(&p) && transport.is_none() => transport = Some(p),
             _ => return None,
         }
+        first = false;
     }
-    Some(SufsPeer { ordering, policy, transport, writeback })
+    Some(SufsPeer { ordering, policy, transport, writeback, ufs2 })
 }
 
 /// The floor peer from its name: its transport (None: the default, auto).
@@ -318,7 +325,7 @@ fn unavailable(peer: &str) -> Option<String> {
             Some("needs root and losetup for a loop device (its writes are counted there)".into())
         }
         p if !PEERS.contains(&p) => Some(format!(
-            "unknown file system (one of {}, or sufs-ORDERING[-POLICY][-TRANSPORT][-wbc] or floor-TRANSPORT with a policy of {} and a transport of {})",
+            "unknown file system (one of {}, or sufs-ORDERING[-ufs2][-POLICY][-TRANSPORT][-wbc] or floor-TRANSPORT with a policy of {} and a transport of {})",
             PEERS.join(", "),
             POLICIES.join(", "),
             TRANSPORTS.join(", ")
@@ -409,6 +416,9 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
     };
     if floor_peer(peer).is_some() {
         // Nothing to make: the floor starts empty at each mount.
+    } else if sufs_peer(peer).is_some_and(|s| s.ufs2) {
+        let size = o.image_size.to_string();
+        cmd("sufs mkfs --ufs2", Command::new(&o.exe).args(["mkfs", "--ufs2"]).arg(&img).args(["--size", &size]))?;
     } else if sufs_peer(peer).is_some() {
         fresh_image(&img, o.image_size)?;
     } else if peer == "fuse-ufs" {
@@ -445,7 +455,7 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
 impl Mounted {
     /// Mounts the image (made by `fresh`) on `dir`.
     fn mount(&mut self, o: &PeersOptions) -> Result<(), BenchError> {
-        if let Some(SufsPeer { ordering, policy, transport, writeback }) = sufs_peer(&self.peer) {
+        if let Some(SufsPeer { ordering, policy, transport, writeback, .. }) = sufs_peer(&self.peer) {
             self.options = vec!["--ordering".into(), ordering.to_string()];
             if let Some(p) = policy {
                 self.options.extend(["--update".into(), p.into()]);
@@ -1363,6 +1373,9 @@ mod tests {
             (p.ordering, p.policy, p.transport, p.writeback),
             (Ordering::Softdep, Some("pu"), Some("uring"), true)
         );
+        let p = sufs_peer("sufs-softdep-ufs2-pu").unwrap();
+        assert_eq!((p.ufs2, p.policy, p.transport), (true, Some("pu"), None));
+        assert!(sufs_peer("sufs-softdep").is_some_and(|p| !p.ufs2));
         let p = sufs_peer("sufs-sync-classic").unwrap();
         assert_eq!((p.ordering, p.policy, p.transport, p.writeback), (Ordering::Sync, None, Some("classic"), false));
         assert!(sufs_peer("sufs-softdep").is_some_and(|p| p.policy.is_none() && p.transport.is_none()));
@@ -1372,6 +1385,8 @@ mod tests {
             "sufs-softdep-fast",
             "sufs-zfs",
             "sufs-softdep-uring-uring",
+            "sufs-softdep-pu-ufs2",
+            "sufs-softdep-ufs2-ufs2",
         ] {
             assert!(sufs_peer(bad).is_none(), "{bad}");
         }
