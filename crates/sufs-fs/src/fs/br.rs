@@ -492,20 +492,7 @@ mod tests {
 
     /// A newfs'd UFS2 image of 4 KiB blocks of `fsize`-byte fragments, mounted.
     fn mounted_ufs2(fsize: usize, ordering: Ordering) -> (Arc<MemDevice>, Fs) {
-        use crate::format::ufs2::newfs::{newfs, NewfsOptions};
-        let size: u64 = 8 << 20;
-        let dev = Arc::new(MemDevice::new_frags(4096, fsize, size / fsize as u64));
-        let o = NewfsOptions {
-            bsize: Some(4096),
-            fsize: Some(fsize as i32),
-            time: 1,
-            regression: true,
-            ..Default::default()
-        };
-        newfs(size, &o, |off, data| {
-            crate::dev::write_bytes(&*dev, off, data, WriteKind::Sync).map_err(std::io::Error::other)
-        })
-        .unwrap();
+        let dev = crate::format::ufs2::newfs::mem_image(8 << 20, fsize);
         let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
         let fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
         (dev, fs)

@@ -136,25 +136,13 @@ pub(super) mod tests {
 
     use super::super::snapshot::{shared, tests::tree, FrozenDevice};
     use crate::clock::SimClock;
-    use crate::dev::{read_bytes, write_bytes, BlockDevice, MemDevice, WriteKind};
-    use crate::format::ufs2::newfs::{newfs, NewfsOptions};
+    use crate::dev::{read_bytes, BlockDevice, MemDevice};
     use crate::format::*;
     use crate::fs::{Fs, MountOptions, Ordering, SetAttr};
 
     /// A 32 MiB UFS2 image as newfs makes it, 4 KiB blocks of `fsize` fragments.
     pub(in crate::fs) fn image(fsize: usize) -> Arc<MemDevice> {
-        let size = 32u64 << 20;
-        let dev = Arc::new(MemDevice::new_frags(4096, fsize, size / fsize as u64));
-        let o = NewfsOptions {
-            bsize: Some(4096),
-            fsize: Some(fsize as i32),
-            time: 1,
-            regression: true,
-            ..Default::default()
-        };
-        newfs(size, &o, |off, data| write_bytes(&*dev, off, data, WriteKind::Sync).map_err(std::io::Error::other))
-            .unwrap();
-        dev
+        crate::format::ufs2::newfs::mem_image(32 << 20, fsize)
     }
 
     fn mount(dev: &Arc<MemDevice>) -> Fs {

@@ -735,6 +735,19 @@ pub fn newfs(
     Ok(made)
 }
 
+/// A UFS2 image of `size` bytes in memory, as newfs makes it with 4 KiB blocks of `fsize`-byte
+/// fragments (the library's tests of UFS2).
+#[cfg(test)]
+pub(crate) fn mem_image(size: u64, fsize: usize) -> std::sync::Arc<crate::dev::MemDevice> {
+    use crate::dev::{write_bytes, MemDevice, WriteKind};
+    let dev = std::sync::Arc::new(MemDevice::new_frags(4096, fsize, size / fsize as u64));
+    let o =
+        NewfsOptions { bsize: Some(4096), fsize: Some(fsize as i32), time: 1, regression: true, ..Default::default() };
+    newfs(size, &o, |off, data| write_bytes(&*dev, off, data, WriteKind::Sync).map_err(io::Error::other))
+        .expect("newfs of a test image");
+    dev
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
