@@ -170,7 +170,7 @@ impl Fs {
         if d.flags & DI_APPEND != 0 && off < d.size {
             self.check_append_only(ino, &mut d, off, data)?;
         }
-        let r = self.write_inner(ino, &mut d, off, data);
+        let r = self.keep_on_error(ino, &mut d, |fs, d| fs.write_inner(ino, d, off, data));
         let n = match r {
             Ok(n) => n,
             Err(FsError::NoSpace) if d.size > 0 => 0,
@@ -306,7 +306,7 @@ impl Fs {
             if immutable {
                 return Err(FsError::Perm);
             }
-            self.truncate(ino, &mut d, size)?;
+            self.keep_on_error(ino, &mut d, |fs, d| fs.truncate(ino, d, size))?;
             self.touch_mc(&mut d);
         }
         if let Some(m) = a.mode {
@@ -363,15 +363,17 @@ impl Fs {
             self.shrink_last_run(ino, d, old)?;
             self.keep_end_allocated(ino, d)?;
         } else {
-            let old = d.size;
-            // The last block, if in fragments, becomes whole: it is no longer the last.
-            if size > old {
+            // The last block, if in fragments, becomes whole: it is no longer the last. That
+            // stays so if what follows fails (the size then ends at that block's end, as
+            // FreeBSD's ffs_balloc leaves it).
+            if size > d.size {
                 self.fill_last_block(ino, d, (size - 1) / bs)?;
                 self.extend_last_run(ino, d, size)?;
             }
+            let grown = d.size;
             d.size = size;
             if let Err(e) = self.keep_end_allocated(ino, d) {
-                d.size = old;
+                d.size = grown;
                 return Err(e);
             }
         }
@@ -481,6 +483,105 @@ mod tests {
             fs.sync_all().unwrap();
             assert_eq!(fs.statfs().bfree, 1, "{ordering:?}: the indirect block came back");
             unmount_clean(&dev, fs, &format!("{ordering:?}"));
+        }
+    }
+
+    /// A UFS2 image of 4 KiB blocks of 1 KiB fragments with nothing free but one whole block:
+    /// a file "f" of eleven blocks and a tail of two fragments, every loose fragment taken by
+    /// small files (so that f's tail cannot grow in place), and a filler file "fill" of which
+    /// one block was punched out.
+    fn ufs2_full_but_a_block(ordering: Ordering) -> (Arc<MemDevice>, Fs, u32, Vec<u8>) {
+        let dev = crate::format::ufs2::newfs::mem_image(4 << 20, 1024);
+        let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
+        let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
+        let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+        let data: Vec<u8> = (0..11 * 4096 + 1500).map(|i| (i % 251) as u8).collect();
+        fs.write(f, 0, &data).unwrap();
+        let fill = fs.fill_disk(b"fill");
+        for i in 0.. {
+            let Ok((g, _)) = fs.create(ROOT_INO, format!("g{i}").as_bytes(), 0o644, 0, 0) else { break };
+            if fs.write(g, 0, b"x").is_err() {
+                break;
+            }
+        }
+        let punch = FallocMode { op: FallocOp::PunchHole, keep_size: true };
+        fs.fallocate(fill, 20 * 4096, 4096, punch).unwrap();
+        fs.sync_all().unwrap();
+        assert_eq!(fs.statfs().bfree, 4, "{ordering:?}: one block of four fragments free");
+        (dev, fs, f, data)
+    }
+
+    /// Sync, unmount, and UFS2's checker finds nothing.
+    fn unmount_clean_ufs2(dev: &MemDevice, mut fs: Fs, what: &str) {
+        fs.sync_all().unwrap_or_else(|e| panic!("{what}: sync: {e}"));
+        fs.unmount().unwrap();
+        let len = dev.num_blocks() * dev.addr_unit() as u64;
+        let r = crate::fsck::ufs2::check(dev as &dyn BlockDevice, len, &Default::default()).unwrap();
+        let found: Vec<String> = r.findings.iter().map(|f| f.to_string()).collect();
+        assert!(found.is_empty(), "{what}: {found:?}");
+    }
+
+    /// Growing a file whose tail is in fragments past its direct blocks on a full disk: the
+    /// tail moves to a whole block (the one free), then the block for the new last byte finds
+    /// no space. The operation fails with ENOSPC, but the moved tail is kept in the inode, as
+    /// FreeBSD's ffs_balloc keeps it: dropped, its dependency never drained and every later
+    /// write of the mount failed (found by fstests' generic/051 on UFS2). Truncate up,
+    /// fallocate and zero range take that path; the file's bytes are unchanged, sync and the
+    /// checker find nothing.
+    #[test]
+    fn growing_past_the_direct_blocks_on_a_full_disk_keeps_the_moved_tail() {
+        type Grow = fn(&mut Fs, u32) -> FsResult<Dinode>;
+        let grow: [(&str, Grow); 3] = [
+            ("truncate", |fs, f| fs.setattr(f, &SetAttr { size: Some(30 * 4096), ..Default::default() })),
+            ("fallocate", |fs, f| {
+                fs.fallocate(f, 0, 30 * 4096, FallocMode { op: FallocOp::Allocate, keep_size: false })
+            }),
+            ("zero range", |fs, f| {
+                fs.fallocate(f, 29 * 4096, 4096, FallocMode { op: FallocOp::ZeroRange, keep_size: false })
+            }),
+        ];
+        for ordering in [Ordering::Softdep, Ordering::Sync, Ordering::Async] {
+            for (how, op) in grow {
+                let what = format!("{ordering:?} {how}");
+                let (dev, mut fs, f, data) = ufs2_full_but_a_block(ordering);
+                let r = op(&mut fs, f);
+                assert!(matches!(r, Err(FsError::NoSpace)), "{what}: {r:?}");
+                let d = fs.getattr(f).unwrap();
+                assert!(d.size == 12 * 4096 || d.size == data.len() as u64, "{what}: size {}", d.size);
+                let got = fs.read(f, 0, data.len()).unwrap();
+                assert!(got == data, "{what}: the file's bytes changed");
+                fs.sync_all().unwrap_or_else(|e| panic!("{what}: sync after the failed growth: {e}"));
+                unmount_clean_ufs2(&dev, fs, &what);
+            }
+        }
+    }
+
+    /// A hole punched over the last blocks of a UFS2 file past its direct blocks, on a disk
+    /// with no block free: the last block stays allocated, zeroed (UFS2 wants a file's last
+    /// block allocated), the blocks before it are freed, and nothing waits on a block the
+    /// disk does not have.
+    #[test]
+    fn a_hole_punched_at_the_end_of_a_file_on_a_full_disk_needs_no_block() {
+        for ordering in [Ordering::Softdep, Ordering::Sync, Ordering::Async] {
+            let what = format!("{ordering:?}");
+            let (dev, mut fs, _, _) = ufs2_full_but_a_block(ordering);
+            let (fill, _) = fs.lookup(ROOT_INO, b"fill").unwrap();
+            let (h, _) = fs.create(ROOT_INO, b"h", 0o644, 0, 0).unwrap();
+            assert!(fs.write(h, 0, &[5u8; 8192]).is_ok(), "{what}");
+            fs.sync_all().unwrap();
+            assert_eq!(fs.statfs().bfree, 0, "{what}");
+            let size = fs.getattr(fill).unwrap().size;
+            let last = (size - 1) / 4096;
+            let punch = FallocMode { op: FallocOp::PunchHole, keep_size: true };
+            fs.fallocate(fill, (last - 2) * 4096, size - (last - 2) * 4096, punch)
+                .unwrap_or_else(|e| panic!("{what}: punch: {e}"));
+            let d = fs.getattr(fill).unwrap();
+            assert_eq!(d.size, size, "{what}");
+            let tail = fs.read(fill, (last - 2) * 4096, (size - (last - 2) * 4096) as usize).unwrap();
+            assert!(tail.iter().all(|&b| b == 0), "{what}: the punched range reads as zeros");
+            fs.sync_all().unwrap();
+            assert_eq!(fs.statfs().bfree, 2 * 4, "{what}: two blocks freed, the last kept");
+            unmount_clean_ufs2(&dev, fs, &what);
         }
     }
 

@@ -92,7 +92,7 @@ impl Fs {
     /// as it was.
     fn preallocate(&mut self, ino: u32, off: u64, end: u64, keep_size: bool) -> FsResult<Dinode> {
         let mut d = self.iget(ino)?;
-        let old = self.grow_for_range(ino, &mut d, end, keep_size)?;
+        let old = self.keep_on_error(ino, &mut d, |fs, d| fs.grow_for_range(ino, d, end, keep_size))?;
         let made = match self.allocate_holes(ino, &mut d, off, end) {
             Ok(m) => m,
             Err(e) => return Err(self.undo_grow(ino, &mut d, old, e)),
@@ -160,7 +160,7 @@ impl Fs {
     /// then every byte of the range is zeroed in place.
     fn zero_range(&mut self, ino: u32, off: u64, end: u64, keep_size: bool) -> FsResult<Dinode> {
         let mut d = self.iget(ino)?;
-        let old = self.grow_for_range(ino, &mut d, end, keep_size)?;
+        let old = self.keep_on_error(ino, &mut d, |fs, d| fs.grow_for_range(ino, d, end, keep_size))?;
         if let Err(e) = self.allocate_holes(ino, &mut d, off, end) {
             return Err(self.undo_grow(ino, &mut d, old, e));
         }
@@ -228,19 +228,29 @@ impl Fs {
     /// partial ones at its ends zeroed where they are allocated.
     fn punch_hole(&mut self, ino: u32, off: u64, end: u64) -> FsResult<Dinode> {
         let mut d = self.iget(ino)?;
-        let bs = self.sb.block_size as u64;
-        let (first, last) = (off.div_ceil(bs), end / bs);
-        if first < last {
-            self.zero_bytes(ino, &mut d, off, first * bs)?;
-            self.zero_bytes(ino, &mut d, last * bs, end)?;
-            self.punch_blocks(ino, &mut d, first, last)?;
-        } else {
-            self.zero_bytes(ino, &mut d, off, end)?;
-        }
-        self.keep_end_allocated(ino, &mut d)?;
+        self.keep_on_error(ino, &mut d, |fs, d| fs.punch_range(ino, d, off, end))?;
         self.touch_mc(&mut d);
         self.iput(ino, &d)?;
         Ok(d)
+    }
+
+    /// The work of `punch_hole` on the in-memory dinode. On UFS2 a file past its direct blocks
+    /// keeps its last block allocated (`keep_end_allocated`): that block is zeroed rather than
+    /// freed, so that a punch never needs a new block (on a full disk it would find none).
+    fn punch_range(&mut self, ino: u32, d: &mut Dinode, off: u64, end: u64) -> FsResult<()> {
+        let bs = self.sb.block_size as u64;
+        let (first, mut last) = (off.div_ceil(bs), end / bs);
+        if self.sb.ufs2().is_some() && d.size > NDADDR as u64 * bs {
+            last = last.min((d.size - 1) / bs);
+        }
+        if first < last {
+            self.zero_bytes(ino, d, off, first * bs)?;
+            self.zero_bytes(ino, d, last * bs, end)?;
+            self.punch_blocks(ino, d, first, last)?;
+        } else {
+            self.zero_bytes(ino, d, off, end)?;
+        }
+        self.keep_end_allocated(ino, d)
     }
 
     /// lseek's SEEK_DATA (`data`) or SEEK_HOLE from `off`: the first offset at or past it in

@@ -84,9 +84,30 @@ impl Fs {
         let buf = self.cache.modify(bno)?;
         self.sb.encode_dinode(d, &mut buf[off..off + DINODE_SIZE]);
         if let Some(sd) = self.hooks.softdep.as_mut() {
+            debug_assert!(sd.pointers_agree(ino, d), "inode {ino}: copied without a pointer soft updates track");
             sd.inode_update(ino);
         }
         Ok(bno)
+    }
+
+    /// Runs `op` on the in-memory dinode `d` of `ino` and, when it fails after changing `d`,
+    /// still writes `d` back before returning the error. An operation that fails part-way
+    /// (ENOSPC after a run moved or blocks were punched, an I/O error) leaves pointers in `d`
+    /// that soft updates' dependencies and the free maps already describe: dropped, a
+    /// dependency would wait for an inode write that never carries it (soft updates wedged
+    /// for every user), or freed blocks would stay named by the inode.
+    pub(super) fn keep_on_error<T>(
+        &mut self,
+        ino: u32,
+        d: &mut Dinode,
+        op: impl FnOnce(&mut Fs, &mut Dinode) -> FsResult<T>,
+    ) -> FsResult<T> {
+        let before = d.clone();
+        let r = op(self, d);
+        if r.is_err() && *d != before {
+            self.iput(ino, d)?;
+        }
+        r
     }
 
     /// The time stamped on inodes now (the mount's clock: `RealClock`).

@@ -719,6 +719,18 @@ impl Softdep {
             .collect()
     }
 
+    /// Whether the dinode `d` of `ino`, about to be copied into its buffer, names every run
+    /// its pending in-memory changes (newinoupdt) allocated: a change the dinode does not
+    /// carry would wait for an inode write that never comes.
+    pub fn pointers_agree(&self, ino: u32, d: &Dinode) -> bool {
+        let Some(dep) = self.inodedeps.get(&ino) else { return true };
+        dep.newinoupdt.iter().all(|a| match a.slot {
+            PtrSlot::Direct(i) => d.db[i] == a.bno,
+            PtrSlot::Indirect(l) => d.ib[l] == a.bno,
+            PtrSlot::Ext(i) => d.extb[i] == a.bno,
+        })
+    }
+
     /// True if the inode's own dependencies (bitmap bit, new block pointers) are all on disk.
     pub fn inode_settled(&self, ino: u32) -> bool {
         self.inodedeps.get(&ino).is_none_or(|d| d.bitmap_done() && d.inoupdt.is_empty() && d.newinoupdt.is_empty())

@@ -42,7 +42,7 @@ pub use summary::{Summary, Verdict};
 pub use work::Work;
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 22] = [
+pub const WORKLOADS: [&str; 23] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -65,6 +65,7 @@ pub const WORKLOADS: [&str; 22] = [
     "lazy-inodes",
     "tmpfile",
     "grow-renames",
+    "full-disk",
 ];
 
 /// The block size of every recorded image.

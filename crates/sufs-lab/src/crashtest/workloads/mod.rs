@@ -17,6 +17,7 @@ use super::WORKLOADS;
 mod br;
 mod data;
 mod falloc;
+mod full;
 mod inodes;
 mod names;
 mod renames;
@@ -27,6 +28,7 @@ mod xattr;
 use br::BrWork;
 use data::{FsyncWork, GrowIndirect, Truncate};
 use falloc::FallocWork;
+use full::FullDisk;
 use inodes::LazyInodes;
 use names::{CreateMany, HardLinks, LinkFsync, MkdirRmdir, RemoveTree};
 use renames::{AncestorRename, GrowRenames, RenameBack, RenameOver, RenameStorm, RenameWhiteout, SwapFsync};
@@ -71,6 +73,7 @@ pub(super) fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>>
         "lazy-inodes" => Box::new(LazyInodes::default()),
         "tmpfile" => Box::new(TmpfileWork::default()),
         "grow-renames" => Box::new(GrowRenames::default()),
+        "full-disk" => Box::new(FullDisk::default()),
         "mix" => {
             let each = (ops / 8).max(4);
             let subs = WORKLOADS[..8].iter().filter_map(|n| make_workload(n, each)).map(|w| (w, true)).collect();
