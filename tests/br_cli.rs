@@ -34,7 +34,7 @@ fn br_on_an_unmounted_image() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("img");
     let img = img.to_str().unwrap();
-    ok(&["mkfs", img, "--size", "64M"]);
+    ok(&["mkfs", "--format", "sufs", img, "--size", "64M"]);
     assert!(ok(&["br", "--on", img, "reserve", "store", "100"]).contains("store: 100 blocks reserved"));
     let q = ok(&["br", "--on", img, "query", "store", "0", "1000"]);
     let b = blocks(&q);

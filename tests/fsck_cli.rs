@@ -34,7 +34,7 @@ fn lib_mount(p: &Path) -> Fs {
 /// 3000 bytes `i`.
 fn image_of(dir: &Path, size: &str) -> PathBuf {
     let p = dir.join("img");
-    ok(&["mkfs", p.to_str().unwrap(), "--size", size]);
+    ok(&["mkfs", "--format", "sufs", p.to_str().unwrap(), "--size", size]);
     let mut fs = lib_mount(&p);
     let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
     for i in 0..50 {

@@ -369,9 +369,18 @@ fn minfree_reserve_is_for_root() {
     }
     let t = tempfile::tempdir().unwrap();
     let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
-    let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "32M", "--minfree", "20"]);
+    let out = sufs(&["mkfs", "--format", "sufs", img.to_str().unwrap(), "--size", "32M", "--minfree", "20"]);
     assert!(out.status.success(), "{out:?}");
-    let out = sufs(&["mkfs", t.path().join("bad").to_str().unwrap(), "--size", "32M", "--minfree", "100"]);
+    let out = sufs(&[
+        "mkfs",
+        "--format",
+        "sufs",
+        t.path().join("bad").to_str().unwrap(),
+        "--size",
+        "32M",
+        "--minfree",
+        "100",
+    ]);
     assert!(!out.status.success(), "minfree 100% is refused");
     let m = mount_fg(&img, &mnt, &[]);
     let s = statvfs(&mnt);

@@ -99,7 +99,7 @@ fn operations_survive_unmount_and_fsck_in_both_orderings() {
         let img = t.path().join("img");
         let mnt = t.path().join("mnt");
         let stats = t.path().join("stats.json");
-        let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "512M"]);
+        let out = sufs(&["mkfs", "--format", "sufs", img.to_str().unwrap(), "--size", "512M"]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         // Four request threads, then one at the remount: the same results either way.
         let m = mount_fg(&img, &mnt, &["--ordering", ordering, "--stats", stats.to_str().unwrap(), "--threads", "4"]);
@@ -281,7 +281,7 @@ fn sigterm_stops_the_mount(remove_socket: bool) {
     let t = tempfile::tempdir().unwrap();
     let img = t.path().join("img");
     let mnt = t.path().join("mnt");
-    assert!(sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M"]).status.success());
+    assert!(sufs(&["mkfs", "--format", "sufs", img.to_str().unwrap(), "--size", "64M"]).status.success());
     let mut m = mount_fg(&img, &mnt, &[]);
     fs::write(mnt.join("f"), pattern(5, 100_000)).unwrap();
     if remove_socket {
@@ -327,6 +327,7 @@ fn default_mount_makes_an_image_and_daemonizes() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(is_mounted(&t.path().join("mnt")));
     assert_eq!(fs::metadata(t.path().join("sufs.img")).unwrap().len(), 1 << 30);
+    assert!(common::is_ufs2_image(&t.path().join("sufs.img")), "the image is made as sufs mkfs makes one: UFS2");
     fs::write(t.path().join("mnt/hello"), b"hi").unwrap();
     let out = Command::new(SUFS).args(["umount", "mnt"]).current_dir(t.path()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -345,10 +346,10 @@ fn bad_images_are_refused_with_a_message() {
     assert!(err.contains("bad magic"), "{err}");
     let out = sufs(&["fsck", img.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(8), "fsck of junk is an operational error");
-    let out = sufs(&["mkfs", t.path().join("missing").to_str().unwrap()]);
+    let out = sufs(&["mkfs", "--format", "sufs", t.path().join("missing").to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--size"));
-    let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "1G", "--block-size", "3000"]);
+    let out = sufs(&["mkfs", "--format", "sufs", img.to_str().unwrap(), "--size", "1G", "--block-size", "3000"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("power of two"));
 }

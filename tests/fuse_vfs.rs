@@ -83,7 +83,7 @@ fn file_handles_outlive_the_kernels_caches_and_go_stale_with_their_file() {
     let t = tempfile::tempdir().unwrap();
     let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
     // A small inode table: the allocator's rotor comes back to a freed inode soon.
-    let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M", "--inodes", "64"]);
+    let out = sufs(&["mkfs", "--format", "sufs", img.to_str().unwrap(), "--size", "64M", "--inodes", "64"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let m = mount_fg(&img, &mnt, &[]);
     let d = mnt.join("d");

@@ -266,7 +266,7 @@ fn tuned_settings_read_as_spec_md_says() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.img");
     let p = path.to_str().unwrap();
-    ok(&["mkfs", p, "--size", "64M"]);
+    ok(&["mkfs", "--format", "sufs", p, "--size", "64M"]);
     let sb = superblock(&std::fs::read(&path).unwrap()[..4096]);
     assert_eq!((sb.ordering, sb.label.len()), (0, 0), "a fresh image has neither");
     ok(&["tunefs", p, "--minfree", "12", "--label", "vol", "--ordering", "async"]);
@@ -283,7 +283,7 @@ fn tuned_settings_read_as_spec_md_says() {
 fn a_fresh_image_reads_as_spec_md_says() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.img");
-    ok(&["mkfs", path.to_str().unwrap(), "--size", "120M"]);
+    ok(&["mkfs", "--format", "sufs", path.to_str().unwrap(), "--size", "120M"]);
     let img = std::fs::read(&path).unwrap();
     let sb = superblock(&img[..4096]);
     assert_eq!(&img[..8], b"1SFFSFUS");
@@ -352,7 +352,7 @@ fn files_read_as_spec_md_says() {
     use sufs_fs::fs::{Fs, MountOptions, Ordering};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.img");
-    ok(&["mkfs", path.to_str().unwrap(), "--size", "64M"]);
+    ok(&["mkfs", "--format", "sufs", path.to_str().unwrap(), "--size", "64M"]);
     let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(&path, 4096, true).unwrap());
     let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 1024, readonly: false };
     let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();

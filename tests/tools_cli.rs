@@ -168,7 +168,7 @@ fn tunefs_changes_minfree_label_and_ordering() {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("t.img");
     let i = img.to_str().unwrap();
-    ok(&["mkfs", i, "--size", "64M"]);
+    ok(&["mkfs", "--format", "sufs", i, "--size", "64M"]);
     let p = ok(&["tunefs", i, "-p"]);
     assert!(p.contains("minfree   8% (the default)") && p.contains("label     (none)"), "{p}");
     assert!(p.contains("ordering  softdep (the default)"), "{p}");
@@ -204,7 +204,7 @@ fn tunefs_settings_reach_the_mount() {
     let tmp = tempfile::tempdir().unwrap();
     let (img, mnt) = (tmp.path().join("t.img"), tmp.path().join("mnt"));
     let i = img.to_str().unwrap();
-    ok(&["mkfs", i, "--size", "64M"]);
+    ok(&["mkfs", "--format", "sufs", i, "--size", "64M"]);
     let avail = |mnt: &Path| {
         let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
         let p = std::ffi::CString::new(mnt.to_str().unwrap()).unwrap();
@@ -236,7 +236,7 @@ fn growfs_grows_an_image_a_mount_then_fills() {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("g.img");
     let i = img.to_str().unwrap();
-    ok(&["mkfs", i, "--size", "64M"]);
+    ok(&["mkfs", "--format", "sufs", i, "--size", "64M"]);
     let out = ok(&["growfs", i, "--size", "200M"]);
     // mkfs made two groups of 8192 blocks; growfs adds groups of that size, the last partial.
     assert!(out.contains("grew from 16384 blocks (64 MiB, 2 groups) to 51200 blocks (200 MiB, 7 groups)"), "{out}");
@@ -274,7 +274,7 @@ fn growfs_refusals() {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("g.img");
     let i = img.to_str().unwrap();
-    ok(&["mkfs", i, "--size", "64M"]);
+    ok(&["mkfs", "--format", "sufs", i, "--size", "64M"]);
     for (size, why) in [("32M", "not larger"), ("64M", "not larger")] {
         let (code, _, err) = run(&["growfs", i, "--size", size]);
         assert_eq!((code, err.contains(why)), (1, true), "{size}: {err}");
@@ -297,7 +297,7 @@ fn growfs_refusals() {
     ok(&["growfs", i, "--size", "128M"]);
     // A snapshot reserve past the file system.
     let r = tmp.path().join("r.img");
-    ok(&["mkfs", r.to_str().unwrap(), "--size", "64M", "--snapshot-reserve", "8M"]);
+    ok(&["mkfs", "--format", "sufs", r.to_str().unwrap(), "--size", "64M", "--snapshot-reserve", "8M"]);
     let (code, _, err) = run(&["growfs", r.to_str().unwrap(), "--size", "128M"]);
     assert_eq!((code, err.contains("snapshot-reserve")), (1, true), "{err}");
     let (code, _, err) = run(&["growfs", "/dev/null", "--size", "128M"]);

@@ -57,7 +57,7 @@ fn run(store: &str) {
     let img = dir.path().join("vol.img");
     let mnt = dir.path().join("mnt");
     let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
-    ok(&["mkfs", img_s, "--size", "96M", "--snapshot-reserve", "32M"]);
+    ok(&["mkfs", "--format", "sufs", img_s, "--size", "96M", "--snapshot-reserve", "32M"]);
     let mut before = BTreeMap::new();
     with_mount(&["mount", img_s, mnt_s], &mnt, |m| {
         fs::create_dir(m.join("src")).unwrap();

@@ -12,6 +12,15 @@ use sufs_mount::fuse::DEFAULT_THREADS;
 use sufs_mount::helper;
 use sufs_mount::options::parse_size;
 
+/// The on-disk format `sufs mkfs` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum DiskFormat {
+    /// FreeBSD's UFS2, as newfs(8) makes it.
+    Ufs2,
+    /// sufs's own earlier format.
+    Sufs,
+}
+
 #[derive(Parser)]
 #[command(name = "sufs", version, about = "A user-space FFS with soft updates, update policies and the Block Register")]
 pub(crate) struct Cli {
@@ -23,37 +32,42 @@ pub(crate) struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub(crate) enum Cmd {
-    /// Make a file system on an image file (created sparse if missing) or a block device.
+    /// Make a file system on an image file (created sparse if missing) or a block device:
+    /// FreeBSD's UFS2, as newfs(8) makes it, unless `--format sufs`.
     Mkfs {
         image: PathBuf,
         /// Size of a new image, e.g. 1G, 512M (default: the existing file's or device's size).
         #[arg(long, value_parser = parse_size)]
         size: Option<u64>,
-        /// Block size (default 4096; with --ufs2, newfs's 32768).
+        /// Block size (default newfs's 32768; with --format sufs, 4096).
         #[arg(short = 'b', long)]
         block_size: Option<u32>,
-        /// Number of inodes (default: one per 16 KiB).
-        #[arg(long, conflicts_with = "ufs2")]
+        /// sufs's format: the number of inodes (default: one per 16 KiB). UFS2 takes -i.
+        #[arg(long)]
         inodes: Option<u64>,
         /// Leave this much at the end of the device outside the file system, for a volume
         /// snapshot's `reserved` exception store.
-        #[arg(long, value_parser = parse_size, conflicts_with = "ufs2")]
+        #[arg(long, value_parser = parse_size)]
         snapshot_reserve: Option<u64>,
         /// The share of the data blocks only root may allocate, in percent (FFS's minfree;
         /// default 8).
         #[arg(short = 'm', long, value_parser = clap::value_parser!(u8).range(0..=sufs_fs::format::MAX_MINFREE as i64))]
         minfree: Option<u8>,
-        /// Make a FreeBSD UFS2 file system, as FreeBSD's newfs(8) makes one (docs/ufs2.md).
-        #[arg(long)]
+        /// The on-disk format: `ufs2`, FreeBSD's (docs/ufs2.md), or `sufs`, sufs's own earlier
+        /// format (docs/SPEC.md), kept for its volume snapshots and for comparison.
+        #[arg(long, value_enum, default_value_t = DiskFormat::Ufs2)]
+        format: DiskFormat,
+        /// The same as `--format ufs2` (the default).
+        #[arg(long, hide = true, conflicts_with = "format")]
         ufs2: bool,
         /// UFS2: the fragment size (newfs -f; default 4096).
-        #[arg(short = 'f', long, requires = "ufs2")]
+        #[arg(short = 'f', long)]
         frag_size: Option<u32>,
         /// UFS2: bytes of data space per inode (newfs -i; default two fragments).
-        #[arg(short = 'i', long, requires = "ufs2")]
+        #[arg(short = 'i', long)]
         bytes_per_inode: Option<u32>,
         /// UFS2: the volume label (newfs -L).
-        #[arg(short = 'L', long, requires = "ufs2")]
+        #[arg(short = 'L', long)]
         label: Option<String>,
     },
     /// Mount an image through FUSE. With no arguments: ./sufs.img (made, 1 GiB sparse, if missing)

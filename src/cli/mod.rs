@@ -75,14 +75,40 @@ fn finish(r: Result<u8, Fail>) -> ExitCode {
 // Long: one arm per command, each turning its arguments into a call; split, the arms would only move.
 fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
     match cli.cmd {
-        Cmd::Mkfs { image, size, block_size, minfree, ufs2: true, frag_size, bytes_per_inode, label, .. } => {
+        Cmd::Mkfs {
+            image,
+            size,
+            block_size,
+            inodes,
+            snapshot_reserve,
+            minfree,
+            format,
+            ufs2: _,
+            frag_size,
+            bytes_per_inode,
+            label,
+        } => {
+            if format == DiskFormat::Sufs {
+                let ufs2_only =
+                    [(frag_size.is_some(), "-f"), (bytes_per_inode.is_some(), "-i"), (label.is_some(), "-L")];
+                if let Some((_, flag)) = ufs2_only.iter().find(|(given, _)| *given) {
+                    return Err(Fail(format!("{flag} is newfs's, for UFS2: sufs's format does not take it"), 2));
+                }
+                let sb = cmd_mkfs(&image, size, block_size.unwrap_or(4096), inodes, snapshot_reserve, minfree)?;
+                print_mkfs(&image, &sb);
+                return Ok(0);
+            }
+            if inodes.is_some() {
+                return Err(Fail("--inodes is sufs's format's: UFS2 takes -i BYTES (data bytes per inode)".into(), 2));
+            }
+            if snapshot_reserve.is_some() {
+                return Err(Fail(
+                    "--snapshot-reserve: volume snapshots live on sufs's format (--format sufs) only".into(),
+                    2,
+                ));
+            }
             let geometry = Ufs2Geometry { block_size, frag_size, bytes_per_inode, minfree, label };
             cmd_mkfs_ufs2(&image, size, geometry)?;
-            Ok(0)
-        }
-        Cmd::Mkfs { image, size, block_size, inodes, snapshot_reserve, minfree, .. } => {
-            let sb = cmd_mkfs(&image, size, block_size.unwrap_or(4096), inodes, snapshot_reserve, minfree)?;
-            print_mkfs(&image, &sb);
             Ok(0)
         }
         Cmd::Mount {

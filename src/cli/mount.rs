@@ -306,7 +306,7 @@ fn prepare_image(image: &Path, size: u64, opts: &MountOpts, quiet: bool, make_mi
         preen_first(image)?;
     }
     if let Some(want) = opts.mkfs_size {
-        mkfs_sized(image, want, opts.mkfs_ufs2, quiet)?;
+        mkfs_sized(image, want, !opts.mkfs_sufs, quiet)?;
     } else if !image.exists() {
         if !make_missing {
             return Err(Fail(
@@ -317,10 +317,11 @@ fn prepare_image(image: &Path, size: u64, opts: &MountOpts, quiet: bool, make_mi
                 32,
             ));
         }
-        let sb = cmd_mkfs(image, Some(size), 4096, None, None, None)?;
-        if !quiet {
-            print_mkfs(image, &sb);
-        }
+        // A missing image is made as `sufs mkfs` makes one: UFS2.
+        let made = newfs_image(image, Some(size), Default::default())?;
+        let sb = &made.sb;
+        let mib = (sb.fs_size as u64 * sb.fs_fsize as u64) >> 20;
+        say(image, quiet, &format!("made a UFS2 file system of {mib} MiB on {} (newfs's defaults)", image.display()));
     }
     Ok(())
 }

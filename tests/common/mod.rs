@@ -86,3 +86,12 @@ pub fn ok(args: &[&str]) -> String {
     assert!(out.status.success(), "sufs {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Whether the image at `path` holds a UFS2 superblock where FreeBSD's newfs puts it (the
+/// magic `FS_UFS2_MAGIC` at byte 1372 of the superblock at 65536), as `sufs mkfs` makes one.
+pub fn is_ufs2_image(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut magic = [0u8; 4];
+    let f = std::fs::File::open(path).unwrap();
+    f.read_exact_at(&mut magic, 65536 + 1372).is_ok() && u32::from_le_bytes(magic) == 0x1954_0119
+}

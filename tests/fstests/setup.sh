@@ -14,7 +14,7 @@
 #   WORK          images and mount points        (default: /var/tmp/sufs-fstests)
 #   IMG_SIZE      size of each image             (default: 2G)
 #   ORDERING      softdep, sync or async, for both mounts (default: softdep)
-#   FORMAT        sufs or ufs2 (FreeBSD's, as `sufs mkfs --ufs2` makes it), for both images
+#   FORMAT        sufs (sufs's own earlier format) or ufs2 (FreeBSD's, as `sufs mkfs` makes it), for both images
 #                 and every scratch file system a test makes (default: sufs)
 #   SUFS          the sufs binary the helper runs (default: this checkout's target/release/sufs,
 #                 built with cargo)
@@ -35,7 +35,7 @@ mkdir -p "$WORK"
 
 [ "$(id -u)" = 0 ] || { echo "setup.sh: run as root (packages, users, /sbin/mount.fuse.sufs)" >&2; exit 1; }
 case $ORDERING in softdep|sync|async) ;; *) echo "setup.sh: ORDERING=$ORDERING: softdep, sync or async" >&2; exit 1;; esac
-case $FORMAT in sufs) MKFS_ARGS=() ;; ufs2) MKFS_ARGS=(--ufs2) ;; *) echo "setup.sh: FORMAT=$FORMAT: sufs or ufs2" >&2; exit 1;; esac
+case $FORMAT in sufs) MKFS_ARGS=(--format sufs) ;; ufs2) MKFS_ARGS=(--format ufs2) ;; *) echo "setup.sh: FORMAT=$FORMAT: sufs or ufs2" >&2; exit 1;; esac
 
 # 1. Packages: fstests' build and the programs its tests call (Debian 12 names).
 if [ -z "${SKIP_APT:-}" ]; then

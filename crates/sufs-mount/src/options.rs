@@ -40,10 +40,10 @@ pub struct MountOpts {
     /// sufs's own, for test harnesses: make a new file system of this many bytes first, unless
     /// the image already is a sufs image of exactly this size (destroys what it held).
     pub mkfs_size: Option<u64>,
-    /// sufs's own, with `mkfs_size`: the format of the file system made (`mkfs_format=ufs2`,
-    /// FreeBSD's as `sufs mkfs --ufs2` makes it; `sufs`, the default). An image of the other
-    /// format is made anew too.
-    pub mkfs_ufs2: bool,
+    /// sufs's own, with `mkfs_size`: the format of the file system made (`mkfs_format=sufs`,
+    /// sufs's own earlier format; `ufs2`, the default: FreeBSD's, as `sufs mkfs` makes it). An
+    /// image of the other format is made anew too.
+    pub mkfs_sufs: bool,
     /// sufs's own: how requests reach sufs (`transport=auto|uring|classic`, `fuse_uring::Transport`).
     pub transport: Option<Transport>,
     /// sufs's own: seconds to wait for an image still held by a daemon finishing an unmount.
@@ -166,9 +166,9 @@ impl MountOpts {
                 self.mkfs_size = Some(parse_size(need(key, v)?).map_err(|e| format!("mkfs_size: {e}"))?)
             }
             ("mkfs_format", v) => {
-                self.mkfs_ufs2 = match need(key, v)? {
-                    "ufs2" => true,
-                    "sufs" => false,
+                self.mkfs_sufs = match need(key, v)? {
+                    "ufs2" => false,
+                    "sufs" => true,
                     v => return Err(format!("mkfs_format={v}: use ufs2 or sufs")),
                 }
             }
@@ -305,8 +305,9 @@ mod tests {
             MountOpts::parse("mkfs_size=100M,wait=5,threads=3,update=wt", false).unwrap().mkfs_size,
             Some(100 << 20)
         );
-        assert!(MountOpts::parse("mkfs_size=1G,mkfs_format=ufs2", false).unwrap().mkfs_ufs2);
-        assert!(!MountOpts::parse("mkfs_size=1G,mkfs_format=sufs", false).unwrap().mkfs_ufs2);
+        assert!(!MountOpts::parse("mkfs_size=1G,mkfs_format=ufs2", false).unwrap().mkfs_sufs);
+        assert!(MountOpts::parse("mkfs_size=1G,mkfs_format=sufs", false).unwrap().mkfs_sufs);
+        assert!(!MountOpts::parse("mkfs_size=1G", false).unwrap().mkfs_sufs);
         assert!(MountOpts::parse("mkfs_format=ufs1", false).is_err());
         assert_eq!(MountOpts::parse("transport=uring", false).unwrap().transport, Some(Transport::Uring));
         assert_eq!(MountOpts::parse("transport=classic", false).unwrap().transport, Some(Transport::Classic));
