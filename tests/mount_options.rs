@@ -203,6 +203,7 @@ fn mkfs_size_makes_an_image_only_of_another_size() {
     let out = run(&helper, &[i, m, "-o", "mkfs_size=48M"]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(fs::metadata(&img).unwrap().len(), 48 << 20);
+    assert!(common::is_ufs2_image(&img), "made as sufs mkfs makes one: UFS2");
     fs::write(mnt.join("kept"), b"x").unwrap();
     sufs_umount(&mnt);
     let out = run(&helper, &[i, m, "-o", "mkfs_size=48M"]);
