@@ -116,6 +116,27 @@ impl Fs {
         Ok((level, level_base, rel, span))
     }
 
+    /// The indirect blocks on the way from the dinode `d` to its logical block `lbn` (past the
+    /// direct blocks), top first, as far as they exist.
+    pub(super) fn indirect_path(&mut self, d: &Dinode, lbn: u64) -> FsResult<Vec<u64>> {
+        let p = self.sb.ptrs_per_block();
+        let (level, _, mut rel, span) = self.indirect_level(lbn)?;
+        let mut span = span / p; // blocks covered by each pointer of the top indirect block
+        let mut ptr = d.ib[level];
+        let mut path = Vec::new();
+        while ptr != 0 {
+            path.push(self.checked_ptr(ptr)?);
+            if span == 1 {
+                break;
+            }
+            let idx = (rel / span) as usize;
+            rel %= span;
+            ptr = ind_get(self.read_indirect(ptr)?, idx);
+            span /= p;
+        }
+        Ok(path)
+    }
+
     /// A new indirect block: zeroed, and in `Sync` mode on disk before any pointer to it.
     pub(super) fn alloc_indirect(&mut self, _ino: u32, pref: u64) -> FsResult<u64> {
         let b = self.alloc_block(pref)?;

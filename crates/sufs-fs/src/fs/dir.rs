@@ -337,6 +337,12 @@ impl Fs {
         let off = dir_insert(buf, 0, ino, dtype, name)?;
         let slack = block_slack(buf)?;
         self.order_write(&[bno])?;
+        if nblocks >= NDADDR as u64 && self.ordering == Ordering::Sync {
+            // The block's pointer in its indirect block is on disk before the size that covers
+            // it: else a crash leaves a hole in the directory (fstests' generic/705).
+            let path = self.indirect_path(&nd, nblocks)?;
+            self.write_bufs(&path, WriteKind::Sync)?;
+        }
         if let Some(h) = self.dirhash.get_mut(&dir) {
             h.inserted(name, nblocks, off, slack);
         }

@@ -42,7 +42,7 @@ pub use summary::{Summary, Verdict};
 pub use work::Work;
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 23] = [
+pub const WORKLOADS: [&str; 24] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -66,6 +66,7 @@ pub const WORKLOADS: [&str; 23] = [
     "tmpfile",
     "grow-renames",
     "full-disk",
+    "big-dir",
 ];
 
 /// The block size of every recorded image.

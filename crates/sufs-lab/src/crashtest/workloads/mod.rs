@@ -14,6 +14,7 @@ use sufs_fs::fs::{Fs, FsResult};
 use super::work::Work;
 use super::WORKLOADS;
 
+mod bigdir;
 mod br;
 mod data;
 mod falloc;
@@ -25,6 +26,7 @@ mod snapshot;
 mod tmpfile;
 mod xattr;
 
+use bigdir::BigDir;
 use br::BrWork;
 use data::{FsyncWork, GrowIndirect, Truncate};
 use falloc::FallocWork;
@@ -74,6 +76,7 @@ pub(super) fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>>
         "tmpfile" => Box::new(TmpfileWork::default()),
         "grow-renames" => Box::new(GrowRenames::default()),
         "full-disk" => Box::new(FullDisk::default()),
+        "big-dir" => Box::new(BigDir::default()),
         "mix" => {
             let each = (ops / 8).max(4);
             let subs = WORKLOADS[..8].iter().filter_map(|n| make_workload(n, each)).map(|w| (w, true)).collect();
