@@ -370,6 +370,9 @@ pub(crate) fn cmd_fsck(image: &Path, opts: &fsck::Options) -> Result<u8, Fail> {
     for f in &report.findings {
         println!("{:?}: {f}", f.class());
     }
+    for line in &report.notes {
+        println!("repaired: {line}");
+    }
     println!(
         "{}: {} files, {} directories, {} blocks used; {} findings ({} allowed, {} violations){}",
         image.display(),

@@ -61,6 +61,9 @@ pub struct Report {
     /// repair (empty when the image is left clean).
     pub remaining: Vec<Finding>,
     pub repaired: bool,
+    /// What a repair did beyond the findings' own fixes, a line each in fsck_ffs's words: an
+    /// unreferenced inode cleared because lost+found could not grow to hold its name.
+    pub notes: Vec<String>,
     /// Preen declined to touch the image, and why (a violation, or a mount that found damage):
     /// nothing was written, and it takes `fsck -y`.
     pub refused: Option<String>,
@@ -182,6 +185,7 @@ pub fn run(dev: &dyn BlockDevice, opts: &Options) -> Result<Report> {
         }
     }
     let mut changed = false;
+    let mut notes = Vec::new();
     for _ in 0..MAX_ROUNDS {
         let flags = scan.sb.flags;
         if scan.findings.is_empty() && flags & SB_CLEAN != 0 && (preen || flags & SB_NEEDS_FSCK == 0) {
@@ -194,7 +198,7 @@ pub fn run(dev: &dyn BlockDevice, opts: &Options) -> Result<Report> {
         if preen && scan.findings.iter().any(|f| f.class() == Class::Violation && !own(f)) {
             break;
         }
-        let wrote = scan.apply()?;
+        let wrote = scan.apply(&mut notes)?;
         changed |= wrote;
         scan = Scan::run_with(dev, preen, &SbChoice::choose(dev, None)?)?;
         if !wrote {
@@ -207,6 +211,7 @@ pub fn run(dev: &dyn BlockDevice, opts: &Options) -> Result<Report> {
     }
     let last = scan.report();
     report.repaired = changed;
+    report.notes = notes;
     report.remaining = last.findings;
     report.files = last.files;
     report.dirs = last.dirs;

@@ -66,11 +66,15 @@ pub(super) struct Fixes {
 struct Target {
     ino: u32,
     blocks: Vec<u64>,
+    /// The first of `blocks` that may have room: entries are only added, so a block found
+    /// full stays full for the round and is not searched again.
+    room_from: usize,
 }
 
 impl Scan<'_> {
-    /// Applies the fixes of this scan; returns true if any block was written.
-    pub(super) fn apply(mut self) -> Result<bool> {
+    /// Applies the fixes of this scan; returns true if any block was written. What it did
+    /// beyond the findings' own fixes (an inode cleared for want of room) goes in `notes`.
+    pub(super) fn apply(mut self, notes: &mut Vec<String>) -> Result<bool> {
         let sb = self.sb.clone();
         let fixes = std::mem::take(&mut self.fixes);
         let mut ws = WriteSet::new(self.dev, self.bs);
@@ -90,7 +94,7 @@ impl Scan<'_> {
             modes.insert(ROOT_INO, S_IFDIR | 0o755);
         }
         if let Some(target) = self.target {
-            self.reconnect(&mut ws, &fixes, target, &mut alloc_from)?;
+            self.reconnect(&mut ws, &fixes, target, &mut alloc_from, &mut modes, notes)?;
         }
         self.rewrite_maps(&mut ws, &modes, &fixes.drop_snapshots)?;
         ws.flush()
@@ -117,14 +121,26 @@ impl Scan<'_> {
 
     /// fsck_ffs's `linkup`: names each unreferenced inode to reconnect `#INO` in `target`
     /// (lost+found, or the root without one; lost+found itself as "lost+found"), raising its
-    /// link count, and for a directory its ".." and the target's count. An inode that finds no
-    /// room stays unreferenced; the next round finds it again.
-    fn reconnect(&mut self, ws: &mut WriteSet, fixes: &Fixes, target: u32, alloc_from: &mut u64) -> Result<()> {
+    /// link count, and for a directory its ".." and the target's count. The target grows as
+    /// fsck_ffs's `expanddir` grows it, a block at a time through its direct blocks and its
+    /// single indirect block; an inode that finds no room even so (no free block, or the
+    /// target at its limit) is cleared, as fsck_ffs's `adjust` clears a file `linkup` could
+    /// not place, and said so in `notes` (its blocks, then unowned, are freed by the next
+    /// round). Leaving it would leave the image unrepaired round after round.
+    fn reconnect(
+        &mut self,
+        ws: &mut WriteSet,
+        fixes: &Fixes,
+        target: u32,
+        alloc_from: &mut u64,
+        modes: &mut BTreeMap<u32, u16>,
+        notes: &mut Vec<String>,
+    ) -> Result<()> {
         let blocks: Vec<u64> = self
             .inodes
             .get(&target)
             .map_or(Vec::new(), |i| i.dir_map.iter().filter(|e| e.0 < i.dir_limit).map(|e| e.1).collect());
-        let mut target_dir = Target { ino: target, blocks };
+        let mut target_dir = Target { ino: target, blocks, room_from: 0 };
         for &ino in &fixes.reconnect {
             if fixes.clear_inodes.contains(&ino) {
                 continue;
@@ -139,6 +155,12 @@ impl Scan<'_> {
                 format!("#{ino}").into_bytes()
             };
             if !self.link_into(ws, &mut target_dir, ino, dtype_of_mode(mode), &name, alloc_from)? {
+                let kind = if mode & S_IFMT == S_IFDIR { "DIR" } else { "FILE" };
+                let dir = if target == ROOT_INO { "/" } else { "lost+found" };
+                notes.push(format!("UNREF {kind} I={ino}: SORRY. NO SPACE IN {dir} DIRECTORY (CLEARED)"));
+                ws.inode(&self.sb, ino, |d| *d = Dinode { generation: d.generation, ..Dinode::default() })?;
+                let was = modes.remove(&ino);
+                assert!(was.is_some(), "I={ino}: reconnecting an inode not in use");
                 continue;
             }
             ws.inode(&self.sb, ino, |d| d.nlink = links.saturating_add(1))?;
@@ -152,9 +174,11 @@ impl Scan<'_> {
         Ok(())
     }
 
-    /// Adds the entry `name` for `ino` to the target directory, in the first block with room,
-    /// else in a new block that grows the target (direct blocks only). Returns false if there
-    /// was no room.
+    /// fsck_ffs's `makeentry`: adds the entry `name` for `ino` to the target directory, in the
+    /// first block with room, else (`expanddir`) in a new block that grows the target by one
+    /// block, mapped by its next direct pointer or past those by its single indirect block
+    /// (allocated with the first block it maps). Returns false if there was no room and no
+    /// block to grow by (nothing is changed then).
     fn link_into(
         &mut self,
         ws: &mut WriteSet,
@@ -164,32 +188,78 @@ impl Scan<'_> {
         name: &[u8],
         alloc_from: &mut u64,
     ) -> Result<bool> {
-        for &b in &target.blocks {
+        while let Some(&b) = target.blocks.get(target.room_from) {
             let buf = ws.get(b)?;
             if let Ok(Some(at)) = dir_find_space(buf, name.len()) {
                 if dir_insert(buf, at, ino, dtype, name).is_ok() {
                     return Ok(true);
                 }
             }
+            target.room_from += 1;
         }
         let bs = self.bs as u64;
         let td = ws.dinode(&self.sb, target.ino)?;
         let n = td.size / bs;
-        if n < NDADDR as u64 && td.db[n as usize] == 0 {
-            let b = self.alloc_block(alloc_from)?;
-            let buf = ws.get(b)?;
-            dir_init_block(buf);
-            if dir_insert(buf, 0, ino, dtype, name).is_ok() {
-                ws.inode(&self.sb, target.ino, |d| {
-                    d.db[n as usize] = b;
-                    d.size = (n + 1) * bs;
-                    d.blocks += 1;
-                })?;
-                target.blocks.push(b);
-                return Ok(true);
-            }
+        let nindir = self.sb.ptrs_per_block();
+        if n >= NDADDR as u64 + nindir {
+            return Ok(false);
         }
-        Ok(false)
+        let slot = n as usize;
+        let ind = if slot < NDADDR {
+            if td.db[slot] != 0 {
+                return Ok(false); // a block past the size: pass 1 claims it, the next round fixes it
+            }
+            None
+        } else if td.ib[0] == 0 {
+            Some((0, slot - NDADDR))
+        } else {
+            if ind_get(ws.get(td.ib[0])?, slot - NDADDR) != 0 {
+                return Ok(false);
+            }
+            Some((td.ib[0], slot - NDADDR))
+        };
+        // Both blocks first (an indirect block with its first data block), so that a failure
+        // leaves nothing changed.
+        let from = *alloc_from;
+        let Some(b) = self.try_alloc_block(alloc_from) else {
+            return Ok(false);
+        };
+        let new_ind = match ind {
+            Some((0, _)) => match self.try_alloc_block(alloc_from) {
+                Some(ib) => Some(ib),
+                None => {
+                    self.owned.clear(b);
+                    *alloc_from = from;
+                    return Ok(false);
+                }
+            },
+            _ => None,
+        };
+        let buf = ws.get(b)?;
+        dir_init_block(buf);
+        let inserted = dir_insert(buf, 0, ino, dtype, name);
+        assert!(inserted.is_ok(), "an entry of {} bytes does not fit an empty block", name.len());
+        if let Some(ib) = new_ind {
+            ws.get(ib)?.fill(0);
+        }
+        if let Some((old, idx)) = ind {
+            let ib = new_ind.unwrap_or(old);
+            ind_set(ws.get(ib)?, idx, b);
+        }
+        ws.inode(&self.sb, target.ino, |d| {
+            match (ind, new_ind) {
+                (None, _) => d.db[slot] = b,
+                (Some(_), Some(ib)) => {
+                    d.ib[0] = ib;
+                    d.blocks += 1;
+                }
+                (Some(_), None) => {}
+            }
+            d.size = (n + 1) * bs;
+            d.blocks += 1;
+        })?;
+        target.blocks.push(b);
+        Ok(true)
     }
 
     /// Group headers rebuilt from the computed maps (and `modes`, the inodes this round leaves
@@ -315,15 +385,16 @@ impl Scan<'_> {
 
     /// A free data block (owned by nothing), marked owned.
     fn alloc_block(&mut self, from: &mut u64) -> Result<u64> {
-        let n = self.sb.num_blocks;
-        for b in *from..n {
-            if self.sb.is_data_block(b) && !self.owned.get(b) {
-                self.owned.set(b);
-                *from = b + 1;
-                return Ok(b);
-            }
-        }
-        Err(FsckError::Geometry("no free block left to repair with".into()))
+        self.try_alloc_block(from).ok_or_else(|| FsckError::Geometry("no free block left to repair with".into()))
+    }
+
+    /// A free data block (owned by nothing) at or after `from`, marked owned; `None` if there
+    /// is none.
+    fn try_alloc_block(&mut self, from: &mut u64) -> Option<u64> {
+        let b = (*from..self.sb.num_blocks).find(|&b| self.sb.is_data_block(b) && !self.owned.get(b))?;
+        self.owned.set(b);
+        *from = b + 1;
+        Some(b)
     }
 }
 

@@ -22,6 +22,9 @@ impl Bits {
     pub(super) fn set(&mut self, i: u64) {
         self.0[(i / 64) as usize] |= 1 << (i % 64);
     }
+    pub(super) fn clear(&mut self, i: u64) {
+        self.0[(i / 64) as usize] &= !(1 << (i % 64));
+    }
     pub(super) fn count(&self) -> u64 {
         self.0.iter().map(|w| w.count_ones() as u64).sum()
     }

@@ -739,10 +739,21 @@ pub fn newfs(
 /// fragments (the library's tests of UFS2).
 #[cfg(test)]
 pub(crate) fn mem_image(size: u64, fsize: usize) -> std::sync::Arc<crate::dev::MemDevice> {
+    mem_image_of(size, 4096, fsize)
+}
+
+/// `mem_image` with blocks of `bsize` bytes.
+#[cfg(test)]
+pub(crate) fn mem_image_of(size: u64, bsize: usize, fsize: usize) -> std::sync::Arc<crate::dev::MemDevice> {
     use crate::dev::{write_bytes, MemDevice, WriteKind};
-    let dev = std::sync::Arc::new(MemDevice::new_frags(4096, fsize, size / fsize as u64));
-    let o =
-        NewfsOptions { bsize: Some(4096), fsize: Some(fsize as i32), time: 1, regression: true, ..Default::default() };
+    let dev = std::sync::Arc::new(MemDevice::new_frags(bsize, fsize, size / fsize as u64));
+    let o = NewfsOptions {
+        bsize: Some(bsize as i32),
+        fsize: Some(fsize as i32),
+        time: 1,
+        regression: true,
+        ..Default::default()
+    };
     newfs(size, &o, |off, data| write_bytes(&*dev, off, data, WriteKind::Sync).map_err(io::Error::other))
         .expect("newfs of a test image");
     dev

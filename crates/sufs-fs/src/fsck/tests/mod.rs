@@ -6,6 +6,7 @@ mod crash;
 mod dirs;
 mod inodes;
 mod lazy;
+mod lostfound;
 mod modes;
 
 use super::*;

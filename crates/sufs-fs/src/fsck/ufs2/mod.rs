@@ -33,6 +33,9 @@ mod pass5;
 mod repair;
 mod setup;
 
+#[cfg(test)]
+mod lostfound_tests;
+
 pub use findings::Finding;
 pub use repair::{repair, Outcome, RepairMode, WriteAt};
 pub use setup::probe;
@@ -263,6 +266,9 @@ struct Check<'a, D: ReadAt + ?Sized> {
     /// Each directory's data blocks: (logical block, fragment, fragments), in order; only
     /// blocks whose range is good.
     dir_blocks: std::collections::BTreeMap<u32, Vec<(i64, i64, i64)>>,
+    /// Repair: per directory, the first of its `dir_blocks` that may have room for an entry
+    /// (repair adds entries block by block, so one found full is not searched again).
+    room_from: std::collections::BTreeMap<u32, usize>,
     /// Each directory's subdirectories by name (not "." or ".."), for pass 3.
     children: std::collections::BTreeMap<u32, Vec<u32>>,
     /// Entries naming a directory that already had a name: (directory, entry's directory, name).
@@ -365,6 +371,7 @@ fn run<'a, D: ReadAt + ?Sized>(dev: &'a D, dev_len: u64, opts: &Options) -> Resu
         dups: Default::default(),
         dup_seen: Default::default(),
         dir_blocks: Default::default(),
+        room_from: Default::default(),
         children: Default::default(),
         extra_links: Vec::new(),
         findings: std::mem::take(&mut findings),

@@ -1,7 +1,9 @@
 //! Repair, what fsck_ffs writes after its passes: pass 4's `adjust` and `clri` (a link count
 //! set to the names counted; an unreferenced inode cleared, or with `-y` a file holding data
 //! reconnected to lost+found, made as pass3.c's `allocdir` makes it: one fragment, "." and ".."
-//! in its first chunk), then pass 5's rewrite of every group whose maps or summaries differ
+//! in its first chunk; grown as dir.c's `expanddir` grows it, its last fragments moved to a
+//! whole block, then a new block at a time through the direct blocks and the single indirect
+//! block; a file is cleared only when even that finds no room), then pass 5's rewrite of every group whose maps or summaries differ
 //! from what pass 1 found (inode and fragment maps, `cg_cs`, `cg_frsum`, the cluster map and
 //! summary, sealed with their check hashes), the summary area at `fs_csaddr`, `fs_cstotal`, and
 //! last `ckfini`'s clean flag once a check of the result finds nothing.
@@ -192,14 +194,18 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
                 Finding::UnrefFile { ino, size, .. } => {
                     let d = self.dinode(ino)?;
                     let data = size > 0 || d.di_blocks > 0;
+                    let mut sorry = "";
                     if mode == RepairMode::Yes && data {
-                        if let Some(lf) = self.reconnect(ino, &d, done)? {
-                            done.push(format!("{f} (RECONNECTED to lost+found I={lf})"));
-                            continue;
+                        match self.reconnect(ino, &d, done)? {
+                            Ok(lf) => {
+                                done.push(format!("{f} (RECONNECTED to lost+found I={lf})"));
+                                continue;
+                            }
+                            Err(why) => sorry = why,
                         }
                     }
                     self.clri(ino, &d)?;
-                    done.push(format!("{f} (CLEARED)"));
+                    done.push(format!("{f} ({sorry}CLEARED)"));
                 }
                 Finding::UnrefDir { ino, .. } => {
                     // A directory whose first block never reached the disk (fsck_ffs's "ZERO
@@ -278,31 +284,37 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         Ok(())
     }
 
-    /// `linkup`: file `ino` named "#ino" in lost+found (made if missing), its link count set
-    /// to that one name. `None`: there is no lost+found and no room to make one, or no room in
-    /// it; the caller clears the file.
-    fn reconnect(&mut self, ino: u32, d: &Dinode, done: &mut Vec<String>) -> Result<Option<u32>, Ufs2Error> {
+    /// `linkup`: file `ino` named "#ino" in lost+found (made if missing, grown if full), its
+    /// link count set to that one name. `Err`: fsck_ffs's words for why it could not be (no
+    /// lost+found and no room to make one, or no room in it even grown); the caller clears
+    /// the file.
+    fn reconnect(
+        &mut self,
+        ino: u32,
+        d: &Dinode,
+        done: &mut Vec<String>,
+    ) -> Result<Result<u32, &'static str>, Ufs2Error> {
         let lf = match self.lookup(UFS_ROOTINO, b"lost+found")? {
             Some(lf) if self.is_dir(lf) => lf,
-            Some(_) => return Ok(None),
-            None => match self.make_lost_found()? {
+            Some(_) => return Ok(Err("SORRY. lost+found IS NOT A DIRECTORY; ")),
+            None => match self.make_lost_found(done)? {
                 Some(lf) => {
                     done.push(format!("NO lost+found DIRECTORY (CREATED I={lf})"));
                     lf
                 }
-                None => return Ok(None),
+                None => return Ok(Err("SORRY. CANNOT CREATE lost+found DIRECTORY; ")),
             },
         };
         let dtype = self.inodes.get(ino).dtype;
-        if !self.add_entry(lf, format!("#{ino}").as_bytes(), ino, dtype)? {
-            return Ok(None);
+        if !self.make_entry(lf, "/lost+found", format!("#{ino}").as_bytes(), ino, dtype, done)? {
+            return Ok(Err("SORRY. NO SPACE IN lost+found DIRECTORY; "));
         }
         let mut d = d.clone();
         d.di_nlink = 1;
         self.put_dinode(ino, &d)?;
         let t = self.inode_mut(ino);
         (t.nlink, t.counted) = (1, 1);
-        Ok(Some(lf))
+        Ok(Ok(lf))
     }
 
     /// The inode `name` names in directory `dir`, if any.
@@ -395,14 +407,41 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         Ok(self.find_entry(dir, |n| n != b"." && n != b"..")?.is_none())
     }
 
-    /// fsck_ffs's `makeentry` without `expanddir`: an entry for `ino` in the first room of
-    /// directory `dir`'s blocks (an empty record, or the slack after an entry). False: no room.
+    /// fsck_ffs's `makeentry`: an entry for `ino` in directory `dir` (`path` for messages),
+    /// in the first room of its blocks, else in the room `expanddir` makes. False: no room,
+    /// and the directory could not grow.
+    fn make_entry(
+        &mut self,
+        dir: u32,
+        path: &str,
+        name: &[u8],
+        ino: u32,
+        dtype: u8,
+        done: &mut Vec<String>,
+    ) -> Result<bool, Ufs2Error> {
+        if self.add_entry(dir, name, ino, dtype)? {
+            return Ok(true);
+        }
+        if !self.expand_dir(dir)? {
+            done.push(format!("NO SPACE LEFT IN {path} (EXPANSION FAILED)"));
+            return Ok(false);
+        }
+        done.push(format!("NO SPACE LEFT IN {path} (EXPANDED)"));
+        let added = self.add_entry(dir, name, ino, dtype)?;
+        assert!(added, "directory I={dir}: no room for an entry in the block it grew by");
+        Ok(true)
+    }
+
+    /// An entry for `ino` in the first room of directory `dir`'s blocks (an empty record, or
+    /// the slack after an entry), from the first block that may have room; only the chunk it
+    /// is in is written. False: no room.
     fn add_entry(&mut self, dir: u32, name: &[u8], ino: u32, dtype: u8) -> Result<bool, Ufs2Error> {
         let size = self.inodes.get(dir).size;
         let bsize = self.sb.fs_bsize as u64;
         let need = dirent_size(name.len());
         let blocks = self.dir_blocks.get(&dir).cloned().unwrap_or_default();
-        for (lbn, fsb, frags) in blocks {
+        let from = self.room_from.get(&dir).copied().unwrap_or(0);
+        for (k, &(lbn, fsb, frags)) in blocks.iter().enumerate().skip(from) {
             let base = lbn as u64 * bsize;
             let len = ((frags * self.sb.fs_fsize as i64) as u64).min(size.saturating_sub(base)) as usize;
             let mut data = self.read(fsb, len)?;
@@ -420,24 +459,148 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
                     break;
                 }
             }
-            let Some((at, shrink, reclen)) = slot else { continue };
+            let Some((at, shrink, reclen)) = slot else {
+                self.room_from.insert(dir, k + 1);
+                continue;
+            };
+            self.room_from.insert(dir, k);
             if let Some((prev, used)) = shrink {
                 data[prev + 4..prev + 6].copy_from_slice(&(used as u16).to_le_bytes());
             }
-            assert!(at % DIRBLKSIZ + reclen <= DIRBLKSIZ, "an entry crossing its chunk");
+            let chunk = at - at % DIRBLKSIZ;
+            assert!(at + reclen <= chunk + DIRBLKSIZ, "an entry crossing its chunk");
             data[at..at + reclen].fill(0);
             dirent_put(&mut data, at, ino, reclen, dtype, name);
-            self.write(self.sb.fsb_offset(fsb), &data)?;
+            self.write(self.sb.fsb_offset(fsb) + chunk as u64, &data[chunk..chunk + DIRBLKSIZ])?;
             self.inode_mut(ino).counted += 1;
             return Ok(true);
         }
         Ok(false)
     }
 
+    /// dir.c's `expanddir`: directory `dir` grown by one block of empty chunks. A last block
+    /// of fragments is moved to a whole block (its fragments freed); otherwise a new block is
+    /// mapped by the next direct pointer or, past those, by the single indirect block
+    /// (allocated with it). Blocks come from what pass 1 found free, near the directory's
+    /// group, and are claimed for pass 5's rewrite. False: the directory is at the single
+    /// indirect block's end, or no whole block is free; nothing is changed then.
+    fn expand_dir(&mut self, dir: u32) -> Result<bool, Ufs2Error> {
+        let sb = self.sb.clone();
+        let (bsize, fsize, frag) = (sb.fs_bsize as u64, sb.fs_fsize as u64, sb.fs_frag as i64);
+        let mut d = self.dinode(dir)?;
+        let size = d.di_size;
+        let lastlbn = sb.lblkno(size);
+        if d.di_mode & IFMT != IFDIR || size == 0 || lastlbn >= UFS_NDADDR as i64 + sb.nindir() {
+            return Ok(false);
+        }
+        let cg = sb.ino_to_cg(dir);
+        let lastsize = sb.sblksize(size, lastlbn);
+        let mut block = vec![0u8; bsize as usize];
+        let (keep, ind) = if lastsize > 0 && lastsize < bsize {
+            // The directory's bytes in its last fragments; chunks past them are emptied.
+            (size - sb.lblktosize(lastlbn), None)
+        } else if lastlbn < UFS_NDADDR as i64 {
+            if d.di_db[lastlbn as usize] != 0 {
+                return Ok(false); // a pointer past the size: pass 1 reports it
+            }
+            (0, None)
+        } else {
+            let idx = (lastlbn - UFS_NDADDR as i64) as usize;
+            let have = d.di_ib[0];
+            if have != 0 && self.read(have, bsize as usize)?[8 * idx..8 * idx + 8] != [0; 8] {
+                return Ok(false); // a pointer past the size: pass 1 reports it
+            }
+            (0, Some((have, idx)))
+        };
+        // The data block, and with the first block past the direct ones the indirect block:
+        // both or neither.
+        let want = if matches!(ind, Some((0, _))) { 2 } else { 1 };
+        let got: Vec<i64> = (0..want).map_while(|_| self.alloc_block(cg)).collect();
+        if got.len() < want {
+            for &b in &got {
+                self.claimed.clear_range(b as usize, (b + frag) as usize);
+            }
+            return Ok(false);
+        }
+        let (newblk, indirblk) = (got[0], got.get(1).copied());
+        let old = (keep > 0).then(|| (d.di_db[lastlbn as usize], sb.numfrags(lastsize)));
+        if let Some((oldblk, _)) = old {
+            block[..keep as usize].copy_from_slice(&self.read(oldblk, keep as usize)?);
+        }
+        for chunk in (keep as usize..block.len()).step_by(DIRBLKSIZ) {
+            block[chunk + 4..chunk + 6].copy_from_slice(&(DIRBLKSIZ as u16).to_le_bytes());
+        }
+        self.write(sb.fsb_offset(newblk), &block)?;
+        let mut grown = bsize - old.map_or(0, |(_, n)| n as u64 * fsize);
+        match ind {
+            None => d.di_db[lastlbn as usize] = newblk,
+            Some((have, idx)) => {
+                let ib = indirblk.unwrap_or(have);
+                let mut ptrs =
+                    if indirblk.is_some() { vec![0u8; bsize as usize] } else { self.read(ib, bsize as usize)? };
+                ptrs[8 * idx..8 * idx + 8].copy_from_slice(&newblk.to_le_bytes());
+                self.write(sb.fsb_offset(ib), &ptrs)?;
+                if indirblk.is_some() {
+                    d.di_ib[0] = ib;
+                    grown += bsize;
+                }
+            }
+        }
+        let new_size = sb.lblktosize(lastlbn + 1);
+        d.di_size = new_size;
+        d.di_blocks += grown / DEV_BSIZE as u64;
+        self.put_dinode(dir, &d)?;
+        if let Some((oldblk, n)) = old {
+            assert!((oldblk..oldblk + n).all(|f| self.claimed.get(f)), "I={dir}: its fragments not claimed");
+            self.claimed.clear_range(oldblk as usize, (oldblk + n) as usize);
+        }
+        self.inode_mut(dir).size = new_size;
+        // The grown block in place of the fragments it replaces, or last; the room is there.
+        let blocks = self.dir_blocks.entry(dir).or_default();
+        let k = match blocks.iter().position(|&(lbn, _, _)| lbn == lastlbn) {
+            Some(k) => {
+                blocks[k] = (lastlbn, newblk, frag);
+                k
+            }
+            None => {
+                blocks.push((lastlbn, newblk, frag));
+                blocks.len() - 1
+            }
+        };
+        self.room_from.insert(dir, k);
+        Ok(true)
+    }
+
+    /// fsck_ffs's `allocblk` of a whole block: the first block, from group `cg` on, whose
+    /// fragments are all free in what pass 1 found (and pass 4 freed), claimed. `None`: there
+    /// is none.
+    fn alloc_block(&mut self, cg: u32) -> Option<i64> {
+        let sb = &self.sb;
+        let frag = sb.fs_frag as i64;
+        let free = |b: i64| b + frag <= sb.fs_size && (b..b + frag).all(|f| !self.is_meta(f) && !self.claimed.get(f));
+        let b = (0..sb.fs_ncg)
+            .map(|k| (cg + k) % sb.fs_ncg)
+            .flat_map(|c| (sb.cgdmin(c)..(sb.cgbase(c) + sb.fs_fpg as i64).min(sb.fs_size)).step_by(frag as usize))
+            .find(|&b| b % frag == 0 && free(b))?;
+        self.claimed.set_range(b as usize, (b + frag) as usize);
+        Some(b)
+    }
+
     /// pass3.c's lost+found, by `allocdir`: a free inode below its group's `cg_initediblk` and
     /// one free fragment (both free in what pass 1 found), a directory of one fragment holding
-    /// "." and ".." and empty chunks, named in the root. `None`: no inode, fragment or room.
-    fn make_lost_found(&mut self) -> Result<Option<u32>, Ufs2Error> {
+    /// "." and ".." and empty chunks, named in the root (grown if it is full). `None`: no
+    /// inode, fragment or room.
+    fn make_lost_found(&mut self, done: &mut Vec<String>) -> Result<Option<u32>, Ufs2Error> {
+        // Room in the root first (grown if need be, which may take the free block the
+        // directory would have had), so that nothing else is written if there is none.
+        let need = dirent_size(b"lost+found".len());
+        if !self.has_room(UFS_ROOTINO, need)? {
+            if !self.expand_dir(UFS_ROOTINO)? {
+                done.push("NO SPACE LEFT IN / (EXPANSION FAILED)".into());
+                return Ok(None);
+            }
+            done.push("NO SPACE LEFT IN / (EXPANDED)".into());
+        }
         let sb = &self.sb;
         let inited = |ino: u32| {
             let c = sb.ino_to_cg(ino) as usize;
@@ -455,11 +618,6 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
             return Ok(None);
         };
         let fsize = sb.fs_fsize as usize;
-        // Room in the root first, so that nothing is written if there is none.
-        let need = dirent_size(b"lost+found".len());
-        if !self.has_room(UFS_ROOTINO, need)? {
-            return Ok(None);
-        }
         let mut block = vec![0u8; fsize];
         dirent_put(&mut block, 0, ino, 12, DT_DIR, b".");
         dirent_put(&mut block, 12, UFS_ROOTINO, DIRBLKSIZ - 12, DT_DIR, b"..");
