@@ -323,3 +323,42 @@ fn a_full_reserved_store_invalidates_the_snapshot() {
         assert_eq!(findings(&origin), Vec::<String>::new(), "{geo:?}");
     }
 }
+
+/// On UFS2 the device is addressed in fragments: a write of fragments from inside one chunk into
+/// the next copies both chunks first, and a snapshot read at such an address is put together
+/// from the chunks as they were.
+#[test]
+fn a_write_across_two_chunks_of_fragments_copies_both() {
+    use crate::dev::{WriteKind, WriteReq};
+    let geo = Geometry::Ufs2 { bsize: 4096, fsize: 1024 };
+    let (bs, frag) = (geo.bs(), geo.frag());
+    let fs_chunks = geo.chunks() - geo.chunks() / 8;
+    let (dev, _) = volume(geo, fs_chunks);
+    let inner: Arc<dyn BlockDevice> = dev.clone();
+    VolumeDevice::create(inner.clone(), StoreKind::Reserved, geo.pool(), 3).unwrap();
+    let vol = VolumeDevice::open(inner.clone(), geo.pool()).unwrap().expect("a snapshot");
+    // Two neighbouring chunks in use at snapshot time (group 0's metadata).
+    let c = (1..fs_chunks).find(|&c| vol.in_use_at_snapshot(c) && vol.in_use_at_snapshot(c + 1)).unwrap();
+    let mut old = vec![0u8; 2 * bs];
+    dev.read_block(c * frag, &mut old[..bs]).unwrap();
+    dev.read_block((c + 1) * frag, &mut old[bs..]).unwrap();
+    // A block's worth from chunk c's third fragment: its last two and chunk c + 1's first two.
+    let at = c * frag + 2;
+    let new = vec![0xa5u8; bs];
+    vol.write_batch(&[WriteReq { bno: at, data: &new }], WriteKind::Sync).unwrap();
+    let copied: Vec<u64> = vol.exception_blocks().iter().map(|e| e.0).collect();
+    assert_eq!(copied.len(), 2, "{copied:?}");
+    assert!(copied.contains(&c) && copied.contains(&(c + 1)), "{copied:?}");
+    let mut b = vec![0u8; bs];
+    dev.read_block(at, &mut b).unwrap();
+    assert_eq!(b, new, "the write reached the device");
+    vol.read_snapshot(at, &mut b).unwrap();
+    assert!(b == old[2048..2048 + bs], "the snapshot read across the two chunks is as it was");
+    for k in 0..2 {
+        vol.read_snapshot((c + k) * frag, &mut b).unwrap();
+        assert!(b == old[k as usize * bs..(k as usize + 1) * bs], "chunk {} as it was", c + k);
+    }
+    // Written again: nothing more to copy.
+    vol.write_batch(&[WriteReq { bno: at, data: &new }], WriteKind::Sync).unwrap();
+    assert_eq!(vol.volume_stats().exceptions, 2);
+}
