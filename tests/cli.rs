@@ -91,7 +91,6 @@ fn mkfs_makes_ufs2_unless_asked_for_sufs_format() {
     assert!(out.contains("block size 8192, fragment size 1024"), "{out}");
     for (args, says) in [
         (vec!["--inodes", "100"], "-i BYTES"),
-        (vec!["--snapshot-reserve", "8M"], "--format sufs"),
         (vec!["--format", "sufs", "-f", "1024"], "-f is newfs's"),
         (vec!["--format", "sufs", "-L", "x"], "-L is newfs's"),
     ] {

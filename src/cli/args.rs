@@ -46,7 +46,7 @@ pub(crate) enum Cmd {
         #[arg(long)]
         inodes: Option<u64>,
         /// Leave this much at the end of the device outside the file system, for a volume
-        /// snapshot's `reserved` exception store.
+        /// snapshot's `reserved` exception store (either format).
         #[arg(long, value_parser = parse_size)]
         snapshot_reserve: Option<u64>,
         /// The share of the data blocks only root may allocate, in percent (FFS's minfree;

@@ -108,18 +108,10 @@ pub(crate) fn volume_device(image: &Path, writable: bool) -> Result<(Arc<dyn Blo
     if !locked {
         return Err(Fail(format!("{} is mounted; unmount it first", image.display()), 1));
     }
-    let (dev, sb) = open_image_any(image, writable)?;
-    if sb.ufs2().is_some() {
-        return Err(Fail(format!("{}: {UFS2_VOLUME}", image.display()), 1));
-    }
+    // A UFS2 image opens addressed in fragments; the volume layer copies whole blocks.
+    let (dev, _) = open_image_any(image, writable)?;
     Ok((Arc::new(dev), f))
 }
-
-/// Why `sufs volume` refuses a UFS2 image.
-const UFS2_VOLUME: &str = "a UFS2 file system: sufs makes no volume snapshot of it. The `br` store is a Block \
-     Register reservation, which UFS2 images with fragments do not keep yet; the `reserved` store needs room past \
-     the file system, which `sufs mkfs --ufs2` does not leave, and the volume layer copies whole blocks at block \
-     numbers, while a UFS2 image is addressed in fragments (its blocks would overlap) and its free map is UFS2's";
 
 pub(crate) fn cmd_volume(op: SnapCmd) -> Result<(), Fail> {
     let pool = PoolOptions::default();

@@ -76,10 +76,22 @@ pub(crate) struct Ufs2Geometry {
     pub(crate) bytes_per_inode: Option<u32>,
     pub(crate) minfree: Option<u8>,
     pub(crate) label: Option<String>,
+    /// Bytes left at the end of the device, outside the file system (`--snapshot-reserve`).
+    pub(crate) snapshot_reserve: Option<u64>,
 }
 
-/// A FreeBSD UFS2 file system over the whole image (made sparse, or extended, to `size`), as
-/// newfs(8) makes one; answers newfs's layout and notes.
+/// Where a `--snapshot-reserve` leaves the file system's end: the reserve taken off the device,
+/// rounded down to 64 KiB (a whole number of blocks of any size newfs makes), so the volume
+/// snapshot's reserved area starts on a block. None if nothing would be left.
+pub(crate) fn ufs2_prefix(dev_size: u64, reserve: u64) -> Option<u64> {
+    const ALIGN: u64 = 64 << 10;
+    let fs = dev_size.checked_sub(reserve)? / ALIGN * ALIGN;
+    (fs > 0).then_some(fs)
+}
+
+/// A FreeBSD UFS2 file system over the whole image (made sparse, or extended, to `size`), or
+/// over all but its last `snapshot_reserve` bytes, as newfs(8) makes one; answers newfs's
+/// layout and notes.
 pub(crate) fn newfs_image(
     image: &Path,
     size: Option<u64>,
@@ -100,9 +112,14 @@ pub(crate) fn newfs_image(
         ..NewfsOptions::default()
     };
     let cannot = |e: &dyn std::fmt::Display| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1);
+    let too_little = |r: u64| Fail(format!("--snapshot-reserve {r} leaves too little for a file system"), 1);
+    let prefix = |dev_size: u64| match g.snapshot_reserve {
+        Some(r) => ufs2_prefix(dev_size, r).ok_or_else(|| too_little(r)),
+        None => Ok(dev_size),
+    };
     if let Some(size) = size {
         // Refused before the image is touched.
-        newfs::geometry(size, &opts).map_err(|e| cannot(&e))?;
+        newfs::geometry(prefix(size)?, &opts).map_err(|e| cannot(&e))?;
         FileDevice::create(image, size)?;
     } else if !image.exists() {
         return Err(Fail(format!("{} does not exist: give --size to create it", image.display()), 1));
@@ -113,7 +130,13 @@ pub(crate) fn newfs_image(
         .open(image)
         .map_err(|e| Fail(format!("cannot open {}: {e}", image.display()), 1))?;
     let dev_size = sufs_fs::dev::device_size(&file)?;
-    let made = newfs::newfs(dev_size, &opts, |off, b| file.write_all_at(b, off)).map_err(|e| cannot(&e))?;
+    let fs_size = prefix(dev_size)?;
+    let made = newfs::newfs(fs_size, &opts, |off, b| file.write_all_at(b, off)).map_err(|e| cannot(&e))?;
+    if fs_size < dev_size {
+        // No old volume snapshot's store header may be found in the reserved area.
+        let clear = (dev_size - fs_size).min(64 << 10) as usize;
+        file.write_all_at(&vec![0u8; clear], fs_size).map_err(|e| cannot(&e))?;
+    }
     file.sync_all().map_err(|e| cannot(&e))?;
     Ok(made)
 }

@@ -101,13 +101,7 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             if inodes.is_some() {
                 return Err(Fail("--inodes is sufs's format's: UFS2 takes -i BYTES (data bytes per inode)".into(), 2));
             }
-            if snapshot_reserve.is_some() {
-                return Err(Fail(
-                    "--snapshot-reserve: volume snapshots live on sufs's format (--format sufs) only".into(),
-                    2,
-                ));
-            }
-            let geometry = Ufs2Geometry { block_size, frag_size, bytes_per_inode, minfree, label };
+            let geometry = Ufs2Geometry { block_size, frag_size, bytes_per_inode, minfree, label, snapshot_reserve };
             cmd_mkfs_ufs2(&image, size, geometry)?;
             Ok(0)
         }

@@ -345,7 +345,13 @@ fn volume_stack(
     snapshot: bool,
     writable: bool,
 ) -> Result<Stack, Fail> {
-    let pool = PoolOptions { low_watermark: cache_blocks + 1024, grow: cache_blocks + 1024, ..Default::default() };
+    // A br store's low watermark and refills: a full cache's writes, but no more than an eighth
+    // of the file system (on a smaller one the store could never reach the watermark, and every
+    // refill would fail for want of space, under the mount's lock).
+    let sb = Superblock::probe(|off, buf| sufs_fs::dev::read_bytes(base.as_ref(), off, buf))
+        .map_err(|e| Fail(format!("{}: {e}", image.display()), 32))?;
+    let want = (cache_blocks + 1024).min((sb.num_blocks / sb.frag() / 8).max(1));
+    let pool = PoolOptions { low_watermark: want, grow: want, ..Default::default() };
     let (dev, vol): (Arc<dyn BlockDevice>, Option<Arc<VolumeDevice>>) = if snapshot {
         let vol = VolumeDevice::open(base, pool)?
             .ok_or_else(|| Fail(format!("{}: no volume snapshot", image.display()), 32))?;

@@ -2,6 +2,7 @@
 //! superblock's settings, `sufs growfs` grows the image and the file system.
 
 use std::path::Path;
+use std::sync::Arc;
 use sufs_fs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
 use sufs_fs::format::{self, Superblock};
 use sufs_fs::fs::Ordering;
@@ -217,6 +218,9 @@ pub(crate) fn cmd_growfs(image: &Path, size: u64) -> Result<u8, Fail> {
     let _lock = inspect::refuse_mounted(image, true)?;
     let (dev, sb) = open_image_any(image, false)?;
     if sb.ufs2().is_some() {
+        // Blocks past a UFS2 file system are FreeBSD's growfs's to grow into (the provider's
+        // size), unless they hold a volume snapshot's store.
+        refuse_volume_snapshot(image, Arc::new(dev))?;
         return cmd_growfs_ufs2(image, size, meta.len());
     }
     refuse_unclean(image, &sb)?;
@@ -300,7 +304,11 @@ fn refuse_reserve(image: &Path, dev: FileDevice, sb: &Superblock) -> Result<(), 
             1,
         ));
     }
-    let dev: std::sync::Arc<dyn BlockDevice> = std::sync::Arc::new(dev);
+    refuse_volume_snapshot(image, Arc::new(dev))
+}
+
+/// Refuses an image with a volume snapshot: growing would change the volume under it.
+fn refuse_volume_snapshot(image: &Path, dev: Arc<dyn BlockDevice>) -> Result<(), Fail> {
     let found = sufs_fs::volume::VolumeDevice::open(dev, sufs_fs::volume::PoolOptions::default())
         .map_err(|e| Fail(format!("{}: looking for a volume snapshot: {e}", image.display()), 8))?;
     if found.is_some() {

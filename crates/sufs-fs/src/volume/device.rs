@@ -1,5 +1,8 @@
 //! `VolumeDevice`: the snapshot's start-up (`open`), `create` and `delete`, and the copy-on-write
 //! under every write of the file system: old contents, then the exception, then the write.
+//! Copy-on-write, exceptions and the store count in chunks of one file-system block (`store`);
+//! the file system's requests come in device addresses (fragments on UFS2) and may cover part
+//! of a chunk or several.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
@@ -10,11 +13,15 @@ use crate::dev::{BlockDevice, DevResult, DevStats, WriteKind, WriteReq};
 use crate::format::*;
 use crate::fs::{Fs, MountOptions};
 
-use super::store::{find_store, gen_of, read_sb, SnapBitmap, State, StoreMap};
+use super::store::{br_chunks, find_store, frag_of, gen_of, origin_chunks, read_sb, SnapBitmap, State, StoreMap};
 use super::{PoolOptions, StoreKind, VolResult, VolumeError, VolumeStats, BR_STORE};
 
+/// The volume under a file system that has a snapshot: every write of a chunk in use at
+/// snapshot time first copies the chunk's old contents into the exception store.
 pub struct VolumeDevice {
     pub(super) inner: Arc<dyn BlockDevice>,
+    /// Device addresses per chunk: 1, or a UFS2 image's fragments per block.
+    pub(super) frag: u64,
     pub(super) kind: StoreKind,
     pub(super) epa: usize,
     pub(super) pool: PoolOptions,
@@ -35,6 +42,7 @@ impl VolumeDevice {
     /// exception table and activates copy-on-write. None if the volume has no snapshot.
     pub fn open(inner: Arc<dyn BlockDevice>, pool: PoolOptions) -> VolResult<Option<Arc<VolumeDevice>>> {
         let Some((kind, header, map)) = find_store(&inner)? else { return Ok(None) };
+        let frag = frag_of(inner.as_ref(), &read_sb(inner.as_ref())?)?;
         let bs = inner.block_size();
         let epa = bs / VOL_ENTRY_SIZE;
         let mut st = State {
@@ -51,7 +59,7 @@ impl VolumeDevice {
         let gen = gen_of(&st.header);
         let mut buf = vec![0u8; bs];
         while let Some(p) = st.map.phys(st.area) {
-            inner.read_block(p, &mut buf)?;
+            inner.read_block(p * frag, &mut buf)?;
             let mut used = 0;
             while used < epa {
                 let want = st.area + 1 + used as u64;
@@ -74,6 +82,7 @@ impl VolumeDevice {
         }
         let vol = Arc::new(VolumeDevice {
             inner,
+            frag,
             kind,
             epa,
             pool,
@@ -100,19 +109,20 @@ impl VolumeDevice {
             return Err(VolumeError::Exists(k));
         }
         let sb = read_sb(inner.as_ref())?;
+        let (frag, origin) = (frag_of(inner.as_ref(), &sb)?, origin_chunks(&sb));
         let (first, second) = match kind {
             StoreKind::Reserved => {
-                if inner.num_blocks() < sb.num_blocks + 2 {
+                if inner.num_blocks() / frag < origin + 2 {
                     return Err(VolumeError::NoReservedArea);
                 }
-                (sb.num_blocks, sb.num_blocks + 1)
+                (origin, origin + 1)
             }
             StoreKind::Br => {
                 let mut fs = Fs::mount(inner.clone(), MountOptions::default(), Arc::new(SimClock::new()))?;
                 let r = fs.brreserve(BR_STORE.as_bytes(), pool.initial.max(2), None);
                 let runs = r.and_then(|_| fs.brquery(BR_STORE.as_bytes(), 0, 2));
                 fs.unmount()?;
-                let runs = runs?;
+                let runs = br_chunks(runs?, frag)?;
                 let mut map = StoreMap::Br { len: 2, runs, mru: 0 };
                 (map.phys(0).expect("2 blocks"), map.phys(1).expect("2 blocks"))
             }
@@ -122,10 +132,10 @@ impl VolumeDevice {
         vol_area_init(&mut area);
         let mut hdr = vec![0u8; bs];
         let kind_code = if kind == StoreKind::Reserved { VOL_STORE_RESERVED } else { VOL_STORE_BR };
-        VolumeHeader { kind: kind_code, invalid: 0, origin_blocks: sb.num_blocks, created: now }.encode(&mut hdr);
+        VolumeHeader { kind: kind_code, invalid: 0, origin_blocks: origin, created: now }.encode(&mut hdr);
         // The empty table first, then the header that makes the snapshot exist.
-        inner.write_batch(&[WriteReq { bno: second, data: &area }], WriteKind::Sync)?;
-        inner.write_batch(&[WriteReq { bno: first, data: &hdr }], WriteKind::Sync)?;
+        inner.write_batch(&[WriteReq { bno: second * frag, data: &area }], WriteKind::Sync)?;
+        inner.write_batch(&[WriteReq { bno: first * frag, data: &hdr }], WriteKind::Sync)?;
         Ok(())
     }
 
@@ -133,9 +143,10 @@ impl VolumeDevice {
     /// store's reservation is freed.
     pub fn delete(inner: Arc<dyn BlockDevice>) -> VolResult<StoreKind> {
         let Some((kind, _, mut map)) = find_store(&inner)? else { return Err(VolumeError::NoSnapshot) };
+        let frag = frag_of(inner.as_ref(), &read_sb(inner.as_ref())?)?;
         let zero = vec![0u8; inner.block_size()];
         let first = map.phys(0).ok_or(VolumeError::NoSnapshot)?;
-        inner.write_batch(&[WriteReq { bno: first, data: &zero }], WriteKind::Sync)?;
+        inner.write_batch(&[WriteReq { bno: first * frag, data: &zero }], WriteKind::Sync)?;
         if kind == StoreKind::Br {
             let mut fs = Fs::mount(inner.clone(), MountOptions::default(), Arc::new(SimClock::new()))?;
             let r = fs.brfree(BR_STORE.as_bytes());
@@ -182,15 +193,16 @@ impl VolumeDevice {
         }
     }
 
-    /// Every exception: the origin block, the physical block of its copy in the store, and the
-    /// copy's store index (the order the copies were made in).
+    /// Every exception: the origin chunk, the chunk of its copy in the store, and the copy's
+    /// store index (the order the copies were made in). A chunk is a file-system block, at
+    /// device address `chunk * frag`.
     pub fn exception_blocks(&self) -> Vec<(u64, u64, u64)> {
         let mut st = self.lock();
         let ex: Vec<(u64, u64)> = st.exceptions.iter().map(|(&o, &i)| (o, i)).collect();
         ex.into_iter().filter_map(|(o, i)| Some((o, st.map.phys(i)?, i))).collect()
     }
 
-    /// Blocks of the origin the snapshot covers.
+    /// Chunks (file-system blocks) of the origin the snapshot covers.
     pub fn origin_blocks(&self) -> u64 {
         self.lock().header.origin_blocks
     }
@@ -215,7 +227,7 @@ impl VolumeDevice {
         (d < st.map.len()).then_some(d)
     }
 
-    /// Copies the old contents of `blocks` into the store and commits their exceptions.
+    /// Copies the old contents of chunks `blocks` into the store and commits their exceptions.
     pub(super) fn cow(&self, st: &mut State, blocks: &[u64]) -> DevResult<()> {
         let bs = self.inner.block_size();
         let gen = gen_of(&st.header);
@@ -232,17 +244,20 @@ impl VolumeDevice {
             vol_entry_set(&mut st.area_buf, st.area_used, b, d | gen);
             st.area_used += 1;
             areas.last_mut().expect("pushed").1 = st.area_buf.clone();
-            self.inner.read_block(b, &mut old[k * bs..(k + 1) * bs])?;
+            self.inner.read_block(b * self.frag, &mut old[k * bs..(k + 1) * bs])?;
             let p = st.map.phys(d).expect("allocated inside the store");
             targets.push((b, d, p));
         }
-        let mut data: Vec<WriteReq> =
-            targets.iter().enumerate().map(|(k, t)| WriteReq { bno: t.2, data: &old[k * bs..(k + 1) * bs] }).collect();
+        let mut data: Vec<WriteReq> = targets
+            .iter()
+            .enumerate()
+            .map(|(k, t)| WriteReq { bno: t.2 * self.frag, data: &old[k * bs..(k + 1) * bs] })
+            .collect();
         data.sort_by_key(|r| r.bno);
         self.inner.write_batch(&data, WriteKind::Sync)?;
         let mut meta = Vec::new();
         for (a, buf) in &areas {
-            meta.push((st.map.phys(*a).expect("area inside the store"), buf));
+            meta.push((st.map.phys(*a).expect("area inside the store") * self.frag, buf));
         }
         let reqs: Vec<WriteReq> = meta.iter().map(|(p, b)| WriteReq { bno: *p, data: b }).collect();
         self.inner.write_batch(&reqs, WriteKind::Sync)?;
@@ -266,7 +281,7 @@ impl VolumeDevice {
         let mut hdr = vec![0u8; self.inner.block_size()];
         st.header.encode(&mut hdr);
         let p = st.map.phys(0).expect("header");
-        self.inner.write_batch(&[WriteReq { bno: p, data: &hdr }], WriteKind::Sync)?;
+        self.inner.write_batch(&[WriteReq { bno: p * self.frag, data: &hdr }], WriteKind::Sync)?;
         log::error!(
             "volume snapshot invalidated: the {} exception store is full ({} blocks, {} exceptions)",
             self.kind,
@@ -276,29 +291,57 @@ impl VolumeDevice {
         Ok(())
     }
 
-    pub(super) fn read_snapshot_locked(&self, st: &mut State, bno: u64, buf: &mut [u8]) -> DevResult<()> {
-        match st.exceptions.get(&bno) {
-            Some(&i) => self.inner.read_block(st.map.phys(i).expect("exception inside the store"), buf),
-            None => self.inner.read_block(bno, buf),
+    /// Reads chunk `c` as it was at snapshot time.
+    pub(super) fn read_snapshot_locked(&self, st: &mut State, c: u64, buf: &mut [u8]) -> DevResult<()> {
+        match st.exceptions.get(&c) {
+            Some(&i) => self.inner.read_block(st.map.phys(i).expect("exception inside the store") * self.frag, buf),
+            None => self.inner.read_block(c * self.frag, buf),
         }
     }
 
-    /// Reads block `bno` of the volume as it was at snapshot time.
-    pub fn read_snapshot(&self, bno: u64, buf: &mut [u8]) -> VolResult<()> {
-        let mut st = self.lock();
+    /// The snapshot's lock, or why it cannot be read.
+    fn lock_valid(&self) -> VolResult<MutexGuard<'_, State>> {
+        let st = self.lock();
         if st.header.invalid != 0 {
             drop(st);
             return Err(VolumeError::Invalid(self.invalid_reason().unwrap_or_default()));
         }
-        Ok(self.read_snapshot_locked(&mut st, bno, buf)?)
+        Ok(st)
     }
 
-    /// True if origin block `b` was in use at snapshot time (or if that is not known).
+    /// Reads chunk `c` of the volume as it was at snapshot time.
+    pub(super) fn read_snapshot_chunk(&self, c: u64, buf: &mut [u8]) -> VolResult<()> {
+        let mut st = self.lock_valid()?;
+        Ok(self.read_snapshot_locked(&mut st, c, buf)?)
+    }
+
+    /// Reads `buf` (a whole number of the device's address units) from device address `bno` of
+    /// the volume as it was at snapshot time. On UFS2 a block read at a fragment address may
+    /// start inside one chunk and end in the next: each chunk is read as it was.
+    pub fn read_snapshot(&self, bno: u64, buf: &mut [u8]) -> VolResult<()> {
+        let mut st = self.lock_valid()?;
+        let bs = self.inner.block_size();
+        if bno.is_multiple_of(self.frag) && buf.len() == bs {
+            return Ok(self.read_snapshot_locked(&mut st, bno / self.frag, buf)?);
+        }
+        let start = bno * self.inner.addr_unit() as u64;
+        let first = start / bs as u64;
+        let last = (start + buf.len().max(1) as u64 - 1) / bs as u64;
+        let mut chunks = vec![0u8; (last - first + 1) as usize * bs];
+        for (k, c) in (first..=last).enumerate() {
+            self.read_snapshot_locked(&mut st, c, &mut chunks[k * bs..(k + 1) * bs])?;
+        }
+        let from = (start - first * bs as u64) as usize;
+        buf.copy_from_slice(&chunks[from..from + buf.len()]);
+        Ok(())
+    }
+
+    /// True if origin chunk `b` was in use at snapshot time (or if that is not known).
     pub fn in_use_at_snapshot(&self, b: u64) -> bool {
         self.lock().in_use_at_snapshot(b)
     }
 
-    /// True if `export` writes origin block `b`: in use at snapshot time and not the store's.
+    /// True if `export` writes origin chunk `b`: in use at snapshot time and not the store's.
     pub(super) fn exported(&self, b: u64) -> bool {
         let st = self.lock();
         st.in_use_at_snapshot(b) && !st.map.holds(b)
@@ -315,20 +358,32 @@ impl BlockDevice for VolumeDevice {
     fn block_size(&self) -> usize {
         self.inner.block_size()
     }
+    fn addr_unit(&self) -> usize {
+        self.inner.addr_unit()
+    }
     fn num_blocks(&self) -> u64 {
         self.inner.num_blocks()
     }
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
         self.inner.read_block(bno, buf)
     }
+    fn read_run(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.inner.read_run(bno, buf)
+    }
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
         {
             let mut st = self.lock();
             if st.header.invalid == 0 {
                 let copy_free = self.copy_free.load(AtOrd::Relaxed);
+                // The chunks each write covers: a UFS2 write of fragments lies inside one; a
+                // write longer than a block (a superblock of 8 KiB) may cover several.
+                let unit = self.inner.addr_unit() as u64;
                 let mut todo: Vec<u64> = reqs
                     .iter()
-                    .map(|r| r.bno)
+                    .flat_map(|r| {
+                        let units = (r.data.len() as u64).div_ceil(unit).max(1);
+                        r.bno / self.frag..=(r.bno + units - 1) / self.frag
+                    })
                     .filter(|b| *b < st.header.origin_blocks && !st.exceptions.contains_key(b))
                     .collect();
                 if !copy_free {

@@ -26,7 +26,7 @@ impl VolumeDevice {
         };
         let name = BR_STORE.as_bytes();
         let grow = self.pool.grow;
-        let r = lock(fs).brexpand(name, grow, Some(hint));
+        let r = lock(fs).brexpand(name, grow, Some(hint * self.frag));
         match r {
             Ok(_) => {}
             Err(FsError::NoSpace) => {
@@ -35,7 +35,7 @@ impl VolumeDevice {
             }
             Err(e) => return Err(e.into()),
         }
-        let runs = lock(fs).brquery(name, old_len, grow)?;
+        let runs = super::store::br_chunks(lock(fs).brquery(name, old_len, grow)?, self.frag)?;
         self.refills.fetch_add(1, AtOrd::Relaxed);
         let mut st = self.lock();
         if st.header.invalid != 0 {

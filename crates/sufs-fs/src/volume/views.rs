@@ -17,8 +17,11 @@ impl BlockDevice for SnapshotDevice {
     fn block_size(&self) -> usize {
         self.0.block_size()
     }
+    fn addr_unit(&self) -> usize {
+        self.0.addr_unit()
+    }
     fn num_blocks(&self) -> u64 {
-        self.0.origin_blocks()
+        self.0.origin_blocks() * self.0.frag
     }
     fn read_block(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
         self.0.read_snapshot(bno, buf).map_err(|e| DevError::Open(e.to_string()))
@@ -43,14 +46,15 @@ impl VolumeDevice {
 /// Writes the volume as it was at snapshot time to a new image file `out` (sparse: blocks of
 /// zeros are skipped, and so are blocks free at snapshot time, whose contents may have changed
 /// since, as they were not copied, and a br store's own blocks: the exported file system keeps
-/// the reservation, empty, and so no snapshot). Returns the blocks written.
+/// the reservation, empty, and so no snapshot). Written chunk by chunk, chunk `c` at byte
+/// `c * block size` as on the volume. Returns the blocks written.
 pub fn export(vol: &Arc<VolumeDevice>, out: &Path) -> VolResult<u64> {
-    let read = |b, buf: &mut [u8]| vol.read_snapshot(b, buf);
+    let read = |b, buf: &mut [u8]| vol.read_snapshot_chunk(b, buf);
     crate::dev::write_sparse_image(out, vol.origin_blocks(), vol.block_size(), read, |b| vol.exported(b))
 }
 
-/// The first `blocks` blocks of a device: where mkfs makes the file system when the rest is the
-/// reserved area of a `reserved` store.
+/// The first `blocks` blocks (device addresses: fragments on UFS2) of a device: where mkfs makes
+/// the file system when the rest is the reserved area of a `reserved` store.
 pub struct PrefixDevice {
     pub inner: Arc<dyn BlockDevice>,
     pub blocks: u64,
@@ -59,6 +63,9 @@ pub struct PrefixDevice {
 impl BlockDevice for PrefixDevice {
     fn block_size(&self) -> usize {
         self.inner.block_size()
+    }
+    fn addr_unit(&self) -> usize {
+        self.inner.addr_unit()
     }
     fn num_blocks(&self) -> u64 {
         self.blocks.min(self.inner.num_blocks())

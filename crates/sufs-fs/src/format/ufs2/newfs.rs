@@ -745,8 +745,21 @@ pub(crate) fn mem_image(size: u64, fsize: usize) -> std::sync::Arc<crate::dev::M
 /// `mem_image` with blocks of `bsize` bytes.
 #[cfg(test)]
 pub(crate) fn mem_image_of(size: u64, bsize: usize, fsize: usize) -> std::sync::Arc<crate::dev::MemDevice> {
+    mem_volume(size, size, bsize, fsize)
+}
+
+/// A device of `dev_size` bytes in memory (addressed in `fsize`-byte fragments) whose first
+/// `size` bytes newfs makes a UFS2 file system of `bsize`-byte blocks; the rest is left alone
+/// (the volume snapshot's tests keep their reserved area there).
+#[cfg(test)]
+pub(crate) fn mem_volume(
+    dev_size: u64,
+    size: u64,
+    bsize: usize,
+    fsize: usize,
+) -> std::sync::Arc<crate::dev::MemDevice> {
     use crate::dev::{write_bytes, MemDevice, WriteKind};
-    let dev = std::sync::Arc::new(MemDevice::new_frags(bsize, fsize, size / fsize as u64));
+    let dev = std::sync::Arc::new(MemDevice::new_frags(bsize, fsize, dev_size / fsize as u64));
     let o = NewfsOptions {
         bsize: Some(bsize as i32),
         fsize: Some(fsize as i32),
