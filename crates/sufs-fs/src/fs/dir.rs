@@ -53,7 +53,6 @@ impl Fs {
         len / DIRBLKSIZ * DIRBLKSIZ
     }
 
-    /// Builds the name index of a large directory if it has none.
     /// `dir_block_len` of directory `dir`'s block `lbn`, from its inode: the bytes of the
     /// block that hold entries (a whole block but for a UFS2 directory's last one).
     pub(super) fn dir_len_at(&mut self, dir: u32, lbn: u64) -> FsResult<usize> {
@@ -61,12 +60,14 @@ impl Fs {
         Ok(self.dir_block_len(&d, lbn))
     }
 
+    /// Builds the name index of a large directory if it has none; whether it has one.
     pub(super) fn dirhash_ensure(&mut self, dir: u32, d: &mut Dinode) -> FsResult<bool> {
         let nblocks = self.dir_blocks(dir, d)?;
         if self.dirhash.contains_key(&dir) {
             return Ok(true);
         }
-        if nblocks < DIRHASH_MIN_BLOCKS {
+        // UFS2's directories grow a chunk at a time (`grow_last_block`), sufs's own by blocks.
+        if !dirhash_wanted(d.size, self.sb.block_size as u64, self.sb.ufs2().is_some()) {
             return Ok(false);
         }
         // Hidden entries stay out: one may share its name with a live entry (a file moved out
@@ -473,5 +474,53 @@ impl Fs {
         }
         self.accessed(dir, &mut d)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::dev::MemDevice;
+    use crate::fs::{mkfs, MkfsOptions, MountOptions};
+
+    fn mount(dev: Arc<MemDevice>) -> Fs {
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
+        Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap()
+    }
+
+    /// `n` files made in a new directory `name` of `fs`, then a lookup in it with its index
+    /// dropped; the directory and its size.
+    fn fill_dir(fs: &mut Fs, name: &[u8], n: usize) -> (u32, u64) {
+        let (dir, _) = fs.mkdir(ROOT_INO, name, 0o755, 0, 0).unwrap();
+        for i in 0..n {
+            fs.create(dir, format!("file-number-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        fs.dirhash.remove(&dir);
+        fs.lookup(dir, b"file-number-0000").unwrap();
+        (dir, fs.iget(dir).unwrap().size)
+    }
+
+    /// A UFS2 directory is indexed from FreeBSD's 2,560 bytes, inside its first block; one of
+    /// sufs's own format only from its second block (a single block may hold a few names).
+    #[test]
+    fn dirhash_from_a_size_on_ufs2_from_two_blocks_on_own_format() {
+        let mut fs = mount(crate::format::ufs2::newfs::mem_image(8 << 20, 1024));
+        let (dir, size) = fill_dir(&mut fs, b"big", 100);
+        assert!((crate::dirhash::DIRHASH_MIN_SIZE..4096).contains(&size), "UFS2 directory of {size} bytes");
+        assert!(fs.dirhash.contains_key(&dir), "UFS2 directory of {size} bytes not indexed");
+        let (dir, size) = fill_dir(&mut fs, b"small", 20);
+        assert!(size < crate::dirhash::DIRHASH_MIN_SIZE && !fs.dirhash.contains_key(&dir), "{size}");
+
+        let dev = Arc::new(MemDevice::new(4096, 2048));
+        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
+        let mut fs = mount(dev);
+        let (dir, size) = fill_dir(&mut fs, b"big", 100);
+        assert_eq!(size, 4096);
+        assert!(!fs.dirhash.contains_key(&dir), "a one-block directory of sufs's format indexed");
+        for i in 100..300 {
+            fs.create(dir, format!("file-number-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        assert!(fs.iget(dir).unwrap().size > 4096 && fs.dirhash.contains_key(&dir));
     }
 }
