@@ -333,8 +333,10 @@ impl Fs {
             Err(e) => return Err(e),
         };
         let run = self.run_len(new_size, nblocks);
-        let buf = &mut self.cache.create_frags(bno, run)[..(new_size - nblocks * bs) as usize];
+        // The whole run formatted, so that the directory grows into it without a write.
+        let buf = self.cache.create_frags(bno, run);
         dir_init_block(buf);
+        let buf = &mut buf[..(new_size - nblocks * bs) as usize];
         let off = dir_insert(buf, 0, ino, dtype, name)?;
         let slack = block_slack(buf)?;
         self.order_write(&[bno])?;
@@ -353,9 +355,15 @@ impl Fs {
 
     /// Adds the entry in a new chunk at the end of the directory's last block, when that block
     /// ends before a whole block: a UFS2 directory grows a chunk (`DIRBLKSIZ`) at a time, as
-    /// FreeBSD's `ufs_direnter` grows it. The empty chunk is on disk before the entry is made
-    /// in it and before the inode's larger size can be, so no crash shows a directory whose
-    /// size covers bytes that are not entries. None if the last block is whole.
+    /// FreeBSD's `ufs_direnter` grows it. The empty chunk is on disk before the inode's larger
+    /// size can be, so no crash shows a directory whose size covers bytes that are not entries.
+    /// With soft updates that costs no write of its own, as in FreeBSD: every run of fragments
+    /// a directory gets is formatted whole as empty chunks (at mkdir, a new block, a grown or
+    /// moved run), and its inode's
+    /// pointer and size wait for those contents (the run's `AllocDirect`), so a chunk that is
+    /// empty in memory past the size is empty on disk before the size can cover it. Only a
+    /// run that an older writer left unformatted past the size is formatted and written Sync
+    /// (once: its later chunks go with it). None if the last block is whole.
     fn grow_last_block(
         &mut self,
         dir: u32,
@@ -376,12 +384,22 @@ impl Fs {
         }
         // In fragments, the run grows first to hold the new chunk (in place, or moved).
         let grown = d.size + DIRBLKSIZ as u64;
+        let old_run = self.run_len(d.size, lbn);
         let run = self.run_len(grown, lbn);
         let bno = if self.has_frags() && lbn < NDADDR as u64 { self.bmap_run(dir, d, lbn, grown)?.0 } else { bno };
-        dir_init_block(&mut self.cache.modify_frags(bno, run)?[len..len + DIRBLKSIZ]);
-        if self.ordering != Ordering::Async {
-            // The empty chunk alone: the entry follows the rules of any new name.
-            self.write_bufs(&[bno], WriteKind::Sync)?;
+        let buf = self.cache.modify_frags(bno, run)?;
+        // New fragments wait for their contents like any new run; otherwise the chunk is ready
+        // if a run formatted whole left it empty.
+        let fresh = run > old_run;
+        let ready = !fresh && dir_chunk_empty(&buf[len..len + DIRBLKSIZ]);
+        if !ready {
+            dir_init_block(&mut buf[len..]);
+        }
+        match self.ordering {
+            Ordering::Softdep if fresh || ready => {}
+            // The empty chunks alone: the entry follows the rules of any new name.
+            Ordering::Softdep | Ordering::Sync => self.write_bufs(&[bno], WriteKind::Sync)?,
+            Ordering::Async => {}
         }
         let buf = &mut self.cache.modify_frags(bno, run)?[..len + DIRBLKSIZ];
         let off = dir_insert(buf, len, ino, dtype, name)?;
@@ -423,8 +441,11 @@ impl Fs {
         let size = if self.has_frags() { DIRBLKSIZ as u64 } else { self.sb.block_size as u64 };
         let (bno, _) = if self.has_frags() { self.bmap_run(ino, d, 0, size)? } else { self.bmap(ino, d, 0, true)? };
         let run = self.run_len(size, 0);
-        let buf = &mut self.cache.create_frags(bno, run)[..size as usize];
+        // The whole run formatted, as FreeBSD's ufs_mkdir does with soft updates: the directory
+        // grows into it without a write (`grow_last_block`).
+        let buf = self.cache.create_frags(bno, run);
         dir_init_block(buf);
+        let buf = &mut buf[..size as usize];
         let at = dir_insert(buf, 0, ino, DT_DIR, b".")?;
         let at = dir_find_space(buf, 2)?.unwrap_or(at);
         dir_insert(buf, at, parent, DT_DIR, b"..")?;
@@ -481,12 +502,78 @@ impl Fs {
 mod tests {
     use super::*;
     use crate::clock::SimClock;
-    use crate::dev::MemDevice;
+    use crate::dev::{read_bytes, write_bytes, MemDevice};
     use crate::fs::{mkfs, MkfsOptions, MountOptions};
 
     fn mount(dev: Arc<MemDevice>) -> Fs {
         let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
         Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap()
+    }
+
+    /// The UFS2 checker's findings on `dev`.
+    fn ufs2_findings(dev: &MemDevice) -> Vec<String> {
+        let len = dev.num_blocks() * dev.addr_unit() as u64;
+        let r = crate::fsck::ufs2::check(dev as &dyn BlockDevice, len, &Default::default()).unwrap();
+        r.findings.iter().map(|f| f.to_string()).collect()
+    }
+
+    /// Files `from..to` made in directory `dir`.
+    fn create_files(fs: &mut Fs, dir: u32, files: std::ops::Range<usize>) {
+        for i in files {
+            fs.create(dir, format!("file-number-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+    }
+
+    /// With soft updates a UFS2 directory grows chunk by chunk without a synchronous write:
+    /// the runs it gets are formatted whole, and its inode waits for them. Every chunk of its
+    /// last run past the size is an empty chunk on disk, and the image checks clean.
+    #[test]
+    fn ufs2_directory_grows_without_sync_writes() {
+        let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 1024);
+        let mut fs = mount(dev.clone());
+        let (dir, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        let before = dev.stats().sync_writes;
+        create_files(&mut fs, dir, 0..80);
+        let d = fs.iget(dir).unwrap();
+        assert_eq!(d.size, 2560, "five chunks, two of them grown in place, in three fragments");
+        assert_eq!(dev.stats().sync_writes, before, "synchronous writes while the directory grew");
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        let mut run = vec![0u8; 3072];
+        read_bytes(&*dev, d.db[0] * 1024, &mut run).unwrap();
+        assert!(dir_chunk_empty(&run[2560..]), "the run's tail is not an empty chunk");
+        assert_eq!(ufs2_findings(&dev), Vec::<String>::new());
+    }
+
+    /// A directory whose last run an older writer left unformatted past its size (zeros) grows
+    /// into it with the chunks written first, synchronously, once for the whole run.
+    #[test]
+    fn ufs2_directory_grows_into_an_unformatted_tail() {
+        let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 1024);
+        let mut fs = mount(dev.clone());
+        let (dir, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        let d = fs.iget(dir).unwrap();
+        assert_eq!(d.size, DIRBLKSIZ as u64);
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        let tail = d.db[0] * 1024 + DIRBLKSIZ as u64;
+        write_bytes(&*dev, tail, &[0; DIRBLKSIZ], WriteKind::Sync).unwrap();
+
+        let mut fs = mount(dev.clone());
+        let before = dev.stats().sync_writes;
+        create_files(&mut fs, dir, 0..30);
+        assert_eq!(fs.iget(dir).unwrap().size, 2 * DIRBLKSIZ as u64);
+        assert_eq!(dev.stats().sync_writes, before + 1, "the formatted chunk written first, once");
+        let mut chunk = [0u8; DIRBLKSIZ];
+        read_bytes(&*dev, tail, &mut chunk).unwrap();
+        assert!(dir_chunk_empty(&chunk), "the chunk is not on disk before the entry");
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        assert_eq!(ufs2_findings(&dev), Vec::<String>::new());
+        let mut fs = mount(dev);
+        for i in 0..30 {
+            fs.lookup(dir, format!("file-number-{i:04}").as_bytes()).unwrap();
+        }
     }
 
     /// `n` files made in a new directory `name` of `fs`, then a lookup in it with its index
