@@ -232,6 +232,16 @@ impl Cg {
         b
     }
 
+    /// Encodes the group into `buf` (its block, at least `fs_cgsize` bytes) in place, without
+    /// its check hash: for a block that the write path reseals on its way to the disk (`reseal`),
+    /// as the allocator's group changes are; no copy of the group is made.
+    pub fn encode_into(&self, buf: &mut [u8], fs: &Fs) {
+        assert_eq!(self.buf.len(), fs.fs_cgsize as usize, "a group of another file system");
+        let b = &mut buf[..self.buf.len()];
+        b.copy_from_slice(&self.buf);
+        self.hdr.write_fields(b);
+    }
+
     /// Reseals the check hash of the group block `buf` (at least `fs_cgsize` bytes) in place,
     /// if the file system keeps them: what goes to the disk after the block was changed.
     pub fn reseal(buf: &mut [u8], fs: &Fs) {
@@ -551,6 +561,12 @@ pub(crate) mod tests {
         assert_eq!(again.hdr, cg.hdr);
         assert_eq!(again.map_counts(), c);
         assert_eq!(again.encode(&sb), b);
+        // In place, unsealed, then resealed as the write path does: the same bytes.
+        let mut in_place = vec![0xa5; b.len() + 7];
+        cg.encode_into(&mut in_place, &sb);
+        assert_eq!(in_place[b.len()..], [0xa5; 7], "bytes past fs_cgsize written");
+        Cg::reseal(&mut in_place, &sb);
+        assert_eq!(in_place[..b.len()], b[..]);
         assert!(again.inode_used(9) && !again.inode_used(10));
         assert!(again.block_free(8) && !again.block_free(7));
         assert_eq!(again.cluster_free(8), Some(true));
