@@ -72,7 +72,7 @@ impl Fs {
         }
         // Hidden entries stay out: one may share its name with a live entry (a file moved out
         // and back, say), and whichever came last in the blocks would have taken the name.
-        let mut h = DirHash::default();
+        let mut h = DirHash::new(self.sb.block_size as usize);
         for lbn in 0..nblocks {
             let (bno, _) = self.bmap(dir, d, lbn, false)?;
             if bno == 0 {
@@ -135,7 +135,7 @@ impl Fs {
         let buf = &mut self.cache.modify(slot.bno)?[..len];
         dir_remove(buf, slot.off)?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
-            h.removed(name, slot.lbn, block_slack(buf)?);
+            h.removed(name, slot.lbn, slot.off, chunk_slack(buf, slot.off)?);
         }
         Ok(())
     }
@@ -284,11 +284,14 @@ impl Fs {
         let bs = self.sb.block_size as u64;
         let nblocks = self.dir_blocks(dir, d)?;
         let indexed = self.dirhash_ensure(dir, d)?;
-        let candidates = if indexed {
-            let h = &self.dirhash[&dir];
-            h.block_with_room(dirent_size(name.len())).map(|l| l..l + 1).unwrap_or(nblocks..nblocks)
+        // The index names the one chunk to look in; without it every block is scanned.
+        let (candidates, chunk) = if indexed {
+            match self.dirhash[&dir].chunk_with_room(dirent_size(name.len())) {
+                Some((lbn, c)) => (lbn..lbn + 1, Some(c)),
+                None => (nblocks..nblocks, None),
+            }
         } else {
-            0..nblocks
+            (0..nblocks, None)
         };
         for lbn in candidates {
             let (bno, _) = self.bmap(dir, d, lbn, false)?;
@@ -296,14 +299,16 @@ impl Fs {
                 continue;
             }
             let len = self.dir_block_len(d, lbn);
+            let (lo, hi) = chunk.map_or((0, len), |c| (c, c + DIRBLKSIZ));
+            assert!(hi <= len, "dirhash of directory {dir} names chunk {lo} of block {lbn}, past its {len} bytes");
             let size = d.size;
-            let at = dir_find_space(&self.read_run(bno, size, lbn)?[..len], name.len())?;
+            let at = dir_find_space(&self.read_run(bno, size, lbn)?[lo..hi], name.len())?;
             if let Some(at) = at {
                 self.modify_run(bno, size, lbn)?;
                 let buf = &mut self.cache.modify(bno)?[..len];
-                let off = dir_insert(buf, at, ino, dtype, name)?;
+                let off = lo + dir_insert(&mut buf[lo..hi], at, ino, dtype, name)?;
                 if let Some(h) = self.dirhash.get_mut(&dir) {
-                    h.inserted(name, lbn, off, block_slack(buf)?);
+                    h.inserted(name, lbn, off, chunk_slack(buf, off)?);
                 }
                 self.touch_mc(d);
                 self.iput(dir, d)?;
@@ -338,11 +343,11 @@ impl Fs {
         dir_init_block(buf);
         let buf = &mut buf[..(new_size - nblocks * bs) as usize];
         let off = dir_insert(buf, 0, ino, dtype, name)?;
-        let slack = block_slack(buf)?;
-        self.order_write(&[bno])?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
-            h.inserted(name, nblocks, off, slack);
+            h.set_chunks(nblocks, buf)?;
+            h.inserted(name, nblocks, off, chunk_slack(buf, off)?);
         }
+        self.order_write(&[bno])?;
         *d = nd;
         d.size = new_size;
         self.touch_mc(d);
@@ -403,9 +408,8 @@ impl Fs {
         }
         let buf = &mut self.cache.modify_frags(bno, run)?[..len + DIRBLKSIZ];
         let off = dir_insert(buf, len, ino, dtype, name)?;
-        let slack = block_slack(buf)?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
-            h.inserted(name, lbn, off, slack);
+            h.inserted(name, lbn, off, chunk_slack(buf, off)?);
         }
         d.size += DIRBLKSIZ as u64;
         self.touch_mc(d);
