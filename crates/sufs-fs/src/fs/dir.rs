@@ -360,15 +360,13 @@ impl Fs {
 
     /// Adds the entry in a new chunk at the end of the directory's last block, when that block
     /// ends before a whole block: a UFS2 directory grows a chunk (`DIRBLKSIZ`) at a time, as
-    /// FreeBSD's `ufs_direnter` grows it. The empty chunk is on disk before the inode's larger
-    /// size can be, so no crash shows a directory whose size covers bytes that are not entries.
-    /// With soft updates that costs no write of its own, as in FreeBSD: every run of fragments
-    /// a directory gets is formatted whole as empty chunks (at mkdir, a new block, a grown or
-    /// moved run), and its inode's
-    /// pointer and size wait for those contents (the run's `AllocDirect`), so a chunk that is
-    /// empty in memory past the size is empty on disk before the size can cover it. Only a
-    /// run that an older writer left unformatted past the size is formatted and written Sync
-    /// (once: its later chunks go with it). None if the last block is whole.
+    /// FreeBSD's `ufs_direnter` grows it. The empty chunk is on disk (written Sync) before the
+    /// entry is made in it and before the inode's larger size can be, so no crash shows a
+    /// directory whose size covers bytes that are not entries. Every run of fragments a
+    /// directory gets is formatted whole as empty chunks (at mkdir, a new block, a grown or
+    /// moved run), as FreeBSD's soft updates do so that the write is not needed; a run that
+    /// another writer left unformatted past the size is formatted here. None if the last block
+    /// is whole.
     fn grow_last_block(
         &mut self,
         dir: u32,
@@ -400,11 +398,13 @@ impl Fs {
         if !ready {
             dir_init_block(&mut buf[len..]);
         }
-        match self.ordering {
-            Ordering::Softdep if fresh || ready => {}
-            // The empty chunks alone: the entry follows the rules of any new name.
-            Ordering::Softdep | Ordering::Sync => self.write_bufs(&[bno], WriteKind::Sync)?,
-            Ordering::Async => {}
+        if self.ordering != Ordering::Async {
+            // The empty chunks alone: the entry follows the rules of any new name. Soft updates
+            // could leave this to the run's formatting (above), but without the write the crash
+            // tester found a directory entry on disk naming an inode that was not
+            // (`crashtest --workload create-many --seed 2 --ordering softdep --ufs2 --fsize
+            // 1024`), not yet explained: the write stays until it is.
+            self.write_bufs(&[bno], WriteKind::Sync)?;
         }
         let buf = &mut self.cache.modify_frags(bno, run)?[..len + DIRBLKSIZ];
         let off = dir_insert(buf, len, ino, dtype, name)?;
@@ -528,19 +528,16 @@ mod tests {
         }
     }
 
-    /// With soft updates a UFS2 directory grows chunk by chunk without a synchronous write:
-    /// the runs it gets are formatted whole, and its inode waits for them. Every chunk of its
-    /// last run past the size is an empty chunk on disk, and the image checks clean.
+    /// The runs of fragments a UFS2 directory gets are formatted whole: every chunk of its last
+    /// run past the size is an empty chunk on disk, and the image checks clean.
     #[test]
-    fn ufs2_directory_grows_without_sync_writes() {
+    fn ufs2_directory_runs_are_formatted_whole() {
         let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 1024);
         let mut fs = mount(dev.clone());
         let (dir, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
-        let before = dev.stats().sync_writes;
         create_files(&mut fs, dir, 0..80);
         let d = fs.iget(dir).unwrap();
         assert_eq!(d.size, 2560, "five chunks, two of them grown in place, in three fragments");
-        assert_eq!(dev.stats().sync_writes, before, "synchronous writes while the directory grew");
         fs.sync_all().unwrap();
         fs.unmount().unwrap();
         let mut run = vec![0u8; 3072];
