@@ -1,21 +1,27 @@
 //! FFS's dirhash: an in-memory index of a large directory, so that a lookup or an insert does not
 //! scan every block (without it, creating n files in one directory costs O(n²)). It maps each
-//! name to the (logical block, offset) of its entry and keeps, per block, the largest record
-//! space a new entry could use. It is never written to disk and is rebuilt from the blocks.
+//! name to the (logical block, offset) of its entry and keeps, per chunk (`DIRBLKSIZ`: no record
+//! crosses one), the largest record space a new entry could use, as FreeBSD's `dh_blkfree`
+//! does: an insert then reads one chunk, not a block (of 32 KiB on UFS2). It is never written
+//! to disk and is rebuilt from the blocks.
 //!
 //! Invariant: for an indexed directory, `names` holds exactly the live entries of its blocks at
-//! the offsets they have there, and `slack[lbn]` is the largest free space of block `lbn`. Entry
-//! offsets are stable (inserts split a record, removes merge into the previous one), so only the
-//! changed entry and its block's slack need updating.
+//! the offsets they have there, and the slack of chunk `c` (`c * DIRBLKSIZ` bytes into the
+//! directory) is the largest free space of its records. Entry offsets are stable (inserts split
+//! a record, removes merge into the previous one), so only the changed entry and its chunk's
+//! slack need updating.
 
 use std::collections::HashMap;
 
-use crate::format::{dir_iter, DirError};
+use crate::format::{dir_iter, DirError, DIRBLKSIZ};
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DirHash {
     names: HashMap<Box<[u8]>, (u64, u32)>,
+    /// The chunks' slack, chunk by chunk through the directory.
     slack: SlackTree,
+    /// Chunks in a block.
+    per_block: u64,
 }
 
 /// The largest free record space of each block, in a tree of maxima over the blocks, so that
@@ -79,19 +85,49 @@ impl SlackTree {
     }
 }
 
-/// Directories with at least this many blocks are indexed.
+/// Directories of at least this many bytes are indexed where they grow a chunk (`DIRBLKSIZ`)
+/// at a time, as UFS2's do: FreeBSD's `vfs.ufs.dirhash_minsize`, five chunks. With UFS2's
+/// 32 KiB blocks a count of blocks would leave a directory of a thousand names (one block)
+/// scanned on every lookup and create.
+pub const DIRHASH_MIN_SIZE: u64 = 2560;
+
+/// Directories of at least this many blocks are indexed where they are made of whole blocks, as
+/// on sufs's own format: there a one-block directory's size says nothing of its entries.
 pub const DIRHASH_MIN_BLOCKS: u64 = 2;
 
-/// The largest free space of any record in a directory block.
-pub fn block_slack(block: &[u8]) -> Result<u32, DirError> {
+/// Whether a directory of `size` bytes gets an index, on a file system of `block_size` blocks
+/// whose directories grow by chunks (`chunked`) or by whole blocks.
+pub fn dirhash_wanted(size: u64, block_size: u64, chunked: bool) -> bool {
+    if chunked {
+        size >= DIRHASH_MIN_SIZE
+    } else {
+        size.div_ceil(block_size) >= DIRHASH_MIN_BLOCKS
+    }
+}
+
+/// The largest free space of any record in the chunk of directory block `block` that holds
+/// offset `off`.
+pub fn chunk_slack(block: &[u8], off: usize) -> Result<u32, DirError> {
+    let c = off / DIRBLKSIZ * DIRBLKSIZ;
     let mut best = 0;
-    for e in dir_iter(block) {
+    for e in dir_iter(&block[c..c + DIRBLKSIZ]) {
         best = best.max(e?.slack() as u32);
     }
     Ok(best)
 }
 
 impl DirHash {
+    /// An empty index of a directory of `block_size`-byte blocks.
+    pub fn new(block_size: usize) -> DirHash {
+        assert!(block_size.is_multiple_of(DIRBLKSIZ), "blocks of {block_size} bytes are not whole chunks");
+        DirHash { names: HashMap::new(), slack: SlackTree::default(), per_block: (block_size / DIRBLKSIZ) as u64 }
+    }
+
+    /// Chunk `off / DIRBLKSIZ` of block `lbn`, counted through the directory.
+    fn chunk(&self, lbn: u64, off: usize) -> usize {
+        (lbn * self.per_block) as usize + off / DIRBLKSIZ
+    }
+
     /// Adds one block's entries (blocks are added in order; a hole is an empty block).
     pub fn add_block(&mut self, lbn: u64, block: Option<&[u8]>) -> Result<(), DirError> {
         self.add_block_except(lbn, block, |_| false)
@@ -105,20 +141,28 @@ impl DirHash {
         block: Option<&[u8]>,
         hidden: impl Fn(usize) -> bool,
     ) -> Result<(), DirError> {
-        debug_assert_eq!(lbn as usize, self.slack.len());
+        debug_assert_eq!(self.chunk(lbn, 0), self.slack.len());
         let Some(block) = block else {
-            self.slack.set(lbn as usize, 0);
+            for c in 0..self.per_block as usize {
+                self.slack.set(self.chunk(lbn, 0) + c, 0);
+            }
             return Ok(());
         };
-        let mut best = 0;
         for e in dir_iter(block) {
             let e = e?;
-            best = best.max(e.slack() as u32);
             if e.ino != 0 && !hidden(e.offset) {
                 self.names.insert(e.name.into(), (lbn, e.offset as u32));
             }
         }
-        self.slack.set(lbn as usize, best);
+        self.set_chunks(lbn, block)
+    }
+
+    /// Takes the slack of every chunk of block `lbn` (its `block.len()` first bytes) again.
+    pub fn set_chunks(&mut self, lbn: u64, block: &[u8]) -> Result<(), DirError> {
+        for c in (0..block.len()).step_by(DIRBLKSIZ) {
+            let s = chunk_slack(block, c)?;
+            self.slack.set(self.chunk(lbn, c), s);
+        }
         Ok(())
     }
 
@@ -126,19 +170,23 @@ impl DirHash {
         self.names.get(name).map(|&(l, o)| (l, o as usize))
     }
 
-    /// The first block with room for an entry needing `need` bytes.
-    pub fn block_with_room(&self, need: usize) -> Option<u64> {
-        self.slack.first_at_least(need as u32).map(|i| i as u64)
+    /// The first chunk with room for an entry needing `need` bytes: its block, and its offset
+    /// in the block.
+    pub fn chunk_with_room(&self, need: usize) -> Option<(u64, usize)> {
+        let c = self.slack.first_at_least(need as u32)? as u64;
+        Some((c / self.per_block, (c % self.per_block) as usize * DIRBLKSIZ))
     }
 
+    /// `name` was put at `off` of block `lbn`, whose chunk has `new_slack` left.
     pub fn inserted(&mut self, name: &[u8], lbn: u64, off: usize, new_slack: u32) {
         self.names.insert(name.into(), (lbn, off as u32));
-        self.set_slack(lbn, new_slack);
+        self.set_slack(lbn, off, new_slack);
     }
 
-    pub fn removed(&mut self, name: &[u8], lbn: u64, new_slack: u32) {
+    /// `name`'s entry at `off` of block `lbn` is gone; its chunk has `new_slack` now.
+    pub fn removed(&mut self, name: &[u8], lbn: u64, off: usize, new_slack: u32) {
         self.names.remove(name);
-        self.set_slack(lbn, new_slack);
+        self.set_slack(lbn, off, new_slack);
     }
 
     /// Forgets a name whose entry is hidden (its space stays taken).
@@ -153,8 +201,9 @@ impl DirHash {
         self.names.insert(name.into(), (lbn, off as u32));
     }
 
-    pub fn set_slack(&mut self, lbn: u64, s: u32) {
-        self.slack.set(lbn as usize, s);
+    /// The chunk holding `off` of block `lbn` has `s` bytes of slack.
+    pub fn set_slack(&mut self, lbn: u64, off: usize, s: u32) {
+        self.slack.set(self.chunk(lbn, off), s);
     }
 
     /// The names indexed (the tests' view).
@@ -175,18 +224,28 @@ mod tests {
         for b in &mut blocks {
             dir_init_block(b);
         }
-        let mut h = DirHash::default();
+        let mut h = DirHash::new(4096);
         h.add_block(0, Some(&blocks[0])).unwrap();
         h.add_block(1, Some(&blocks[1])).unwrap();
-        assert_eq!(h.block_with_room(20), Some(0));
+        assert_eq!(h.chunk_with_room(20), Some((0, 0)));
         for i in 0..120u32 {
             let name = format!("entry-{i}");
-            let lbn = h.block_with_room(dirent_size(name.len())).unwrap();
+            let (lbn, c) = h.chunk_with_room(dirent_size(name.len())).unwrap();
             let b = &mut blocks[lbn as usize];
+            // The chunk named is the first with room in the directory.
             let at = dir_find_space(b, name.len()).unwrap().unwrap();
+            assert_eq!(at / DIRBLKSIZ * DIRBLKSIZ, c, "entry {i}");
             let off = dir_insert(b, at, 10 + i, DT_REG, name.as_bytes()).unwrap();
-            let s = block_slack(b).unwrap();
+            let s = chunk_slack(b, off).unwrap();
             h.inserted(name.as_bytes(), lbn, off, s);
+        }
+        // The first chunk with room, as a scan of the blocks finds it, for names of any length.
+        for n in [1, 8, 20, 60, 200, 255] {
+            let scan = blocks
+                .iter()
+                .enumerate()
+                .find_map(|(l, b)| dir_find_space(b, n).unwrap().map(|at| (l as u64, at / DIRBLKSIZ * DIRBLKSIZ)));
+            assert_eq!(h.chunk_with_room(dirent_size(n)), scan, "a name of {n} bytes");
         }
         assert_eq!(h.len(), 120);
         // Every indexed location holds its name.
@@ -198,11 +257,12 @@ mod tests {
         }
         let (lbn, off) = h.get(b"entry-7").unwrap();
         dir_remove(&mut blocks[lbn as usize], off).unwrap();
-        let s = block_slack(&blocks[lbn as usize]).unwrap();
-        h.removed(b"entry-7", lbn, s);
+        let s = chunk_slack(&blocks[lbn as usize], off).unwrap();
+        h.removed(b"entry-7", lbn, off, s);
         assert!(h.get(b"entry-7").is_none());
+        assert_eq!(h.chunk_with_room(16), Some((0, 0)), "entry-7's room, in chunk 0");
         // A rebuilt index agrees with the maintained one.
-        let mut r = DirHash::default();
+        let mut r = DirHash::new(4096);
         r.add_block(0, Some(&blocks[0])).unwrap();
         r.add_block(1, Some(&blocks[1])).unwrap();
         assert_eq!(r.names, h.names);

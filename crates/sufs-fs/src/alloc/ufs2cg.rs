@@ -93,8 +93,8 @@ impl Alloc {
             u.fs_cstotal = total;
             return Err(r.err().map(cg_error).expect("an error"));
         };
-        let enc = g.encode(u);
-        cache.modify(sb.cg_header_block(cg))?[..enc.len()].copy_from_slice(&enc);
+        // Unsealed: the write hooks reseal the check hash as the block goes to the disk.
+        g.encode_into(cache.modify(sb.cg_header_block(cg))?, u);
         self.sums[cg as usize].take_counts(&g, u);
         Ok(v)
     }
@@ -213,8 +213,7 @@ impl Alloc {
         let mut g = Self::decode_cg(cache, sb, u, cg, false)?;
         assert!(n >= g.hdr.cg_initediblk, "group {cg}: cg_initediblk {} lowered to {n}", g.hdr.cg_initediblk);
         g.hdr.cg_initediblk = n;
-        let enc = g.encode(u);
-        cache.modify(sb.cg_header_block(cg))?[..enc.len()].copy_from_slice(&enc);
+        g.encode_into(cache.modify(sb.cg_header_block(cg))?, u);
         self.sums[cg as usize].initialized = n;
         Ok(())
     }

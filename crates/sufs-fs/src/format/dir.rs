@@ -161,6 +161,12 @@ pub fn dir_init_block(block: &mut [u8]) {
     }
 }
 
+/// Whether `chunk` (`DIRBLKSIZ` bytes) is an empty directory chunk: one record, naming nothing.
+pub fn dir_chunk_empty(chunk: &[u8]) -> bool {
+    debug_assert_eq!(chunk.len(), DIRBLKSIZ);
+    dir_entry_at(chunk, 0).is_ok_and(|e| e.ino == 0 && e.reclen as usize == DIRBLKSIZ)
+}
+
 /// Finds room for an entry of `namelen` bytes; returns the offset of the record to split.
 pub fn dir_find_space(block: &[u8], namelen: usize) -> Result<Option<usize>, DirError> {
     let need = dirent_size(namelen);

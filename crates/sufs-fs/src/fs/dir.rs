@@ -53,7 +53,6 @@ impl Fs {
         len / DIRBLKSIZ * DIRBLKSIZ
     }
 
-    /// Builds the name index of a large directory if it has none.
     /// `dir_block_len` of directory `dir`'s block `lbn`, from its inode: the bytes of the
     /// block that hold entries (a whole block but for a UFS2 directory's last one).
     pub(super) fn dir_len_at(&mut self, dir: u32, lbn: u64) -> FsResult<usize> {
@@ -61,17 +60,19 @@ impl Fs {
         Ok(self.dir_block_len(&d, lbn))
     }
 
+    /// Builds the name index of a large directory if it has none; whether it has one.
     pub(super) fn dirhash_ensure(&mut self, dir: u32, d: &mut Dinode) -> FsResult<bool> {
         let nblocks = self.dir_blocks(dir, d)?;
         if self.dirhash.contains_key(&dir) {
             return Ok(true);
         }
-        if nblocks < DIRHASH_MIN_BLOCKS {
+        // UFS2's directories grow a chunk at a time (`grow_last_block`), sufs's own by blocks.
+        if !dirhash_wanted(d.size, self.sb.block_size as u64, self.sb.ufs2().is_some()) {
             return Ok(false);
         }
         // Hidden entries stay out: one may share its name with a live entry (a file moved out
         // and back, say), and whichever came last in the blocks would have taken the name.
-        let mut h = DirHash::default();
+        let mut h = DirHash::new(self.sb.block_size as usize);
         for lbn in 0..nblocks {
             let (bno, _) = self.bmap(dir, d, lbn, false)?;
             if bno == 0 {
@@ -134,7 +135,7 @@ impl Fs {
         let buf = &mut self.cache.modify(slot.bno)?[..len];
         dir_remove(buf, slot.off)?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
-            h.removed(name, slot.lbn, block_slack(buf)?);
+            h.removed(name, slot.lbn, slot.off, chunk_slack(buf, slot.off)?);
         }
         Ok(())
     }
@@ -283,11 +284,14 @@ impl Fs {
         let bs = self.sb.block_size as u64;
         let nblocks = self.dir_blocks(dir, d)?;
         let indexed = self.dirhash_ensure(dir, d)?;
-        let candidates = if indexed {
-            let h = &self.dirhash[&dir];
-            h.block_with_room(dirent_size(name.len())).map(|l| l..l + 1).unwrap_or(nblocks..nblocks)
+        // The index names the one chunk to look in; without it every block is scanned.
+        let (candidates, chunk) = if indexed {
+            match self.dirhash[&dir].chunk_with_room(dirent_size(name.len())) {
+                Some((lbn, c)) => (lbn..lbn + 1, Some(c)),
+                None => (nblocks..nblocks, None),
+            }
         } else {
-            0..nblocks
+            (0..nblocks, None)
         };
         for lbn in candidates {
             let (bno, _) = self.bmap(dir, d, lbn, false)?;
@@ -295,14 +299,16 @@ impl Fs {
                 continue;
             }
             let len = self.dir_block_len(d, lbn);
+            let (lo, hi) = chunk.map_or((0, len), |c| (c, c + DIRBLKSIZ));
+            assert!(hi <= len, "dirhash of directory {dir} names chunk {lo} of block {lbn}, past its {len} bytes");
             let size = d.size;
-            let at = dir_find_space(&self.read_run(bno, size, lbn)?[..len], name.len())?;
+            let at = dir_find_space(&self.read_run(bno, size, lbn)?[lo..hi], name.len())?;
             if let Some(at) = at {
                 self.modify_run(bno, size, lbn)?;
                 let buf = &mut self.cache.modify(bno)?[..len];
-                let off = dir_insert(buf, at, ino, dtype, name)?;
+                let off = lo + dir_insert(&mut buf[lo..hi], at, ino, dtype, name)?;
                 if let Some(h) = self.dirhash.get_mut(&dir) {
-                    h.inserted(name, lbn, off, block_slack(buf)?);
+                    h.inserted(name, lbn, off, chunk_slack(buf, off)?);
                 }
                 self.touch_mc(d);
                 self.iput(dir, d)?;
@@ -332,19 +338,21 @@ impl Fs {
             Err(e) => return Err(e),
         };
         let run = self.run_len(new_size, nblocks);
-        let buf = &mut self.cache.create_frags(bno, run)[..(new_size - nblocks * bs) as usize];
+        // The whole run formatted, so that the directory grows into it without a write.
+        let buf = self.cache.create_frags(bno, run);
         dir_init_block(buf);
+        let buf = &mut buf[..(new_size - nblocks * bs) as usize];
         let off = dir_insert(buf, 0, ino, dtype, name)?;
-        let slack = block_slack(buf)?;
+        if let Some(h) = self.dirhash.get_mut(&dir) {
+            h.set_chunks(nblocks, buf)?;
+            h.inserted(name, nblocks, off, chunk_slack(buf, off)?);
+        }
         self.order_write(&[bno])?;
         if nblocks >= NDADDR as u64 && self.ordering == Ordering::Sync {
             // The block's pointer in its indirect block is on disk before the size that covers
             // it: else a crash leaves a hole in the directory (fstests' generic/705).
             let path = self.indirect_path(&nd, nblocks)?;
             self.write_bufs(&path, WriteKind::Sync)?;
-        }
-        if let Some(h) = self.dirhash.get_mut(&dir) {
-            h.inserted(name, nblocks, off, slack);
         }
         *d = nd;
         d.size = new_size;
@@ -358,9 +366,13 @@ impl Fs {
 
     /// Adds the entry in a new chunk at the end of the directory's last block, when that block
     /// ends before a whole block: a UFS2 directory grows a chunk (`DIRBLKSIZ`) at a time, as
-    /// FreeBSD's `ufs_direnter` grows it. The empty chunk is on disk before the entry is made
-    /// in it and before the inode's larger size can be, so no crash shows a directory whose
-    /// size covers bytes that are not entries. None if the last block is whole.
+    /// FreeBSD's `ufs_direnter` grows it. The empty chunk is on disk (written Sync) before the
+    /// entry is made in it and before the inode's larger size can be, so no crash shows a
+    /// directory whose size covers bytes that are not entries. Every run of fragments a
+    /// directory gets is formatted whole as empty chunks (at mkdir, a new block, a grown or
+    /// moved run), as FreeBSD's soft updates do so that the write is not needed; a run that
+    /// another writer left unformatted past the size is formatted here. None if the last block
+    /// is whole.
     fn grow_last_block(
         &mut self,
         dir: u32,
@@ -381,18 +393,29 @@ impl Fs {
         }
         // In fragments, the run grows first to hold the new chunk (in place, or moved).
         let grown = d.size + DIRBLKSIZ as u64;
+        let old_run = self.run_len(d.size, lbn);
         let run = self.run_len(grown, lbn);
         let bno = if self.has_frags() && lbn < NDADDR as u64 { self.bmap_run(dir, d, lbn, grown)?.0 } else { bno };
-        dir_init_block(&mut self.cache.modify_frags(bno, run)?[len..len + DIRBLKSIZ]);
+        let buf = self.cache.modify_frags(bno, run)?;
+        // New fragments wait for their contents like any new run; otherwise the chunk is ready
+        // if a run formatted whole left it empty.
+        let fresh = run > old_run;
+        let ready = !fresh && dir_chunk_empty(&buf[len..len + DIRBLKSIZ]);
+        if !ready {
+            dir_init_block(&mut buf[len..]);
+        }
         if self.ordering != Ordering::Async {
-            // The empty chunk alone: the entry follows the rules of any new name.
+            // The empty chunks alone: the entry follows the rules of any new name. Soft updates
+            // could leave this to the run's formatting (above), but without the write the crash
+            // tester found a directory entry on disk naming an inode that was not
+            // (`crashtest --workload create-many --seed 2 --ordering softdep --ufs2 --fsize
+            // 1024`), not yet explained: the write stays until it is.
             self.write_bufs(&[bno], WriteKind::Sync)?;
         }
         let buf = &mut self.cache.modify_frags(bno, run)?[..len + DIRBLKSIZ];
         let off = dir_insert(buf, len, ino, dtype, name)?;
-        let slack = block_slack(buf)?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
-            h.inserted(name, lbn, off, slack);
+            h.inserted(name, lbn, off, chunk_slack(buf, off)?);
         }
         d.size += DIRBLKSIZ as u64;
         self.touch_mc(d);
@@ -428,8 +451,11 @@ impl Fs {
         let size = if self.has_frags() { DIRBLKSIZ as u64 } else { self.sb.block_size as u64 };
         let (bno, _) = if self.has_frags() { self.bmap_run(ino, d, 0, size)? } else { self.bmap(ino, d, 0, true)? };
         let run = self.run_len(size, 0);
-        let buf = &mut self.cache.create_frags(bno, run)[..size as usize];
+        // The whole run formatted, as FreeBSD's ufs_mkdir does with soft updates: the directory
+        // grows into it without a write (`grow_last_block`).
+        let buf = self.cache.create_frags(bno, run);
         dir_init_block(buf);
+        let buf = &mut buf[..size as usize];
         let at = dir_insert(buf, 0, ino, DT_DIR, b".")?;
         let at = dir_find_space(buf, 2)?.unwrap_or(at);
         dir_insert(buf, at, parent, DT_DIR, b"..")?;
@@ -479,5 +505,116 @@ impl Fs {
         }
         self.accessed(dir, &mut d)?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SimClock;
+    use crate::dev::{read_bytes, write_bytes, MemDevice};
+    use crate::fs::{mkfs, MkfsOptions, MountOptions};
+
+    fn mount(dev: Arc<MemDevice>) -> Fs {
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
+        Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap()
+    }
+
+    /// The UFS2 checker's findings on `dev`.
+    fn ufs2_findings(dev: &MemDevice) -> Vec<String> {
+        let len = dev.num_blocks() * dev.addr_unit() as u64;
+        let r = crate::fsck::ufs2::check(dev as &dyn BlockDevice, len, &Default::default()).unwrap();
+        r.findings.iter().map(|f| f.to_string()).collect()
+    }
+
+    /// Files `from..to` made in directory `dir`.
+    fn create_files(fs: &mut Fs, dir: u32, files: std::ops::Range<usize>) {
+        for i in files {
+            fs.create(dir, format!("file-number-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+    }
+
+    /// The runs of fragments a UFS2 directory gets are formatted whole: every chunk of its last
+    /// run past the size is an empty chunk on disk, and the image checks clean.
+    #[test]
+    fn ufs2_directory_runs_are_formatted_whole() {
+        let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 1024);
+        let mut fs = mount(dev.clone());
+        let (dir, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        create_files(&mut fs, dir, 0..80);
+        let d = fs.iget(dir).unwrap();
+        assert_eq!(d.size, 2560, "five chunks, two of them grown in place, in three fragments");
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        let mut run = vec![0u8; 3072];
+        read_bytes(&*dev, d.db[0] * 1024, &mut run).unwrap();
+        assert!(dir_chunk_empty(&run[2560..]), "the run's tail is not an empty chunk");
+        assert_eq!(ufs2_findings(&dev), Vec::<String>::new());
+    }
+
+    /// A directory whose last run an older writer left unformatted past its size (zeros) grows
+    /// into it with the chunks written first, synchronously, once for the whole run.
+    #[test]
+    fn ufs2_directory_grows_into_an_unformatted_tail() {
+        let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 1024);
+        let mut fs = mount(dev.clone());
+        let (dir, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        let d = fs.iget(dir).unwrap();
+        assert_eq!(d.size, DIRBLKSIZ as u64);
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        let tail = d.db[0] * 1024 + DIRBLKSIZ as u64;
+        write_bytes(&*dev, tail, &[0; DIRBLKSIZ], WriteKind::Sync).unwrap();
+
+        let mut fs = mount(dev.clone());
+        let before = dev.stats().sync_writes;
+        create_files(&mut fs, dir, 0..30);
+        assert_eq!(fs.iget(dir).unwrap().size, 2 * DIRBLKSIZ as u64);
+        assert_eq!(dev.stats().sync_writes, before + 1, "the formatted chunk written first, once");
+        let mut chunk = [0u8; DIRBLKSIZ];
+        read_bytes(&*dev, tail, &mut chunk).unwrap();
+        assert!(dir_chunk_empty(&chunk), "the chunk is not on disk before the entry");
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        assert_eq!(ufs2_findings(&dev), Vec::<String>::new());
+        let mut fs = mount(dev);
+        for i in 0..30 {
+            fs.lookup(dir, format!("file-number-{i:04}").as_bytes()).unwrap();
+        }
+    }
+
+    /// `n` files made in a new directory `name` of `fs`, then a lookup in it with its index
+    /// dropped; the directory and its size.
+    fn fill_dir(fs: &mut Fs, name: &[u8], n: usize) -> (u32, u64) {
+        let (dir, _) = fs.mkdir(ROOT_INO, name, 0o755, 0, 0).unwrap();
+        for i in 0..n {
+            fs.create(dir, format!("file-number-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        fs.dirhash.remove(&dir);
+        fs.lookup(dir, b"file-number-0000").unwrap();
+        (dir, fs.iget(dir).unwrap().size)
+    }
+
+    /// A UFS2 directory is indexed from FreeBSD's 2,560 bytes, inside its first block; one of
+    /// sufs's own format only from its second block (a single block may hold a few names).
+    #[test]
+    fn dirhash_from_a_size_on_ufs2_from_two_blocks_on_own_format() {
+        let mut fs = mount(crate::format::ufs2::newfs::mem_image(8 << 20, 1024));
+        let (dir, size) = fill_dir(&mut fs, b"big", 100);
+        assert!((crate::dirhash::DIRHASH_MIN_SIZE..4096).contains(&size), "UFS2 directory of {size} bytes");
+        assert!(fs.dirhash.contains_key(&dir), "UFS2 directory of {size} bytes not indexed");
+        let (dir, size) = fill_dir(&mut fs, b"small", 20);
+        assert!(size < crate::dirhash::DIRHASH_MIN_SIZE && !fs.dirhash.contains_key(&dir), "{size}");
+
+        let dev = Arc::new(MemDevice::new(4096, 2048));
+        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
+        let mut fs = mount(dev);
+        let (dir, size) = fill_dir(&mut fs, b"big", 100);
+        assert_eq!(size, 4096);
+        assert!(!fs.dirhash.contains_key(&dir), "a one-block directory of sufs's format indexed");
+        for i in 100..300 {
+            fs.create(dir, format!("file-number-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        assert!(fs.iget(dir).unwrap().size > 4096 && fs.dirhash.contains_key(&dir));
     }
 }

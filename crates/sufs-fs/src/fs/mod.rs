@@ -27,7 +27,7 @@ use crate::alloc::{Alloc, AllocError};
 use crate::cache::{Cache, CacheStats, WriteHooks};
 use crate::clock::Clock;
 use crate::dev::{BlockDevice, DevError, DevStats, WriteKind, WriteReq};
-use crate::dirhash::{block_slack, DirHash, DIRHASH_MIN_BLOCKS};
+use crate::dirhash::{chunk_slack, dirhash_wanted, DirHash};
 use crate::format::*;
 use crate::softdep::{FreeBlks, FreeFile, FreeFrag, NameWait, PtrSlot, Softdep, Task};
 

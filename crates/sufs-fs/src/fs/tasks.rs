@@ -208,9 +208,9 @@ impl Fs {
                 let len = self.dir_len_at(dir, lbn)?;
                 let buf = &mut self.cache.modify(bno)?[..len];
                 dir_remove(buf, off)?;
-                let slack = block_slack(buf)?;
+                let slack = chunk_slack(buf, off)?;
                 if let Some(h) = self.dirhash.get_mut(&dir) {
-                    h.set_slack(lbn, slack);
+                    h.set_slack(lbn, off, slack);
                 }
                 let now = match self.sd() {
                     Some(sd) => sd.dir_remove(bno, off, tasks).unwrap_or_default(),

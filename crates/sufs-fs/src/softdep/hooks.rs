@@ -138,25 +138,9 @@ impl Softdep {
     /// inodes past it free in `cg_inosused` and in `cg_cs` (the copy stays a consistent group,
     /// its check hash resealed as it goes to disk).
     fn roll_back_inits_ufs2(&self, u: &ufs2::Superblock, cg: u32, durable: u32, copy: &mut [u8], inf: &mut Inflight) {
-        let mut g = ufs2::Cg::decode(copy, u, cg, false).expect("a group block the allocator wrote");
-        assert!(g.hdr.cg_initediblk > durable, "group {cg}: an initialized block pending past the count");
-        g.hdr.cg_initediblk = durable;
         let first = cg * self.sb.inodes_per_group;
-        let (mut freed, mut dirs) = (0, 0);
-        for idx in durable..self.sb.inodes_per_group {
-            if g.inode_used(idx) {
-                g.set_inode_used(idx, false);
-                freed += 1;
-                dirs += self.inodedeps.get(&(first + idx)).is_some_and(|d| d.is_dir) as i32;
-            }
-        }
-        g.hdr.cg_cs.cs_nifree += freed;
-        g.hdr.cg_cs.cs_ndir = (g.hdr.cg_cs.cs_ndir - dirs).max(0);
-        if g.hdr.cg_irotor >= durable {
-            g.hdr.cg_irotor = 0;
-        }
-        let enc = g.encode(u);
-        copy[..enc.len()].copy_from_slice(&enc);
+        let is_dir = |idx| self.inodedeps.get(&(first + idx)).is_some_and(|d| d.is_dir);
+        ufs2::Cg::roll_back_inodes(copy, u, cg, durable, is_dir);
         if let Some((inos, _)) = inf.bmsafe.as_mut() {
             inos.retain(|&i| i % self.sb.inodes_per_group < durable);
         }

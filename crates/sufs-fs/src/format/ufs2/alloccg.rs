@@ -256,10 +256,21 @@ impl<'a> CgAlloc<'a> {
 
     /// `blkmap`: block `b`'s fragments as bits, bit `i` set when fragment `i` of the block is
     /// free (a fragment past the group's end counts as used).
+    /// A block's fragments (`fs_frag`: 1, 2, 4 or 8) lie in one byte of `cg_blksfree`, read
+    /// at once: `mapsearch` calls this for every block it passes, and a bit at a time it was a
+    /// fifth of the time of copying a tree onto UFS2.
     fn blkmap(&self, b: u32) -> u32 {
-        (0..self.frag)
-            .filter(|&i| b * self.frag + i < self.ndblk && self.cg.frag_free(b * self.frag + i))
-            .fold(0, |m, i| m | 1 << i)
+        let f = b * self.frag;
+        debug_assert!(8 % self.frag == 0);
+        let m = (self.cg.free_map()[f as usize / 8] as u32 >> (f % 8)) & full(self.frag);
+        // Fragments past the group's end count as used.
+        let inside = self.ndblk.saturating_sub(f).min(self.frag);
+        let m = m & full(inside);
+        debug_assert_eq!(
+            m,
+            (0..self.frag).filter(|&i| f + i < self.ndblk && self.cg.frag_free(f + i)).fold(0, |m, i| m | 1 << i)
+        );
+        m
     }
 
     /// `ffs_fragacct`: adds `d` to `cg_frsum[n]` for each run of exactly `n` free fragments in

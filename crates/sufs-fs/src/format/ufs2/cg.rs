@@ -232,6 +232,16 @@ impl Cg {
         b
     }
 
+    /// Encodes the group into `buf` (its block, at least `fs_cgsize` bytes) in place, without
+    /// its check hash: for a block that the write path reseals on its way to the disk (`reseal`),
+    /// as the allocator's group changes are; no copy of the group is made.
+    pub fn encode_into(&self, buf: &mut [u8], fs: &Fs) {
+        assert_eq!(self.buf.len(), fs.fs_cgsize as usize, "a group of another file system");
+        let b = &mut buf[..self.buf.len()];
+        b.copy_from_slice(&self.buf);
+        self.hdr.write_fields(b);
+    }
+
     /// Reseals the check hash of the group block `buf` (at least `fs_cgsize` bytes) in place,
     /// if the file system keeps them: what goes to the disk after the block was changed.
     pub fn reseal(buf: &mut [u8], fs: &Fs) {
@@ -239,6 +249,46 @@ impl Cg {
             let b = &mut buf[..fs.fs_cgsize as usize];
             ffs_ckhash(b, CG_CKHASH_OFF).put(b, CG_CKHASH_OFF);
         }
+    }
+
+    /// Soft updates' roll-back of a group block's copy whose initialized inode blocks are not
+    /// all on disk (`roll_back_inits`), in place on the block `buf` (at least `fs_cgsize` bytes)
+    /// without decoding the group: `cg_initediblk` goes back to `from` and every inode from
+    /// there to the group's end goes out free, in `cg_inosused` (a byte at a time where it is
+    /// zero: a fsync-heavy load writes a group's block on every allocation) and in `cg_cs`
+    /// (`is_dir` says which of them count in `cs_ndir`); an `cg_irotor` past `from` goes back
+    /// to 0. The number of inodes freed. The check hash is left to the caller's reseal.
+    pub fn roll_back_inodes(buf: &mut [u8], fs: &Fs, cgx: u32, from: u32, is_dir: impl Fn(u32) -> bool) -> u32 {
+        let mut hdr = CgHeader::read_fields(buf);
+        assert!(hdr.cg_magic == CG_MAGIC && hdr.cg_cgx == cgx, "group {cgx}: its block's header is not its own");
+        assert!(hdr.cg_initediblk > from, "group {cgx}: an initialized block pending past the count");
+        let ipg = fs.fs_ipg;
+        assert!(from <= ipg, "group {cgx}: inode {from} past a group of {ipg}");
+        let off = hdr.cg_iusedoff as usize;
+        let map = &mut buf[off..off + ipg.div_ceil(8) as usize];
+        let (mut freed, mut dirs) = (0u32, 0i32);
+        let mut i = from as usize;
+        while i < ipg as usize {
+            let byte = map[i / 8];
+            if byte == 0 {
+                i = (i / 8 + 1) * 8;
+                continue;
+            }
+            if bit(map, i) {
+                set_bit(map, i, false);
+                freed += 1;
+                dirs += is_dir(i as u32) as i32;
+            }
+            i += 1;
+        }
+        hdr.cg_initediblk = from;
+        hdr.cg_cs.cs_nifree += freed as i32;
+        hdr.cg_cs.cs_ndir = (hdr.cg_cs.cs_ndir - dirs).max(0);
+        if hdr.cg_irotor >= from {
+            hdr.cg_irotor = 0;
+        }
+        hdr.write_fields(buf);
+        freed
     }
 
     fn map(&self, off: u32, bits: u32) -> &[u8] {
@@ -511,10 +561,52 @@ pub(crate) mod tests {
         assert_eq!(again.hdr, cg.hdr);
         assert_eq!(again.map_counts(), c);
         assert_eq!(again.encode(&sb), b);
+        // In place, unsealed, then resealed as the write path does: the same bytes.
+        let mut in_place = vec![0xa5; b.len() + 7];
+        cg.encode_into(&mut in_place, &sb);
+        assert_eq!(in_place[b.len()..], [0xa5; 7], "bytes past fs_cgsize written");
+        Cg::reseal(&mut in_place, &sb);
+        assert_eq!(in_place[..b.len()], b[..]);
         assert!(again.inode_used(9) && !again.inode_used(10));
         assert!(again.block_free(8) && !again.block_free(7));
         assert_eq!(again.cluster_free(8), Some(true));
         assert_eq!((again.cluster_free(7), again.clustersum()[16]), (Some(false), 1));
+    }
+
+    /// The in-place roll-back of initialized inodes frees exactly the used inodes from its
+    /// start on (whole zero bytes skipped, the edges of a byte kept), in the map and the
+    /// counts, and leaves everything before them and the other maps as they were.
+    #[test]
+    fn inode_roll_back_in_place_frees_the_used_inodes_past_its_start() {
+        let sb = sample();
+        let mut cg = Cg::decode(&sample_cg(&sb, 1), &sb, 1, false).unwrap();
+        let used = [0, 3, 9, 10, 11, 17, 40, 41, 63, 64, 200, sb.fs_ipg - 1];
+        for &i in &used {
+            cg.set_inode_used(i, true);
+        }
+        for f in 56..100 {
+            cg.set_frag_free(f, true);
+        }
+        cg.hdr.cg_cs =
+            Csum { cs_ndir: 3, cs_nbfree: 5, cs_nifree: (sb.fs_ipg - used.len() as u32) as i32, cs_nffree: 4 };
+        (cg.hdr.cg_initediblk, cg.hdr.cg_irotor) = (sb.fs_ipg, 41);
+        for from in [0, 10, 11, 12, 40, 64, 65, 201, sb.fs_ipg - 1] {
+            let mut b = cg.encode(&sb);
+            let dirs = [10, 64];
+            let freed = Cg::roll_back_inodes(&mut b, &sb, 1, from, |i| dirs.contains(&i));
+            let gone: Vec<u32> = used.iter().copied().filter(|&i| i >= from).collect();
+            assert_eq!(freed, gone.len() as u32, "from {from}");
+            let again = Cg::decode(&b, &sb, 1, false).unwrap();
+            for i in 0..sb.fs_ipg {
+                assert_eq!(again.inode_used(i), used.contains(&i) && i < from, "from {from}: inode {i}");
+            }
+            let ndir = 3 - gone.iter().filter(|i| dirs.contains(i)).count() as i32;
+            let nifree = cg.hdr.cg_cs.cs_nifree + gone.len() as i32;
+            assert_eq!((again.hdr.cg_cs.cs_ndir, again.hdr.cg_cs.cs_nifree), (ndir, nifree), "from {from}");
+            assert_eq!(again.hdr.cg_initediblk, from);
+            assert_eq!(again.hdr.cg_irotor, if from <= 41 { 0 } else { 41 });
+            assert_eq!(again.free_map(), cg.free_map(), "from {from}: the free map changed");
+        }
     }
 
     #[test]
