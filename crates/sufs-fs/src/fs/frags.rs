@@ -257,13 +257,19 @@ impl Fs {
             self.fsync(ino)?;
         }
         let bno = d.db[lbn as usize];
+        let (kept, gone) = (self.frags_in(want), self.frags_in(have - want));
+        let Some(blocks) = d.blocks.checked_sub(gone as u64) else {
+            // A block count read from disk below what the run holds: damage, found before any
+            // change is made.
+            let held = d.blocks;
+            return Err(self.damaged(format!("inode {ino}: block count {held} below its last run's {gone} fragments")));
+        };
         if self.cache.in_flight(bno) {
             self.land_flight()?;
         }
         self.cache.resize_frags(bno, have, want)?;
-        let (kept, gone) = (self.frags_in(want), self.frags_in(have - want));
         let tail = (bno + kept as u64, gone);
-        d.blocks -= gone as u64;
+        d.blocks = blocks;
         if let Some(sd) = self.hooks.softdep.as_mut() {
             // Freed once the dinode, copied into its buffer next, is on disk.
             let f = FreeFrag { ino, bno: tail.0, frags: tail.1 };
