@@ -293,28 +293,22 @@ impl Fs {
         } else {
             (0..nblocks, None)
         };
-        for lbn in candidates {
-            let (bno, _) = self.bmap(dir, d, lbn, false)?;
-            if bno == 0 {
-                continue;
+        for lbn in candidates.clone() {
+            if let Some(r) = self.add_in_block(dir, d, lbn, chunk, name, ino, dtype)? {
+                return Ok(r);
             }
-            let len = self.dir_block_len(d, lbn);
-            let (lo, hi) = chunk.map_or((0, len), |c| (c, c + DIRBLKSIZ));
-            assert!(hi <= len, "dirhash of directory {dir} names chunk {lo} of block {lbn}, past its {len} bytes");
-            let size = d.size;
-            let at = dir_find_space(&self.read_run(bno, size, lbn)?[lo..hi], name.len())?;
-            if let Some(at) = at {
-                self.modify_run(bno, size, lbn)?;
-                let buf = &mut self.cache.modify(bno)?[..len];
-                let off = lo + dir_insert(&mut buf[lo..hi], at, ino, dtype, name)?;
-                if let Some(h) = self.dirhash.get_mut(&dir) {
-                    h.inserted(name, lbn, off, chunk_slack(buf, off)?);
+        }
+        if indexed && !candidates.is_empty() {
+            // The index claimed room its chunk does not have: only a damaged image does that
+            // (a block shared with another directory changed under it). The index goes, and
+            // every block is scanned, as without one.
+            log::warn!("dirhash of directory {dir} claims room it does not have: index dropped");
+            self.dirhash.remove(&dir);
+            for lbn in 0..nblocks {
+                if let Some(r) = self.add_in_block(dir, d, lbn, None, name, ino, dtype)? {
+                    return Ok(r);
                 }
-                self.touch_mc(d);
-                self.iput(dir, d)?;
-                return Ok((bno, off));
             }
-            assert!(!indexed, "dirhash of directory {dir} claims room in block {lbn}");
         }
         if let Some(r) = self.grow_last_block(dir, d, nblocks, name, ino, dtype)? {
             return Ok(r);
@@ -362,6 +356,45 @@ impl Fs {
         // written now, as FFS's direnter does, so that a rename's old name never goes first.
         self.order_write(&[ib])?;
         Ok((bno, off))
+    }
+
+    /// Adds the entry in directory block `lbn` if it has room (in `chunk` alone, the one the
+    /// index names, when given); writes the directory inode back. None if there is no room
+    /// (or no block).
+    #[allow(clippy::too_many_arguments)]
+    fn add_in_block(
+        &mut self,
+        dir: u32,
+        d: &mut Dinode,
+        lbn: u64,
+        chunk: Option<usize>,
+        name: &[u8],
+        ino: u32,
+        dtype: u8,
+    ) -> FsResult<Option<(u64, usize)>> {
+        let (bno, _) = self.bmap(dir, d, lbn, false)?;
+        if bno == 0 {
+            return Ok(None);
+        }
+        let len = self.dir_block_len(d, lbn);
+        let (lo, hi) = chunk.map_or((0, len), |c| (c, c + DIRBLKSIZ));
+        if hi > len {
+            // An index naming a chunk past the block's end: stale, as `add_entry` finds.
+            return Ok(None);
+        }
+        let size = d.size;
+        let Some(at) = dir_find_space(&self.read_run(bno, size, lbn)?[lo..hi], name.len())? else {
+            return Ok(None);
+        };
+        self.modify_run(bno, size, lbn)?;
+        let buf = &mut self.cache.modify(bno)?[..len];
+        let off = lo + dir_insert(&mut buf[lo..hi], at, ino, dtype, name)?;
+        if let Some(h) = self.dirhash.get_mut(&dir) {
+            h.inserted(name, lbn, off, chunk_slack(buf, off)?);
+        }
+        self.touch_mc(d);
+        self.iput(dir, d)?;
+        Ok(Some((bno, off)))
     }
 
     /// Adds the entry in a new chunk at the end of the directory's last block, when that block
