@@ -247,6 +247,17 @@ fn command_exit_codes() {
     let (code, out) = sufs(&["crashtest", "--ordering", "sync", "--workload", "create-many", "--seed", "1"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("crash states") && !out.contains("VIOLATIONS"), "{out}");
+    assert!(out.contains("UFS2 4096/512"), "the command starts from UFS2 unless told: {out}");
+    let (code, out) = sufs(&["crashtest", "--ordering", "sync", "--workload", "create-many", "--format", "sufs"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("sufs's format") && !out.contains("UFS2"), "{out}");
+    let (code, out) = sufs(&["crashtest", "--ordering", "sync", "--workload", "create-many", "--fsize", "1024"]);
+    assert!(code == 0 && out.contains("UFS2 4096/1024"), "{out}");
+    for bad in [&["--format", "sufs", "--fsize", "1024"][..], &["--fsize", "3000"], &["--fsize", "8192"]] {
+        let (code, out) = sufs(&[&["crashtest", "--ordering", "sync", "--workload", "create-many"][..], bad].concat());
+        assert_eq!(code, 2, "{bad:?}: {out}");
+        assert!(out.contains("--fsize"), "{out}");
+    }
     let (code, out) = sufs(&["crashtest", "--ordering", "sync", "--workload", "no-such-thing"]);
     assert_eq!(code, 2, "{out}");
     let (code, out) = sufs(&["crashtest", "--ordering", "sometimes", "--workload", "mix"]);

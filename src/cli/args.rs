@@ -286,14 +286,17 @@ pub(crate) enum Cmd {
         /// Run this update policy's sweeps during the workload (times scaled down).
         #[arg(long, value_enum)]
         update: Option<UpdatePolicy>,
-        /// Start from FreeBSD's UFS2 (newfs's layout) instead of sufs's own format, judged by
-        /// the UFS2 checker.
-        #[arg(long)]
+        /// The format the workload starts from: `ufs2`, FreeBSD's (newfs's layout, judged by the
+        /// UFS2 checker), or `sufs`, sufs's own earlier format.
+        #[arg(long, value_enum, default_value_t = DiskFormat::Ufs2)]
+        format: DiskFormat,
+        /// The same as `--format ufs2` (the default).
+        #[arg(long, hide = true, conflicts_with = "format")]
         ufs2: bool,
-        /// With --ufs2, the fragment size (512 to 4096): blocks of 4096 bytes hold fragments,
-        /// and files' tails are fragment runs. Default: one fragment a block.
-        #[arg(long, requires = "ufs2", default_value_t = 4096)]
-        fsize: usize,
+        /// UFS2: the fragment size (512 to 4096): blocks of 4096 bytes hold fragments, and
+        /// files' tails are fragment runs. Default 512: eight fragments a block, newfs's ratio.
+        #[arg(long)]
+        fsize: Option<usize>,
     },
 }
 

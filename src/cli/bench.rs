@@ -365,7 +365,9 @@ pub(crate) fn cmd_crashtest(ordering: Ordering, workload: &str, seed: u64, opts:
         states += s.states;
         violations += s.violations;
     }
-    let what = format!("{} workload(s), ordering {ordering}, seed {seed}: {states} crash states", names.len());
+    let format = if opts.ufs2 { format!("UFS2 {}/{}", crashtest::BS, opts.fsize) } else { "sufs's format".into() };
+    let what =
+        format!("{} workload(s), ordering {ordering}, seed {seed}, {format}: {states} crash states", names.len());
     if violations == 0 {
         println!("crashtest: {what}, no violations");
         Ok(0)

@@ -235,13 +235,37 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
         Cmd::Bench { which: Some(BenchCmd::FloorServe { dir, transport, threads, stats, ctl }), .. } => {
             cmd_bench_floor_serve(&dir, transport, threads as usize, stats, ctl).map(|_| 0)
         }
-        Cmd::Crashtest { ordering, workload, seed, subsets, ops, cache_blocks, end, update, ufs2, fsize } => {
-            if !(512..=4096).contains(&fsize) || !fsize.is_power_of_two() {
-                return Err(format!("--fsize {fsize}: a power of two from 512 to 4096").into());
-            }
+        Cmd::Crashtest {
+            ordering,
+            workload,
+            seed,
+            subsets,
+            ops,
+            cache_blocks,
+            end,
+            update,
+            format,
+            ufs2: _,
+            fsize,
+        } => {
+            let ufs2 = format == DiskFormat::Ufs2;
+            let fsize = crash_fsize(ufs2, fsize)?;
             let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ufs2, fsize, ..Default::default() };
             cmd_crashtest(ordering, &workload, seed, &opts)
         }
+    }
+}
+
+/// The crash tester's fragment size: `--fsize` on UFS2 (a power of two from 512 to the
+/// tester's 4096-byte block; 512 unless given), refused on sufs's own format, which has none.
+fn crash_fsize(ufs2: bool, fsize: Option<usize>) -> Result<usize, Fail> {
+    let block = sufs_lab::crashtest::BS;
+    match (ufs2, fsize) {
+        (false, Some(_)) => Err(Fail("--fsize: sufs's own format has no fragments (UFS2 only)".into(), 2)),
+        (false, None) => Ok(block),
+        (true, None) => Ok(512),
+        (true, Some(f)) if (512..=block).contains(&f) && f.is_power_of_two() => Ok(f),
+        (true, Some(f)) => Err(Fail(format!("--fsize {f}: a power of two from 512 to {block}"), 2)),
     }
 }
 

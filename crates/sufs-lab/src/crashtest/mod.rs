@@ -70,7 +70,7 @@ pub const WORKLOADS: [&str; 24] = [
 ];
 
 /// The block size of every recorded image.
-const BS: usize = 4096;
+pub const BS: usize = 4096;
 
 #[derive(Debug, Error)]
 pub enum CrashError {
