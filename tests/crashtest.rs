@@ -463,3 +463,19 @@ fn ufs2_truncations_within_fragment_runs_keep_the_orderings_promises() {
         assert_eq!(s.violations, 0, "{ordering}: {s}");
     }
 }
+
+/// A directory grown past its direct blocks under soft updates: the new block and its pointer
+/// reach the disk before the size that covers them (seeds 8 and 10 left the size past a missing
+/// block, a hole in the directory, on both formats); and a directory whose last run of
+/// fragments moved names the new run on disk before a removal in it counts as written (seed 20
+/// on 1 KiB fragments freed an inode that the old run, still the directory on disk, named).
+#[test]
+fn big_directories_under_soft_updates_keep_every_name() {
+    for (seed, ufs2, fsize) in [(8, false, 4096), (10, false, 4096), (8, true, 512), (10, true, 4096), (20, true, 1024)]
+    {
+        let o = CrashOptions { ufs2, fsize, ..Default::default() };
+        let s = crashtest::run(Ordering::Softdep, "big-dir", seed, &o).unwrap();
+        assert!(s.states > 100, "{s}");
+        assert_eq!(s.violations, 0, "seed {seed}, UFS2 {ufs2}, fragments of {fsize} bytes: {s}");
+    }
+}

@@ -333,20 +333,21 @@ impl Fs {
         };
         let run = self.run_len(new_size, nblocks);
         // The whole run formatted, so that the directory grows into it without a write.
-        let buf = self.cache.create_frags(bno, run);
-        dir_init_block(buf);
-        let buf = &mut buf[..(new_size - nblocks * bs) as usize];
+        dir_init_block(self.cache.create_frags(bno, run));
+        let past_direct = nblocks >= NDADDR as u64;
+        if past_direct && self.ordering == Ordering::Softdep {
+            // Empty: the entry's dependency is set up once it is in, after this returns.
+            self.dir_block_pointer_to_disk(&nd, nblocks, bno)?;
+        }
+        let buf = &mut self.cache.modify(bno)?[..(new_size - nblocks * bs) as usize];
         let off = dir_insert(buf, 0, ino, dtype, name)?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
             h.set_chunks(nblocks, buf)?;
             h.inserted(name, nblocks, off, chunk_slack(buf, off)?);
         }
         self.order_write(&[bno])?;
-        if nblocks >= NDADDR as u64 && self.ordering == Ordering::Sync {
-            // The block's pointer in its indirect block is on disk before the size that covers
-            // it: else a crash leaves a hole in the directory (fstests' generic/705).
-            let path = self.indirect_path(&nd, nblocks)?;
-            self.write_bufs(&path, WriteKind::Sync)?;
+        if past_direct && self.ordering == Ordering::Sync {
+            self.dir_block_pointer_to_disk(&nd, nblocks, bno)?;
         }
         *d = nd;
         d.size = new_size;
@@ -356,6 +357,30 @@ impl Fs {
         // written now, as FFS's direnter does, so that a rename's old name never goes first.
         self.order_write(&[ib])?;
         Ok((bno, off))
+    }
+
+    /// Puts a new directory block `bno` past the direct blocks (logical block `lbn` of `nd`),
+    /// and its pointer in its indirect blocks, on disk before the directory's size covers it:
+    /// else a crash may leave the larger size with the pointer not yet written, a hole in the
+    /// directory that fsck can only cut off, with the names after it (fstests' generic/705
+    /// under `sync`; the crash tester's `big-dir` under soft updates). FFS's `ufs_direnter`
+    /// fsyncs a directory it grows into an indirect block for the same reason. Under `sync` the
+    /// block is on disk already; under soft updates the pointer is rolled back until its block
+    /// and bitmap are on disk, so those go first (the block still empty: its first entry's
+    /// dependency is set up after it is in), then the indirect blocks from the one holding the
+    /// pointer up, each after the one it points to.
+    fn dir_block_pointer_to_disk(&mut self, nd: &Dinode, lbn: u64, bno: u64) -> FsResult<()> {
+        debug_assert!(lbn >= NDADDR as u64 && self.ordering != Ordering::Async);
+        if self.ordering == Ordering::Softdep {
+            let mut first = self.dirty_cg_headers();
+            first.push(bno);
+            self.write_bufs(&first, WriteKind::Sync)?;
+        }
+        let path = self.indirect_path(nd, lbn)?;
+        for &b in path.iter().rev() {
+            self.write_bufs(&[b], WriteKind::Sync)?;
+        }
+        Ok(())
     }
 
     /// Adds the entry in directory block `lbn` if it has room (in `chunk` alone, the one the
@@ -428,6 +453,7 @@ impl Fs {
         let grown = d.size + DIRBLKSIZ as u64;
         let old_run = self.run_len(d.size, lbn);
         let run = self.run_len(grown, lbn);
+        let was = bno;
         let bno = if self.has_frags() && lbn < NDADDR as u64 { self.bmap_run(dir, d, lbn, grown)?.0 } else { bno };
         let buf = self.cache.modify_frags(bno, run)?;
         // New fragments wait for their contents like any new run; otherwise the chunk is ready
@@ -445,18 +471,40 @@ impl Fs {
             // 1024`), not yet explained: the write stays until it is.
             self.write_bufs(&[bno], WriteKind::Sync)?;
         }
+        d.size += DIRBLKSIZ as u64;
+        if bno != was && self.ordering == Ordering::Softdep {
+            self.dir_run_moved_to_disk(dir, d, bno)?;
+        }
         let buf = &mut self.cache.modify_frags(bno, run)?[..len + DIRBLKSIZ];
         let off = dir_insert(buf, len, ino, dtype, name)?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
             h.inserted(name, lbn, off, chunk_slack(buf, off)?);
         }
-        d.size += DIRBLKSIZ as u64;
         self.touch_mc(d);
         let ib = self.iput(dir, d)?;
         // The new name is reachable only once the larger size is on disk: written now, as for
         // a new block (a rename's old name must not go first).
         self.order_write(&[ib])?;
         Ok(Some((bno, off)))
+    }
+
+    /// A directory's last run of fragments moved to `bno` (its old run settled first): the
+    /// run, its bitmap and then the directory's inode naming it go to disk before any entry is
+    /// added or removed in it. Until the inode on disk names the new run, the directory on disk
+    /// is the old one, and soft updates, which track entries by the block they are in, would
+    /// take a removal written in the new run for one on disk: the removed file's inode freed
+    /// while the old run still names it (the crash tester's `big-dir`, seed 20, 1 KiB
+    /// fragments). FFS's `ufs_direnter` likewise syncs a directory whose block it could not
+    /// extend in place.
+    fn dir_run_moved_to_disk(&mut self, dir: u32, d: &Dinode, bno: u64) -> FsResult<()> {
+        debug_assert!(self.ordering == Ordering::Softdep && d.db.contains(&bno));
+        let mut first = self.dirty_cg_headers();
+        first.push(bno);
+        self.write_bufs(&first, WriteKind::Sync)?;
+        let ib = self.iput(dir, d)?;
+        self.write_bufs(&[ib], WriteKind::Sync)?;
+        debug_assert!(self.hooks.softdep.as_ref().is_none_or(|sd| !sd.has_pointer_change(dir, bno)));
+        Ok(())
     }
 
     pub(super) fn dir_is_empty(&mut self, ino: u32, d: &mut Dinode) -> FsResult<bool> {

@@ -680,16 +680,18 @@ impl Fs {
         self.land_flight()?;
         self.snap_cow(bnos)?;
         if self.ordering == Ordering::Sync && bnos.iter().any(|&b| !self.is_cg_block(b)) {
-            let cgs: Vec<u64> = (0..self.sb.ngroups)
-                .map(|cg| self.sb.cg_header_block(cg))
-                .filter(|&b| self.cache.is_dirty(b))
-                .collect();
+            let cgs = self.dirty_cg_headers();
             if !cgs.is_empty() {
                 self.cache.write(&cgs, WriteKind::Sync, &mut self.hooks)?;
             }
         }
         self.cache.write(bnos, kind, &mut self.hooks)?;
         Ok(())
+    }
+
+    /// The group headers (bitmaps) with changes not on disk.
+    fn dirty_cg_headers(&self) -> Vec<u64> {
+        (0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)).filter(|&b| self.cache.is_dirty(b)).collect()
     }
 
     /// Writes delayed writes picked by age or to make room, `batch` blocks at most to a batch.

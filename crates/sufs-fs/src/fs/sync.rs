@@ -144,8 +144,7 @@ impl Fs {
         if settled && !dirty(&data) && levels.iter().all(|l| !dirty(l)) {
             return Ok(None);
         }
-        let mut first: Vec<u64> =
-            (0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg)).filter(|&b| self.cache.is_dirty(b)).collect();
+        let mut first = self.dirty_cg_headers();
         first.extend(data);
         let mut batches = vec![first];
         batches.extend(levels);

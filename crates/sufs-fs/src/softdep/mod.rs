@@ -731,6 +731,11 @@ impl Softdep {
         })
     }
 
+    /// True if a change of one of the inode's pointers to the run at `bno` is not on disk yet.
+    pub fn has_pointer_change(&self, ino: u32, bno: u64) -> bool {
+        self.inodedeps.get(&ino).is_some_and(|d| d.allocdirects().any(|a| a.bno == bno))
+    }
+
     /// True if the inode's own dependencies (bitmap bit, new block pointers) are all on disk.
     pub fn inode_settled(&self, ino: u32) -> bool {
         self.inodedeps.get(&ino).is_none_or(|d| d.bitmap_done() && d.inoupdt.is_empty() && d.newinoupdt.is_empty())
