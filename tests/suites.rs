@@ -1,8 +1,9 @@
 //! External test suites against a real FUSE mount (docs/suites/): pjdfstest (POSIX
 //! conformance, the Rust port), fsx (random reads, writes, mmaps, truncations and fsyncs checked
 //! against an in-memory copy of the file) and an fsstress-style concurrent load, each followed by
-//! unmount and `sufs fsck`, which must find nothing; on sufs's format under each ordering and on
-//! UFS2 (newfs's 32 KiB blocks of 4 KiB fragments) under soft updates. Each test skips with a message when
+//! unmount and `sufs fsck`, which must find nothing; on UFS2 (newfs's 32 KiB blocks of 4 KiB
+//! fragments, what `sufs mkfs` makes) under each ordering and on sufs's own earlier format under
+//! soft updates. Each test skips with a message when
 //! /dev/fuse or its tool is missing; `.ci/run` installs the tools and sets
 //! `SUFS_REQUIRE_SUITES=1`, which turns a missing tool into a failure.
 //!
@@ -54,15 +55,16 @@ fn suite_mkfs(img: &Path, size: &str, format: &str) {
     }
 }
 
-/// The (format, ordering) pairs a suite runs: by default sufs's format under each of
-/// `orderings_default` and UFS2 under soft updates; with `$SUFS_SUITE_FORMATS` or
-/// `$SUFS_SUITE_ORDERINGS` set, every format given with every ordering given.
+/// The (format, ordering) pairs a suite runs: by default UFS2 (what `sufs mkfs` makes) under
+/// each of `orderings_default` and sufs's own earlier format under soft updates; with
+/// `$SUFS_SUITE_FORMATS` or `$SUFS_SUITE_ORDERINGS` set, every format given with every ordering
+/// given.
 fn configs(orderings_default: &str) -> Vec<(String, String)> {
     let asked = formats();
     if asked.is_none() && std::env::var("SUFS_SUITE_ORDERINGS").is_err() {
         let mut v: Vec<(String, String)> =
-            orderings(orderings_default).into_iter().map(|o| ("sufs".to_string(), o)).collect();
-        v.push(("ufs2".into(), "softdep".into()));
+            orderings(orderings_default).into_iter().map(|o| ("ufs2".to_string(), o)).collect();
+        v.push(("sufs".into(), "softdep".into()));
         return v;
     }
     let orderings = orderings(orderings_default);
