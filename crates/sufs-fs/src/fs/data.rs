@@ -348,6 +348,15 @@ impl Fs {
         }
         let bs = self.sb.block_size as u64;
         if size < d.size {
+            // On UFS2 the block that will hold the new last byte is allocated first, while the
+            // file goes on past it (a whole block), as `ffs_truncate` allocates it before it cuts:
+            // no inode on disk, in any order of the writes, has the new size past a hole.
+            let last = size.checked_sub(1).map(|b| b / bs);
+            if let Some(lbn) = last.filter(|_| self.sb.ufs2().is_some() && d.is_reg()) {
+                if self.bmap(ino, d, lbn, false)?.0 == 0 {
+                    self.write_inner(ino, d, size - 1, &[0])?;
+                }
+            }
             if !size.is_multiple_of(bs) {
                 let (bno, _) = self.bmap(ino, d, size / bs, false)?;
                 if bno != 0 {
@@ -380,13 +389,14 @@ impl Fs {
         Ok(())
     }
 
-    /// UFS2's rule for a file that reaches past its direct blocks: the block holding its last
-    /// byte is allocated (FreeBSD's `ffs_truncate` allocates it; fsck_ffs's pass 1 calls a
-    /// hole there "FILE SIZE BEYOND END OF ALLOCATED FILE"). Allocates it, zeroed, where a
-    /// truncate or a punched hole left it a hole. Nothing on sufs's own format.
+    /// UFS2's rule: no file ends in a hole, the block holding its last byte is allocated
+    /// (FreeBSD's `ffs_truncate` allocates it; fsck_ffs's pass 1 calls a hole there "FILE SIZE
+    /// BEYOND END OF ALLOCATED FILE", fatal within the direct blocks). Allocates it, zeroed (in
+    /// the direct blocks, the fragments the size reaches), where a truncate or a punched hole
+    /// left it a hole. Nothing on sufs's own format.
     pub(super) fn keep_end_allocated(&mut self, ino: u32, d: &mut Dinode) -> FsResult<()> {
         let bs = self.sb.block_size as u64;
-        if self.sb.ufs2().is_none() || !d.is_reg() || d.size <= NDADDR as u64 * bs {
+        if self.sb.ufs2().is_none() || !d.is_reg() || d.size == 0 {
             return Ok(());
         }
         let (bno, _) = self.bmap(ino, d, (d.size - 1) / bs, false)?;
@@ -582,6 +592,57 @@ mod tests {
             fs.sync_all().unwrap();
             assert_eq!(fs.statfs().bfree, 2 * 4, "{what}: two blocks freed, the last kept");
             unmount_clean_ufs2(&dev, fs, &what);
+        }
+    }
+
+    /// No UFS2 file ends in a hole, within its direct blocks too (FreeBSD's fsck_ffs stops a
+    /// boot's check on one: "FILE SIZE ... BEYOND END OF ALLOCATED FILE", an unexpected soft
+    /// updates inconsistency): a truncate up, a truncate down into a hole and a hole punched
+    /// over a file's end leave the block holding its last byte allocated (its tail's fragments
+    /// in the last direct block), the bytes read the same, and the checker finds nothing.
+    #[test]
+    fn ufs2_files_ending_within_their_direct_blocks_end_in_an_allocated_block() {
+        type Op = fn(&mut Fs, u32);
+        fn set(fs: &mut Fs, f: u32, size: u64) {
+            fs.setattr(f, &SetAttr { size: Some(size), ..Default::default() }).unwrap();
+        }
+        let cases: [(&str, Op); 4] = [
+            ("truncate up an empty file", |fs, f| set(fs, f, 100_000)),
+            ("truncate up past a tail", |fs, f| {
+                fs.write(f, 0, &[7; 1000]).unwrap();
+                set(fs, f, 30_003);
+            }),
+            ("truncate down into a hole", |fs, f| {
+                fs.write(f, 0, &[7; 1000]).unwrap();
+                fs.write(f, 40_000, &[8; 1000]).unwrap();
+                set(fs, f, 20_100);
+            }),
+            ("punch over the end", |fs, f| {
+                fs.write(f, 0, &[7; 30_000]).unwrap();
+                let punch = FallocMode { op: FallocOp::PunchHole, keep_size: true };
+                fs.fallocate(f, 8192, 30_000 - 8192, punch).unwrap();
+            }),
+        ];
+        for fsize in [1024, 4096] {
+            for ordering in [Ordering::Softdep, Ordering::Sync] {
+                for (how, op) in cases {
+                    let what = format!("{ordering:?}, fragments of {fsize}: {how}");
+                    let dev = crate::format::ufs2::newfs::mem_image(4 << 20, fsize);
+                    let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
+                    let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
+                    let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+                    op(&mut fs, f);
+                    let mut d = fs.getattr(f).unwrap();
+                    let last = (d.size - 1) / 4096;
+                    let (bno, _) = fs.bmap(f, &mut d, last, false).unwrap();
+                    assert_ne!(bno, 0, "{what}: the last block (of a {}-byte file) is a hole", d.size);
+                    let before = fs.read(f, 0, d.size as usize).unwrap();
+                    unmount_clean_ufs2(&dev, fs, &what);
+                    let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
+                    let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
+                    assert!(fs.read(f, 0, d.size as usize).unwrap() == before, "{what}: bytes changed");
+                }
+            }
         }
     }
 

@@ -234,13 +234,13 @@ impl Fs {
         Ok(d)
     }
 
-    /// The work of `punch_hole` on the in-memory dinode. On UFS2 a file past its direct blocks
-    /// keeps its last block allocated (`keep_end_allocated`): that block is zeroed rather than
-    /// freed, so that a punch never needs a new block (on a full disk it would find none).
+    /// The work of `punch_hole` on the in-memory dinode. On UFS2 a file keeps its last block
+    /// allocated (`keep_end_allocated`): that block is zeroed rather than freed, so that a
+    /// punch never needs a new block (on a full disk it would find none).
     fn punch_range(&mut self, ino: u32, d: &mut Dinode, off: u64, end: u64) -> FsResult<()> {
         let bs = self.sb.block_size as u64;
         let (first, mut last) = (off.div_ceil(bs), end / bs);
-        if self.sb.ufs2().is_some() && d.size > NDADDR as u64 * bs {
+        if self.sb.ufs2().is_some() && d.size > 0 {
             last = last.min((d.size - 1) / bs);
         }
         if first < last {

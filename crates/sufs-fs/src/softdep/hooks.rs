@@ -273,10 +273,12 @@ impl Softdep {
                 );
                 dd.ib[l] = 0;
             }
-        } else if let Some(last) = last_undone.filter(|&l| self.sb.frag() > 1 && dd.size <= (l as u64 + 1) * bs as u64)
+        } else if let Some(last) =
+            last_undone.filter(|&l| self.sb.ufs2().is_some() && dd.size <= (l as u64 + 1) * bs as u64)
         {
             // The last block was rolled back to nothing: the file ends at the last one it holds
-            // (a full block, as no fragment was rolled back), so that no hole claims a fragment.
+            // (a full block, as no fragment was rolled back), so that no file on disk ends in a
+            // hole (initiate_write_inodeblock_ufs2 does this with any fragment size).
             let held = (0..=last).rev().find(|&j| dd.db[j] != 0).map_or(0, |j| j as u64 + 1);
             dd.size = dd.size.min(held * bs as u64);
         }

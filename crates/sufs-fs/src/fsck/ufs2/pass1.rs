@@ -381,17 +381,15 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
                 }
             }
         }
-        // Soft updates rolls back the pointers of indirect blocks not yet written, not the size.
+        // No file ends in a hole. Soft updates rolls back the pointers of indirect blocks not
+        // yet written, not the size: past the direct blocks a crash may leave one.
         let bsize = self.sb.fs_bsize as u64;
         let size = dip.di_size;
         let snap = dip.di_flags & SF_SNAPSHOT != 0;
-        if !snap
-            && dip.shortlink(&self.sb).is_none()
-            && size > UFS_NDADDR as u64 * bsize
-            && lballoc < self.sb.lblkno(size - 1)
-        {
+        if !snap && size > 0 && dip.shortlink(&self.sb).is_none() && lballoc < self.sb.lblkno(size - 1) {
             let should = self.sb.lblktosize(lballoc + 1);
-            self.find(Finding::SizeBeyondAllocated { ino, size, should });
+            let indirect = size > UFS_NDADDR as u64 * bsize;
+            self.find(Finding::SizeBeyondAllocated { ino, size, should, indirect });
         }
         if is_dir {
             self.dir_blocks.insert(ino, dir_blocks);
