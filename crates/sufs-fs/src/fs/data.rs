@@ -646,6 +646,23 @@ mod tests {
         }
     }
 
+    /// A UFS2 directory records its depth below the root (FreeBSD 14's `di_dirdepth`): without
+    /// it FreeBSD's fsck_ffs takes the file system for one that does not track depths and asks
+    /// to convert it.
+    #[test]
+    fn ufs2_directories_record_their_depth() {
+        let dev = crate::format::ufs2::newfs::mem_image(4 << 20, 1024);
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
+        let mut fs = Fs::mount(dev.clone(), opts.clone(), Arc::new(SimClock::new())).unwrap();
+        let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
+        let (b, _) = fs.mkdir(a, b"b", 0o755, 0, 0).unwrap();
+        let (c, _) = fs.mkdir(b, b"c", 0o755, 0, 0).unwrap();
+        fs.unmount().unwrap();
+        let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();
+        let depth = |fs: &mut Fs, i| fs.getattr(i).unwrap().ufs2.freelink;
+        assert_eq!([ROOT_INO, a, b, c].map(|i| depth(&mut fs, i)), [0, 1, 2, 3]);
+    }
+
     /// A read planned under the lock whose blocks are freed, handed to another file and
     /// written before its device read (which runs without the lock) is done again under the
     /// lock: it never returns another file's data.

@@ -186,6 +186,12 @@ impl Fs {
             }
         };
         d.nlink = 2;
+        if self.sb.ufs2().is_some() {
+            // FreeBSD 14's di_dirdepth (in di_freelink's place): one below the parent's, the
+            // root's being 0. fsck_ffs takes a directory of depth 0 for one of a file system
+            // that does not track depths, and asks to start tracking them.
+            d.ufs2.freelink = dd.ufs2.freelink.saturating_add(1);
+        }
         let body = match self.init_dir_block(ino, &mut d, dir) {
             Ok(b) => b,
             Err(e) => {

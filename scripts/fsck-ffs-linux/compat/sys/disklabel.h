@@ -1,0 +1,1 @@
+/* Linux compatibility glue: <sys/disklabel.h> not needed on an image */

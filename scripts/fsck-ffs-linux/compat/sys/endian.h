@@ -1,0 +1,2 @@
+#include <endian.h>
+#include <byteswap.h>
