@@ -1,6 +1,7 @@
 //! Rename, RENAME_EXCHANGE and RENAME_WHITEOUT, with rule 3 under soft updates: the old name
 //! stays on disk, hidden (`hidden.rs`), until the new one is reachable there.
 
+use super::hidden::Place;
 use super::*;
 
 /// Renames between their call and the disk (rule 3): the old names still in their blocks, the
@@ -106,6 +107,57 @@ impl Fs {
             return Ok(());
         }
         self.write_bufs(&[key.0], WriteKind::Sync)
+    }
+
+    /// The old names of directories still on disk: hidden ones (their places), and the blocks
+    /// whose removals of such names are not written yet (a freed inode is no directory).
+    fn old_dir_names(&mut self) -> FsResult<(Vec<Place>, Vec<u64>)> {
+        let named: Vec<(Place, u32)> = self.renames.hidden.iter().map(|(k, h)| (k, h.ino)).collect();
+        let removed = self.hooks.softdep.as_ref().map(|s| s.removals_on_disk()).unwrap_or_default();
+        let mut hidden = Vec::new();
+        for (key, ino) in named {
+            if self.iget_raw(ino)?.is_dir() {
+                hidden.push(key);
+            }
+        }
+        let mut blocks = Vec::new();
+        for (b, ino) in removed {
+            if !blocks.contains(&b) && self.iget_raw(ino)?.is_dir() {
+                blocks.push(b);
+            }
+        }
+        Ok((hidden, blocks))
+    }
+
+    /// Before a directory changes parent under soft updates, every old name of a directory
+    /// leaves the disk: hidden ones as `retire_hidden` retires them, removed ones by writing
+    /// their blocks. Otherwise the disk may come to hold a loop of names: a directory moved
+    /// under one whose old name (still on disk) is inside the moved one's tree. The root
+    /// reaches such a loop by the directories' other names, but fsck_ffs's pass 2 keeps the
+    /// first name it meets of each directory (in disk block order) and removes the others, and
+    /// may keep the loop's names: its directories are cut off from the root. With this, the
+    /// only old names of directories on disk are those of the moves since the last such write,
+    /// whose trees hold none of them. Answers whether there was anything to retire.
+    pub(super) fn retire_old_dir_names(&mut self) -> FsResult<bool> {
+        let (hidden, blocks) = self.old_dir_names()?;
+        if hidden.is_empty() && blocks.is_empty() {
+            return Ok(false);
+        }
+        log::debug!("a directory moves: old names of directories leave the disk first ({hidden:?}, blocks {blocks:?})");
+        for key in hidden {
+            self.retire_hidden(key)?;
+        }
+        // Retiring may have run more removals.
+        let (_, blocks) = self.old_dir_names()?;
+        self.write_bufs(&blocks, WriteKind::Sync)?;
+        self.run_tasks()?;
+        let (hidden, blocks) = self.old_dir_names()?;
+        if !hidden.is_empty() || !blocks.is_empty() {
+            return Err(FsError::Corrupt(format!(
+                "old names of directories outlived their retirement: hidden at {hidden:?}, removed in {blocks:?}"
+            )));
+        }
+        Ok(true)
     }
 
     /// The new entry at `off` of directory block `bno`, naming file `ino`, waits on disk until
@@ -229,6 +281,17 @@ impl Fs {
         let dst = self.find_entry(newdir, &mut nd, newname)?;
         if si.flags & DI_KEEP_NAMES != 0 {
             return Err(FsError::Perm);
+        }
+        if self.hooks.softdep.is_some() && dir != newdir {
+            // A directory changing parent (either of an exchange): no old name of a directory
+            // may be on disk then (`retire_old_dir_names`).
+            let dst_dir = match (flags.exchange, dst) {
+                (true, Some(t)) => self.iget(t.ino)?.is_dir(),
+                _ => false,
+            };
+            if (si.is_dir() || dst_dir) && self.retire_old_dir_names()? {
+                return self.rename(dir, name, newdir, newname, flags);
+            }
         }
         if flags.exchange {
             let dst = dst.ok_or(FsError::NotFound)?;
