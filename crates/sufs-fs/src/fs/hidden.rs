@@ -85,6 +85,11 @@ impl HiddenNames {
         places.iter().map(|p| (*p, &self.by_place[p]))
     }
 
+    /// Every hidden entry, with its place.
+    pub fn iter(&self) -> impl Iterator<Item = (Place, &HiddenName)> + '_ {
+        self.by_place.iter().map(|(p, h)| (*p, h))
+    }
+
     /// True if `dir` holds a hidden entry.
     pub fn in_dir(&self, dir: u32) -> bool {
         self.per_dir.contains_key(&dir)

@@ -1,7 +1,9 @@
 //! Rename, RENAME_EXCHANGE and RENAME_WHITEOUT, with rule 3 under soft updates: the old name
 //! stays on disk, hidden (`hidden.rs`), until the new one is reachable there.
 
+use super::hidden::Place;
 use super::*;
+use crate::fixed_hash::{HashSet, HashSetExt};
 
 /// Renames between their call and the disk (rule 3): the old names still in their blocks, the
 /// removals waiting for the new name's path to be reachable on disk, and the new entries that
@@ -106,6 +108,59 @@ impl Fs {
             return Ok(());
         }
         self.write_bufs(&[key.0], WriteKind::Sync)
+    }
+
+    /// The old names of the directories `of` still on disk: hidden ones (their places), and the
+    /// blocks whose removals of such names are not written yet.
+    fn old_names_of(&self, of: &HashSet<u32>) -> (Vec<Place>, Vec<u64>) {
+        let hidden = self.renames.hidden.iter().filter(|(_, h)| of.contains(&h.ino)).map(|(k, _)| k).collect();
+        let mut blocks = Vec::new();
+        for (b, ino) in self.hooks.softdep.as_ref().map(|s| s.removals_on_disk()).unwrap_or_default() {
+            if of.contains(&ino) && !blocks.contains(&b) {
+                blocks.push(b);
+            }
+        }
+        (hidden, blocks)
+    }
+
+    /// Before a directory moves into `newdir` under soft updates, the old names still on disk
+    /// of `newdir` and of its ancestors leave it: hidden ones as `retire_hidden` retires them,
+    /// removed ones by writing their blocks. Otherwise the move may close a loop of names on
+    /// disk: the moved directory's tree may hold such an old name (as of the tree's earlier
+    /// place), and the new name leads back into it. The root reaches that loop by other names,
+    /// but fsck_ffs's pass 2 keeps the first name it meets of each directory (in disk block
+    /// order) and removes the others, and may keep the loop's: its directories are cut off
+    /// from the root.
+    ///
+    /// Enough: the names on disk, and the old ones still there, form no loop before the move.
+    /// A path on disk from the moved directory back to `newdir` would end with an old name of
+    /// `newdir` or of an ancestor of it (then the current names lead down to `newdir`), and
+    /// there is none; or it is all current names, and `newdir` would be inside the moved
+    /// directory, which rename refuses. Answers whether there was anything to retire.
+    pub(super) fn retire_old_names_above(&mut self, newdirs: &[u32]) -> FsResult<bool> {
+        let mut above = HashSet::new();
+        for &d in newdirs {
+            self.ancestors(Some(d), &mut above)?;
+        }
+        let (hidden, blocks) = self.old_names_of(&above);
+        if hidden.is_empty() && blocks.is_empty() {
+            return Ok(false);
+        }
+        log::debug!("a directory moves into {newdirs:?}: their old names leave the disk first");
+        for key in hidden {
+            self.retire_hidden(key)?;
+        }
+        // Retiring may have run more removals.
+        let (_, blocks) = self.old_names_of(&above);
+        self.write_bufs(&blocks, WriteKind::Sync)?;
+        self.run_tasks()?;
+        let (hidden, blocks) = self.old_names_of(&above);
+        if !hidden.is_empty() || !blocks.is_empty() {
+            return Err(FsError::Corrupt(format!(
+                "old names of directories outlived their retirement: hidden at {hidden:?}, removed in {blocks:?}"
+            )));
+        }
+        Ok(true)
     }
 
     /// The new entry at `off` of directory block `bno`, naming file `ino`, waits on disk until
@@ -229,6 +284,18 @@ impl Fs {
         let dst = self.find_entry(newdir, &mut nd, newname)?;
         if si.flags & DI_KEEP_NAMES != 0 {
             return Err(FsError::Perm);
+        }
+        if self.hooks.softdep.is_some() && dir != newdir {
+            // A directory changing parent (either of an exchange): no old name of its new
+            // parent or of an ancestor of that may be on disk (`retire_old_names_above`).
+            let dst_dir = match (flags.exchange, dst) {
+                (true, Some(t)) => self.iget(t.ino)?.is_dir(),
+                _ => false,
+            };
+            let into: Vec<u32> = [(si.is_dir(), newdir), (dst_dir, dir)].iter().filter(|m| m.0).map(|m| m.1).collect();
+            if !into.is_empty() && self.retire_old_names_above(&into)? {
+                return self.rename(dir, name, newdir, newname, flags);
+            }
         }
         if flags.exchange {
             let dst = dst.ok_or(FsError::NotFound)?;

@@ -862,6 +862,20 @@ impl Softdep {
         self.writes_seen
     }
 
+    /// The removed entries not yet on disk that drop a link of an inode once they are (a
+    /// rename's old name, an unlinked name): their directory blocks and those inodes.
+    pub fn removals_on_disk(&self) -> Vec<(u64, u32)> {
+        let mut out = Vec::new();
+        for (&b, pd) in &self.pagedeps {
+            for t in pd.dirrems.iter().flat_map(|r| &r.tasks) {
+                if let Task::DropLink(i) = t {
+                    out.push((b, *i));
+                }
+            }
+        }
+        out
+    }
+
     pub fn pending_unlinks_of(&self, ino: u32) -> u32 {
         self.pending_unlinks.get(&ino).copied().unwrap_or(0)
     }

@@ -11,7 +11,7 @@ use sufs_fs::format::{Superblock, ROOT_INO};
 use sufs_fs::fs::{Fs, FsError, FsResult};
 use sufs_fs::fsck::{self, Class};
 
-use super::promise::{reachable_inodes, resolve, Promise, PromiseKind};
+use super::promise::{name_loop, reachable_inodes, resolve, Promise, PromiseKind};
 use super::recorder::{CrashImage, CrashState, Recording};
 use super::summary::{Summary, Verdict};
 use super::workloads::{tree_digest, xattr_digest};
@@ -60,6 +60,9 @@ impl Recording {
         };
         if let Err(e) = fs.readdir(ROOT_INO, 0, usize::MAX) {
             out.push(violation("Unmountable", format!("root directory unreadable: {e}")));
+        }
+        if let Some(d) = name_loop(&mut fs) {
+            out.push(violation("NameLoop", format!("DIRECTORY I={d} IS NAMED INSIDE ITS OWN TREE (A LOOP OF NAMES)")));
         }
         let high = s.batches + s.partial.is_some() as usize;
         let mut reachable = None;

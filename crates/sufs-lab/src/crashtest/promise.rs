@@ -106,6 +106,39 @@ pub(super) fn reachable_inodes(fs: &mut Fs) -> HashSet<u32> {
     seen
 }
 
+/// A directory named inside its own tree, every name counted: a loop of names the root reaches
+/// by other names (an unreachable one is fsck's finding). fsck_ffs keeps one name of each
+/// directory, the first in disk block order, and may keep the loop's, cutting it off the root.
+/// The first such directory a walk from the root meets, if any.
+pub(super) fn name_loop(fs: &mut Fs) -> Option<u32> {
+    fn subdirs(fs: &mut Fs, d: u32) -> Vec<u32> {
+        let entries = fs.readdir(d, 0, usize::MAX).unwrap_or_default();
+        entries.into_iter().filter(|e| e.dtype == DT_DIR && e.name != b"." && e.name != b"..").map(|e| e.ino).collect()
+    }
+    // Depth first: the directories on the path from the root, each with the subdirectories
+    // left to walk, and the directories whose trees are walked.
+    let mut path = vec![(ROOT_INO, subdirs(fs, ROOT_INO))];
+    let mut on_path = HashSet::from([ROOT_INO]);
+    let mut done = HashSet::new();
+    while let Some(top) = path.len().checked_sub(1) {
+        match path[top].1.pop() {
+            Some(c) if on_path.contains(&c) => return Some(c),
+            Some(c) if done.contains(&c) => {}
+            Some(c) => {
+                on_path.insert(c);
+                let below = subdirs(fs, c);
+                path.push((c, below));
+            }
+            None => {
+                let (d, _) = path.pop().expect("the path is not empty");
+                on_path.remove(&d);
+                done.insert(d);
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
