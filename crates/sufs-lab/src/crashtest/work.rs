@@ -141,9 +141,12 @@ impl<'a> Work<'a> {
         format!("{prefix}{i}{}", "-".repeat(pad))
     }
 
-    /// Every entry under `dir` (path, is a directory), parents before children.
+    /// Every entry under `dir` (path, is a directory), parents before children. Each directory
+    /// is entered once: a loop of names (which rename refuses to make) ends the walk there
+    /// instead of running forever.
     pub(super) fn walk(&mut self, dir: &str) -> FsResult<Vec<(String, bool, u32)>> {
         let mut out = Vec::new();
+        let mut entered = std::collections::HashSet::new();
         let mut stack = vec![dir.to_string()];
         while let Some(d) = stack.pop() {
             let ino = self.resolve(&d)?;
@@ -153,7 +156,7 @@ impl<'a> Work<'a> {
                 }
                 let p = join(&d, &String::from_utf8_lossy(&e.name));
                 let is_dir = self.fs.getattr(e.ino)?.is_dir();
-                if is_dir {
+                if is_dir && entered.insert(e.ino) {
                     stack.push(p.clone());
                 }
                 out.push((p, is_dir, e.ino));
