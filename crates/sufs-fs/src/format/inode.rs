@@ -51,6 +51,9 @@ pub struct Ufs2Extra {
     /// A device's `di_rdev` (`di_db[0]`) in full: FreeBSD's `dev_t` is 64 bits.
     pub rdev: u64,
     pub spare: [u32; 2],
+    /// A symbolic link whose target is in its block pointers (shorter than `fs_maxsymlinklen`):
+    /// its `blocks` count only its extended-attribute area. Not on disk: known from the size.
+    pub shortlink: bool,
 }
 
 const DI_MODE: usize = 0;

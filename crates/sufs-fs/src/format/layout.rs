@@ -270,6 +270,7 @@ impl Dinode {
                 freelink: d.di_freelink,
                 rdev: if device { d.di_db[0] as u64 } else { 0 },
                 spare: d.di_spare,
+                shortlink: d.shortlink(u).is_some(),
             },
             ..Default::default()
         };
@@ -341,7 +342,7 @@ impl Dinode {
     /// Whether this is a symbolic link whose target is kept in the inode's block pointers
     /// (UFS2's short links: no blocks held). Its pointers are not block numbers.
     pub fn short_symlink(&self) -> bool {
-        self.is_symlink() && self.blocks == 0 && self.size > 0
+        self.is_symlink() && self.size > 0 && (self.blocks == 0 || self.ufs2.shortlink)
     }
 
     /// Makes this inode a short symbolic link to `target` (UFS2: a target shorter than
@@ -356,6 +357,7 @@ impl Dinode {
             *p = words.next().expect("a word per pointer");
         }
         self.size = target.len() as u64;
+        self.ufs2.shortlink = true;
     }
 
     /// The target of a short symbolic link: `size` bytes of its block pointers.
