@@ -92,6 +92,7 @@ impl Fs {
     /// as it was.
     fn preallocate(&mut self, ino: u32, off: u64, end: u64, keep_size: bool) -> FsResult<Dinode> {
         let mut d = self.iget(ino)?;
+        let size_before = d.size;
         let old = self.keep_on_error(ino, &mut d, |fs, d| fs.grow_for_range(ino, d, end, keep_size))?;
         let made = match self.allocate_holes(ino, &mut d, off, end) {
             Ok(m) => m,
@@ -99,6 +100,9 @@ impl Fs {
         };
         if !keep_size && end > d.size {
             d.size = end;
+        }
+        // (On UFS2 the growth may already have set the size, with the new last block.)
+        if d.size != size_before {
             self.touch_mc(&mut d);
         } else if !made.is_empty() {
             self.touch_c(&mut d);
