@@ -490,6 +490,10 @@ fn preen_first(image: &Path) -> Result<(), Fail> {
     // Held while fsck runs: no mount may start meanwhile.
     let lock = std::fs::File::open(image).map_err(|e| fail(e.to_string()))?;
     lock.try_lock().map_err(|_| fail("the image is in use".into()))?;
+    let (_, sb) = open_image_any(image, false).map_err(|Fail(m, _)| fail(m))?;
+    if sb.ufs2().is_some() {
+        return preen_ufs2_first(image, &sb).map_err(|Fail(m, _)| fail(m));
+    }
     let dev = sufs_fs::fsck::open_image_at(image, true, None).map_err(|e| fail(e.to_string()))?;
     let opts = sufs_fs::fsck::Options { mode: sufs_fs::fsck::Mode::Preen, force: false, superblock: None };
     let report = sufs_fs::fsck::run(&dev, &opts).map_err(|e| fail(e.to_string()))?;
@@ -505,6 +509,36 @@ fn preen_first(image: &Path) -> Result<(), Fail> {
         );
         say(image, true, &msg);
     }
+    Ok(())
+}
+
+/// `-o preen` of a UFS2 image: skipped when the superblock says clean (as fsck_ffs -p skips it);
+/// otherwise fsck_ffs's preen (`fsck::ufs2::repair`), which writes nothing unless every finding
+/// is one a soft-updates crash leaves.
+fn preen_ufs2_first(image: &Path, sb: &sufs_fs::format::Superblock) -> Result<(), Fail> {
+    use sufs_fs::format::{SB_CLEAN, SB_NEEDS_FSCK};
+    if sb.flags & SB_CLEAN != 0 && sb.flags & SB_NEEDS_FSCK == 0 {
+        return Ok(());
+    }
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(image).map_err(|e| Fail(e.to_string(), 32))?;
+    let len = f.metadata().map_err(|e| Fail(e.to_string(), 32))?.len();
+    let mode = sufs_fs::fsck::ufs2::RepairMode::Preen;
+    let out = sufs_fs::fsck::ufs2::repair(&f, len, &Default::default(), mode).map_err(|e| Fail(e.to_string(), 32))?;
+    if let Some(why) = &out.refused {
+        return Err(Fail(format!("{why}: run `sufs fsck -y` first"), 32));
+    }
+    f.sync_all().map_err(|e| Fail(e.to_string(), 32))?;
+    let left = out.after.as_ref().map_or(0, |a| a.findings.len());
+    if left > 0 {
+        return Err(Fail(format!("{left} findings left after the preen: run `sufs fsck -y` first"), 32));
+    }
+    let msg = format!(
+        "{} was not unmounted cleanly: preened before mounting: {} findings, {}",
+        image.display(),
+        out.before.findings.len(),
+        if out.done.is_empty() { "nothing to repair" } else { "repaired" }
+    );
+    say(image, true, &msg);
     Ok(())
 }
 
