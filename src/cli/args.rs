@@ -390,10 +390,10 @@ pub(crate) struct PeersArgs {
     /// File systems, comma-separated (default: all of them). A sufs peer may name an update
     /// policy after its ordering: sufs-softdep-pu, sufs-softdep-aipu, sufs-sync-wt (without one,
     /// the mount's default, aipu), and a transport last: sufs-softdep-classic, sufs-softdep-uring
-    /// (without one, the mount's default: io_uring when the kernel offers it). `ufs2` right after
-    /// the ordering puts a sufs peer on UFS2 as `sufs mkfs --ufs2` makes it: sufs-softdep-ufs2,
-    /// sufs-softdep-ufs2-pu. fuse-ufs (FreeBSD's
-    /// UFS2, mounted read-only) runs only the read workload.
+    /// (without one, the mount's default: io_uring when the kernel offers it). A sufs peer's image
+    /// is UFS2 as `sufs mkfs` makes it; `sufsfmt` right after the ordering puts it on sufs's
+    /// earlier format: sufs-softdep-sufsfmt, sufs-softdep-sufsfmt-pu. fuse-ufs (FreeBSD's UFS2,
+    /// mounted read-only) runs only the read workload.
     #[arg(
         long,
         value_delimiter = ',',

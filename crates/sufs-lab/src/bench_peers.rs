@@ -37,9 +37,10 @@ mod messages;
 /// (`sufs-softdep-classic`, `sufs-softdep-uring`, `sufs-softdep-pu-uring`), and `wbc` at the
 /// very end for the kernel's writeback cache (`sufs-softdep-uring-wbc`, `-o writeback_cache`);
 /// without them it has the mount's defaults (aipu; io_uring when the kernel offers it; no
-/// writeback cache). `ufs2` right after the ordering (`sufs-softdep-ufs2`, `sufs-softdep-ufs2-pu`)
-/// puts it on FreeBSD's UFS2 as `sufs mkfs --ufs2` makes it (32 KiB blocks of 4 KiB fragments)
-/// instead of sufs's own format.
+/// writeback cache). Its image is FreeBSD's UFS2 as `sufs mkfs` makes it (32 KiB blocks of 4 KiB
+/// fragments); `sufsfmt` right after the ordering (`sufs-softdep-sufsfmt`) puts it on sufs's own
+/// earlier format instead, for comparisons with runs made before UFS2 (`ufs2` there is taken too,
+/// and changes nothing).
 pub const PEERS: [&str; 7] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel", "fuse-ufs", FLOOR];
 /// The floor peer (`sufs bench floor-serve`), which may name a transport after it (`floor-uring`).
 pub const FLOOR: &str = "floor";
@@ -74,7 +75,7 @@ struct SufsPeer<'a> {
     transport: Option<&'a str>,
     /// The kernel's writeback cache (`-o writeback_cache`).
     writeback: bool,
-    /// The image is UFS2 (`sufs mkfs --ufs2`), not sufs's own format.
+    /// The image is UFS2 (`sufs mkfs`), not sufs's own earlier format (`sufsfmt`).
     ufs2: bool,
 }
 
@@ -87,12 +88,13 @@ fn sufs_peer(peer: &str) -> Option<SufsPeer<'_>> {
         "async" => Ordering::Async,
         _ => return None,
     };
-    let (mut policy, mut transport, mut writeback, mut ufs2) = (None, None, false, false);
+    let (mut policy, mut transport, mut writeback, mut ufs2) = (None, None, false, true);
     let mut first = true;
     for p in parts {
         match p {
             _ if writeback => return None,
-            "ufs2" if first => ufs2 = true,
+            "ufs2" if first => {}
+            "sufsfmt" if first => ufs2 = false,
             "wbc" => writeback = true,
             p if POLICIES.contains(&p) && policy.is_none() && transport.is_none() => policy = Some(p),
             p if TRANSPORTS.contains(&p) && transport.is_none() => transport = Some(p),
@@ -325,7 +327,7 @@ fn unavailable(peer: &str) -> Option<String> {
             Some("needs root and losetup for a loop device (its writes are counted there)".into())
         }
         p if !PEERS.contains(&p) => Some(format!(
-            "unknown file system (one of {}, or sufs-ORDERING[-ufs2][-POLICY][-TRANSPORT][-wbc] or floor-TRANSPORT with a policy of {} and a transport of {})",
+            "unknown file system (one of {}, or sufs-ORDERING[-sufsfmt][-POLICY][-TRANSPORT][-wbc] or floor-TRANSPORT with a policy of {} and a transport of {})",
             PEERS.join(", "),
             POLICIES.join(", "),
             TRANSPORTS.join(", ")
@@ -418,7 +420,7 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
         // Nothing to make: the floor starts empty at each mount.
     } else if sufs_peer(peer).is_some_and(|s| s.ufs2) {
         let size = o.image_size.to_string();
-        cmd("sufs mkfs --ufs2", Command::new(&o.exe).args(["mkfs", "--ufs2"]).arg(&img).args(["--size", &size]))?;
+        cmd("sufs mkfs", Command::new(&o.exe).arg("mkfs").arg(&img).args(["--size", &size]))?;
     } else if sufs_peer(peer).is_some() {
         fresh_image(&img, o.image_size)?;
     } else if peer == "fuse-ufs" {
@@ -1375,7 +1377,8 @@ mod tests {
         );
         let p = sufs_peer("sufs-softdep-ufs2-pu").unwrap();
         assert_eq!((p.ufs2, p.policy, p.transport), (true, Some("pu"), None));
-        assert!(sufs_peer("sufs-softdep").is_some_and(|p| !p.ufs2));
+        assert!(sufs_peer("sufs-softdep").is_some_and(|p| p.ufs2));
+        assert!(sufs_peer("sufs-softdep-sufsfmt-pu").is_some_and(|p| !p.ufs2 && p.policy == Some("pu")));
         let p = sufs_peer("sufs-sync-classic").unwrap();
         assert_eq!((p.ordering, p.policy, p.transport, p.writeback), (Ordering::Sync, None, Some("classic"), false));
         assert!(sufs_peer("sufs-softdep").is_some_and(|p| p.policy.is_none() && p.transport.is_none()));
@@ -1387,6 +1390,8 @@ mod tests {
             "sufs-softdep-uring-uring",
             "sufs-softdep-pu-ufs2",
             "sufs-softdep-ufs2-ufs2",
+            "sufs-softdep-sufsfmt-ufs2",
+            "sufs-softdep-pu-sufsfmt",
         ] {
             assert!(sufs_peer(bad).is_none(), "{bad}");
         }
