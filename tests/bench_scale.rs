@@ -57,12 +57,7 @@ fn scale_bench_prints_every_row_and_json() {
 fn removing_a_tree_keeps_dependencies_bounded() {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("t.img");
-    let st = sufs()
-        .args(["mkfs", "--format", "sufs"])
-        .arg(&img)
-        .args(["--size", "1G", "--inodes", "30000"])
-        .output()
-        .unwrap();
+    let st = sufs().arg("mkfs").arg(&img).args(["--size", "1G", "-i", "16384"]).output().unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     let limit = 1000u64;
     for step in ["create", "remove"] {

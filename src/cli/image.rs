@@ -207,14 +207,10 @@ pub(crate) fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Su
 
 /// `open_image` for the commands that take a UFS2 image too (mount, dumpfs).
 pub(crate) fn open_image_any(image: &Path, writable: bool) -> Result<(FileDevice, Superblock), Fail> {
-    let probe = FileDevice::open(image, format::MIN_BLOCK_SIZE as usize, false)?;
-    if probe.num_blocks() == 0 {
-        return Err(Fail(format!("{}: too small to hold a file system", image.display()), 8));
-    }
-    let sb = Superblock::probe(|off, buf| sufs_fs::dev::read_bytes(&probe, off, buf))
-        .map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
-    let dev = FileDevice::open_frags(image, sb.block_size as usize, sb.addr_unit() as usize, writable)?;
-    Ok((dev, sb))
+    FileDevice::open_image(image, writable).map_err(|e| match e {
+        sufs_fs::dev::DevError::NotAFileSystem(m) => Fail(m, 8),
+        e => Fail(e.to_string(), 1),
+    })
 }
 
 /// The snapshot a background fsck checks, deleted when this goes out of scope whatever happened

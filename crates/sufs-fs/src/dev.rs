@@ -24,6 +24,9 @@ pub enum DevError {
     OutOfRange { bno: u64, nblocks: u64 },
     #[error("{0}")]
     Open(String),
+    /// The device opened but holds no file system sufs reads (`FileDevice::open_image`).
+    #[error("{0}")]
+    NotAFileSystem(String),
     /// The file system was shut down: nothing more is written.
     #[error("the file system was shut down")]
     ShutDown,
@@ -328,6 +331,19 @@ impl FileDevice {
             durable: true,
             counters: Counters::default(),
         })
+    }
+
+    /// Opens an image of either format as its superblock says (`Superblock::probe`): UFS2's
+    /// blocks addressed in fragments, sufs's earlier format's in blocks.
+    pub fn open_image(path: &Path, writable: bool) -> DevResult<(FileDevice, crate::format::Superblock)> {
+        let probe = FileDevice::open(path, crate::format::MIN_BLOCK_SIZE as usize, false)?;
+        if probe.num_blocks() == 0 {
+            return Err(DevError::NotAFileSystem(format!("{}: too small to hold a file system", path.display())));
+        }
+        let sb = crate::format::Superblock::probe(|off, buf| read_bytes(&probe, off, buf))
+            .map_err(|e| DevError::NotAFileSystem(format!("{}: {e}", path.display())))?;
+        let dev = FileDevice::open_frags(path, sb.block_size as usize, sb.addr_unit() as usize, writable)?;
+        Ok((dev, sb))
     }
 
     /// Opens a UFS2 image whose blocks of `bs` bytes are addressed in fragments of `unit`

@@ -87,7 +87,7 @@ fn file_name(layout: Layout, i: usize) -> (Option<String>, String) {
 }
 
 fn mount(image: &Path, cache_blocks: usize, softdep_limit: Option<usize>) -> FsResult<(Fs, Arc<dyn BlockDevice>)> {
-    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(image, 4096, true)?);
+    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open_image(image, true)?.0);
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let mut fs =
         Fs::mount(dev.clone(), MountOptions { ordering: Ordering::Softdep, cache_blocks, readonly: false }, clock)?;
@@ -386,6 +386,11 @@ pub fn files_image_size(files: usize) -> u64 {
     (files as u64 * 16384).max(4 << 30).next_multiple_of(1 << 20)
 }
 
+/// The densities (`sufs mkfs -i`, bytes per inode) the files image is made with: newfs's
+/// smallest useful one, and its default.
+const MIN_DENSITY: u64 = 4096;
+const MAX_DENSITY: u64 = 16384;
+
 /// Inodes for `files` files in the tree layout, with room to spare.
 fn files_inodes(files: usize) -> u64 {
     (files + files / TREE_FANOUT) as u64 * 11 / 10 + 1024
@@ -420,9 +425,7 @@ fn empty_image(
     let _ = std::fs::remove_file(&img);
     progress(&format!("mkfs {size}"));
     let size_arg = o.size.to_string();
-    // sufs's own format, as the scale tables in docs/performance.md were measured.
-    let args =
-        ["mkfs".as_ref(), "--format".as_ref(), "sufs".as_ref(), img.as_ref(), "--size".as_ref(), size_arg.as_ref()];
+    let args = ["mkfs".as_ref(), img.as_ref(), "--size".as_ref(), size_arg.as_ref()];
     let mkfs = measured("sufs mkfs", exe_cmd(&o.exe, &args), &[0])?;
     let mkfs4 = if ext4 {
         sparse(&img4, o.size)?;
@@ -528,17 +531,11 @@ fn library(
     let img = o.dir.join(format!("scale-{}.img", layout.name()));
     let _ = std::fs::remove_file(&img);
     let size = files_image_size(n);
-    let (size_arg, inodes_arg) = (size.to_string(), files_inodes(n).to_string());
-    let args = [
-        "mkfs".as_ref(),
-        "--format".as_ref(),
-        "sufs".as_ref(),
-        img.as_ref(),
-        "--size".as_ref(),
-        size_arg.as_ref(),
-        "--inodes".as_ref(),
-        inodes_arg.as_ref(),
-    ];
+    // newfs's -i: bytes of data space per inode, so that the layout's inodes fit.
+    let density = (size / files_inodes(n)).clamp(MIN_DENSITY, MAX_DENSITY);
+    let (size_arg, density_arg) = (size.to_string(), density.to_string());
+    let args =
+        ["mkfs".as_ref(), img.as_ref(), "--size".as_ref(), size_arg.as_ref(), "-i".as_ref(), density_arg.as_ref()];
     measured("sufs mkfs", exe_cmd(&o.exe, &args), &[0])?;
     let lib_step =
         |s: Step, r: &mut ScaleReport, progress: &mut dyn FnMut(&str)| -> Result<(Cost, StepReport), BenchError> {
