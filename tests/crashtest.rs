@@ -495,3 +495,21 @@ fn big_directories_under_soft_updates_keep_every_name() {
         assert_eq!(s.violations, 0, "seed {seed}, UFS2 {ufs2}, fragments of {fsize} bytes: {s}");
     }
 }
+
+/// Tails in fragments (extended in place and moved, cut back, rewritten, fsync'ed) and small
+/// directories grown past a fragment: soft updates and sync keep every promise on every
+/// fragment size and on sufs's earlier format; async is caught.
+#[test]
+fn tails_in_fragments_keep_their_promises() {
+    for (ufs2, fsize) in [(true, 512), (true, 1024), (true, 2048), (true, 4096), (false, 4096)] {
+        let o = CrashOptions { ufs2, fsize, ..Default::default() };
+        for ordering in [Ordering::Softdep, Ordering::Sync] {
+            let s = crashtest::run(ordering, "tails", 3, &o).unwrap();
+            assert!(s.states > 100, "{s}");
+            assert_eq!(s.violations, 0, "{ordering:?}, UFS2 {ufs2}, fragments of {fsize} bytes: {s}");
+        }
+    }
+    let o = CrashOptions { ufs2: true, fsize: 512, ..Default::default() };
+    let s = crashtest::run(Ordering::Async, "tails", 3, &o).unwrap();
+    assert!(s.violations > 0, "async must be caught: {s}");
+}

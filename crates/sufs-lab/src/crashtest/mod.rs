@@ -42,7 +42,7 @@ pub use summary::{Summary, Verdict};
 pub use work::Work;
 
 /// The workloads, in the order `all` runs them.
-pub const WORKLOADS: [&str; 24] = [
+pub const WORKLOADS: [&str; 25] = [
     "create-many",
     "remove-tree",
     "mkdir-rmdir",
@@ -67,6 +67,7 @@ pub const WORKLOADS: [&str; 24] = [
     "grow-renames",
     "full-disk",
     "big-dir",
+    "tails",
 ];
 
 /// The block size of every recorded image.

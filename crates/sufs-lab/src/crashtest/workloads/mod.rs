@@ -3,7 +3,8 @@
 //! hard links), `renames`, `data` (growth into indirect blocks, truncation, fsync), `br` (Block
 //! Register reservations), `snapshot`, `xattr` (extended attributes), `falloc` (fallocate and
 //! inode flags), `inodes` (lazy inode initialization over several groups), `tmpfile` (files
-//! made with no name, then linked); `Mix` interleaves the first eight.
+//! made with no name, then linked), `tails` (files and small directories in fragments); `Mix`
+//! interleaves the first eight.
 
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -23,6 +24,7 @@ mod inodes;
 mod names;
 mod renames;
 mod snapshot;
+mod tails;
 mod tmpfile;
 mod xattr;
 
@@ -35,6 +37,7 @@ use inodes::LazyInodes;
 use names::{CreateMany, HardLinks, LinkFsync, MkdirRmdir, RemoveTree};
 use renames::{AncestorRename, GrowRenames, RenameBack, RenameOver, RenameStorm, RenameWhiteout, SwapFsync};
 use snapshot::SnapWork;
+use tails::Tails;
 use tmpfile::TmpfileWork;
 pub(super) use xattr::xattr_digest;
 use xattr::XattrWork;
@@ -77,6 +80,7 @@ pub(super) fn make_workload(name: &str, ops: usize) -> Option<Box<dyn Workload>>
         "grow-renames" => Box::new(GrowRenames::default()),
         "full-disk" => Box::new(FullDisk::default()),
         "big-dir" => Box::new(BigDir::default()),
+        "tails" => Box::new(Tails::default()),
         "mix" => {
             let each = (ops / 8).max(4);
             let subs = WORKLOADS[..8].iter().filter_map(|n| make_workload(n, each)).map(|w| (w, true)).collect();
