@@ -173,3 +173,37 @@ fn ufs1_and_big_endian_images_are_refused_by_name() {
         assert!(md5ish(&img) == before, "{name}: changed by a refusal");
     }
 }
+
+/// A read-write mount records its mount point in `fs_fsmnt` (at byte 212 of the superblock), as
+/// FreeBSD's mount does, so that fsck_ffs and `sufs inspect IMG sb` name where the file system
+/// was last mounted; a read-only mount leaves it as it was.
+#[test]
+fn a_read_write_mount_records_where_it_was_mounted() {
+    if !fuse_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("img");
+    let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let fsmnt = || {
+        let sb = fs::read(&img).unwrap();
+        let field = &sb[65536 + 212..65536 + 212 + 468];
+        String::from_utf8(field.iter().take_while(|&&c| c != 0).copied().collect()).unwrap()
+    };
+    assert_eq!(fsmnt(), "", "newfs leaves it empty");
+    let rw = t.path().join("first");
+    mount_fg(&img, &rw, &[]).umount();
+    let canon = fs::canonicalize(&rw).unwrap().to_string_lossy().into_owned();
+    assert_eq!(fsmnt(), canon);
+    let dump = String::from_utf8_lossy(&sufs(&["inspect", img.to_str().unwrap(), "sb"]).stdout).into_owned();
+    assert!(dump.contains(&format!("fsmnt             {canon:?}")), "{dump}");
+    mount_fg(&img, &t.path().join("second"), &["-o", "ro"]).umount();
+    assert_eq!(fsmnt(), canon, "a read-only mount changed it");
+    let check = sufs(&["fsck", "-n", img.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&check.stdout).contains(" 0 findings"),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+}

@@ -667,6 +667,7 @@ fn print_sb_ufs2(sb: &Superblock, u: &format::ufs2::Superblock) -> usize {
     let cs = u.fs_cstotal;
     let label: Vec<u8> = u.fs_volname.iter().take_while(|&&c| c != 0).copied().collect();
     let snaps: Vec<String> = u.fs_snapinum.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();
+    let fsmnt: Vec<u8> = u.fs_fsmnt.iter().take_while(|&&c| c != 0).copied().collect();
     println!("magic             {:#x} (UFS2) at byte {}", u.fs_magic, u.fs_sblockloc);
     println!("bsize/fsize/frag  {} {} {}", u.fs_bsize, u.fs_fsize, u.fs_frag);
     println!("size              {} fragments (dsize {})", u.fs_size, u.fs_dsize);
@@ -693,6 +694,7 @@ fn print_sb_ufs2(sb: &Superblock, u: &format::ufs2::Superblock) -> usize {
     println!("metackhash        {:#x}  ckhash {:#x}", u.fs_metackhash, u.fs_ckhash);
     println!("time/mtime        {} {}", u.fs_time, u.fs_mtime);
     println!("label             {:?}", String::from_utf8_lossy(&label));
+    println!("fsmnt             {:?}", String::from_utf8_lossy(&fsmnt));
     println!("snapinum          {}", if snaps.is_empty() { "none".into() } else { snaps.join(" ") });
     println!("default_ordering  {}", format!("{:?}", super::default_ordering(sb)).to_lowercase());
     0

@@ -185,6 +185,9 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     fs.set_atime_policy(args.opts.atime_policy());
     fs.set_sync_mode(args.opts.sync_mode());
     fs.allow_remount_rw(can_write);
+    let mounted_on = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    fs.set_last_mounted(mounted_on.as_os_str().as_encoded_bytes())
+        .map_err(|e| Fail(format!("cannot mount {}: {e}", image.display()), 32))?;
     let shared = Arc::new(Mutex::new(fs));
     let mut ctl = CtlServer::start(&ctl::socket_path(image), shared.clone())?;
     let mut refiller = vol.filter(|v| v.kind() == StoreKind::Br).map(|v| Refiller::start(v, shared.clone()));

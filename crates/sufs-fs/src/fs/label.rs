@@ -36,6 +36,22 @@ impl Fs {
         self.sb.label = buf[..len].to_vec();
         self.write_superblock()
     }
+
+    /// Records where the file system is mounted in UFS2's `fs_fsmnt`, as FreeBSD's
+    /// `ffs_mountfs` copies the mount point there (fsck_ffs prints it as "Last Mounted on",
+    /// `sufs inspect IMG sb` as `fsmnt`), and writes the superblock. A path longer than the field is cut so
+    /// that a NUL ends it, as `strlcpy` cuts it. Nothing on sufs's earlier format, which has no
+    /// such field, nor on a read-only mount.
+    pub fn set_last_mounted(&mut self, path: &[u8]) -> FsResult<()> {
+        if self.check_writable().is_err() {
+            return Ok(());
+        }
+        let Some(u) = self.sb.ufs2.as_mut() else { return Ok(()) };
+        let len = path.len().min(crate::format::ufs2::MAXMNTLEN - 1);
+        u.fs_fsmnt = [0; crate::format::ufs2::MAXMNTLEN];
+        u.fs_fsmnt[..len].copy_from_slice(&path[..len]);
+        self.write_superblock()
+    }
 }
 
 #[cfg(test)]
