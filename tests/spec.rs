@@ -10,19 +10,11 @@ use std::sync::Arc;
 
 mod common;
 
+use common::le::{u16_at, u32_at, u64_at};
 use common::ok;
 
 /// A directory entry as read: (offset, inode, record length, type, name).
 type Dirent = (usize, u32, u16, u8, Vec<u8>);
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes(b[o..o + 2].try_into().unwrap())
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
-}
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
-}
 
 /// CRC32C as SPEC-sufs-format.md defines it (reflected polynomial 0x82F63B78, init and final XOR all ones),
 /// bit by bit, over the concatenation of `parts`.
