@@ -1,29 +1,22 @@
-//! docs/SPEC.md against real images: the superblock, the group headers, the root inode, the
-//! directory entries, an indirect block and a symbolic link are read from the raw bytes at the
-//! offsets SPEC.md gives, with a CRC32C of this file's own, and compared with what `sufs dumpfs`
-//! prints and with what sufs made. Nothing here goes through `sufs_fs::format`'s parsers, so a
-//! change of the format that SPEC.md does not follow fails here.
+//! docs/SPEC-sufs-format.md (sufs's earlier format) against real images: the superblock, the
+//! group headers, the root inode, the directory entries, an indirect block and a symbolic link
+//! are read from the raw bytes at the offsets SPEC-sufs-format.md gives, with a CRC32C of this
+//! file's own, and compared with what `sufs dumpfs` prints and with what sufs made. Nothing here
+//! goes through `sufs_fs::format`'s parsers, so a change of the format that SPEC-sufs-format.md
+//! does not follow fails here. tests/spec_ufs2.rs does the same for UFS2 and docs/SPEC.md.
 
 use std::path::Path;
 use std::sync::Arc;
 
 mod common;
 
+use common::le::{u16_at, u32_at, u64_at};
 use common::ok;
 
 /// A directory entry as read: (offset, inode, record length, type, name).
 type Dirent = (usize, u32, u16, u8, Vec<u8>);
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes(b[o..o + 2].try_into().unwrap())
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
-}
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
-}
 
-/// CRC32C as SPEC.md defines it (reflected polynomial 0x82F63B78, init and final XOR all ones),
+/// CRC32C as SPEC-sufs-format.md defines it (reflected polynomial 0x82F63B78, init and final XOR all ones),
 /// bit by bit, over the concatenation of `parts`.
 fn crc32c(parts: &[&[u8]]) -> u32 {
     let mut c = !0u32;
@@ -38,7 +31,7 @@ fn crc32c(parts: &[&[u8]]) -> u32 {
     !c
 }
 
-/// The superblock as SPEC.md lays it out.
+/// The superblock as SPEC-sufs-format.md lays it out.
 #[derive(Debug)]
 struct Sb {
     magic: u64,
@@ -104,7 +97,7 @@ impl Sb {
     }
 }
 
-/// A group header as SPEC.md lays it out: (free blocks, free inodes, dirs, initialized inodes),
+/// A group header as SPEC-sufs-format.md lays it out: (free blocks, free inodes, dirs, initialized inodes),
 /// its bitmaps checked against its counts.
 fn group(sb: &Sb, img: &[u8], g: u64) -> (u64, u64, u64, u64) {
     let h = sb.block(img, g * sb.bpg + 1);
@@ -139,7 +132,7 @@ fn group(sb: &Sb, img: &[u8], g: u64) -> (u64, u64, u64, u64) {
     (free_blocks, free_inodes, u32_at(h, 24) as u64, initialized)
 }
 
-/// A dinode as SPEC.md lays it out (the fields the tests look at).
+/// A dinode as SPEC-sufs-format.md lays it out (the fields the tests look at).
 #[derive(Debug, PartialEq)]
 struct Ino {
     mode: u16,
@@ -259,7 +252,7 @@ fn crc32c_is_the_castagnoli_crc() {
     assert_eq!(crc32c(&[b"1234", b"56789"]), 0xE306_9283);
 }
 
-/// `sufs tunefs`'s settings at the offsets SPEC.md gives: minfree, the default ordering and the
+/// `sufs tunefs`'s settings at the offsets SPEC-sufs-format.md gives: minfree, the default ordering and the
 /// label, under the superblock's checksum.
 #[test]
 fn tuned_settings_read_as_spec_md_says() {
@@ -277,7 +270,7 @@ fn tuned_settings_read_as_spec_md_says() {
     compare_with_dumpfs(&path, &sb, &img);
 }
 
-/// A fresh two-group image read by the offsets of SPEC.md: superblock, its copy, the group
+/// A fresh two-group image read by the offsets of SPEC-sufs-format.md: superblock, its copy, the group
 /// headers, the root inode and its directory block, lost+found.
 #[test]
 fn a_fresh_image_reads_as_spec_md_says() {
@@ -331,7 +324,7 @@ fn a_fresh_image_reads_as_spec_md_says() {
     assert_eq!((group(&sb, &img, 0).3, group(&sb, &img, 1).3), (2 * ipb, 0), "initialized inodes");
     assert!((4..2 * ipb).all(|i| inode(&sb, &img, i).mode == 0), "the other initialized inodes are free");
 
-    // The root's directory block, byte for byte as SPEC.md shows it, then its records.
+    // The root's directory block, byte for byte as SPEC-sufs-format.md shows it, then its records.
     let rb = sb.block(&img, root.db[0]);
     assert_eq!(&rb[..24], b"\x02\0\0\0\x0c\0\x04\x01.\0\0\0\x02\0\0\0\x0c\0\x04\x02..\0\0");
     let recs = records(rb);

@@ -54,7 +54,7 @@ pub(crate) enum Cmd {
         #[arg(short = 'm', long, value_parser = clap::value_parser!(u8).range(0..=sufs_fs::format::MAX_MINFREE as i64))]
         minfree: Option<u8>,
         /// The on-disk format: `ufs2`, FreeBSD's (docs/ufs2.md), or `sufs`, sufs's own earlier
-        /// format (docs/SPEC.md), kept for images made before and for comparison.
+        /// format (docs/SPEC-sufs-format.md), kept for images made before and for comparison.
         #[arg(long, value_enum, default_value_t = DiskFormat::Ufs2)]
         format: DiskFormat,
         /// The same as `--format ufs2` (the default).

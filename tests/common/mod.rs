@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fuse;
+pub mod le;
 pub mod mutate;
 pub mod tree;
 pub mod ufs2;

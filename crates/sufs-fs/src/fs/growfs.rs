@@ -162,7 +162,7 @@ fn extend_last(dev: &dyn BlockDevice, sb: &Superblock, cg: u32, before: u32, aft
     if h.nblocks != before || h.ninodes != sb.inodes_per_group {
         return Err(GrowError::Refused(format!("group {cg}'s header disagrees with the superblock: run `sufs fsck`")));
     }
-    // Bits past a group's end are zero and mean nothing (SPEC.md): made zero, the new blocks free.
+    // Bits past a group's end are zero and mean nothing (SPEC-sufs-format.md): made zero, the new blocks free.
     let map = &mut buf[CgHeader::block_map_offset(sb.inodes_per_group)..];
     (before..after).for_each(|i| bit_set(map, i as usize, false));
     h.nblocks = after;

@@ -1,7 +1,8 @@
 //! The volume label of a mounted file system, as Linux's `FS_IOC_GETFSLABEL` and
 //! `FS_IOC_SETFSLABEL` read and set it (`xfs_io -c label`, `btrfs filesystem label`); an
 //! unmounted one's is `sufs tunefs --label`'s. The label is the superblock's field (docs/SPEC.md):
-//! at most `MAX_LABEL` bytes, no NUL. The ioctls carry it in a buffer of `FSLABEL_MAX` bytes,
+//! at most `MAX_LABEL` bytes, no NUL; on UFS2 one fewer, so that `fs_volname` ends with a NUL as
+//! FreeBSD's tunefs and newfs keep it (its readers copy it up to the NUL). The ioctls carry it in a buffer of `FSLABEL_MAX` bytes,
 //! ended by a NUL; a new one is written with the superblock at once.
 
 use super::*;
@@ -25,12 +26,16 @@ impl Fs {
     /// Sets the label from `FS_IOC_SETFSLABEL`'s buffer: the bytes before its first NUL. A
     /// buffer with no NUL (a label of `FSLABEL_MAX` bytes or more) is EINVAL, as on every Linux
     /// file system; so is one longer than the superblock keeps (`MAX_LABEL`), with a log line
-    /// saying so, since the caller sees only the errno.
+    /// saying so, since the caller sees only the errno. On UFS2 the most is one fewer
+    /// (`fs_volname` keeps its NUL).
     pub fn set_label_ioctl(&mut self, buf: &[u8]) -> FsResult<()> {
         self.check_writable()?;
         let len = buf.iter().position(|&b| b == 0).ok_or(FsError::Invalid("label without its NUL"))?;
-        if len > MAX_LABEL {
-            log::warn!("FS_IOC_SETFSLABEL: a label of {len} bytes refused (EINVAL): sufs keeps at most {MAX_LABEL}");
+        let max = if self.sb.ufs2().is_some() { MAX_LABEL - 1 } else { MAX_LABEL };
+        if len > max {
+            log::warn!(
+                "FS_IOC_SETFSLABEL: a label of {len} bytes refused (EINVAL): this file system keeps at most {max}"
+            );
             return Err(FsError::Invalid("label longer than the superblock keeps"));
         }
         self.sb.label = buf[..len].to_vec();
@@ -87,5 +92,18 @@ mod tests {
         }
         fs.set_label_ioctl(&buf(b"")).unwrap();
         assert_eq!(fs.label_ioctl(), buf(b""));
+    }
+
+    #[test]
+    fn a_ufs2_label_leaves_fs_volname_its_nul() {
+        let dev = crate::format::ufs2::newfs::mem_image_of(4 << 20, 4096, 4096);
+        let o = MountOptions { ordering: Ordering::Softdep, cache_blocks: 64, readonly: false };
+        let mut fs = Fs::mount(dev, o, Arc::new(crate::clock::SimClock::new())).unwrap();
+        let max = vec![b'u'; MAX_LABEL - 1];
+        fs.set_label_ioctl(&buf(&max)).unwrap();
+        let volname = fs.sb.to_ufs2().unwrap().fs_volname;
+        assert_eq!((&volname[..MAX_LABEL - 1], volname[MAX_LABEL - 1]), (&max[..], 0));
+        assert!(matches!(fs.set_label_ioctl(&buf(&[b'u'; MAX_LABEL])), Err(FsError::Invalid(_))));
+        assert_eq!(fs.label_ioctl(), buf(&max), "unchanged");
     }
 }
