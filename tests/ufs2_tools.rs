@@ -93,6 +93,8 @@ fn tunefs_changes_a_ufs2_image_as_freebsds_tunefs_does() {
     for (c, u) in copies(&img).iter().enumerate() {
         let name: Vec<u8> = u.fs_volname.iter().take_while(|&&b| b != 0).copied().collect();
         assert_eq!((u.fs_minfree, &name[..]), (30, &b"tuned-1"[..]), "copy {c}");
+        // Each copy says where it is, as libufs's sbput writes it.
+        assert_eq!(u.fs_sblockactualloc as u64, u.fsb_offset(u.cgsblock(c as u32)), "copy {c}'s place");
     }
     assert_fsck_clean(&img, "after tunefs");
 

@@ -178,19 +178,24 @@ fn optim_name(o: i32) -> &'static str {
 }
 
 /// Writes a UFS2 superblock at `fs_sblockloc` and at each group's copy (`cgsblock`), as
-/// libufs's `sbput` with all copies: the same bytes everywhere, the check hash sealed by
-/// `encode`. Reads each back, checked.
+/// libufs's `sbput` with all copies: the same fields everywhere but `fs_sblockactualloc`, which
+/// says where each copy is, the check hash sealed by `encode`. Reads each back, checked.
 fn write_superblock_ufs2(dev: &FileDevice, u: &format::ufs2::Superblock) -> Result<(), Fail> {
     use sufs_fs::dev::{read_bytes, write_bytes};
-    let bytes = u.encode();
     let mut at = vec![u.fs_sblockloc as u64];
     at.extend((0..u.fs_ncg).map(|c| u.fsb_offset(u.cgsblock(c))));
+    let encoded = |off: u64| {
+        let mut copy = u.clone();
+        copy.fs_sblockactualloc = off as i64;
+        copy.encode()
+    };
     for &off in &at {
-        write_bytes(dev, off, &bytes, WriteKind::Sync)
+        write_bytes(dev, off, &encoded(off), WriteKind::Sync)
             .map_err(|e| Fail(format!("writing the superblock at byte {off}: {e}"), 8))?;
     }
-    let mut back = vec![0u8; bytes.len()];
     for &off in &at {
+        let bytes = encoded(off);
+        let mut back = vec![0u8; bytes.len()];
         read_bytes(dev, off, &mut back)
             .map_err(|e| Fail(format!("reading back the superblock at byte {off}: {e}"), 8))?;
         // The bytes written, and a superblock whose check hash and geometry hold.
