@@ -18,7 +18,7 @@ pub fn fuse_available() -> bool {
 }
 
 pub fn mkfs(image: &Path, size: &str) {
-    let out = sufs(&["mkfs", "--format", "sufs", image.to_str().unwrap(), "--size", size]);
+    let out = sufs(&["mkfs", image.to_str().unwrap(), "--size", size]);
     assert!(out.status.success(), "mkfs: {}", String::from_utf8_lossy(&out.stderr));
 }
 
