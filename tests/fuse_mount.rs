@@ -405,16 +405,16 @@ fn listings_with_attributes_and_cached_reopens_stay_exact() {
 
 /// Files are opened without OPEN and RELEASE messages (the kernel's zero-message opens), so an
 /// inode lives by the kernel's lookup count: a file unlinked while open still reads and writes,
-/// its space comes back once it is closed (statfs), and a removed directory still open lists
-/// nothing; fsck finds the image clean after unmount.
+/// its space comes back once it is closed (statfs, in bytes: its blocks are UFS2's fragments,
+/// and what soft updates will free counts), and a removed directory still open lists nothing;
+/// fsck finds the image clean after unmount.
 #[test]
 fn unlinked_open_files_live_until_closed() {
     let Some((_t, img, mnt, m)) = small_mount() else { return };
+    // Free space in units of 4 KiB.
     let free = || {
-        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-        let p = std::ffi::CString::new(mnt.to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { libc::statvfs(p.as_ptr(), &mut s) }, 0);
-        s.f_bfree as u64
+        let s = common::ufs2::statvfs(&mnt);
+        s.f_bfree * s.f_frsize / 4096
     };
     let before = free();
     for round in 0..3u64 {
