@@ -637,7 +637,7 @@ fn norecovery_mounts_read_only_and_skips_the_preen() {
     drop(f);
     crash(m);
     let (i, d) = (img.to_str().unwrap(), mnt.to_str().unwrap());
-    let unclean = || String::from_utf8_lossy(&sufs(&["dumpfs", i]).stdout).contains("not clean");
+    let unclean = || !dumpfs_says_clean(&img);
     assert!(unclean(), "the crash left the image unclean");
     let out = sufs(&["mount", i, d, "--ordering", "sync", "-o", "rw,norecovery,preen"]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
