@@ -2,6 +2,8 @@
 //! SEEK_DATA / SEEK_HOLE, copy_file_range, the inode flags of chattr (immutable, append-only,
 //! nodump, noatime) and the minfree reserve, each with its errors; then unmount, a clean fsck, a
 //! remount, and everything still as it was. Skipped, with a message, where /dev/fuse is missing.
+//! On UFS2 of 4096-byte blocks and fragments (`BS`), so that the offsets below are blocks; UFS2's
+//! rule that a file holds no block past its size and keeps its last block shapes what is asked.
 
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
@@ -17,6 +19,7 @@ mod common;
 use common::fuse::*;
 use common::{pattern, sufs};
 
+/// The block (and fragment) size of the image these tests make (`mount_4k`).
 const BS: u64 = 4096;
 const KEEP_SIZE: i32 = 0x01;
 const PUNCH_HOLE: i32 = 0x02;
@@ -28,6 +31,25 @@ const FS_IMMUTABLE_FL: u32 = 0x10;
 const FS_APPEND_FL: u32 = 0x20;
 const FS_NODUMP_FL: u32 = 0x40;
 const FS_NOATIME_FL: u32 = 0x80;
+
+/// Where the sparse file's last block is: past the double indirect block's reach (12 + 512 +
+/// 512^2 blocks of 4096 bytes), under the triple one.
+const SPARSE_END: u64 = 1100 << 20;
+
+/// A 64 MiB UFS2 image of `BS`-byte blocks and fragments mounted in the foreground in a new
+/// temporary directory (kept alive by the first member); None where FUSE is missing.
+fn mount_4k() -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, Mounted)> {
+    if !fuse_available() {
+        return None;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    let bs = BS.to_string();
+    let out = sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M", "-b", &bs, "-f", &bs]);
+    assert!(out.status.success(), "mkfs: {}", String::from_utf8_lossy(&out.stderr));
+    let m = mount_fg(&img, &mnt, &[]);
+    Some((t, img, mnt, m))
+}
 
 /// The errno of a call that returned -1, or 0.
 fn err(r: i64) -> i32 {
@@ -100,11 +122,16 @@ fn fallocate_and_seek(m: &Path) {
     assert_eq!(md.len(), 1 << 20);
     assert!(md.blocks() >= (1 << 20) / 512, "preallocated: {} sectors", md.blocks());
     assert!(fs::read(m.join("pre")).unwrap().iter().all(|&b| b == 0));
-    // KEEP_SIZE past the end: blocks, no size.
+    // KEEP_SIZE past the end: refused, UFS2 holds no block past a file's size.
+    assert_eq!(falloc(&f, KEEP_SIZE, 1 << 20, 256 << 10), libc::EOPNOTSUPP);
+    // KEEP_SIZE over the holes of a file grown by truncation (which allocates its last block):
+    // blocks, no size.
+    f.set_len(1280 << 10).unwrap();
     let before = fs::metadata(m.join("pre")).unwrap().blocks();
+    assert_eq!(before, ((1 << 20) + BS + BS) / 512, "the data, the indirect block and the last block");
     assert_eq!(falloc(&f, KEEP_SIZE, 1 << 20, 256 << 10), 0);
     let md = fs::metadata(m.join("pre")).unwrap();
-    assert_eq!((md.len(), md.blocks() - before), (1 << 20, (256 << 10) / 512));
+    assert_eq!((md.len(), md.blocks() - before), (1280 << 10, ((256 << 10) - BS) / 512));
     // Errors: PUNCH_HOLE without KEEP_SIZE, modes sufs does not have, length 0.
     assert_eq!(falloc(&f, PUNCH_HOLE, 0, BS), libc::EOPNOTSUPP);
     assert_eq!(falloc(&f, COLLAPSE_RANGE, 0, BS), libc::EOPNOTSUPP);
@@ -143,28 +170,29 @@ fn fallocate_and_seek(m: &Path) {
     assert!(fs::read(m.join("punch")).unwrap() == want);
     fs::write(m.join("punch.want"), &want).unwrap();
 
-    // A sparse file through the indirect blocks: data at 0 and at 40 MiB.
+    // A sparse file through the indirect blocks: data at 0, at 40 MiB (under the double
+    // indirect block) and, its last block, at `SPARSE_END` (under the triple one).
     let f = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(m.join("sparse")).unwrap();
     std::os::unix::fs::FileExt::write_all_at(&f, &pattern(1, BS as usize), 0).unwrap();
     std::os::unix::fs::FileExt::write_all_at(&f, &pattern(2, BS as usize), 40 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &pattern(3, BS as usize), SPARSE_END).unwrap();
     assert_eq!(seek(&f, 0, libc::SEEK_HOLE), BS as i64);
     assert_eq!(seek(&f, BS, libc::SEEK_DATA), 40 << 20);
     assert_eq!(seek(&f, (40 << 20) + 1, libc::SEEK_HOLE), (40 << 20) + BS as i64);
-    // A hole punched over the block at 40 MiB (under the double indirect block) frees the
-    // indirect blocks it leaves empty too.
+    // A hole punched over the block at 40 MiB frees the indirect blocks it leaves empty too.
     let before = fs::metadata(m.join("sparse")).unwrap().blocks();
     assert_eq!(falloc(&f, PUNCH_HOLE | KEEP_SIZE, 1 << 20, 40 << 20), 0);
     let md = fs::metadata(m.join("sparse")).unwrap();
     assert_eq!(before - md.blocks(), 3 * BS / 512, "the data block and both indirect blocks above it");
     assert_eq!(seek(&f, 0, libc::SEEK_HOLE), BS as i64);
-    assert_eq!(seek(&f, BS, libc::SEEK_DATA), -(libc::ENXIO as i64));
-    assert_eq!(md.len(), (40 << 20) + BS);
+    assert_eq!(seek(&f, BS, libc::SEEK_DATA), SPARSE_END as i64);
+    assert_eq!(md.len(), SPARSE_END + BS);
 
     // A full disk: the file is left as it was, and so is the free space.
     let f = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(m.join("big")).unwrap();
     let free = statvfs(m).f_bfree;
     assert_eq!(falloc(&f, 0, 0, 200 << 20), libc::ENOSPC);
-    assert_eq!(falloc(&f, KEEP_SIZE, 0, 200 << 20), libc::ENOSPC);
+    assert_eq!(falloc(&f, ZERO_RANGE, 0, 200 << 20), libc::ENOSPC);
     let md = fs::metadata(m.join("big")).unwrap();
     assert_eq!((md.len(), md.blocks()), (0, 0));
     assert_eq!(statvfs(m).f_bfree, free);
@@ -175,21 +203,21 @@ fn fallocate_and_seek(m: &Path) {
     assert_eq!(falloc(&f, 0, 0, BS), libc::EPERM);
     assert_eq!(set_flags(&m.join("imm"), FS_APPEND_FL), 0);
     assert_eq!(falloc(&f, PUNCH_HOLE | KEEP_SIZE, 0, BS), libc::EPERM);
-    assert_eq!(falloc(&f, KEEP_SIZE, 0, 2 * BS), 0);
+    assert_eq!(falloc(&f, 0, 0, 2 * BS), 0);
     assert_eq!(set_flags(&m.join("imm"), 0), 0);
 }
 
 fn fallocate_verify(m: &Path) {
     let md = fs::metadata(m.join("pre")).unwrap();
     // 1.25 MiB of data and the single indirect block.
-    assert_eq!((md.len(), md.blocks()), (1 << 20, ((1280 << 10) + BS) / 512));
+    assert_eq!((md.len(), md.blocks()), (1280 << 10, ((1280 << 10) + BS) / 512));
     assert!(fs::read(m.join("punch")).unwrap() == fs::read(m.join("punch.want")).unwrap());
     let f = File::open(m.join("punch")).unwrap();
     assert_eq!(seek(&f, 0, libc::SEEK_HOLE), (11 * BS) as i64);
     assert_eq!(seek(&f, 11 * BS, libc::SEEK_DATA), (12 * BS) as i64);
     assert_eq!(seek(&f, 13 * BS, libc::SEEK_DATA), (20 * BS) as i64);
     let f = File::open(m.join("sparse")).unwrap();
-    assert_eq!(seek(&f, BS, libc::SEEK_DATA), -(libc::ENXIO as i64));
+    assert_eq!(seek(&f, BS, libc::SEEK_DATA), SPARSE_END as i64);
     assert_eq!(fs::read(m.join("sparse")).unwrap()[..BS as usize], pattern(1, BS as usize)[..]);
     assert_eq!(fs::metadata(m.join("big")).unwrap().blocks(), 0);
 }
@@ -345,7 +373,7 @@ fn flags_verify(m: &Path) {
 
 #[test]
 fn fallocate_seek_copy_and_flags_survive_unmount_and_fsck() {
-    let Some((_t, img, mnt, m)) = small_mount() else { return };
+    let Some((_t, img, mnt, m)) = mount_4k() else { return };
     fallocate_and_seek(&mnt);
     copy(&mnt);
     flags(&mnt);

@@ -105,7 +105,8 @@ pub(crate) struct MountArgs {
 /// What the superblock says of a read-write mount (soft updates §6, instant restart): a clean
 /// image mounts; an unclean one last mounted with soft updates holds only leaks and link counts
 /// too high, so it mounts at once and `Recovery::Background` checks it; an unclean one last
-/// mounted `sync` or `async`, or one marked for fsck, must be checked first.
+/// mounted `sync` or `async`, or one marked for fsck, must be checked first (on UFS2, which
+/// records only whether the last mount ran soft updates, one last mounted without them).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Recovery {
     None,
@@ -121,6 +122,9 @@ pub(crate) fn mount_gate(image: &Path, sb: &Superblock, force: bool) -> Result<R
         return Ok(Recovery::Background);
     } else if sb.flags & format::SB_ASYNC != 0 {
         "it was not unmounted cleanly, and its last mount was async (no ordering: anything may be damaged)"
+    } else if sb.ufs2().is_some() {
+        // UFS2 records only FS_DOSOFTDEP: a sync and an async mount look alike.
+        "it was not unmounted cleanly, and its last mount was not soft updates (sync or async: FFS needs fsck after a crash)"
     } else {
         "it was not unmounted cleanly, and its last mount was sync (FFS needs fsck after a crash)"
     };

@@ -157,6 +157,12 @@ impl Alloc {
         self.sums[cg as usize].initialized
     }
 
+    /// Whether this allocator only counts (a UFS2 image mounted read-only): it allocates and
+    /// frees nothing until loaded again writable.
+    pub fn counts_only(&self) -> bool {
+        self.counts_only
+    }
+
     /// Directories group `cg` counts (its header's count, as the allocator keeps it).
     pub fn group_ndirs(&self, cg: u32) -> u32 {
         self.sums[cg as usize].ndirs

@@ -94,10 +94,15 @@ impl Superblock {
     /// --ordering` changes); while mounted (not clean) the ordering that mount runs
     /// (`SB_SOFTDEP`), so that after a crash the image says what fsck must repair: a sync or
     /// async mount clears it for as long as it runs.
+    ///
+    /// An image marked for fsck is never written clean: FreeBSD's ffs_unmount writes `fs_clean`
+    /// 0 while `FS_NEEDSFSCK` (or `FS_UNCLEAN`) is set, and fsck_ffs -p skips an image whose
+    /// `fs_clean` is set without looking at the flags. `FS_DOSOFTDEP` is then the setting, as
+    /// on a clean image.
     pub fn to_ufs2(&self) -> Option<ufs2::Superblock> {
         let mut u = self.ufs2()?.clone();
         let clean = self.flags & SB_CLEAN != 0;
-        u.fs_clean = clean as i8;
+        u.fs_clean = (clean && self.flags & SB_NEEDS_FSCK == 0) as i8;
         let mut fl = u.fs_flags & !(ufs2::FS_DOSOFTDEP | ufs2::FS_NEEDSFSCK | ufs2::FS_UNCLEAN);
         let softdep = if clean { self.default_ordering == ORDER_SOFTDEP } else { self.flags & SB_SOFTDEP != 0 };
         if softdep {
@@ -368,5 +373,30 @@ impl Dinode {
         }
         raw.truncate(self.size.min(raw.len() as u64) as usize);
         raw
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The clean flag and the marks written to a UFS2 superblock, as FreeBSD's ffs_unmount
+    /// writes them: an image marked for fsck is not clean (fsck_ffs -p would skip it), and keeps
+    /// its soft-updates setting.
+    #[test]
+    fn an_image_marked_for_fsck_is_written_unclean() {
+        let mut u = ufs2::newfs::geometry(64 << 20, &Default::default()).unwrap().sb;
+        u.fs_clean = 1;
+        u.fs_flags |= ufs2::FS_DOSOFTDEP;
+        let mut sb = Superblock::from_ufs2(u);
+        let w = sb.to_ufs2().unwrap();
+        assert_eq!((w.fs_clean, w.fs_flags & (ufs2::FS_NEEDSFSCK | ufs2::FS_DOSOFTDEP)), (1, ufs2::FS_DOSOFTDEP));
+        sb.flags |= SB_NEEDS_FSCK;
+        let w = sb.to_ufs2().unwrap();
+        assert_eq!(w.fs_clean, 0, "marked for fsck: written unclean");
+        assert_eq!(w.fs_flags & (ufs2::FS_NEEDSFSCK | ufs2::FS_DOSOFTDEP), ufs2::FS_NEEDSFSCK | ufs2::FS_DOSOFTDEP);
+        let back = Superblock::from_ufs2(w);
+        assert_eq!(back.flags & (SB_CLEAN | SB_NEEDS_FSCK | SB_SOFTDEP), SB_NEEDS_FSCK | SB_SOFTDEP);
+        assert_eq!(back.default_ordering, ORDER_SOFTDEP);
     }
 }

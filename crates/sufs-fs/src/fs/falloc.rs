@@ -78,6 +78,10 @@ impl Fs {
             // UFS2 has no blocks past a file's size: fsck_ffs clears an inode that holds one.
             return Err(FsError::NotSupported);
         }
+        if mode.op != FallocOp::PunchHole {
+            // Before a growth on UFS2 (`grow_for_range`) takes a last block for nothing.
+            self.room_for(&d, off, end)?;
+        }
         let d = match mode.op {
             FallocOp::Allocate => self.retry_nospace(|fs| fs.preallocate(ino, off, end, mode.keep_size))?,
             FallocOp::ZeroRange => self.retry_nospace(|fs| fs.zero_range(ino, off, end, mode.keep_size))?,
@@ -116,15 +120,7 @@ impl Fs {
     /// are punched again, which frees what was allocated in them and the indirect blocks made
     /// for them, and the inode is written back as it was.
     fn allocate_holes(&mut self, ino: u32, d: &mut Dinode, off: u64, end: u64) -> FsResult<Vec<(u64, u64)>> {
-        let bs = self.sb.block_size as u64;
-        let (first, last) = (off / bs, end.div_ceil(bs));
-        let holes = self.hole_runs(d, first, last)?;
-        let need: u64 = holes.iter().map(|(a, b)| b - a).sum();
-        // Indirect blocks: about one per `ptrs_per_block` data blocks, and a path down.
-        let indirect = need / self.sb.ptrs_per_block() + NIADDR as u64;
-        if need > 0 && self.blocks_available() < need + indirect && !self.frees_pending() {
-            return Err(FsError::NoSpace);
-        }
+        let holes = self.room_for(d, off, end)?;
         for &(a, b) in &holes {
             for lbn in a..b {
                 match self.bmap(ino, d, lbn, true) {
@@ -142,6 +138,26 @@ impl Fs {
                 if self.cache.over_capacity() {
                     self.make_room()?;
                 }
+            }
+        }
+        Ok(holes)
+    }
+
+    /// The runs of holes among the blocks `off..end` touches, or ENOSPC if their blocks (and an
+    /// estimate of the indirect blocks they need) cannot fit even once what soft updates hold
+    /// is freed: refused before anything is allocated, rather than blocks allocated, zeroed and
+    /// given back. Counted as the free count is: whole blocks of `frag` fragments on UFS2.
+    fn room_for(&mut self, d: &Dinode, off: u64, end: u64) -> FsResult<Vec<(u64, u64)>> {
+        let bs = self.sb.block_size as u64;
+        let holes = self.hole_runs(d, off / bs, end.div_ceil(bs))?;
+        let need: u64 = holes.iter().map(|(a, b)| b - a).sum();
+        // Indirect blocks: about one per `ptrs_per_block` data blocks, and a path down.
+        let indirect = need / self.sb.ptrs_per_block() + NIADDR as u64;
+        let units = (need + indirect) * self.sb.frag();
+        if need > 0 && self.blocks_available() < units {
+            let pending = if self.frees_pending() { self.pending_frees().0 } else { 0 };
+            if self.blocks_available() + pending < units {
+                return Err(FsError::NoSpace);
             }
         }
         Ok(holes)
@@ -423,6 +439,31 @@ mod tests {
             assert_eq!(fs.getattr(g).unwrap().blocks, 4);
             fs.unmount().unwrap();
             clean(&dev);
+        }
+    }
+
+    /// On UFS2 the free count is in fragments and each block takes `frag` of them: a
+    /// preallocation of more than is free is refused before anything is allocated (the
+    /// estimate once counted blocks against fragments, so it went on to allocate and zero
+    /// blocks, and wrote them, only to give them back).
+    #[test]
+    fn ufs2_out_of_space_is_refused_by_the_estimate_in_fragments() {
+        for ordering in [Ordering::Softdep, Ordering::Sync] {
+            let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 1024);
+            let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
+            let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
+            assert_eq!((fs.sb.block_size, fs.sb.frag()), (4096, 4));
+            let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+            fs.sync_all().unwrap();
+            let free = fs.statfs().bfree;
+            let writes = |dev: &MemDevice| dev.stats().sync_writes + dev.stats().async_writes;
+            let before = writes(&dev);
+            // Half as many blocks as there are free fragments: twice the space there is.
+            let grow = FallocMode { op: FallocOp::Allocate, keep_size: false };
+            let r = fs.fallocate(f, 0, free / 2 * 4096, grow);
+            assert!(matches!(r, Err(FsError::NoSpace)), "{ordering:?}: {r:?}");
+            assert_eq!(writes(&dev), before, "{ordering:?}: nothing allocated, nothing written");
+            assert_eq!((fs.getattr(f).unwrap().blocks, fs.statfs().bfree), (0, free), "{ordering:?}");
         }
     }
 

@@ -502,21 +502,27 @@ pub struct Fs {
     messages: Arc<messages::Messages>,
 }
 
+/// What a mount (or a remount) read-write asks of the superblock first: an image sufs may write
+/// (`Superblock::writable`), with journaled soft updates turned off (sufs does not write the
+/// journal).
+fn prepare_writable(sb: &mut Superblock) -> FsResult<()> {
+    sb.writable().map_err(FsError::Unsupported)?;
+    if sb.disable_suj() {
+        log::warn!(
+            "journaled soft updates (SU+J) disabled, as tunefs -j disable does: sufs does not write the journal"
+        );
+    }
+    Ok(())
+}
+
 impl Fs {
     /// Mounts the file system on `dev`: checks the superblock and every group header, refusing a
     /// corrupt or foreign image, and marks the image in use (not clean) until `unmount`.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions, clock: Arc<dyn Clock>) -> FsResult<Fs> {
         let bs = dev.block_size();
         let mut sb = Superblock::probe(|off, buf| crate::dev::read_bytes(&*dev, off, buf))?;
-        if let Err(why) = sb.writable() {
-            if !opts.readonly {
-                return Err(FsError::Unsupported(why));
-            }
-        }
-        if !opts.readonly && sb.disable_suj() {
-            log::warn!(
-                "journaled soft updates (SU+J) disabled, as tunefs -j disable does: sufs does not write the journal"
-            );
+        if !opts.readonly {
+            prepare_writable(&mut sb)?;
         }
         if sb.addr_unit() as usize != dev.addr_unit() {
             return Err(FsError::Corrupt(format!(

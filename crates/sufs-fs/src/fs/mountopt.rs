@@ -20,6 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Fs, FsError, FsResult, Ordering};
+use crate::alloc::Alloc;
 use crate::format::*;
 
 /// When reads change atime.
@@ -187,7 +188,8 @@ impl Fs {
     /// everything and marks the image clean (unless files unlinked while open are still held:
     /// their inodes stay for the next mount to free); read-only to read-write needs a device
     /// opened for writing and an image that is clean, or unclean after soft updates, and marks
-    /// the image in use. As FreeBSD's `ffs_mount` upgrades an unclean soft-updates file system
+    /// the image in use; a UFS2 image mounted read-only from the start has its groups loaded
+    /// for the allocator then. As FreeBSD's `ffs_mount` upgrades an unclean soft-updates file system
     /// (with a warning) and refuses any other unclean one: after soft updates a crash leaves
     /// only leaks and link counts too high, which stay until fsck and harm nothing meanwhile
     /// (the mount gate reasons the same for a new mount, `Recovery::Background`). An image a
@@ -223,6 +225,13 @@ impl Fs {
                         "remounted read-write although not unmounted cleanly: its last mount had soft updates, \
                          so what is left to repair is leaks (run sufs fsck to reclaim them)"
                     );
+                }
+                super::prepare_writable(&mut self.sb)?;
+                if self.alloc.counts_only() {
+                    // A mount read-only from the start took only its UFS2 groups' counts (and
+                    // has written none of them since); a writer needs every group checked
+                    // whole, as a read-write mount checks them.
+                    self.alloc = Alloc::load(&mut self.cache, &self.sb, true)?;
                 }
                 self.readonly = false;
                 if let Err(e) = self.mark_in_use() {

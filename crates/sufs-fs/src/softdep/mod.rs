@@ -828,9 +828,10 @@ impl Softdep {
         }
     }
 
-    /// Blocks and inodes that will return to the free maps once writes complete (statfs counts
-    /// them as free, as FreeBSD's pending counts do). A moved run's old fragments count as their
-    /// number of fragments (the unit of block numbers: one block on sufs's own format).
+    /// Fragments and inodes that will return to the free maps once writes complete (statfs
+    /// counts them as free, as FreeBSD's pending counts do, `fs_pendingblocks` in fragments). A
+    /// freed whole block counts its `frag` fragments, a moved run's old fragments their number
+    /// (the unit of block numbers: one block on sufs's own format).
     pub fn pending_frees(&self) -> (u64, u64) {
         let mut blocks = 0;
         let mut inodes = 0;
@@ -838,7 +839,7 @@ impl Softdep {
             self.inodedeps.values().flat_map(|d| d.bufwait.iter().map(|(_, t)| t).chain(&d.inowait).chain(&d.extwait));
         for t in waiting.chain(self.tasks.iter()) {
             match t {
-                Task::FreeBlks(f) => blocks += f.blocks.len() as u64,
+                Task::FreeBlks(f) => blocks += f.blocks.len() as u64 * self.sb.frag(),
                 Task::FreeFrag(f) => blocks += f.frags as u64,
                 Task::FreeFile(_) => inodes += 1,
                 _ => {}
@@ -1211,6 +1212,19 @@ mod tests {
         assert!(!again && copy == itable);
         assert_eq!(sd.take_free_tasks(), vec![Task::FreeFrag(FreeFrag { ino, bno: w, frags: 1 })]);
         assert!(sd.is_idle());
+    }
+
+    /// statfs's pending frees are fragments: a freed whole block counts all of its own (it
+    /// counted one, so a large file unlinked on UFS2 showed an eighth of its space coming back
+    /// until its freeblks ran), a moved run's old fragments their number.
+    #[test]
+    fn pending_frees_count_fragments() {
+        let (_sb, mut sd, w, ino, _ib, _ioff) = setup_frags();
+        sd.free_blocks(ino, vec![w + 8, w + 12], vec![]);
+        assert_eq!(sd.pending_frees(), (2 * 4, 0));
+        sd.alloc_direct_frags(ino, false, 0, (w + 4, 3072), (w + 1, 2048));
+        sd.free_file(ino, false, vec![]);
+        assert_eq!(sd.pending_frees(), (2 * 4 + 2, 1));
     }
 
     /// freefrag: the old run of a moved tail returns to the free map only once an inode write
