@@ -262,14 +262,16 @@ fn background_fsck_without_room_for_its_snapshot_leaves_nothing_behind() {
     let (img, mnt) = mkfs_and_mount(dir.path());
     let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
     let guard = Unmount(&mnt, true);
-    // Fill the file system, then give back a few blocks: room for /.snap and the snapshot's
-    // inode, not for its map.
+    // Fill the file system, then give back two blocks: room for the snapshot's inode, not for
+    // its map and first copies (a block each, whole blocks: with the fragments left free by
+    // the fill there are more free fragments than the blocks the snapshot needs).
     let mut f = fs::File::create(mnt.join("fill")).unwrap();
     let chunk = vec![5u8; 1 << 20];
     while f.write_all(&chunk).and_then(|_| f.sync_all()).is_ok() {}
     drop(f);
     let len = fs::metadata(mnt.join("fill")).unwrap().len();
-    fs::OpenOptions::new().write(true).open(mnt.join("fill")).unwrap().set_len(len - 6 * 4096).unwrap();
+    let bsize = common::ufs2::statvfs(&mnt).f_bsize;
+    fs::OpenOptions::new().write(true).open(mnt.join("fill")).unwrap().set_len(len - 2 * bsize).unwrap();
     let out = sufs(&["fsck", "--background", mnt_s]);
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success(), "{text}");
