@@ -17,15 +17,13 @@ use proptest::prelude::*;
 mod common;
 
 use common::fuse::{external_tool, fuse_available, mount_fg};
-use common::ufs2::{have_makefs, image, makefs, FuseUfs};
+use common::ufs2::{
+    dinode, edit_inode, have_makefs, image, makefs, root_entry, superblock, unlink_root_entry, FuseUfs,
+};
 use common::{ok, sufs, SUFS};
 use sufs_fs::format::ufs2::*;
 use sufs_fs::fsck::ufs2::{check, Options};
 use sufs_fs::fsck::Class;
-
-fn superblock(img: &[u8]) -> Superblock {
-    Superblock::search(|off, buf| img.read_exact_at(buf, off)).expect("a UFS2 superblock").1
-}
 
 /// `sufs fsck ARGS IMG`: exit code and stdout.
 fn fsck(img: &Path, args: &[&str]) -> (i32, String) {
@@ -68,30 +66,6 @@ fn edit_cg(img: &mut [u8], sb: &Superblock, c: u32, f: impl FnOnce(&mut Cg, &mut
         after.set_frag_free(f, g.frag_free(f));
     }
     img[off..off + len].copy_from_slice(&after.encode(sb));
-}
-
-fn dinode(img: &[u8], sb: &Superblock, ino: u32) -> Dinode {
-    let off = sb.ino_offset(ino) as usize;
-    Dinode::decode(&img[off..off + UFS2_DINODE_SIZE]).unwrap()
-}
-
-/// Changes inode `ino` and writes it back with its check hash.
-fn edit_inode(img: &mut [u8], sb: &Superblock, ino: u32, f: impl FnOnce(&mut Dinode)) {
-    let mut d = dinode(img, sb, ino);
-    f(&mut d);
-    let off = sb.ino_offset(ino) as usize;
-    img[off..off + UFS2_DINODE_SIZE].copy_from_slice(&d.encode_for(sb));
-}
-
-/// The inode a name in the root directory names, and the byte offset of its entry on the device.
-fn root_entry(img: &[u8], sb: &Superblock, name: &str) -> (u32, usize) {
-    let root = dinode(img, sb, UFS_ROOTINO);
-    let data = FileReader::new(sb, img, &root, UFS_ROOTINO).read_block(0).unwrap();
-    let e = DirIter::new(&data, 0, root.di_size, sb.maxino())
-        .map(|e| e.unwrap())
-        .find(|e| e.name == name.as_bytes())
-        .unwrap_or_else(|| panic!("/{name} in the root"));
-    (e.d_ino, sb.fsb_offset(root.di_db[0]) as usize + e.offset as usize)
 }
 
 /// Runs the checker on the damaged image: exit 4, and a line `Class: text` for each expected.
@@ -316,21 +290,7 @@ fn an_unreferenced_file_is_reconnected_with_yes_and_cleared_by_preen() {
     for flag in ["-y", "-p"] {
         let dir = tempfile::tempdir().unwrap();
         let mut file = 0;
-        let p = damaged(dir.path(), |img, sb| {
-            let (ino, at) = root_entry(img, sb, "file1");
-            file = ino;
-            let root = dinode(img, sb, UFS_ROOTINO);
-            let start = sb.fsb_offset(root.di_db[0]) as usize;
-            let data = img[start..start + 512].to_vec();
-            let prev = DirIter::new(&data, 0, root.di_size, sb.maxino())
-                .map(|e| e.unwrap())
-                .take_while(|e| start + (e.offset as usize) < at)
-                .last()
-                .unwrap();
-            let reclen = u16::from_le_bytes([img[at + 4], img[at + 5]]) + prev.d_reclen;
-            let p = start + prev.offset as usize;
-            img[p + 4..p + 6].copy_from_slice(&reclen.to_le_bytes());
-        });
+        let p = damaged(dir.path(), |img, sb| file = unlink_root_entry(img, sb, "file1"));
         if flag == "-y" {
             let want = [format!("UNREF FILE I={file} MODE=100644 SIZE=23 (RECONNECTED to lost+found I=")];
             repairs(&p, flag, &want, |t| {

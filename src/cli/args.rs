@@ -318,7 +318,7 @@ pub(crate) enum SnapCmd {
         image: PathBuf,
         #[arg(long, value_enum)]
         store: StoreKind,
-        /// Blocks the br store reserves at first.
+        /// Blocks the br store reserves at first (no more than an eighth of the file system's).
         #[arg(long, default_value_t = 4096)]
         initial: u64,
     },

@@ -357,7 +357,7 @@ fn volume_stack(
     // refill would fail for want of space, under the mount's lock).
     let sb = Superblock::probe(|off, buf| sufs_fs::dev::read_bytes(base.as_ref(), off, buf))
         .map_err(|e| Fail(format!("{}: {e}", image.display()), 32))?;
-    let want = (cache_blocks + 1024).min((sb.num_blocks / sb.frag() / 8).max(1));
+    let want = (cache_blocks + 1024).min(PoolOptions::cap(&sb));
     let pool = PoolOptions { low_watermark: want, grow: want, ..Default::default() };
     let (dev, vol): (Arc<dyn BlockDevice>, Option<Arc<VolumeDevice>>) = if snapshot {
         let vol = VolumeDevice::open(base, pool)?

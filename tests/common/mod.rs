@@ -96,3 +96,14 @@ pub fn is_ufs2_image(path: &std::path::Path) -> bool {
     let f = std::fs::File::open(path).unwrap();
     f.read_exact_at(&mut magic, 65536 + 1372).is_ok() && u32::from_le_bytes(magic) == 0x1954_0119
 }
+
+/// Whether `sufs dumpfs` says the UFS2 image at `img` is clean: its `clean` line, `fs_clean`
+/// (a mount clears it, a clean unmount sets it). Fails the test on any other image.
+pub fn dumpfs_says_clean(img: &std::path::Path) -> bool {
+    let dump = ok(&["dumpfs", img.to_str().unwrap()]);
+    match dump.lines().find_map(|l| l.strip_prefix("clean ")).map(str::trim) {
+        Some("yes") => true,
+        Some("no") => false,
+        _ => panic!("no clean line (a UFS2 image?) in:\n{dump}"),
+    }
+}

@@ -11,6 +11,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use sufs_fs::format::ufs2::{Dinode, DirIter, FileReader, Superblock, UFS2_DINODE_SIZE, UFS_ROOTINO};
+
 use super::pattern;
 
 pub const IMAGE: &str = "freebsd-ufs2-32k4k.img.gz";
@@ -261,4 +263,54 @@ pub fn sample_tree(src: &Path) {
     let fifo = CString::new(src.join("fifo").as_os_str().as_bytes()).unwrap();
     // SAFETY: a valid path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+}
+
+/// The superblock of the UFS2 image `img` (its bytes).
+pub fn superblock(img: &[u8]) -> Superblock {
+    Superblock::search(|off, buf| sufs_fs::format::ufs2::ReadAt::read_exact_at(img, buf, off))
+        .expect("a UFS2 superblock")
+        .1
+}
+
+pub fn dinode(img: &[u8], sb: &Superblock, ino: u32) -> Dinode {
+    let off = sb.ino_offset(ino) as usize;
+    Dinode::decode(&img[off..off + UFS2_DINODE_SIZE]).unwrap()
+}
+
+/// Changes inode `ino` and writes it back with its check hash.
+pub fn edit_inode(img: &mut [u8], sb: &Superblock, ino: u32, f: impl FnOnce(&mut Dinode)) {
+    let mut d = dinode(img, sb, ino);
+    f(&mut d);
+    let off = sb.ino_offset(ino) as usize;
+    img[off..off + UFS2_DINODE_SIZE].copy_from_slice(&d.encode_for(sb));
+}
+
+/// The inode a name in the root directory names, and the byte offset of its entry on the device.
+pub fn root_entry(img: &[u8], sb: &Superblock, name: &str) -> (u32, usize) {
+    let root = dinode(img, sb, UFS_ROOTINO);
+    let data = FileReader::new(sb, img, &root, UFS_ROOTINO).read_block(0).unwrap();
+    let e = DirIter::new(&data, 0, root.di_size, sb.maxino())
+        .map(|e| e.unwrap())
+        .find(|e| e.name == name.as_bytes())
+        .unwrap_or_else(|| panic!("/{name} in the root"));
+    (e.d_ino, sb.fsb_offset(root.di_db[0]) as usize + e.offset as usize)
+}
+
+/// Removes `name` from the root directory of `img` as ufs_dirremove does (its record given to
+/// the entry before it, in the root's first 512-byte chunk), leaving its inode as it is:
+/// unreferenced. The inode the name named.
+pub fn unlink_root_entry(img: &mut [u8], sb: &Superblock, name: &str) -> u32 {
+    let (ino, at) = root_entry(img, sb, name);
+    let root = dinode(img, sb, UFS_ROOTINO);
+    let start = sb.fsb_offset(root.di_db[0]) as usize;
+    let data = img[start..start + 512].to_vec();
+    let prev = DirIter::new(&data, 0, root.di_size, sb.maxino())
+        .map(|e| e.unwrap())
+        .take_while(|e| start + (e.offset as usize) < at)
+        .last()
+        .unwrap_or_else(|| panic!("/{name} is the first entry of its chunk"));
+    let reclen = u16::from_le_bytes([img[at + 4], img[at + 5]]) + prev.d_reclen;
+    let p = start + prev.offset as usize;
+    img[p + 4..p + 6].copy_from_slice(&reclen.to_le_bytes());
+    ino
 }

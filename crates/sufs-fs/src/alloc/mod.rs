@@ -210,8 +210,20 @@ impl Alloc {
         self.frees
     }
 
+    /// Free space in the format's unit: blocks on sufs's own format, fragments on UFS2.
     pub fn free_blocks(&self) -> u64 {
         self.sums.iter().map(|s| s.free_blocks as u64).sum()
+    }
+
+    /// Wholly free blocks, what `alloc_block` can still hand out: UFS2's `cs_nbfree` summed
+    /// (free fragments of a partly used block count for nothing), every free block on sufs's
+    /// own format.
+    pub fn free_whole_blocks(&self) -> u64 {
+        if self.ufs2.is_some() {
+            self.sums.iter().map(|s| s.nbfree as u64).sum()
+        } else {
+            self.free_blocks()
+        }
     }
     pub fn free_inodes(&self) -> u64 {
         self.sums.iter().map(|s| s.free_inodes as u64).sum()

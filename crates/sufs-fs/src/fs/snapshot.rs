@@ -298,7 +298,8 @@ impl Fs {
         Self::snap_check_name(name)?;
         let slot = self.sb.snapshots.iter().position(|&i| i == 0).ok_or(FsError::Invalid("at most 20 snapshots"))?;
         self.sync_all()?;
-        let (needed, free) = (self.snap_room(), self.alloc.free_blocks());
+        // Every block of a snapshot is a whole block: free fragments do not count.
+        let (needed, free) = (self.snap_room(), self.alloc.free_whole_blocks());
         if needed > free {
             log::warn!("snapshot {}: refused: {needed} blocks needed, {free} free", String::from_utf8_lossy(name));
             return Err(FsError::NoSnapshotRoom { needed, free });

@@ -103,7 +103,8 @@ impl VolumeDevice {
         Ok(Some(vol))
     }
 
-    /// Takes a snapshot of the (unmounted) volume on `inner` with the given store.
+    /// Takes a snapshot of the (unmounted) volume on `inner` with the given store; a br store
+    /// reserves `pool.initial` blocks, or `PoolOptions::cap` where that is fewer.
     pub fn create(inner: Arc<dyn BlockDevice>, kind: StoreKind, pool: PoolOptions, now: i64) -> VolResult<()> {
         if let Some((k, _, _)) = find_store(&inner)? {
             return Err(VolumeError::Exists(k));
@@ -118,8 +119,10 @@ impl VolumeDevice {
                 (origin, origin + 1)
             }
             StoreKind::Br => {
+                // The header and the first area block at least; no more than the pool's cap.
+                let initial = pool.initial.min(PoolOptions::cap(&sb)).max(2);
                 let mut fs = Fs::mount(inner.clone(), MountOptions::default(), Arc::new(SimClock::new()))?;
-                let r = fs.brreserve(BR_STORE.as_bytes(), pool.initial.max(2), None);
+                let r = fs.brreserve(BR_STORE.as_bytes(), initial, None);
                 let runs = r.and_then(|_| fs.brquery(BR_STORE.as_bytes(), 0, 2));
                 fs.unmount()?;
                 let runs = br_chunks(runs?, frag)?;

@@ -104,6 +104,17 @@ impl Default for PoolOptions {
     }
 }
 
+impl PoolOptions {
+    /// The most blocks a br store's pool takes at a time (its first reservation, its low
+    /// watermark, each refill) on the file system of `sb`: an eighth of its blocks (at least
+    /// one). The defaults count blocks, so on UFS2's 32 KiB blocks 4096 of them are 128 MiB: on
+    /// a small file system the first reservation would ask for more than it holds, and a pool
+    /// kept that full could never reach its watermark.
+    pub fn cap(sb: &crate::format::Superblock) -> u64 {
+        (sb.num_blocks / sb.frag() / 8).max(1)
+    }
+}
+
 /// Counters of a volume.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct VolumeStats {

@@ -286,6 +286,23 @@ fn chunks_free_at_snapshot_time_are_not_copied_and_the_export_is_exact() {
     }
 }
 
+/// A br store taken with the default pool fits on a file system of any block size: it reserves
+/// 4096 blocks, or an eighth of the file system's where that is fewer (4096 of UFS2's 32 KiB
+/// blocks are the whole 128 MiB volume: the reservation failed for want of space).
+#[test]
+fn the_default_br_store_fits_a_file_system_of_large_blocks() {
+    for geo in GEOMETRIES {
+        let (dev, _) = volume(geo, geo.chunks());
+        let inner: Arc<dyn BlockDevice> = dev.clone();
+        VolumeDevice::create(inner.clone(), StoreKind::Br, PoolOptions::default(), 1)
+            .unwrap_or_else(|e| panic!("{geo:?}: {e}"));
+        let vol = VolumeDevice::open(inner, PoolOptions::default()).unwrap().unwrap();
+        let want = 4096.min(geo.chunks() / 8);
+        assert_eq!(vol.volume_stats().store_size, want, "{geo:?}");
+        assert!(vol.invalid_reason().is_none(), "{geo:?}");
+    }
+}
+
 #[test]
 fn a_full_reserved_store_invalidates_the_snapshot() {
     for geo in GEOMETRIES {
