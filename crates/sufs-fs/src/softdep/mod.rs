@@ -828,9 +828,10 @@ impl Softdep {
         }
     }
 
-    /// Blocks and inodes that will return to the free maps once writes complete (statfs counts
-    /// them as free, as FreeBSD's pending counts do). A moved run's old fragments count as their
-    /// number of fragments (the unit of block numbers: one block on sufs's own format).
+    /// Fragments and inodes that will return to the free maps once writes complete (statfs
+    /// counts them as free, as FreeBSD's `fs_pendingblocks` does). The unit is that of block
+    /// numbers (a fragment on UFS2, a block on sufs's own format): a freeblks' whole block counts
+    /// as its `frag()` fragments, a moved run's old fragments as their number.
     pub fn pending_frees(&self) -> (u64, u64) {
         let mut blocks = 0;
         let mut inodes = 0;
@@ -838,7 +839,7 @@ impl Softdep {
             self.inodedeps.values().flat_map(|d| d.bufwait.iter().map(|(_, t)| t).chain(&d.inowait).chain(&d.extwait));
         for t in waiting.chain(self.tasks.iter()) {
             match t {
-                Task::FreeBlks(f) => blocks += f.blocks.len() as u64,
+                Task::FreeBlks(f) => blocks += f.blocks.len() as u64 * self.sb.frag(),
                 Task::FreeFrag(f) => blocks += f.frags as u64,
                 Task::FreeFile(_) => inodes += 1,
                 _ => {}
@@ -1211,6 +1212,18 @@ mod tests {
         assert!(!again && copy == itable);
         assert_eq!(sd.take_free_tasks(), vec![Task::FreeFrag(FreeFrag { ino, bno: w, frags: 1 })]);
         assert!(sd.is_idle());
+    }
+
+    /// statfs's pending frees are in the unit of block numbers: on UFS2 with four fragments a
+    /// block, a freeblks of two whole blocks and one of their inode's freefile count as eight
+    /// fragments and one inode (counted as two, a closed unnamed file's space seemed to stay in
+    /// use until its dinode was written).
+    #[test]
+    fn pending_frees_count_a_freed_block_as_its_fragments() {
+        let (sb, mut sd, w, ino, _, _) = setup_frags();
+        sd.free_blocks(ino, vec![w, w + 4], vec![]);
+        sd.free_file(ino, false, vec![]);
+        assert_eq!(sd.pending_frees(), (2 * sb.frag(), 1));
     }
 
     /// freefrag: the old run of a moved tail returns to the free map only once an inode write
