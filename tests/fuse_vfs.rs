@@ -770,8 +770,8 @@ fn fitrim(path: &Path, start: u64, len: u64, minlen: u64) -> Result<u64, i32> {
     Ok(range[1])
 }
 
-/// FITRIM (fstrim) through the mount, on sufs's format and on UFS2 with fragments (made by the
-/// mount, `mkfs_format=ufs2`): the blocks of a removed file are punched out of the image (its
+/// FITRIM (fstrim) through the mount, on UFS2 with fragments (as `sufs mkfs` makes it) and on
+/// sufs's own format (made anew by the mount, `mkfs_format=sufs`): the blocks of a removed file are punched out of the image (its
 /// space given back to the host), a file kept reads back whole after a remount, another user
 /// may not trim (EPERM), and fsck finds nothing. (On UFS2 the trim read sufs's map where
 /// FreeBSD's group is, and the mount panicked.)
@@ -780,10 +780,12 @@ fn fitrim_punches_the_free_blocks_out_of_the_image() {
     if !root() {
         return;
     }
-    fitrim_on(&[], "sufs");
-    fitrim_on(&["-o", "mkfs_size=64M,mkfs_format=ufs2"], "UFS2");
+    fitrim_on(&[], "UFS2");
+    fitrim_on(&["-o", "mkfs_size=64M,mkfs_format=sufs"], "sufs");
 }
 
+/// The FITRIM test on a public mount made with `opts`, whose image must be of `format`
+/// (`sufs dumpfs` says "(UFS2)" or not).
 fn fitrim_on(opts: &[&str], format: &str) {
     let (_t, img, mnt, m) = public_mount(opts);
     let dump = String::from_utf8_lossy(&sufs(&["dumpfs", img.to_str().unwrap()]).stdout).into_owned();
