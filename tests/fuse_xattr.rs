@@ -125,13 +125,19 @@ fn exercise(m: &Path) {
     assert_eq!(set(&f, "system.other", b"1", 0), Err(libc::EOPNOTSUPP));
     assert_eq!(set(&f, &format!("user.{}", "n".repeat(251)), b"1", 0), Err(libc::ERANGE), "a name past 255 bytes");
     set(&f, &format!("user.{}", "n".repeat(250)), b"longest name", 0).unwrap();
-    assert_eq!(set(&f, "user.huge", &vec![1u8; 65537], 0), Err(libc::E2BIG), "a value past 64 KiB");
-    // The area is two blocks (8 KiB here): a value that cannot fit is ENOSPC, as in UFS2.
-    assert_eq!(set(&f, "user.toolarge", &vec![2u8; 9000], 0), Err(libc::ENOSPC));
-    // A large value takes the area into its second block.
-    set(&f, "user.big", &pattern(7, 6000), 0).unwrap();
-    assert_eq!(get(&f, "user.big").unwrap(), pattern(7, 6000));
-    assert!(fs::metadata(&f).unwrap().blocks() >= (2 + 2) * 8, "the attribute blocks count in st_blocks");
+    assert_eq!(set(&f, "user.huge", &vec![1u8; XATTR_SIZE_MAX + 1], 0), Err(libc::E2BIG), "a value past 64 KiB");
+    // The area is two blocks of the file system's: records that cannot fit are ENOSPC, as in UFS2.
+    area_fills_at_two_blocks(m);
+    // A large value takes the area into its second block (where one value can reach it).
+    let (bsize, frsize) = geometry(m);
+    let big = big_len(m);
+    set(&f, "user.big", &pattern(7, big), 0).unwrap();
+    assert_eq!(get(&f, "user.big").unwrap(), pattern(7, big));
+    let held = 5000u64.next_multiple_of(frsize) + (big as u64).next_multiple_of(frsize);
+    assert!(
+        fs::metadata(&f).unwrap().blocks() * 512 >= held,
+        "the attribute blocks count in st_blocks ({bsize}-byte blocks of {frsize}-byte fragments)"
+    );
     let mut names = vec!["security.s", "trusted.t", "user.a", "user.big", "user.empty"];
     let long = format!("user.{}", "n".repeat(250));
     names.push(&long);
@@ -161,10 +167,57 @@ fn exercise(m: &Path) {
     }
 }
 
+/// The largest value Linux passes to a file system (`XATTR_SIZE_MAX`): past it, E2BIG.
+const XATTR_SIZE_MAX: usize = 65536;
+
+/// The block and fragment sizes of the file system mounted on `m` (statvfs's f_bsize and
+/// f_frsize).
+fn geometry(m: &Path) -> (u64, u64) {
+    let s = common::ufs2::statvfs(m);
+    (s.f_bsize, s.f_frsize)
+}
+
+/// The length of `user.big`: half a block past the area's first block, where a value may be
+/// that long.
+fn big_len(m: &Path) -> usize {
+    ((geometry(m).0 * 3 / 2) as usize).min(XATTR_SIZE_MAX)
+}
+
+/// A record's bytes in the area (UFS2's `struct extattr`): a 7-byte header and the name
+/// (without its namespace's prefix) padded to 8, then the value padded to 8.
+fn record_len(name: &str, value: usize) -> usize {
+    (7 + name.len()).next_multiple_of(8) + value.next_multiple_of(8)
+}
+
+/// A new file's area holds records of two blocks and no byte more: filled to its last byte
+/// (with a first value where one value of at most 64 KiB cannot fill it), the set of one byte
+/// more answers ENOSPC and changes nothing, the set that fits exactly succeeds.
+fn area_fills_at_two_blocks(m: &Path) {
+    let p = m.join("full");
+    fs::write(&p, b"").unwrap();
+    let mut room = 2 * geometry(m).0 as usize;
+    let last = record_len("last", 0);
+    // The last value one byte longer must still be one Linux passes (not E2BIG).
+    let most = XATTR_SIZE_MAX - 8;
+    if room - last > most {
+        let fill = room - last - most;
+        let value = fill - record_len("fill", 0);
+        assert_eq!(record_len("fill", value), fill, "a filler of 8-byte multiples");
+        set(&p, "user.fill", &vec![3u8; value], 0).unwrap();
+        room -= fill;
+    }
+    let value = room - last;
+    assert_eq!(set(&p, "user.last", &vec![4u8; value + 1], 0), Err(libc::ENOSPC), "one byte past the area");
+    assert_eq!(get(&p, "user.last"), Err(libc::ENODATA), "the refused set left nothing");
+    set(&p, "user.last", &vec![4u8; value], 0).unwrap();
+    assert_eq!(get(&p, "user.last").unwrap().len(), value);
+    assert_eq!(set(&p, "user.more", b"", 0), Err(libc::ENOSPC), "no room for even an empty record");
+}
+
 fn verify(m: &Path) {
     let f = m.join("f");
     assert_eq!(get(&f, "user.a").unwrap(), b"replaced");
-    assert_eq!(get(&f, "user.big").unwrap(), pattern(7, 6000));
+    assert_eq!(get(&f, "user.big").unwrap(), pattern(7, big_len(m)));
     assert_eq!(get(&f, "trusted.t").unwrap(), b"root only");
     assert_eq!(get(&f, "user.empty"), Err(libc::ENODATA));
     assert_eq!(fs::read(&f).unwrap(), pattern(1, 5000), "the data is untouched");

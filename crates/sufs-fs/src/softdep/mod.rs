@@ -829,17 +829,22 @@ impl Softdep {
     }
 
     /// Fragments and inodes that will return to the free maps once writes complete (statfs
-    /// counts them as free, as FreeBSD's pending counts do, `fs_pendingblocks` in fragments). A
-    /// freed whole block counts its `frag` fragments, a moved run's old fragments their number
-    /// (the unit of block numbers: one block on sufs's own format).
+    /// counts them as free, as FreeBSD's `fs_pendingblocks` does). The unit is that of block
+    /// numbers (a fragment on UFS2, a block on sufs's own format): a freeblks' whole block counts
+    /// as its `frag()` fragments, a moved run's old fragments as their number. What a freeblks
+    /// runs after its blocks (a truncated file's tail, as a freefrag) counts too.
     pub fn pending_frees(&self) -> (u64, u64) {
         let mut blocks = 0;
         let mut inodes = 0;
         let waiting =
             self.inodedeps.values().flat_map(|d| d.bufwait.iter().map(|(_, t)| t).chain(&d.inowait).chain(&d.extwait));
-        for t in waiting.chain(self.tasks.iter()) {
+        let mut todo: Vec<&Task> = waiting.chain(self.tasks.iter()).collect();
+        while let Some(t) = todo.pop() {
             match t {
-                Task::FreeBlks(f) => blocks += f.blocks.len() as u64 * self.sb.frag(),
+                Task::FreeBlks(f) => {
+                    blocks += f.blocks.len() as u64 * self.sb.frag();
+                    todo.extend(&f.then);
+                }
                 Task::FreeFrag(f) => blocks += f.frags as u64,
                 Task::FreeFile(_) => inodes += 1,
                 _ => {}
@@ -1225,6 +1230,28 @@ mod tests {
         sd.alloc_direct_frags(ino, false, 0, (w + 4, 3072), (w + 1, 2048));
         sd.free_file(ino, false, vec![]);
         assert_eq!(sd.pending_frees(), (2 * 4 + 2, 1));
+    }
+
+    /// statfs's pending frees are in the unit of block numbers: on UFS2 with four fragments a
+    /// block, a freeblks of two whole blocks and one of their inode's freefile count as eight
+    /// fragments and one inode (counted as two, a closed unnamed file's space seemed to stay in
+    /// use until its dinode was written).
+    #[test]
+    fn pending_frees_count_a_freed_block_as_its_fragments() {
+        let (sb, mut sd, w, ino, _, _) = setup_frags();
+        sd.free_blocks(ino, vec![w, w + 4], vec![]);
+        sd.free_file(ino, false, vec![]);
+        assert_eq!(sd.pending_frees(), (2 * sb.frag(), 1));
+    }
+
+    /// A truncated file's tail, freed after its whole blocks (a freefrag in the freeblks'
+    /// `then`), is pending with them.
+    #[test]
+    fn pending_frees_count_the_tail_a_freeblks_frees_after_its_blocks() {
+        let (sb, mut sd, w, ino, _, _) = setup_frags();
+        let tail = Task::FreeFrag(FreeFrag { ino, bno: w + 8, frags: 3 });
+        sd.free_blocks(ino, vec![w, w + 4], vec![tail, Task::DropLink(2)]);
+        assert_eq!(sd.pending_frees(), (2 * sb.frag() + 3, 0));
     }
 
     /// freefrag: the old run of a moved tail returns to the free map only once an inode write
