@@ -11,7 +11,7 @@ use std::process::Command;
 mod common;
 
 use common::fuse::*;
-use common::{pattern, sufs, SUFS};
+use common::{dumpfs_says_clean, pattern, sufs, SUFS};
 
 fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
     r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::fuse::{crash, dumpfs_says_clean, fsck_clean, fuse_available, is_mounted, mkfs, mount_fg};
+use common::dumpfs_says_clean;
+use common::fuse::{crash, fsck_clean, fuse_available, is_mounted, mkfs, mount_fg};
 use common::{ok, sufs, SUFS};
 
 fn root() -> bool {

@@ -174,18 +174,6 @@ pub fn fsck_clean(image: &Path) {
     );
 }
 
-/// Whether `sufs dumpfs` says the UFS2 image is clean (its `clean` line: `fs_clean`, which a
-/// read-write mount clears until its unmount).
-pub fn dumpfs_says_clean(image: &Path) -> bool {
-    let out = sufs(&["dumpfs", image.to_str().unwrap()]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    match text.lines().find_map(|l| l.strip_prefix("clean ")).map(str::trim) {
-        Some("yes") => true,
-        Some("no") => false,
-        _ => panic!("dumpfs printed no clean line: {text}{}", String::from_utf8_lossy(&out.stderr)),
-    }
-}
-
 /// An external program, from PATH or cargo's bin directory (where `cargo install` puts it).
 /// Missing, the test is skipped with a message, unless `SUFS_REQUIRE_SUITES=1` (set by `.ci/run`
 /// after installing the tools) makes that a failure.
