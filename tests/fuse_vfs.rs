@@ -675,8 +675,9 @@ fn os_result(r: libc::c_int) -> Result<(), i32> {
 
 /// The volume label through the mount (FS_IOC_GETFSLABEL, FS_IOC_SETFSLABEL, as `xfs_io -c
 /// label` calls them): root sets it, anyone reads it, another user may not set it (EPERM); a
-/// label longer than the 32 bytes sufs keeps, or filling the 256-byte buffer, is EINVAL; the
-/// label set is the superblock's after a remount, as `sufs tunefs -p` shows it.
+/// label longer than the 31 bytes UFS2's `fs_volname` keeps before its NUL, or filling the
+/// 256-byte buffer, is EINVAL; the label set is the superblock's after a remount, as `sufs
+/// tunefs -p` shows it.
 #[test]
 fn the_volume_label_through_the_ioctls() {
     if !root() {
@@ -687,10 +688,10 @@ fn the_volume_label_through_the_ioctls() {
     set_label(&mnt, b"data.1").unwrap();
     fs::write(mnt.join("f"), b"x").unwrap();
     assert_eq!(get_label(&mnt.join("f")), b"data.1", "on a file too");
-    let max = [b'o'; 32];
+    let max = [b'o'; 31];
     set_label(&mnt, &max).unwrap();
     assert_eq!(get_label(&mnt), max);
-    assert_eq!(set_label(&mnt, &[b'o'; 33]), Err(libc::EINVAL), "longer than sufs keeps");
+    assert_eq!(set_label(&mnt, &[b'o'; 32]), Err(libc::EINVAL), "longer than UFS2 keeps");
     assert_eq!(set_label(&mnt, &[b'l'; 256]), Err(libc::EINVAL), "no room for the NUL");
     assert_eq!(get_label(&mnt), max, "unchanged");
     let nobody = |op: &str| {
@@ -705,7 +706,7 @@ fn the_volume_label_through_the_ioctls() {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     let get = format!("print(fcntl.ioctl(fd, {FS_IOC_GETFSLABEL}, bytes(256)).rstrip(b'\\0').decode())");
-    assert_eq!(nobody(&get), "o".repeat(32), "anyone reads it");
+    assert_eq!(nobody(&get), "o".repeat(31), "anyone reads it");
     let set = format!("fcntl.ioctl(fd, {FS_IOC_SETFSLABEL}, b'mine' + bytes(252))");
     assert_eq!(nobody(&set), libc::EPERM.to_string(), "root alone sets it");
     set_label(&mnt, b"data.2").unwrap();
