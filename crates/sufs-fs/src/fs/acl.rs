@@ -341,18 +341,11 @@ mod tests {
 
     const U: u32 = ACL_UNDEFINED_ID;
 
-    /// FreeBSD's `struct oldacl` written out by hand from sys/sys/acl.h: `int acl_cnt`, then 32
-    /// entries of `int ae_tag`, `uid_t ae_id`, `mode_t ae_perm` (16 bits) and 2 bytes of padding.
+    /// FreeBSD's `struct oldacl` holding (tag, id, perm) entries (`format::ufs2::acl`, whose
+    /// test checks the bytes against FreeBSD's layout).
     fn oldacl(entries: &[(u32, u32, u16)]) -> Vec<u8> {
-        let mut v = vec![0u8; 388];
-        v[..4].copy_from_slice(&(entries.len() as i32).to_le_bytes());
-        for (i, &(tag, id, perm)) in entries.iter().enumerate() {
-            let o = 4 + 12 * i;
-            v[o..o + 4].copy_from_slice(&tag.to_le_bytes());
-            v[o + 4..o + 8].copy_from_slice(&id.to_le_bytes());
-            v[o + 8..o + 10].copy_from_slice(&perm.to_le_bytes());
-        }
-        v
+        let entries: Vec<OldAclEntry> = entries.iter().map(|&(tag, id, perm)| OldAclEntry { tag, id, perm }).collect();
+        encode_oldacl(&entries).unwrap()
     }
 
     #[test]
@@ -394,7 +387,9 @@ mod tests {
         // Damage: no owner entry, a short value, an unknown tag.
         assert!(acl_from_freebsd(&oldacl(&[(0x04, U, 7), (0x20, U, 7)]), None).is_err());
         assert!(acl_from_freebsd(&freebsd[..300], None).is_err());
-        assert!(acl_from_freebsd(&oldacl(&[(0x01, U, 7), (0x04, U, 7), (0x20, U, 7), (0x40, 1, 1)]), None).is_err());
+        let mut unknown = oldacl(&[(0x01, U, 7), (0x04, U, 7), (0x20, U, 7), (0x02, 1, 1)]);
+        unknown[4 + 3 * 12] = 0x40;
+        assert!(acl_from_freebsd(&unknown, None).is_err());
     }
 
     #[test]
