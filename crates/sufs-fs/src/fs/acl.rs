@@ -164,10 +164,13 @@ pub fn acl_to_freebsd(value: &[u8]) -> FsResult<Vec<u8>> {
 /// A FreeBSD `struct oldacl` as an ACL in Linux's xattr format, its entries in Linux's order.
 /// For an access ACL `mode` is the file's: its owner, other and mask (or, without a mask,
 /// owning group) bits replace those entries' permissions, as FreeBSD's ufs_sync_acl_from_inode
-/// does on every read. A value FreeBSD would not load, or an ACL without an owner, owning group
-/// or other entry, is an error (the area is damaged).
-pub fn acl_from_freebsd(value: &[u8], mode: Option<u16>) -> Result<Vec<u8>, String> {
+/// does on every read. None for an empty ACL (no ACL); a value FreeBSD would not load is an
+/// error (the area is damaged).
+pub fn acl_from_freebsd(value: &[u8], mode: Option<u16>) -> Result<Option<Vec<u8>>, String> {
     let entries = decode_oldacl(value).map_err(|e| e.to_string())?;
+    if entries.is_empty() {
+        return Ok(None);
+    }
     let mut acl: Vec<AclEntry> = entries
         .iter()
         .map(|e| AclEntry {
@@ -182,10 +185,8 @@ pub fn acl_from_freebsd(value: &[u8], mode: Option<u16>) -> Result<Vec<u8>, Stri
         chmod_acl(&mut acl, mode);
     }
     let v = encode_acl(&acl);
-    match parse_acl(&v) {
-        Ok(_) => Ok(v),
-        Err(_) => Err("a POSIX.1e ACL without an owner, owning group or other entry".into()),
-    }
+    debug_assert!(parse_acl(&v).is_ok(), "decode_oldacl checked the owner, group and other entries");
+    Ok(Some(v))
 }
 
 /// The two ACLs' names: sufs's (Linux's without `system.`) and FreeBSD's, and whether the
@@ -207,8 +208,10 @@ pub fn acls_from_freebsd(attrs: Vec<ExtAttr>, mode: u16) -> Result<Vec<ExtAttr>,
                 out.push(a.clone());
             }
         } else if let Some(&(linux, _, access)) = ACL_NAMES.iter().find(|(_, f, _)| freebsd(a, f)) {
-            let value = acl_from_freebsd(&a.value, access.then_some(mode))?;
-            out.push(system_attr(linux, value));
+            // An empty one (FreeBSD stores none, but may be handed one) is no ACL.
+            if let Some(value) = acl_from_freebsd(&a.value, access.then_some(mode))? {
+                out.push(system_attr(linux, value));
+            }
         } else {
             out.push(a.clone());
         }
@@ -372,18 +375,19 @@ mod tests {
         assert_eq!(acl_to_freebsd(&encode_acl(&linux)).unwrap(), freebsd);
         // A default ACL reads back as it was; an access ACL takes the mode's owner, mask and
         // other bits (FreeBSD's chmod leaves the record alone).
-        assert_eq!(acl_from_freebsd(&freebsd, None).unwrap(), encode_acl(&linux));
-        let synced = acl_from_freebsd(&freebsd, Some(S_IFREG | 0o640)).unwrap();
+        assert_eq!(acl_from_freebsd(&freebsd, None).unwrap(), Some(encode_acl(&linux)));
+        let synced = acl_from_freebsd(&freebsd, Some(S_IFREG | 0o640)).unwrap().unwrap();
         assert_eq!(parse_acl(&synced).unwrap().iter().map(|x| x.perm).collect::<Vec<_>>(), [6, 6, 4, 5, 3, 4, 0]);
         // Without a mask the mode's group bits are the owning group's.
         let plain = oldacl(&[(0x01, U, 7), (0x04, U, 7), (0x20, U, 7)]);
-        let synced = acl_from_freebsd(&plain, Some(S_IFDIR | 0o751)).unwrap();
+        let synced = acl_from_freebsd(&plain, Some(S_IFDIR | 0o751)).unwrap().unwrap();
         assert_eq!(synced, encode_acl(&[e(ACL_USER_OBJ, 7, U), e(ACL_GROUP_OBJ, 5, U), e(ACL_OTHER, 1, U)]));
         // FreeBSD's ids of unnamed entries need not be -1, nor its entries sorted.
         let loose = oldacl(&[(0x20, 0, 4), (0x08, 9, 2), (0x04, 0, 4), (0x01, 0, 6), (0x10, 0, 6)]);
         let want =
             [e(ACL_USER_OBJ, 6, U), e(ACL_GROUP_OBJ, 4, U), e(ACL_GROUP, 2, 9), e(ACL_MASK, 6, U), e(ACL_OTHER, 4, U)];
-        assert_eq!(acl_from_freebsd(&loose, None).unwrap(), encode_acl(&want));
+        assert_eq!(acl_from_freebsd(&loose, None).unwrap(), Some(encode_acl(&want)));
+        assert_eq!(acl_from_freebsd(&oldacl(&[]), None).unwrap(), None, "an empty ACL is none");
         // Damage: no owner entry, a short value, an unknown tag.
         assert!(acl_from_freebsd(&oldacl(&[(0x04, U, 7), (0x20, U, 7)]), None).is_err());
         assert!(acl_from_freebsd(&freebsd[..300], None).is_err());
@@ -402,7 +406,7 @@ mod tests {
         };
         // 4 + 28 = 32 entries fit, and come back.
         let fits = acl_to_freebsd(&with_users(28)).unwrap();
-        assert_eq!(acl_from_freebsd(&fits, None).unwrap(), with_users(28));
+        assert_eq!(acl_from_freebsd(&fits, None).unwrap(), Some(with_users(28)));
         assert!(matches!(acl_to_freebsd(&with_users(29)), Err(FsError::AclTooLong(33))));
         assert_eq!(FsError::AclTooLong(33).errno(), libc::E2BIG);
         let attrs = [system_attr(ACL_DEFAULT, with_users(29))];

@@ -30,7 +30,10 @@ pub const OLDACL_SIZE: usize = 4 + OLDACL_MAX_ENTRIES * OLDACL_ENTRY_SIZE;
 /// `ACL_UNDEFINED_ID`: the id of the entries that name no user or group.
 pub const ACL_UNDEFINED_ID: u32 = u32::MAX;
 /// The tags FreeBSD's POSIX.1e ACLs use (`ACL_USER_OBJ` .. `ACL_OTHER`).
-pub const OLDACL_TAGS: [u32; 6] = [0x01, 0x02, 0x04, 0x08, 0x10, 0x20];
+pub const OLDACL_TAGS: [u32; 6] = [ACL_USER_OBJ, 0x02, ACL_GROUP_OBJ, 0x08, 0x10, ACL_OTHER];
+const ACL_USER_OBJ: u32 = 0x01;
+const ACL_GROUP_OBJ: u32 = 0x04;
+const ACL_OTHER: u32 = 0x20;
 /// `ACL_POSIX1E_BITS`: read, write, execute.
 pub const ACL_POSIX1E_BITS: u16 = 0o7;
 
@@ -47,7 +50,8 @@ fn bad(what: String) -> Ufs2Error {
 }
 
 /// The entries of a `struct oldacl` value; one FreeBSD would not load (a length other than
-/// `OLDACL_SIZE`, a count past 32, an unknown tag, permission bits other than rwx) is an error.
+/// `OLDACL_SIZE`, a count past 32, an unknown tag, permission bits other than rwx, not one
+/// owner, owning group and other entry each) is an error. An empty ACL is no ACL.
 pub fn decode_oldacl(v: &[u8]) -> Result<Vec<OldAclEntry>, Ufs2Error> {
     if v.len() != OLDACL_SIZE {
         return Err(bad(format!("{} bytes, not {OLDACL_SIZE}", v.len())));
@@ -64,6 +68,14 @@ pub fn decode_oldacl(v: &[u8]) -> Result<Vec<OldAclEntry>, Ufs2Error> {
         .collect();
     if let Some(e) = entries.iter().find(|e| !OLDACL_TAGS.contains(&e.tag) || e.perm & !ACL_POSIX1E_BITS != 0) {
         return Err(bad(format!("an entry of tag {:#x}, permissions {:#o}", e.tag, e.perm)));
+    }
+    // One owner, owning group and other entry each (FreeBSD's ufs_sync_acl_from_inode relies
+    // on them), unless the ACL is empty.
+    for tag in [ACL_USER_OBJ, ACL_GROUP_OBJ, ACL_OTHER] {
+        let n = entries.iter().filter(|e| e.tag == tag).count();
+        if !entries.is_empty() && n != 1 {
+            return Err(bad(format!("{n} entries of tag {tag:#x}")));
+        }
     }
     Ok(entries)
 }
@@ -117,8 +129,15 @@ mod tests {
         let mut perm = v.clone();
         perm[24] = 0o10;
         assert!(decode_oldacl(&perm).is_err(), "permission bits past rwx");
-        let full = vec![OldAclEntry { tag: 0x02, id: 7, perm: 1 }; 32];
+        let mut no_owner = v.clone();
+        no_owner[4] = 0x02;
+        assert!(decode_oldacl(&no_owner).is_err(), "no owner entry, two named users");
+        assert_eq!(decode_oldacl(&encode_oldacl(&[]).unwrap()).unwrap(), vec![], "an empty ACL");
+        let mut full = vec![OldAclEntry { tag: 0x02, id: 7, perm: 1 }; 32];
+        full[0].tag = ACL_USER_OBJ;
+        full[1].tag = ACL_GROUP_OBJ;
+        full[31].tag = ACL_OTHER;
         assert_eq!(decode_oldacl(&encode_oldacl(&full).unwrap()).unwrap(), full);
-        assert!(encode_oldacl(&vec![full[0]; 33]).is_err());
+        assert!(encode_oldacl(&vec![full[1]; 33]).is_err());
     }
 }
