@@ -297,7 +297,8 @@ const U: u32 = u32::MAX;
 /// One record of a UFS2 attribute area (FreeBSD's `struct extattr`, sys/ufs/ufs/extattr.h).
 #[derive(Debug)]
 struct Record {
-    /// Where its content starts in the area.
+    /// Where it starts in the area, and where its content starts.
+    start: usize,
     content: usize,
     namespace: u8,
     name: String,
@@ -314,7 +315,7 @@ fn extattr_records(area: &[u8]) -> Vec<Record> {
         let (namespace, pad, namelen) = (area[at + 4], area[at + 5] as usize, area[at + 6] as usize);
         let name = String::from_utf8(area[at + 7..at + 7 + namelen].to_vec()).unwrap();
         let content = at + (7 + namelen).div_ceil(8) * 8;
-        out.push(Record { content, namespace, name, value: area[content..at + len - pad].to_vec() });
+        out.push(Record { start: at, content, namespace, name, value: area[content..at + len - pad].to_vec() });
         at += len;
     }
     out
@@ -447,4 +448,61 @@ fn acls_on_ufs2_are_freebsds_records() {
     fsck_n_clean(&img);
     let (_, recs) = ufs2_records(&img, fino);
     assert_eq!(names(&recs), [(2, "posix1e.acl_access")]);
+}
+
+/// An ACL an earlier sufs kept on UFS2 (Linux's xattr value under `posix_acl_access` in the
+/// system namespace) is read and enforced as the ACL, and goes into FreeBSD's form at the
+/// file's next attribute change.
+#[test]
+fn an_earlier_sufs_acl_on_ufs2_moves_to_freebsds_form() {
+    if !fuse_available() || !tool("setfattr", "attr") || !tool("setfacl", "acl") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    common::ok(&["mkfs", img.to_str().unwrap(), "--size", "64M"]);
+    // Linux's xattr format: version 2, then (tag, perm, id): user::rw-, user:nobody:r--,
+    // group::---, mask::r--, other::---.
+    let mut linux = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [(1u16, 6u16, U), (2, 4, 65534), (4, 0, U), (0x10, 4, U), (0x20, 0, U)] {
+        linux.extend(tag.to_le_bytes());
+        linux.extend(perm.to_le_bytes());
+        linux.extend(id.to_le_bytes());
+    }
+    let hex: String = linux.iter().map(|b| format!("{b:02x}")).collect();
+    // The same record in the user namespace: the earlier record is then one byte away.
+    let m = mount_fg(&img, &mnt, &[]);
+    let f = mnt.join("f");
+    let fs_ = f.to_str().unwrap();
+    fs::write(&f, b"secret").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o640)).unwrap();
+    run("setfattr", &["-n", "user.posix_acl_access", "-v", &format!("0x{hex}"), fs_]);
+    let ino = fs::metadata(&f).unwrap().ino() as u32;
+    m.umount();
+    let (area_at, recs) = ufs2_records(&img, ino);
+    assert_eq!(names(&recs), [(1, "posix_acl_access")]);
+    let dev = fs::OpenOptions::new().write(true).open(&img).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&dev, &[2], area_at + recs[0].start as u64 + 4).unwrap();
+    drop(dev);
+    assert_eq!(names(&ufs2_records(&img, ino).1), [(2, "posix_acl_access")]);
+    fsck_n_clean(&img);
+
+    let m = mount_fg(&img, &mnt, &[]);
+    let acl = run("getfacl", &["-cn", fs_]);
+    assert!(acl.contains("user:65534:r--") && acl.contains("mask::r--"), "{acl}");
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(nobody_reads(&f), "the earlier ACL lets nobody read");
+    }
+    // Any attribute change writes the area again, the ACL in FreeBSD's form.
+    run("setfattr", &["-n", "user.note", "-v", "x", fs_]);
+    m.umount();
+    fsck_n_clean(&img);
+    let (_, recs) = ufs2_records(&img, ino);
+    assert_eq!(names(&recs), [(2, "posix1e.acl_access"), (1, "note")]);
+    let want = [(0x01, U, 6), (0x02, 65534, 4), (0x04, U, 0), (0x10, U, 4), (0x20, U, 0)];
+    assert_eq!(oldacl_entries(&recs[0].value), want);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert!(run("getfacl", &["-cn", fs_]).contains("user:65534:r--"));
+    m.umount();
 }
