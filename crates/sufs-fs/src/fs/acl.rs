@@ -220,12 +220,19 @@ pub fn acls_from_freebsd(attrs: Vec<ExtAttr>, mode: u16) -> Result<Vec<ExtAttr>,
 }
 
 /// sufs's attributes of a UFS2 inode with its ACLs in FreeBSD's form, for the disk: the inverse
-/// of `acls_from_freebsd`. An ACL past FreeBSD's 32 entries is `AclTooLong`.
+/// of `acls_from_freebsd`. An ACL past FreeBSD's 32 entries can only be an earlier sufs's
+/// (setxattr refuses one, and one inherited comes from a default ACL that is one): it stays in
+/// the form that sufs wrote, so that it does not block every other change to the file's
+/// attributes (or a chmod).
 pub fn acls_to_freebsd(attrs: &[ExtAttr]) -> FsResult<Vec<ExtAttr>> {
     attrs
         .iter()
         .map(|a| match ACL_NAMES.iter().find(|(l, _, _)| a.namespace == EXT_NS_SYSTEM && a.name == *l) {
-            Some(&(_, freebsd, _)) => Ok(system_attr(freebsd, acl_to_freebsd(&a.value)?)),
+            Some(&(_, freebsd, _)) => match acl_to_freebsd(&a.value) {
+                Ok(value) => Ok(system_attr(freebsd, value)),
+                Err(FsError::AclTooLong(_)) => Ok(a.clone()),
+                Err(e) => Err(e),
+            },
             None => Ok(a.clone()),
         })
         .collect()
@@ -409,8 +416,12 @@ mod tests {
         assert_eq!(acl_from_freebsd(&fits, None).unwrap(), Some(with_users(28)));
         assert!(matches!(acl_to_freebsd(&with_users(29)), Err(FsError::AclTooLong(33))));
         assert_eq!(FsError::AclTooLong(33).errno(), libc::E2BIG);
-        let attrs = [system_attr(ACL_DEFAULT, with_users(29))];
-        assert!(matches!(acls_to_freebsd(&attrs), Err(FsError::AclTooLong(33))));
+        // One an earlier sufs wrote stays as it was written, and reads back the same.
+        let attrs = vec![system_attr(ACL_DEFAULT, with_users(29)), system_attr(ACL_ACCESS, with_users(28))];
+        let disk = acls_to_freebsd(&attrs).unwrap();
+        assert_eq!(disk[0], attrs[0]);
+        assert_eq!(disk[1].name, POSIX1E_ACL_ACCESS_EXTATTR_NAME);
+        assert_eq!(acls_from_freebsd(disk, S_IFDIR | 0o770).unwrap(), attrs);
     }
 
     #[test]
