@@ -343,3 +343,219 @@ fn acls_enforced(opts: &[&str]) {
     m.umount();
     fsck_clean(&img);
 }
+
+/// `ACL_UNDEFINED_ID`: the id of the entries that name no user or group.
+const U: u32 = u32::MAX;
+
+/// One record of a UFS2 attribute area (FreeBSD's `struct extattr`, sys/ufs/ufs/extattr.h).
+#[derive(Debug)]
+struct Record {
+    /// Where it starts in the area, and where its content starts.
+    start: usize,
+    content: usize,
+    namespace: u8,
+    name: String,
+    value: Vec<u8>,
+}
+
+/// The records of a UFS2 attribute area, read by hand: `ea_length` u32, `ea_namespace` u8,
+/// `ea_contentpadlen` u8, `ea_namelength` u8, the name, the content from the next multiple of 8.
+fn extattr_records(area: &[u8]) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < area.len() {
+        let len = u32::from_le_bytes(area[at..at + 4].try_into().unwrap()) as usize;
+        let (namespace, pad, namelen) = (area[at + 4], area[at + 5] as usize, area[at + 6] as usize);
+        let name = String::from_utf8(area[at + 7..at + 7 + namelen].to_vec()).unwrap();
+        let content = at + (7 + namelen).div_ceil(8) * 8;
+        out.push(Record { start: at, content, namespace, name, value: area[content..at + len - pad].to_vec() });
+        at += len;
+    }
+    out
+}
+
+fn names(recs: &[Record]) -> Vec<(u8, &str)> {
+    recs.iter().map(|r| (r.namespace, r.name.as_str())).collect()
+}
+
+/// FreeBSD's `struct oldacl` (sys/sys/acl.h), 388 bytes: `int acl_cnt`, then 32 entries of
+/// `int ae_tag`, `uid_t ae_id`, `mode_t ae_perm` (16 bits) and 2 bytes of padding.
+fn oldacl_entries(v: &[u8]) -> Vec<(u32, u32, u16)> {
+    assert_eq!(v.len(), 388, "sizeof(struct oldacl)");
+    let cnt = i32::from_le_bytes(v[..4].try_into().unwrap()) as usize;
+    assert!(v[4 + 12 * cnt..].iter().all(|&b| b == 0), "unused entries are zeros");
+    (0..cnt)
+        .map(|i| {
+            let e = &v[4 + 12 * i..4 + 12 * (i + 1)];
+            let u = |o: usize| u32::from_le_bytes(e[o..o + 4].try_into().unwrap());
+            (u(0), u(4), u16::from_le_bytes([e[8], e[9]]))
+        })
+        .collect()
+}
+
+fn oldacl(entries: &[(u32, u32, u16)]) -> Vec<u8> {
+    let mut v = vec![0u8; 388];
+    v[..4].copy_from_slice(&(entries.len() as i32).to_le_bytes());
+    for (i, &(tag, id, perm)) in entries.iter().enumerate() {
+        let o = 4 + 12 * i;
+        v[o..o + 4].copy_from_slice(&tag.to_le_bytes());
+        v[o + 4..o + 8].copy_from_slice(&id.to_le_bytes());
+        v[o + 8..o + 10].copy_from_slice(&perm.to_le_bytes());
+    }
+    v
+}
+
+/// Inode `ino`'s attribute records in the UFS2 image `img`, and the byte offset of its area.
+fn ufs2_records(img: &Path, ino: u32) -> (u64, Vec<Record>) {
+    use std::os::unix::fs::FileExt;
+    use sufs_fs::format::ufs2::{Dinode, FileReader, Superblock, UFS2_DINODE_SIZE};
+    let f = fs::File::open(img).unwrap();
+    let (_, sb) = Superblock::search(|off, buf| f.read_exact_at(buf, off)).unwrap();
+    let mut raw = vec![0u8; UFS2_DINODE_SIZE];
+    f.read_exact_at(&mut raw, sb.ino_offset(ino)).unwrap();
+    let dip = Dinode::decode_checked(&raw, &sb, ino).unwrap();
+    let area = FileReader::new(&sb, &f, &dip, ino).read_ext().unwrap();
+    assert!(area.len() <= sb.fs_bsize as usize, "one block of attributes");
+    (sb.fsb_offset(dip.di_extb[0]), extattr_records(&area))
+}
+
+/// `sufs fsck -n` finds nothing.
+fn fsck_n_clean(img: &Path) {
+    let out = common::sufs(&["fsck", "-n", img.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "fsck -n: {}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// On UFS2 an ACL set with setfacl is FreeBSD's record (system namespace, `posix1e.acl_access`
+/// or `posix1e.acl_default`, a `struct oldacl`), and a record written in FreeBSD's layout, by
+/// hand here, reads through sufs as Linux's ACL and is enforced, by the kernel and by sufs.
+#[test]
+fn acls_on_ufs2_are_freebsds_records() {
+    if !fuse_available() || !tool("setfacl", "acl") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    common::ok(&["mkfs", img.to_str().unwrap(), "--size", "64M"]);
+    assert!(common::is_ufs2_image(&img));
+    let m = mount_fg(&img, &mnt, &[]);
+    let (f, d) = (mnt.join("f"), mnt.join("d"));
+    let (fs_, ds) = (f.to_str().unwrap(), d.to_str().unwrap());
+    fs::write(&f, b"secret").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+    run("setfacl", &["-m", "u:nobody:r,g:4321:rw", fs_]);
+    fs::create_dir(&d).unwrap();
+    run("setfacl", &["-d", "-m", "u:1234:rwx", ds]);
+    // More than FreeBSD's 32 entries: refused, nothing changed.
+    let many: Vec<String> = (0..29).map(|i| format!("u:{}:r", 2000 + i)).collect();
+    let out = Command::new("setfacl").args(["-m", &many.join(","), fs_]).output().unwrap();
+    assert!(!out.status.success(), "33 entries set");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Argument list too long"), "{out:?}");
+    let acl = run("getfacl", &["-cn", fs_]);
+    assert!(acl.contains("user:65534:r--") && acl.contains("group:4321:rw-") && !acl.contains("2000"), "{acl}");
+    assert_eq!(fs::metadata(&f).unwrap().mode() & 0o777, 0o660);
+    let (fino, dino) = (fs::metadata(&f).unwrap().ino() as u32, fs::metadata(&d).unwrap().ino() as u32);
+    m.umount();
+    fsck_n_clean(&img);
+
+    // The records FreeBSD's ufs_getacl_posix1e reads, and nothing under Linux's names.
+    let (area_at, recs) = ufs2_records(&img, fino);
+    assert_eq!(names(&recs), [(2, "posix1e.acl_access")]);
+    let want = [(0x01, U, 6), (0x02, 65534, 4), (0x04, U, 0), (0x08, 4321, 6), (0x10, U, 6), (0x20, U, 0)];
+    assert_eq!(oldacl_entries(&recs[0].value), want);
+    let (_, drecs) = ufs2_records(&img, dino);
+    assert_eq!(names(&drecs), [(2, "posix1e.acl_default")]);
+    assert_eq!(
+        oldacl_entries(&drecs[0].value),
+        [(0x01, U, 7), (0x02, 1234, 7), (0x04, U, 5), (0x10, U, 7), (0x20, U, 5)]
+    );
+
+    // FreeBSD's setfacl changing f's ACL: nobody may read and write, the group entry goes, and
+    // the mask is left as FreeBSD's chmod would leave it (7): the mode's group bits (rw) rule.
+    let by_hand = oldacl(&[(0x01, U, 6), (0x02, 65534, 6), (0x04, U, 0), (0x10, U, 7), (0x20, U, 0)]);
+    let dev = fs::OpenOptions::new().write(true).open(&img).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&dev, &by_hand, area_at + recs[0].content as u64).unwrap();
+    drop(dev);
+    fsck_n_clean(&img);
+    for opts in [&[][..], &["-o", "permissions=sufs"][..]] {
+        let m = mount_fg(&img, &mnt, opts);
+        let acl = run("getfacl", &["-cn", fs_]);
+        assert!(
+            acl.contains("user:65534:rw-") && acl.contains("mask::rw-") && !acl.contains("4321"),
+            "{opts:?}: {acl}"
+        );
+        assert!(run("getfacl", &["-cn", ds]).contains("default:user:1234:rwx"));
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(nobody_reads(&f), "{opts:?}: FreeBSD's ACL lets nobody read");
+        }
+        m.umount();
+    }
+    // A chmod under sufs narrows the mask; FreeBSD reads the mode for it.
+    let m = mount_fg(&img, &mnt, &["-o", "permissions=sufs"]);
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(run("getfacl", &["-cn", fs_]).contains("mask::---"));
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(!nobody_reads(&f), "the mask keeps nobody out");
+    }
+    m.umount();
+    fsck_n_clean(&img);
+    let (_, recs) = ufs2_records(&img, fino);
+    assert_eq!(names(&recs), [(2, "posix1e.acl_access")]);
+}
+
+/// An ACL an earlier sufs kept on UFS2 (Linux's xattr value under `posix_acl_access` in the
+/// system namespace) is read and enforced as the ACL, and goes into FreeBSD's form at the
+/// file's next attribute change.
+#[test]
+fn an_earlier_sufs_acl_on_ufs2_moves_to_freebsds_form() {
+    if !fuse_available() || !tool("setfattr", "attr") || !tool("setfacl", "acl") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
+    common::ok(&["mkfs", img.to_str().unwrap(), "--size", "64M"]);
+    // Linux's xattr format: version 2, then (tag, perm, id): user::rw-, user:nobody:r--,
+    // group::---, mask::r--, other::---.
+    let mut linux = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [(1u16, 6u16, U), (2, 4, 65534), (4, 0, U), (0x10, 4, U), (0x20, 0, U)] {
+        linux.extend(tag.to_le_bytes());
+        linux.extend(perm.to_le_bytes());
+        linux.extend(id.to_le_bytes());
+    }
+    let hex: String = linux.iter().map(|b| format!("{b:02x}")).collect();
+    // The same record in the user namespace: the earlier record is then one byte away.
+    let m = mount_fg(&img, &mnt, &[]);
+    let f = mnt.join("f");
+    let fs_ = f.to_str().unwrap();
+    fs::write(&f, b"secret").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o640)).unwrap();
+    run("setfattr", &["-n", "user.posix_acl_access", "-v", &format!("0x{hex}"), fs_]);
+    let ino = fs::metadata(&f).unwrap().ino() as u32;
+    m.umount();
+    let (area_at, recs) = ufs2_records(&img, ino);
+    assert_eq!(names(&recs), [(1, "posix_acl_access")]);
+    let dev = fs::OpenOptions::new().write(true).open(&img).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&dev, &[2], area_at + recs[0].start as u64 + 4).unwrap();
+    drop(dev);
+    assert_eq!(names(&ufs2_records(&img, ino).1), [(2, "posix_acl_access")]);
+    fsck_n_clean(&img);
+
+    let m = mount_fg(&img, &mnt, &[]);
+    let acl = run("getfacl", &["-cn", fs_]);
+    assert!(acl.contains("user:65534:r--") && acl.contains("mask::r--"), "{acl}");
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(nobody_reads(&f), "the earlier ACL lets nobody read");
+    }
+    // Any attribute change writes the area again, the ACL in FreeBSD's form.
+    run("setfattr", &["-n", "user.note", "-v", "x", fs_]);
+    m.umount();
+    fsck_n_clean(&img);
+    let (_, recs) = ufs2_records(&img, ino);
+    assert_eq!(names(&recs), [(2, "posix1e.acl_access"), (1, "note")]);
+    let want = [(0x01, U, 6), (0x02, 65534, 4), (0x04, U, 0), (0x10, U, 4), (0x20, U, 0)];
+    assert_eq!(oldacl_entries(&recs[0].value), want);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert!(run("getfacl", &["-cn", fs_]).contains("user:65534:r--"));
+    m.umount();
+}

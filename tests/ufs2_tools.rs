@@ -1,5 +1,6 @@
 //! sufs's tools on UFS2 images: `sufs tunefs` changes what FreeBSD's tunefs changes (the
-//! label, minfree and the optimization that follows it, soft updates on or off) and the change
+//! label, minfree and the optimization that follows it, soft updates on or off, FreeBSD's ACL
+//! enforcement) and the change
 //! reads back through `sufs dumpfs`, every superblock copy, a mount (its ordering, statfs, its
 //! label, the reserve a user cannot write into), the UFS2 checker and fuse-ufs; `sufs inspect`
 //! prints the FreeBSD-made image as the mount and fuse-ufs show it, and survives damage.
@@ -173,6 +174,46 @@ fn tunefs_refusals_on_ufs2() {
     let u = superblock_at(&img, SBLOCK_UFS2);
     assert_eq!(u.fs_flags & (sufs_fs::format::ufs2::FS_SUJ | sufs_fs::format::ufs2::FS_DOSOFTDEP), 0);
     assert_eq!(fs::metadata(&img).unwrap().size(), 64 << 20);
+}
+
+/// `--posix-acls` turns FreeBSD's `FS_ACLS` on and off in every copy, as tunefs -a does; a
+/// mount keeps it; it is refused beside `FS_NFS4ACLS` and on sufs's earlier format.
+#[test]
+fn tunefs_turns_freebsds_acl_enforcement_on_and_off() {
+    use sufs_fs::format::ufs2::{FS_ACLS, FS_NFS4ACLS};
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, mnt) = (tmp.path().join("u.img"), tmp.path().join("mnt"));
+    let i = img.to_str().unwrap();
+    ok(&["mkfs", i, "--size", "64M"]);
+    let acls = |img: &Path| copies(img).iter().map(|u| u.fs_flags & FS_ACLS != 0).collect::<Vec<_>>();
+    assert!(acls(&img).iter().all(|&on| !on), "newfs's image has no FS_ACLS");
+    assert!(ok(&["tunefs", i, "-p"]).contains("acls      POSIX.1e ACLs not enforced on FreeBSD"));
+    let p = ok(&["tunefs", i, "--posix-acls", "enable", "-p"]);
+    assert!(p.contains("acls      POSIX.1e ACLs enforced on FreeBSD"), "{p}");
+    assert!(acls(&img).iter().all(|&on| on), "every copy");
+    assert!(ok(&["dumpfs", i]).contains(" acls"));
+    assert_fsck_clean(&img, "FS_ACLS on");
+    if fuse_available() {
+        let m = mount_fg(&img, &mnt, &[]);
+        fs::write(mnt.join("f"), b"x").unwrap();
+        m.umount();
+        assert!(superblock_at(&img, SBLOCK_UFS2).fs_flags & FS_ACLS != 0, "a mount keeps FS_ACLS");
+        assert_fsck_clean(&img, "mounted with FS_ACLS");
+    }
+    ok(&["tunefs", i, "--posix-acls", "disable"]);
+    assert!(acls(&img).iter().all(|&on| !on));
+    // NFSv4 ACLs on: FreeBSD's tunefs -a enable refuses, and so does sufs, writing nothing.
+    let mut u = superblock_at(&img, SBLOCK_UFS2);
+    u.fs_flags |= FS_NFS4ACLS;
+    fs::OpenOptions::new().write(true).open(&img).unwrap().write_all_at(&u.encode(), SBLOCK_UFS2).unwrap();
+    let before = fs::read(&img).unwrap();
+    let (code, _, err) = run(&["tunefs", i, "--posix-acls", "enable"]);
+    assert_eq!((code, err.contains("mutually exclusive")), (1, true), "{err}");
+    assert!(fs::read(&img).unwrap() == before, "a refusal writes nothing");
+    let old = tmp.path().join("old.img");
+    ok(&["mkfs", "--format", "sufs", old.to_str().unwrap(), "--size", "64M"]);
+    let (code, _, err) = run(&["tunefs", old.to_str().unwrap(), "--posix-acls", "enable"]);
+    assert_eq!((code, err.contains("earlier format")), (1, true), "{err}");
 }
 
 /// The names under `dir` as a reader lists them, with their inode numbers.

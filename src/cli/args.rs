@@ -191,6 +191,10 @@ pub(crate) enum Cmd {
         /// The ordering a mount uses when `--ordering` is not given.
         #[arg(long, value_enum)]
         ordering: Option<Ordering>,
+        /// UFS2 only: whether FreeBSD enforces the image's POSIX.1e ACLs on a mount (`FS_ACLS`,
+        /// FreeBSD's tunefs -a); sufs enforces them whatever this says.
+        #[arg(long, value_parser = ["enable", "disable"])]
+        posix_acls: Option<String>,
         /// Print the current settings (after the changes, if any).
         #[arg(short = 'p')]
         print: bool,

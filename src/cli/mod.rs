@@ -179,8 +179,9 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             cmd_fsck(&image, &fsck::Options { mode, force, superblock })
         }
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
-        Cmd::Tunefs { image, minfree, label, ordering, print } => {
-            cmd_tunefs(&image, &Tune { minfree, label, ordering, print })
+        Cmd::Tunefs { image, minfree, label, ordering, posix_acls, print } => {
+            let posix_acls = posix_acls.map(|v| v == "enable");
+            cmd_tunefs(&image, &Tune { minfree, label, ordering, posix_acls, print })
         }
         Cmd::Growfs { image, size } => cmd_growfs(&image, size),
         Cmd::Inspect { image, what } => cmd_inspect(&image, what),

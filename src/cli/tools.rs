@@ -17,6 +17,8 @@ pub(crate) struct Tune {
     pub(crate) label: Option<String>,
     /// The new default ordering of a mount.
     pub(crate) ordering: Option<Ordering>,
+    /// UFS2's `FS_ACLS` on or off (FreeBSD's tunefs -a).
+    pub(crate) posix_acls: Option<bool>,
     /// Print the settings.
     pub(crate) print: bool,
 }
@@ -73,14 +75,17 @@ pub(crate) fn write_superblock(dev: &dyn BlockDevice, sb: &Superblock) -> Result
 }
 
 pub(crate) fn cmd_tunefs(image: &Path, t: &Tune) -> Result<u8, Fail> {
-    let changes = t.minfree.is_some() || t.label.is_some() || t.ordering.is_some();
+    let changes = t.minfree.is_some() || t.label.is_some() || t.ordering.is_some() || t.posix_acls.is_some();
     if !changes && !t.print {
-        return Err(Fail("nothing to do: give --minfree, --label, --ordering or -p".into(), 1));
+        return Err(Fail("nothing to do: give --minfree, --label, --ordering, --posix-acls or -p".into(), 1));
     }
     let _lock = inspect::refuse_mounted(image, changes)?;
     let (dev, mut sb): (FileDevice, Superblock) = open_image_any(image, changes)?;
     if sb.ufs2().is_some() {
         return tunefs_ufs2(image, &dev, sb, t);
+    }
+    if t.posix_acls.is_some() {
+        return Err(Fail("--posix-acls is UFS2's FS_ACLS: sufs's earlier format has no such flag".into(), 1));
     }
     if changes {
         refuse_unclean(image, &sb)?;
@@ -122,12 +127,18 @@ fn print_tune(sb: &Superblock) {
 
 /// `sufs tunefs` on a UFS2 image, as FreeBSD's tunefs changes one: `--minfree` into
 /// `fs_minfree`, `--label` into `fs_volname`, `--ordering` as soft updates on or off
-/// (`FS_DOSOFTDEP`, tunefs -n). The superblock goes to `fs_sblockloc` and to every group's
+/// (`FS_DOSOFTDEP`, tunefs -n), `--posix-acls` as `FS_ACLS` (tunefs -a, which refuses it
+/// beside `FS_NFS4ACLS`: FreeBSD mounts a file system with both flags with neither). The superblock goes to `fs_sblockloc` and to every group's
 /// copy (what `tunefs -A` writes), its check hash resealed (`ffs_sbput`), and is read back.
 fn tunefs_ufs2(image: &Path, dev: &FileDevice, mut sb: Superblock, t: &Tune) -> Result<u8, Fail> {
     use format::ufs2::newfs::{check_label, FS_OPTSPACE, FS_OPTTIME, MINFREE};
-    let changes = t.minfree.is_some() || t.label.is_some() || t.ordering.is_some();
+    use format::ufs2::{FS_ACLS, FS_NFS4ACLS};
+    let changes = t.minfree.is_some() || t.label.is_some() || t.ordering.is_some() || t.posix_acls.is_some();
     let mut optim = sb.ufs2().expect("a UFS2 image").fs_optim;
+    let flags = sb.ufs2().expect("a UFS2 image").fs_flags;
+    if t.posix_acls == Some(true) && flags & FS_NFS4ACLS != 0 {
+        return Err(Fail("POSIX.1e ACLs and NFSv4 ACLs are mutually exclusive: NFSv4 ACLs are on".into(), 1));
+    }
     if changes {
         refuse_unclean(image, &sb)?;
         if let Some(l) = &t.label {
@@ -159,12 +170,19 @@ fn tunefs_ufs2(image: &Path, dev: &FileDevice, mut sb: Superblock, t: &Tune) -> 
         sb.write_time = sufs_fs::clock::Clock::wall(&sufs_fs::clock::RealClock::new()).0;
         let mut u = sb.to_ufs2().expect("a UFS2 image");
         u.fs_optim = optim;
+        match t.posix_acls {
+            Some(true) => u.fs_flags |= FS_ACLS,
+            Some(false) => u.fs_flags &= !FS_ACLS,
+            None => {}
+        }
         write_superblock_ufs2(dev, &u)?;
         sb = Superblock::from_ufs2(u);
     }
     if t.print {
         print_tune(&sb);
         println!("optim     {}", optim_name(optim));
+        let acls = sb.ufs2().expect("a UFS2 image").fs_flags & FS_ACLS != 0;
+        println!("acls      POSIX.1e ACLs {} on FreeBSD", if acls { "enforced" } else { "not enforced" });
     }
     Ok(0)
 }

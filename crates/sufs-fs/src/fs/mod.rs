@@ -106,6 +106,9 @@ pub enum FsError {
     AttrTooBig,
     #[error("no space left in the attribute area")]
     AttrAreaFull,
+    /// An ACL of more entries than a UFS2 inode keeps (FreeBSD's `struct oldacl`).
+    #[error("an ACL of {0} entries: UFS2 keeps at most 32 (FreeBSD's OLDACL_MAX_ENTRIES)")]
+    AclTooLong(usize),
     #[error("operation not supported")]
     NotSupported,
     #[error("no data or hole at or past the offset")]
@@ -142,7 +145,7 @@ impl FsError {
             FsError::Io(_) | FsError::Corrupt(_) | FsError::ShutDown => libc::EIO,
             FsError::NoAttr => libc::ENODATA,
             FsError::AttrRange => libc::ERANGE,
-            FsError::AttrTooBig => libc::E2BIG,
+            FsError::AttrTooBig | FsError::AclTooLong(_) => libc::E2BIG,
             FsError::AttrAreaFull => libc::ENOSPC,
         }
     }

@@ -1,6 +1,7 @@
 //! Extended attributes, as UFS2 keeps them (FreeBSD's ffs_extattr: `di_extsize` and
 //! `di_extb[2]`, an area of records in blocks of its own; the records are `format::xattr`),
-//! under Linux's names and errors (docs/xattr.md).
+//! under Linux's names and errors (docs/xattr.md). On UFS2 the POSIX ACLs are FreeBSD's
+//! records, turned into Linux's as the area is read and back as it is written (`fs::acl`).
 //!
 //! Every change writes the whole area again, copy-on-write, into new blocks: the new blocks'
 //! contents reach the disk before the inode points at them, and the old blocks return to the
@@ -11,6 +12,7 @@
 //! leaves the old attributes or the new ones, never a mixture.
 
 use super::*;
+use crate::format::ufs2::OLDACL_MAX_ENTRIES;
 
 /// How a set treats an existing name (setxattr(2)'s flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +82,15 @@ impl Fs {
             return Err(FsError::NoAttr);
         }
         let d = self.iget(ino)?;
+        if ns == EXT_NS_SYSTEM && self.sb.ufs2().is_some() {
+            // An ACL: on UFS2 in FreeBSD's form, turned into Linux's as the area is read.
+            let attrs = self.read_ext_area(ino, &d)?;
+            return attrs
+                .into_iter()
+                .find(|a| a.namespace == ns && a.name == name)
+                .map(|a| a.value)
+                .ok_or(FsError::NoAttr);
+        }
         let area = self.read_ext_bytes(ino, &d)?;
         // The record as the area holds it (on UFS2, in FreeBSD's namespaces).
         let (ns, name) = match self.sb.ufs2() {
@@ -117,7 +128,11 @@ impl Fs {
         }
         self.check_attr_change(ino, ns, uid)?;
         if ns == EXT_NS_SYSTEM {
-            acl::parse_acl(value)?;
+            let acl = acl::parse_acl(value)?;
+            // FreeBSD's record holds at most 32 entries; sufs's earlier format has no limit.
+            if self.sb.ufs2().is_some() && acl.len() > OLDACL_MAX_ENTRIES {
+                return Err(FsError::AclTooLong(acl.len()));
+            }
         }
         self.retry_nospace(|fs| {
             let mut d = fs.iget(ino)?;
@@ -182,7 +197,12 @@ impl Fs {
     pub(super) fn read_ext_area(&mut self, ino: u32, d: &Dinode) -> FsResult<Vec<ExtAttr>> {
         let area = self.read_ext_bytes(ino, d)?;
         match decode_ext_area(&area) {
-            Ok(attrs) if self.sb.ufs2().is_some() => Ok(crate::format::ufs2::from_freebsd(attrs)),
+            Ok(attrs) if self.sb.ufs2().is_some() => {
+                match acl::acls_from_freebsd(crate::format::ufs2::from_freebsd(attrs), d.mode) {
+                    Ok(attrs) => Ok(attrs),
+                    Err(e) => Err(self.damaged(format!("inode {ino}: {e}"))),
+                }
+            }
             Ok(attrs) => Ok(attrs),
             Err(e) => Err(self.damaged(format!("inode {ino}: {e}"))),
         }
@@ -212,9 +232,10 @@ impl Fs {
     /// Writes `attrs` as `ino`'s new attribute area (copy-on-write, see the module's comment)
     /// and the dinode `d` with it.
     pub(super) fn write_ext_area(&mut self, ino: u32, d: &mut Dinode, attrs: &[ExtAttr]) -> FsResult<()> {
-        // On UFS2 only FreeBSD's namespaces reach the disk (`ufs2::to_freebsd`).
+        // On UFS2 only FreeBSD's namespaces (`ufs2::to_freebsd`) and FreeBSD's ACLs
+        // (`acl::acls_to_freebsd`) reach the disk.
         let area = match self.sb.ufs2() {
-            Some(_) => encode_ext_area(&crate::format::ufs2::to_freebsd(attrs)),
+            Some(_) => encode_ext_area(&crate::format::ufs2::to_freebsd(&acl::acls_to_freebsd(attrs)?)),
             None => encode_ext_area(attrs),
         };
         let bs = self.sb.block_size as usize;

@@ -4,8 +4,8 @@
 //! sufs keeps its own attributes in exactly this record layout (`format::xattr`: `ea_length`
 //! u32, `ea_namespace` u8, `ea_contentpadlen` u8, `ea_namelength` u8, the name, padding to 8,
 //! the content, padding to 8), so the records are decoded and encoded there; what is UFS2's
-//! here is what a FreeBSD area may hold: only FreeBSD's two namespaces, and at most
-//! `UFS_NXADDR` blocks.
+//! here is what a FreeBSD area may hold: only FreeBSD's two namespaces, at most `UFS_NXADDR`
+//! blocks, and POSIX.1e ACLs in FreeBSD's `struct oldacl` (`acl`).
 
 use super::*;
 use crate::format::{decode_ext_area, encode_ext_area, ExtAttr, EXT_NS_SECURITY, EXT_NS_TRUSTED};
@@ -23,6 +23,11 @@ pub fn decode_extattrs(area: &[u8], fs: &Fs) -> Result<Vec<ExtAttr>, Ufs2Error> 
     let attrs = decode_ext_area(area).map_err(|e| Ufs2Error::ExtAttr(e.to_string()))?;
     if let Some(a) = attrs.iter().find(|a| !matches!(a.namespace, EXTATTR_NAMESPACE_USER | EXTATTR_NAMESPACE_SYSTEM)) {
         return Err(Ufs2Error::ExtAttr(format!("namespace {} is not FreeBSD's", a.namespace)));
+    }
+    // A POSIX.1e ACL's value is a `struct oldacl` FreeBSD can load.
+    let acl_names = [POSIX1E_ACL_ACCESS_EXTATTR_NAME, POSIX1E_ACL_DEFAULT_EXTATTR_NAME];
+    for a in attrs.iter().filter(|a| a.namespace == EXTATTR_NAMESPACE_SYSTEM && acl_names.contains(&&a.name[..])) {
+        decode_oldacl(&a.value)?;
     }
     Ok(attrs)
 }
@@ -90,9 +95,12 @@ mod tests {
     #[test]
     fn extattr_records_round_trip_in_freebsds_layout() {
         let sb = sample();
+        let trivial =
+            [(0x01, 6), (0x04, 4), (0x20, 4)].map(|(tag, perm)| OldAclEntry { tag, id: ACL_UNDEFINED_ID, perm });
+        let acl = encode_oldacl(&trivial).unwrap();
         let attrs = vec![
             ExtAttr { namespace: EXTATTR_NAMESPACE_USER, name: b"test".to_vec(), value: b"testvalue".to_vec() },
-            ExtAttr { namespace: EXTATTR_NAMESPACE_SYSTEM, name: b"posix1e.acl_access".to_vec(), value: vec![1; 28] },
+            ExtAttr { namespace: EXTATTR_NAMESPACE_SYSTEM, name: b"posix1e.acl_access".to_vec(), value: acl.clone() },
         ];
         let area = encode_extattrs(&attrs, &sb).unwrap();
         // user.test = testvalue: length 32, namespace 1, 7 bytes of padding after the 9-byte
@@ -115,6 +123,10 @@ mod tests {
         assert_eq!((stored[1].namespace, &stored[1].name[..]), (EXTATTR_NAMESPACE_SYSTEM, &b"security.selinux"[..]));
         let area = encode_extattrs(&stored, &sb).unwrap();
         assert_eq!(from_freebsd(decode_extattrs(&area, &sb).unwrap()), linux);
+        // An ACL record FreeBSD would not load is damage.
+        let mut short = attrs.clone();
+        short[1].value.truncate(28);
+        assert!(decode_extattrs(&encode_ext_area(&short), &sb).is_err(), "an ACL of 28 bytes");
         let big = ExtAttr { namespace: 1, name: b"big".to_vec(), value: vec![0; 65530] };
         assert!(encode_extattrs(&[big], &sb).is_err(), "past two 32 KiB blocks");
     }

@@ -15,13 +15,14 @@
 //! fields, the tail of the superblock past `struct fs`, the bytes past a cylinder group's maps)
 //! is kept and written back as it was.
 //!
-//! One file per structure: `superblock`, `cg`, `dinode`, `dir`, `extattr`, and `bmap` (reading
-//! a file's blocks through its block map) and `alloccg` (allocating and freeing in one group,
-//! its maps and summaries kept exact). This file holds the constants they share, the error
+//! One file per structure: `superblock`, `cg`, `dinode`, `dir`, `extattr`, `acl` (the POSIX.1e
+//! ACL an attribute's value holds), and `bmap` (reading a file's blocks through its block map)
+//! and `alloccg` (allocating and freeing in one group, its maps and summaries kept exact). This file holds the constants they share, the error
 //! type, the little-endian field codec and the check-hash function.
 
 use thiserror::Error;
 
+mod acl;
 mod alloccg;
 mod bmap;
 mod cg;
@@ -32,6 +33,7 @@ pub mod growfs;
 pub mod newfs;
 mod superblock;
 
+pub use acl::*;
 pub use alloccg::*;
 pub use bmap::*;
 pub use cg::*;
