@@ -877,3 +877,7 @@ mod tests {
         assert!(r.findings.is_empty(), "{:?}", r.findings);
     }
 }
+
+#[cfg(test)]
+#[path = "adjust_live_tests.rs"]
+mod live_tests;

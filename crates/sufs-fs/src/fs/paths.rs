@@ -82,8 +82,12 @@ impl Fs {
 
     /// A rename's new name in `newdir` is on disk; true if it is not reachable there yet. A
     /// directory that has since been removed holds no name of the renamed inode any more (it was
-    /// moved again or unlinked), so its old name may go.
+    /// moved again or unlinked), so its old name may go: freed, or still held by an open handle
+    /// or the kernel, without a name, its "." and ".." gone with its blocks.
     pub(super) fn new_path_pending(&mut self, newdir: u32) -> FsResult<bool> {
+        if self.incore.orphans.contains(&newdir) {
+            return Ok(false);
+        }
         match self.path_pending(newdir) {
             Err(FsError::NotDir | FsError::NotFound | FsError::Stale(_)) => Ok(false),
             r => r,
