@@ -424,13 +424,16 @@ impl Fs {
 
     /// Adds the entry in a new chunk at the end of the directory's last block, when that block
     /// ends before a whole block: a UFS2 directory grows a chunk (`DIRBLKSIZ`) at a time, as
-    /// FreeBSD's `ufs_direnter` grows it. The empty chunk is on disk (written Sync) before the
-    /// entry is made in it and before the inode's larger size can be, so no crash shows a
-    /// directory whose size covers bytes that are not entries. Every run of fragments a
-    /// directory gets is formatted whole as empty chunks (at mkdir, a new block, a grown or
-    /// moved run), as FreeBSD's soft updates do so that the write is not needed; a run that
-    /// another writer left unformatted past the size is formatted here. None if the last block
-    /// is whole.
+    /// FreeBSD's `ufs_direnter` grows it. No crash may show a directory whose size covers bytes
+    /// that are not entries. Every run of fragments a directory gets (at mkdir, a new block, a
+    /// grown or moved run) is formatted whole as empty chunks, and with soft updates the run's
+    /// `AllocDirect` keeps the inode's pointer and size back until those contents are on disk
+    /// (a grown or moved run is new again): a chunk empty in memory past the size is empty on
+    /// disk before the size can cover it, and the new chunk costs no write, as in FreeBSD's
+    /// `ufs_direnter`. The entry follows the rules of any new name (its block not reachable
+    /// until the pointer is on disk, `roll_back_entries`). Under `sync` the chunk is written
+    /// first; a run that another writer left unformatted past the size is formatted and
+    /// written first under soft updates too. None if the last block is whole.
     fn grow_last_block(
         &mut self,
         dir: u32,
@@ -453,7 +456,6 @@ impl Fs {
         let grown = d.size + DIRBLKSIZ as u64;
         let old_run = self.run_len(d.size, lbn);
         let run = self.run_len(grown, lbn);
-        let was = bno;
         let bno = if self.has_frags() && lbn < NDADDR as u64 { self.bmap_run(dir, d, lbn, grown)?.0 } else { bno };
         let buf = self.cache.modify_frags(bno, run)?;
         // New fragments wait for their contents like any new run; otherwise the chunk is ready
@@ -463,18 +465,10 @@ impl Fs {
         if !ready {
             dir_init_block(&mut buf[len..]);
         }
-        if self.ordering != Ordering::Async {
-            // The empty chunks alone: the entry follows the rules of any new name. Soft updates
-            // could leave this to the run's formatting (above), but without the write the crash
-            // tester found a directory entry on disk naming an inode that was not
-            // (`crashtest --workload create-many --seed 2 --ordering softdep --ufs2 --fsize
-            // 1024`), not yet explained: the write stays until it is.
+        if self.chunk_written_first(fresh, ready) {
             self.write_bufs(&[bno], WriteKind::Sync)?;
         }
         d.size += DIRBLKSIZ as u64;
-        if bno != was && self.ordering == Ordering::Softdep {
-            self.dir_run_moved_to_disk(dir, d, bno)?;
-        }
         let buf = &mut self.cache.modify_frags(bno, run)?[..len + DIRBLKSIZ];
         let off = dir_insert(buf, len, ino, dtype, name)?;
         if let Some(h) = self.dirhash.get_mut(&dir) {
@@ -488,23 +482,17 @@ impl Fs {
         Ok(Some((bno, off)))
     }
 
-    /// A directory's last run of fragments moved to `bno` (its old run settled first): the
-    /// run, its bitmap and then the directory's inode naming it go to disk before any entry is
-    /// added or removed in it. Until the inode on disk names the new run, the directory on disk
-    /// is the old one, and soft updates, which track entries by the block they are in, would
-    /// take a removal written in the new run for one on disk: the removed file's inode freed
-    /// while the old run still names it (the crash tester's `big-dir`, seed 20, 1 KiB
-    /// fragments). FFS's `ufs_direnter` likewise syncs a directory whose block it could not
-    /// extend in place.
-    fn dir_run_moved_to_disk(&mut self, dir: u32, d: &Dinode, bno: u64) -> FsResult<()> {
-        debug_assert!(self.ordering == Ordering::Softdep && d.db.contains(&bno));
-        let mut first = self.dirty_cg_headers();
-        first.push(bno);
-        self.write_bufs(&first, WriteKind::Sync)?;
-        let ib = self.iput(dir, d)?;
-        self.write_bufs(&[ib], WriteKind::Sync)?;
-        debug_assert!(self.hooks.softdep.as_ref().is_none_or(|sd| !sd.has_pointer_change(dir, bno)));
-        Ok(())
+    /// Whether a directory's new chunk (in new fragments: `fresh`; left empty by a run
+    /// formatted whole: `ready`) is written, alone, before its entry is made and the size
+    /// covers it. Under `sync` always; under soft updates only for a chunk of a run another
+    /// writer left unformatted (the disk may hold anything there, and no dependency waits for
+    /// it); new fragments wait for their contents through their `AllocDirect`.
+    fn chunk_written_first(&self, fresh: bool, ready: bool) -> bool {
+        match self.ordering {
+            Ordering::Sync => true,
+            Ordering::Softdep => !fresh && !ready,
+            Ordering::Async => false,
+        }
     }
 
     pub(super) fn dir_is_empty(&mut self, ino: u32, d: &mut Dinode) -> FsResult<bool> {
@@ -633,6 +621,44 @@ mod tests {
         assert_eq!(ufs2_findings(&dev), Vec::<String>::new());
     }
 
+    /// With soft updates a UFS2 directory grows without a synchronous write: a chunk in its
+    /// last run, the run extended in place, and the run moved (a file's fragment made right
+    /// after it each time it fills its fragments) all wait on dependencies, not on writes. The
+    /// image then checks clean and every name is found after a remount.
+    #[test]
+    fn ufs2_directory_grows_and_moves_without_sync_writes() {
+        let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 1024);
+        let mut fs = mount(dev.clone());
+        let (dir, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        let before = dev.stats().sync_writes;
+        let (mut moves, mut run) = (0, fs.iget(dir).unwrap().db[0]);
+        for i in 0..120 {
+            let (f, _) = fs.create(dir, format!("file-number-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
+            if i % 8 == 0 {
+                // A fragment of data near the directory's run, in the way of its growth.
+                fs.write(f, 0, &[7; 100]).unwrap();
+            }
+            let now = fs.iget(dir).unwrap().db[0];
+            moves += (now != run) as u32;
+            run = now;
+        }
+        assert!(moves >= 2, "the directory's run moved {moves} times");
+        assert_eq!(dev.stats().sync_writes, before, "synchronous writes while the directory grew");
+        unmount_clean_with_files(fs, dev, dir, 120);
+    }
+
+    /// `fs`, synced and unmounted, leaves an image that checks clean, whose directory `dir`
+    /// holds files `0..n` after a remount.
+    fn unmount_clean_with_files(mut fs: Fs, dev: Arc<MemDevice>, dir: u32, n: usize) {
+        fs.sync_all().unwrap();
+        fs.unmount().unwrap();
+        assert_eq!(ufs2_findings(&dev), Vec::<String>::new());
+        let mut fs = mount(dev);
+        for i in 0..n {
+            fs.lookup(dir, format!("file-number-{i:04}").as_bytes()).unwrap();
+        }
+    }
+
     /// A directory whose last run an older writer left unformatted past its size (zeros) grows
     /// into it with the chunks written first, synchronously, once for the whole run.
     #[test]
@@ -655,13 +681,7 @@ mod tests {
         let mut chunk = [0u8; DIRBLKSIZ];
         read_bytes(&*dev, tail, &mut chunk).unwrap();
         assert!(dir_chunk_empty(&chunk), "the chunk is not on disk before the entry");
-        fs.sync_all().unwrap();
-        fs.unmount().unwrap();
-        assert_eq!(ufs2_findings(&dev), Vec::<String>::new());
-        let mut fs = mount(dev);
-        for i in 0..30 {
-            fs.lookup(dir, format!("file-number-{i:04}").as_bytes()).unwrap();
-        }
+        unmount_clean_with_files(fs, dev, dir, 30);
     }
 
     /// `n` files made in a new directory `name` of `fs`, then a lookup in it with its index

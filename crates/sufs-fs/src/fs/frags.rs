@@ -193,6 +193,9 @@ impl Fs {
         d.blocks += (nfr - ofr) as u64;
         if let Some(sd) = self.sd() {
             sd.alloc_direct_frags(ino, is_dir, lbn, (new, want as u32), (old, have as u32));
+            if is_dir {
+                sd.dir_block_moved(old, new);
+            }
             return Ok(new);
         }
         if self.ordering == Ordering::Sync {
@@ -205,26 +208,26 @@ impl Fs {
         Ok(new)
     }
 
-    /// A directory block about to move has nothing pending on its address: soft updates'
-    /// entries and removals, rename's hidden old names and their removals, and the new entries
-    /// waiting for hidden namesakes are all kept by block address, so everything is written
-    /// first, as FreeBSD's move of a directory's fragment waits on its dependencies. (Moving
-    /// the hidden names alone left their removals, queued elsewhere, naming the old address: a
-    /// user's renames in a growing directory then wedged soft updates for everyone.)
+    /// A directory block about to move has none of rename's state on its address: its hidden
+    /// old names and their removals, and the new entries waiting for hidden namesakes, are
+    /// kept by block address, so everything is written first. (Moving the hidden names alone
+    /// left their removals, queued elsewhere, naming the old address: a user's renames in a
+    /// growing directory then wedged soft updates for everyone.) Soft updates' own entries and
+    /// removals move with the run (`Softdep::dir_block_moved`), as FreeBSD's pagedep follows
+    /// its block, without a write.
     fn settle_dir_block(&mut self, bno: u64) -> FsResult<()> {
-        if self.dir_block_held(bno) {
+        if self.renames_hold_dir_block(bno) {
             self.sync_all()?;
         }
-        if self.dir_block_held(bno) {
+        if self.renames_hold_dir_block(bno) {
             return Err(self.damaged(format!("directory block {bno} keeps dependencies after a full sync")));
         }
         Ok(())
     }
 
-    /// True if something waiting in memory names directory block `bno` by its address.
-    fn dir_block_held(&self, bno: u64) -> bool {
-        self.hooks.softdep.as_ref().is_some_and(|sd| sd.dir_block_held(bno))
-            || self.renames.hidden.in_block(bno)
+    /// True if rename's state waiting in memory names directory block `bno` by its address.
+    fn renames_hold_dir_block(&self, bno: u64) -> bool {
+        self.renames.hidden.in_block(bno)
             || self.renames.namesakes.waits_in(bno)
             || self
                 .renames

@@ -187,6 +187,18 @@ pub enum PendingOp {
 }
 
 impl PendingOp {
+    /// Its entry's directory block moved from `old` to `new` (a directory's run of fragments).
+    pub(crate) fn moved(&mut self, old: u64, new: u64) {
+        let r = match self {
+            PendingOp::DirAdd(r) => r,
+            PendingOp::Mkdir(m) => &mut m.diradd,
+            PendingOp::BodyParent { .. } => return,
+        };
+        if r.dirblk == old {
+            r.dirblk = new;
+        }
+    }
+
     /// The entry the op belongs to (none for `BodyParent`).
     pub(crate) fn diradd(&self) -> Option<DirAddRef> {
         match self {
@@ -361,7 +373,9 @@ impl DirAdd {
     }
 }
 
-/// A removed entry: its work items run once a write after the removal is on disk.
+/// A removed entry: its work items run once a write after the removal is on disk, made while
+/// the disk's inode names the block (FreeBSD's newdirblk: in a directory block whose pointer is
+/// not on disk yet, a moved run's say, the disk still holds the name in the old run).
 #[derive(Debug)]
 pub struct DirRem {
     #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
@@ -425,6 +439,9 @@ pub(crate) struct Inflight {
     /// The block was new (a `NewBlk`, made in this epoch) when its copy was made: this write
     /// carries its first contents (a run extended in place after the copy is new again).
     pub(crate) first_contents: Option<Epoch>,
+    /// A directory block the disk's inode did not name yet when its copy was made (a new,
+    /// moved or extended run): the removals it carries are not yet removals on disk.
+    pub(crate) unreachable: bool,
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]

@@ -96,7 +96,10 @@ impl Softdep {
             self.indir_written(bno, &inf.indir_done);
         }
         if let Some(pd) = self.pagedeps.remove(&bno) {
-            self.entries_written(bno, pd, inf.diradds_done, inf.epoch);
+            // Removals carried by a copy of a block the disk's inode did not name are not on
+            // disk: none of them completes (the buffer stayed dirty for them).
+            let removals_before = if inf.unreachable { 0 } else { inf.epoch };
+            self.entries_written(bno, pd, inf.diradds_done, removals_before);
         }
         // Inode records with nothing left to track go (checked now and then: it is a scan).
         self.writes_seen += 1;
@@ -303,13 +306,19 @@ impl Softdep {
     }
 
     /// A directory block's copy (initiate_write_filepage): each new entry whose inode is not
-    /// ready, or whose block is not yet reachable, goes back to what it named before.
+    /// ready, or whose block is not yet reachable, goes back to what it named before; removals
+    /// in a block not yet reachable keep the buffer dirty, to be written again once it is.
     fn roll_back_entries(&self, bno: u64, copy: &mut [u8], inf: &mut Inflight) {
         let pd = &self.pagedeps[&bno];
         // A new directory block is not reachable until the pointer to it is on disk: its
         // entries wait for that too (FreeBSD's newdirblk), or a rename's old name could go
-        // while the new one is still unreachable.
+        // while the new one is still unreachable. So do its removals: a moved run's old run,
+        // which the disk's inode still names, holds the removed names.
         let reachable = !self.newblks.contains_key(&bno);
+        inf.unreachable = !reachable;
+        if !reachable && !pd.dirrems.is_empty() {
+            inf.rolled_back = true;
+        }
         for da in &pd.diradds {
             if reachable && da.ready() {
                 inf.diradds_done.push((da.off, da.epoch));
@@ -366,7 +375,8 @@ impl Softdep {
 
     /// A directory block is on disk (handle_written_filepage): the entries it carried (`written`:
     /// offset and epoch) complete and their work goes on the work list, as does the work of the
-    /// removals made before the copy (epoch older than `epoch`).
+    /// removals made before the copy (epoch older than `epoch`; 0 when the copy was of a block
+    /// the disk's inode did not name: no removal is on disk).
     fn entries_written(&mut self, bno: u64, mut pd: PageDep, mut written: Vec<(usize, Epoch)>, epoch: Epoch) {
         written.sort_unstable();
         let done: Vec<DirAdd> =

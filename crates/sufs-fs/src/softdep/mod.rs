@@ -593,15 +593,40 @@ impl Softdep {
         Some(da.on_complete.remove(i))
     }
 
+    /// A directory's run of fragments moved from `old` to `new` (its bytes with it): the
+    /// entries and removals pending in the old run are now pending in the new one, as FreeBSD's
+    /// pagedep, kept by directory and logical block, follows its block when `ffs_realloccg`
+    /// moves it. The new run is a `NewBlk` until the inode write naming it is on disk, so none
+    /// of them completes before then (`roll_back_entries`): until that write, the disk holds
+    /// the old run, with what its last write put there.
+    pub fn dir_block_moved(&mut self, old: u64, new: u64) {
+        assert!(!self.inflight.contains_key(&old), "directory run {old} moved while its write is in flight");
+        assert!(self.newblks.contains_key(&new), "directory run moved from {old} to {new}, which is not new");
+        assert!(
+            !self.pagedeps.contains_key(&new) && !self.block_dir.contains_key(&new),
+            "directory run moved from {old} to {new}, which has dependencies of its own"
+        );
+        let Some(pd) = self.pagedeps.remove(&old) else { return };
+        if let Some(dir) = self.block_dir.remove(&old) {
+            self.block_dir.insert(new, dir);
+        }
+        for da in &pd.diradds {
+            let keys = [(da.ino, old), (da.ino, new)];
+            if let Some(n) = self.name_blocks.remove(&keys[0]) {
+                *self.name_blocks.entry(keys[1]).or_insert(0) += n;
+            }
+            for ino in std::iter::once(da.ino).chain(da.parent) {
+                if let Some(d) = self.inodedeps.get_mut(&ino) {
+                    d.pending.iter_mut().for_each(|op| op.moved(old, new));
+                }
+            }
+        }
+        self.pagedeps.insert(new, pd);
+    }
+
     /// True if directory block `bno` has entries not yet on disk.
     pub fn dir_block_pending(&self, bno: u64) -> bool {
         self.block_dir.contains_key(&bno)
-    }
-
-    /// True if directory block `bno` has anything pending on its address: entries
-    /// (`dir_block_pending`) or only removals (kept in its pagedep alone).
-    pub fn dir_block_held(&self, bno: u64) -> bool {
-        self.block_dir.contains_key(&bno) || self.pagedeps.contains_key(&bno)
     }
 
     /// The entry at `off` of `dirblk` was removed; `tasks` run once the removal is on disk. A
@@ -729,11 +754,6 @@ impl Softdep {
             PtrSlot::Indirect(l) => d.ib[l] == a.bno,
             PtrSlot::Ext(i) => d.extb[i] == a.bno,
         })
-    }
-
-    /// True if a change of one of the inode's pointers to the run at `bno` is not on disk yet.
-    pub fn has_pointer_change(&self, ino: u32, bno: u64) -> bool {
-        self.inodedeps.get(&ino).is_some_and(|d| d.allocdirects().any(|a| a.bno == bno))
     }
 
     /// True if the inode's own dependencies (bitmap bit, new block pointers) are all on disk.
@@ -1328,6 +1348,36 @@ mod tests {
         assert!(copy == itable);
         assert_eq!(sd.take_free_tasks(), vec![Task::FreeFrag(FreeFrag { ino, bno: w, frags: 1 })]);
         assert!(sd.is_idle());
+    }
+
+    /// A directory's run moved (a removal pending in the old run, another made in the new
+    /// one): the removals follow the run, and neither completes with a write of the new run
+    /// while the disk's inode names the old one, which still holds both names; that write
+    /// leaves the buffer dirty. Once the inode naming the new run is on disk, the next write
+    /// of the run completes them.
+    #[test]
+    fn removals_in_a_moved_directory_run_wait_for_the_inode_naming_it() {
+        let (sb, mut sd, x, dir, ib, ioff) = setup_frags();
+        let y = x + 4;
+        sd.dir_remove(x, 24, vec![Task::DropLink(50)]);
+        sd.alloc_direct_frags(dir, true, 0, (y, 2048), (x, 1024));
+        sd.dir_block_moved(x, y);
+        assert!(!sd.pagedeps.contains_key(&x), "the old run keeps its removal");
+        sd.dir_remove(y, 60, vec![Task::DropLink(51)]);
+        let run = vec![0u8; 2048];
+        write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
+        let (_, again) = write(&mut sd, y, &run);
+        assert!(again, "a run the disk does not name yet stays dirty for its removals");
+        assert!(sd.tasks.is_empty(), "a removal completed while the disk's inode names the old run");
+        sd.inode_update(dir);
+        let itable = frag_itable(&sb, ioff, &[y], 1536);
+        let (copy, again) = write(&mut sd, ib, &itable);
+        assert!(!again && dinode_at(&sb, &copy, ioff).db[0] == y);
+        assert!(!sd.tasks.iter().any(|t| matches!(t, Task::DropLink(_))));
+        let (_, again) = write(&mut sd, y, &run);
+        assert!(!again);
+        let drops: Vec<&Task> = sd.tasks.iter().filter(|t| matches!(t, Task::DropLink(_))).collect();
+        assert_eq!(drops, [&Task::DropLink(50), &Task::DropLink(51)]);
     }
 
     /// A run extended in place while its group header's write is in flight: that write's copy
