@@ -154,6 +154,11 @@ impl Fs {
         let (_, blocks) = self.old_names_of(&above);
         self.write_bufs(&blocks, WriteKind::Sync)?;
         self.run_tasks()?;
+        if self.old_names_of(&above) != (Vec::new(), Vec::new()) {
+            // A removal in a run the disk's inode does not name yet (new, extended or moved)
+            // completes only with a write made once that inode is on disk: everything goes.
+            self.sync_all()?;
+        }
         let (hidden, blocks) = self.old_names_of(&above);
         if !hidden.is_empty() || !blocks.is_empty() {
             return Err(FsError::Corrupt(format!(
