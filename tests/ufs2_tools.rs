@@ -347,23 +347,3 @@ fn growfs_refuses_a_ufs2_image_with_a_volume_snapshot() {
     ok(&["growfs", i, "--size", "96M"]);
     assert!(ok(&["fsck", "-n", i]).contains(" 0 findings"));
 }
-
-/// `sufs fsck -p` on UFS2 skips an image its superblock says is clean, as fsck_ffs -p does
-/// (`-f` scans it anyway); an image not unmounted cleanly is scanned and preened.
-#[test]
-fn preen_skips_a_clean_ufs2_image_as_fsck_ffs_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("u.img");
-    let p = img.to_str().unwrap();
-    ok(&["mkfs", p, "--size", "64M"]);
-    let (code, out, err) = run(&["fsck", "-p", p]);
-    assert!(code == 0 && out.contains("clean, not checked") && !out.contains("findings"), "{out}{err}");
-    let (code, out, err) = run(&["fsck", "-p", "-f", p]);
-    assert!(code == 0 && out.contains(" 0 findings"), "{out}{err}");
-    // As a crash leaves it: not clean.
-    let mut sb = superblock_at(&img, SBLOCK_UFS2);
-    sb.fs_clean = 0;
-    fs::OpenOptions::new().write(true).open(&img).unwrap().write_all_at(&sb.encode(), SBLOCK_UFS2).unwrap();
-    let (code, out, err) = run(&["fsck", "-p", p]);
-    assert!(code == 0 && out.contains(" 0 findings") && !out.contains("not checked"), "{out}{err}");
-}

@@ -451,17 +451,6 @@ fn cmd_fsck_ufs2(image: &Path, f: &std::fs::File, opts: &fsck::Options) -> Resul
         fsck::Mode::Repair => Some(fsck::ufs2::RepairMode::Yes),
         fsck::Mode::Preen => Some(fsck::ufs2::RepairMode::Preen),
     };
-    // fsck_ffs -p skips a file system marked clean and not marked for a check (-f scans it).
-    if mode == Some(fsck::ufs2::RepairMode::Preen) && !opts.force && opts.superblock.is_none() {
-        use sufs_fs::format::{SB_CLEAN, SB_NEEDS_FSCK};
-        // An image whose superblock does not read is scanned, and the scan says what is wrong.
-        if let Ok((_, sb)) = open_image_any(image, false) {
-            if sb.flags & SB_CLEAN != 0 && sb.flags & SB_NEEDS_FSCK == 0 {
-                println!("{}: clean, not checked (-f to check)", image.display());
-                return Ok(0);
-            }
-        }
-    }
     let Some(mode) = mode else {
         let report = fsck::ufs2::check(f, len, &uopts).map_err(|e| fail(&e))?;
         print_ufs2_report(image, &report);
