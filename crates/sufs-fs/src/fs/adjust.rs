@@ -758,19 +758,7 @@ mod tests {
     #[test]
     fn adjust_keeps_the_link_of_a_moved_directorys_second_name() {
         let (dev, mut fs) = fresh();
-        let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
-        let (b, _) = fs.mkdir(ROOT_INO, b"b", 0o755, 0, 0).unwrap();
-        let (d, _) = fs.mkdir(a, b"d", 0o755, 0, 0).unwrap();
-        fs.sync_all().unwrap();
-        fs.rename(a, b"d", b, b"d", Default::default()).unwrap();
-        // The inodes (d's and b's raised counts), then b's block with the new name: d's
-        // block (its "..") and a's (the old name) stay unwritten.
-        let inode_blocks = [fs.sb.inode_location(d).0, fs.sb.inode_location(b).0];
-        fs.write_bufs(&inode_blocks, WriteKind::Sync).unwrap();
-        let b_block = fs.iget(b).unwrap().db[0];
-        assert!(![fs.iget(d).unwrap().db[0], fs.iget(a).unwrap().db[0]].contains(&b_block));
-        fs.write_bufs(&[b_block], WriteKind::Sync).unwrap();
-        fs.shutdown(crate::fs::shutdown::Shutdown::Nologflush);
+        let (_, b, d) = super::live_tests::crash_in_a_rename_across_directories(&mut fs);
         drop(fs);
         let crashed = crate::fsck::check(dev.as_ref()).unwrap();
         assert!(crashed.findings.contains(&Finding::LinkCountTooHigh { ino: b, stored: 3, actual: 2 }), "{crashed:?}");

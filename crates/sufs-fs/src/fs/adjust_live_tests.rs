@@ -247,24 +247,12 @@ fn background_fsck_while_the_file_system_is_in_use() {
 /// error and no violation.
 #[test]
 fn a_directory_a_crash_left_named_twice_is_removed_by_both_names() {
-    use crate::dev::WriteKind;
     for order in 0..8 {
         let how = format!("order {order}");
         let clock = Arc::new(SimClock::new());
         let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 1024);
         let mut fs = mount(&dev, &clock);
-        let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
-        let (b, _) = fs.mkdir(ROOT_INO, b"b", 0o755, 0, 0).unwrap();
-        let (d, _) = fs.mkdir(a, b"d", 0o755, 0, 0).unwrap();
-        fs.sync_all().unwrap();
-        fs.rename(a, b"d", b, b"d", Default::default()).unwrap();
-        // The inodes (d's and b's raised counts), then b's block with the new name: d's block
-        // (its "..") and a's (the old name's removal) stay unwritten.
-        let inode_blocks = [fs.sb.inode_location(d).0, fs.sb.inode_location(b).0];
-        fs.write_bufs(&inode_blocks, WriteKind::Sync).unwrap();
-        let b_block = fs.iget(b).unwrap().db[0];
-        fs.write_bufs(&[b_block], WriteKind::Sync).unwrap();
-        fs.shutdown(Shutdown::Nologflush);
+        let (a, b, d) = crash_in_a_rename_across_directories(&mut fs);
         drop(fs);
         let shared: SharedFs = snapshot::shared(mount(&dev, &clock));
         if order >= 4 {
@@ -302,4 +290,24 @@ fn a_directory_a_crash_left_named_twice_is_removed_by_both_names() {
         let r = crate::fsck::ufs2::check(dev.as_ref() as &dyn BlockDevice, len, &Default::default()).unwrap();
         assert_eq!(r.violations(), 0, "{how}: {:?}", r.findings);
     }
+}
+
+/// Makes `a`, `b` and `a/d`, renames `d` to `b/d`, writes only the inodes (`d`'s and `b`'s
+/// raised counts) and then `b`'s block with the new name, and shuts down: `d`'s block (its
+/// "..") and `a`'s (the old name's removal) stay unwritten, so `d` is named in both parents
+/// with its ".." naming `a`. Returns `(a, b, d)`.
+pub(super) fn crash_in_a_rename_across_directories(fs: &mut Fs) -> (u32, u32, u32) {
+    use crate::dev::WriteKind;
+    let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
+    let (b, _) = fs.mkdir(ROOT_INO, b"b", 0o755, 0, 0).unwrap();
+    let (d, _) = fs.mkdir(a, b"d", 0o755, 0, 0).unwrap();
+    fs.sync_all().unwrap();
+    fs.rename(a, b"d", b, b"d", Default::default()).unwrap();
+    let inode_blocks = [fs.sb.inode_location(d).0, fs.sb.inode_location(b).0];
+    fs.write_bufs(&inode_blocks, WriteKind::Sync).unwrap();
+    let b_block = fs.iget(b).unwrap().db[0];
+    assert!(![fs.iget(d).unwrap().db[0], fs.iget(a).unwrap().db[0]].contains(&b_block));
+    fs.write_bufs(&[b_block], WriteKind::Sync).unwrap();
+    fs.shutdown(Shutdown::Nologflush);
+    (a, b, d)
 }

@@ -154,12 +154,14 @@ impl Fs {
         let (_, blocks) = self.old_names_of(&above);
         self.write_bufs(&blocks, WriteKind::Sync)?;
         self.run_tasks()?;
-        if self.old_names_of(&above) != (Vec::new(), Vec::new()) {
+        let mut left = self.old_names_of(&above);
+        if !left.0.is_empty() || !left.1.is_empty() {
             // A removal in a run the disk's inode does not name yet (new, extended or moved)
             // completes only with a write made once that inode is on disk: everything goes.
             self.sync_all()?;
+            left = self.old_names_of(&above);
         }
-        let (hidden, blocks) = self.old_names_of(&above);
+        let (hidden, blocks) = left;
         if !hidden.is_empty() || !blocks.is_empty() {
             return Err(FsError::Corrupt(format!(
                 "old names of directories outlived their retirement: hidden at {hidden:?}, removed in {blocks:?}"
