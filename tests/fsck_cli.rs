@@ -1,7 +1,7 @@
 //! `sufs fsck` from the command line: exit codes as fsck(8) (0 clean, 1 repaired with nothing
 //! left, 4 damage left or preen refused, 8 operational error), preen that refuses to touch an
 //! image holding a violation, preen that skips an image marked clean, and -b with the
-//! superblock copies mkfs writes.
+//! superblock copies newfs writes in every group (fsck_ffs's sector numbers).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,18 +10,20 @@ mod common;
 
 use common::{ok, sufs};
 use sufs_fs::clock::SimClock;
-use sufs_fs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
-use sufs_fs::format::{Dinode, FormatError, Superblock, DINODE_SIZE, ROOT_INO};
+use sufs_fs::dev::{BlockDevice, FileDevice};
+use sufs_fs::format::ufs2::{Superblock as Ufs2Sb, SBLOCK_UFS2};
+use sufs_fs::format::ROOT_INO;
 use sufs_fs::fs::{Fs, MountOptions, Ordering};
 
-/// A 120 MiB image (two cylinder groups) holding a directory of files.
+/// A 120 MiB image (several cylinder groups) holding a directory of files.
 fn image(dir: &Path) -> PathBuf {
     image_of(dir, "120M")
 }
 
 /// The library's mount of the image at `p`.
 fn lib_mount(p: &Path) -> Fs {
-    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(p, 4096, true).unwrap());
+    let (dev, _) = FileDevice::open_image(p, true).unwrap();
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
     Fs::mount(
         dev,
         MountOptions { ordering: Ordering::Sync, cache_blocks: 256, readonly: false },
@@ -34,7 +36,7 @@ fn lib_mount(p: &Path) -> Fs {
 /// 3000 bytes `i`.
 fn image_of(dir: &Path, size: &str) -> PathBuf {
     let p = dir.join("img");
-    ok(&["mkfs", "--format", "sufs", p.to_str().unwrap(), "--size", size]);
+    ok(&["mkfs", p.to_str().unwrap(), "--size", size]);
     let mut fs = lib_mount(&p);
     let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
     for i in 0..50 {
@@ -56,19 +58,22 @@ fn assert_files_intact(p: &Path) {
     fs.unmount().unwrap();
 }
 
-fn edit(p: &Path, f: impl FnOnce(&FileDevice, &Superblock)) {
-    let dev = FileDevice::open(p, 4096, true).unwrap();
-    let mut b = vec![0u8; 4096];
-    dev.read_block(0, &mut b).unwrap();
-    let sb = Superblock::decode(&b).unwrap();
-    f(&dev, &sb);
+/// The image's bytes at `off`.
+fn read_at(p: &Path, off: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut b = vec![0u8; len];
+    std::fs::File::open(p).unwrap().read_exact_at(&mut b, off).unwrap();
+    b
 }
 
-fn edit_block(dev: &FileDevice, bno: u64, f: impl FnOnce(&mut [u8])) {
-    let mut b = vec![0u8; 4096];
-    dev.read_block(bno, &mut b).unwrap();
-    f(&mut b);
-    dev.write_batch(&[WriteReq { bno, data: &b }], WriteKind::Sync).unwrap();
+fn write_at(p: &Path, off: u64, b: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    std::fs::OpenOptions::new().write(true).open(p).unwrap().write_all_at(b, off).unwrap();
+}
+
+/// The standard superblock, decoded without its check hash.
+fn superblock(p: &Path) -> Ufs2Sb {
+    Ufs2Sb::decode(&read_at(p, SBLOCK_UFS2, 8192), false).unwrap()
 }
 
 /// Runs `sufs fsck ARGS IMAGE`: exit code and stdout.
@@ -92,19 +97,23 @@ fn exit_codes_preen_and_repair() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("0 findings"), "{out}");
 
-    // The root's size lost, in an image not marked clean (as a crash leaves it): a violation.
-    // Preen changes nothing and says what to run.
-    edit(&p, |dev, sb| {
-        let mut sb = sb.clone();
-        sb.flags &= !sufs_fs::format::SB_CLEAN;
-        edit_block(dev, 0, |b| sb.encode(b));
-        let (bno, off) = sb.inode_location(ROOT_INO);
-        edit_block(dev, bno, |b| {
-            let mut d = Dinode::decode(&b[off..off + DINODE_SIZE]);
-            d.size = 0;
-            d.encode(&mut b[off..off + DINODE_SIZE]);
-        });
-    });
+    // A file's link count lost, in an image not marked clean (as a crash leaves it): a
+    // violation. Preen changes nothing and says what to run.
+    let f7 = {
+        let mut fs = lib_mount(&p);
+        let d = fs.lookup(ROOT_INO, b"d").unwrap().0;
+        let f7 = fs.lookup(d, b"f7").unwrap().0;
+        fs.unmount().unwrap();
+        f7
+    };
+    let mut sb = superblock(&p);
+    let at = sb.ino_offset(f7);
+    let mut raw = read_at(&p, at, 256);
+    raw[2..4].copy_from_slice(&0i16.to_le_bytes());
+    let d = sufs_fs::format::ufs2::Dinode::decode(&raw).unwrap();
+    write_at(&p, at, &d.encode_for(&sb));
+    sb.fs_clean = 0;
+    write_at(&p, SBLOCK_UFS2, &sb.encode());
     let before = std::fs::read(&p).unwrap();
     let (code, out) = fsck(&["-p"], &p);
     assert_eq!(code, 4, "{out}");
@@ -117,66 +126,42 @@ fn exit_codes_preen_and_repair() {
     assert_eq!(code, 0, "a second fsck finds more:\n{out}");
     assert!(out.contains("50 files, 3 directories"), "{out}");
     assert_eq!(fsck(&["-p"], &p).0, 0);
+    assert_files_intact(&p);
 }
 
+/// The standard superblock zeroed, or one byte of its counts changed (its check hash then
+/// fails): fsck finds no file system, or the bad hash; `-y -b` with group 1's copy (in
+/// fsck_ffs's sectors, as newfs printed them) writes the standard superblock back from the
+/// copy, sets its counts, and leaves every file as it was; `-p -b` writes nothing.
 #[test]
-fn superblock_copies() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = image(dir.path());
-    let mut copy = 0;
-    edit(&p, |dev, sb| {
-        copy = sb.cg_start(1);
-        edit_block(dev, 0, |b| b[16] ^= 0x40);
-    });
-    // The primary does not decode: the first copy, said so, and -p leaves it to -y.
-    let (code, out) = fsck(&[], &p);
-    assert_eq!(code, 4, "{out}");
-    assert!(out.contains(&format!("superblock copy at block {copy}")), "{out}");
-    let (code, out) = fsck(&["-p"], &p);
-    assert_eq!(code, 4, "{out}");
-    let (code, out) = fsck(&["-y"], &p);
-    assert_eq!(code, 1, "{out}");
-    let (code, out) = fsck(&["-p", "-f"], &p);
-    assert_eq!(code, 0, "{out}");
-    // -b N on a good image: the copy's geometry, the primary rewritten from it.
-    let (code, out) = fsck(&["-b", &copy.to_string()], &p);
-    assert_eq!(code, 4, "{out}");
-    assert!(out.contains("asked for"), "{out}");
-    let (code, out) = fsck(&["-b", "7"], &p);
-    assert_eq!(code, 8, "{out}");
-    let (code, out) = fsck(&["-y", "-b", &copy.to_string()], &p);
-    assert_eq!(code, 1, "{out}");
-    assert_eq!(fsck(&[], &p).0, 0);
-}
-
-#[test]
-fn a_small_image_recovers_from_its_superblock_copy() {
-    // 32 MiB fits one group of the default size: mkfs makes two anyway, so that the second's
-    // superblock copy stands in for a damaged primary. Zeroed, then one byte of the counts
-    // flipped (the checksum fails).
-    for what in ["zeroed", "checksum"] {
+fn the_standard_superblock_is_recovered_from_a_copy() {
+    for what in ["zeroed", "check hash"] {
         let dir = tempfile::tempdir().unwrap();
-        let p = image_of(dir.path(), "32M");
-        let mut copy = 0;
-        edit(&p, |dev, sb| {
-            copy = sb.cg_start(1);
-            edit_block(dev, 0, |b| match what {
-                "zeroed" => b.fill(0),
-                _ => b[40] ^= 0x10, // free_blocks
-            });
-        });
-        let mut b = vec![0u8; 4096];
-        FileDevice::open(&p, 4096, false).unwrap().read_block(0, &mut b).unwrap();
-        let e = Superblock::decode(&b).unwrap_err();
-        assert!(what == "zeroed" || matches!(e, FormatError::BadChecksum { .. }), "{what}: {e}");
-        let (code, out) = fsck(&["-y"], &p);
+        let p = image(dir.path());
+        let sb = superblock(&p);
+        let copy = sb.fsbtodb(sb.cgsblock(1)).to_string();
+        match what {
+            "zeroed" => write_at(&p, SBLOCK_UFS2, &[0u8; 8192]),
+            _ => {
+                let mut b = read_at(&p, SBLOCK_UFS2 + 1016, 1);
+                b[0] ^= 0x10; // cs_nbfree
+                write_at(&p, SBLOCK_UFS2 + 1016, &b);
+            }
+        }
+        let (code, out) = fsck(&[], &p);
+        assert_eq!(code, if what == "zeroed" { 8 } else { 4 }, "{what}: {out}");
+        let before = std::fs::read(&p).unwrap();
+        let (code, out) = fsck(&["-p", "-f", "-b", &copy], &p);
+        assert_eq!(code, 4, "{what}: {out}");
+        assert!(std::fs::read(&p).unwrap() == before, "{what}: preen with -b wrote");
+        let (code, out) = fsck(&["-y", "-b", &copy], &p);
         assert_eq!(code, 1, "{what}: {out}");
-        assert!(out.contains(&format!("using the superblock copy at block {copy}")), "{what}: {out}");
+        assert!(out.contains(&format!("UPDATE STANDARD SUPERBLOCK FROM THE COPY AT SECTOR {copy}")), "{what}: {out}");
         let (code, out) = fsck(&["-p"], &p);
         assert_eq!(code, 0, "{what}: marked clean: {out}");
-        assert_files_intact(&p);
         let (code, out) = fsck(&["-f"], &p);
         assert_eq!(code, 0, "{what}: {out}");
-        assert!(!out.contains("superblock copy"), "{what}: the primary is used again: {out}");
+        assert!(out.contains("0 findings"), "{what}: {out}");
+        assert_files_intact(&p);
     }
 }

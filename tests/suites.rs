@@ -2,14 +2,12 @@
 //! conformance, the Rust port), fsx (random reads, writes, mmaps, truncations and fsyncs checked
 //! against an in-memory copy of the file) and an fsstress-style concurrent load, each followed by
 //! unmount and `sufs fsck`, which must find nothing; on UFS2 (newfs's 32 KiB blocks of 4 KiB
-//! fragments, what `sufs mkfs` makes) under each ordering and on sufs's own earlier format under
-//! soft updates. Each test skips with a message when
+//! fragments, what `sufs mkfs` makes) under each ordering. Each test skips with a message when
 //! /dev/fuse or its tool is missing; `.ci/run` installs the tools and sets
 //! `SUFS_REQUIRE_SUITES=1`, which turns a missing tool into a failure.
 //!
 //! Longer runs for the docs: `SUFS_FSX_OPS`, `SUFS_FSX_SEED`, `SUFS_LOAD_OPS`,
-//! `SUFS_LOAD_THREADS`, `SUFS_LOAD_SEED`, `SUFS_SUITE_ORDERINGS` and `SUFS_SUITE_FORMATS`
-//! (comma-separated: `sufs,ufs2` runs every ordering on both) and
+//! `SUFS_LOAD_THREADS`, `SUFS_LOAD_SEED`, `SUFS_SUITE_ORDERINGS` (comma-separated) and
 //! `SUFS_MOUNT_OPTS` (`-o` for every mount, e.g. `writeback_cache`).
 
 use std::collections::HashMap;
@@ -37,39 +35,10 @@ fn orderings(default: &str) -> Vec<String> {
     std::env::var("SUFS_SUITE_ORDERINGS").unwrap_or_else(|_| default.into()).split(',').map(String::from).collect()
 }
 
-/// The on-disk formats a suite runs on, from `$SUFS_SUITE_FORMATS` (`sufs`, sufs's own; `ufs2`,
-/// FreeBSD's as `sufs mkfs --ufs2` makes it: newfs's 32 KiB blocks of 4 KiB fragments).
-fn formats() -> Option<Vec<String>> {
-    std::env::var("SUFS_SUITE_FORMATS").ok().map(|v| v.split(',').map(String::from).collect())
-}
-
-/// The suite's image `img` of `size` in `format`.
-fn suite_mkfs(img: &Path, size: &str, format: &str) {
-    match format {
-        "sufs" => mkfs(img, size),
-        "ufs2" => {
-            let out = common::sufs(&["mkfs", "--ufs2", img.to_str().unwrap(), "--size", size]);
-            assert!(out.status.success(), "mkfs --ufs2: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        other => panic!("unknown format {other:?} in SUFS_SUITE_FORMATS (sufs, ufs2)"),
-    }
-}
-
-/// The (format, ordering) pairs a suite runs: by default UFS2 (what `sufs mkfs` makes) under
-/// each of `orderings_default` and sufs's own earlier format under soft updates; with
-/// `$SUFS_SUITE_FORMATS` or `$SUFS_SUITE_ORDERINGS` set, every format given with every ordering
-/// given.
-fn configs(orderings_default: &str) -> Vec<(String, String)> {
-    let asked = formats();
-    if asked.is_none() && std::env::var("SUFS_SUITE_ORDERINGS").is_err() {
-        let mut v: Vec<(String, String)> =
-            orderings(orderings_default).into_iter().map(|o| ("ufs2".to_string(), o)).collect();
-        v.push(("sufs".into(), "softdep".into()));
-        return v;
-    }
-    let orderings = orderings(orderings_default);
-    let formats = asked.unwrap_or_else(|| vec!["sufs".into(), "ufs2".into()]);
-    formats.into_iter().flat_map(|f| orderings.iter().map(move |o| (f.clone(), o.clone()))).collect()
+/// The orderings a suite runs under, on UFS2 as `sufs mkfs` makes it: `orderings_default`, or
+/// `$SUFS_SUITE_ORDERINGS`.
+fn configs(orderings_default: &str) -> Vec<String> {
+    orderings(orderings_default)
 }
 
 /// `sufs mount` arguments for `ordering`, with `-o $SUFS_MOUNT_OPTS` when set (e.g.
@@ -185,12 +154,12 @@ fn pjdfstest_passes() {
         return;
     }
     let users = dummy_users().expect("two unprivileged users with different groups in /etc/passwd");
-    for (format, ordering) in configs("softdep,sync,async") {
-        let what = format!("{ordering} on {format}");
+    for ordering in configs("softdep,sync,async") {
+        let what = ordering.clone();
         let t = tempfile::tempdir().unwrap();
         let (img, mnt, second) = (t.path().join("img"), t.path().join("mnt"), t.path().join("second"));
         fs::create_dir(&second).unwrap();
-        suite_mkfs(&img, "1G", &format);
+        mkfs(&img, "1G");
         let m = mount_suite(&img, &mnt, &ordering);
         let config = |remount: bool| {
             let p = t.path().join(format!("pjdfstest-{remount}.toml"));
@@ -243,12 +212,12 @@ fn fsx_short_run() {
     let Some(tool) = external_tool("fsx", FSX_INSTALL) else { return };
     let ops: u64 = env_or("SUFS_FSX_OPS", 3000);
     let seed: u64 = env_or("SUFS_FSX_SEED", 1);
-    for (format, ordering) in configs("softdep,async") {
+    for ordering in configs("softdep,async") {
         let t = tempfile::tempdir().unwrap();
         let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
         let config = t.path().join("fsx.toml");
         fs::write(&config, FSX_CONFIG).unwrap();
-        suite_mkfs(&img, "256M", &format);
+        mkfs(&img, "256M");
         let m = mount_suite(&img, &mnt, &ordering);
         let start = Instant::now();
         let out = Command::new(&tool)
@@ -260,19 +229,16 @@ fn fsx_short_run() {
             .output()
             .expect("run fsx");
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-        eprintln!("fsx, {ordering} on {format}: {ops} operations, seed {seed}, {:.1} s", start.elapsed().as_secs_f64());
+        eprintln!("fsx, {ordering}: {ops} operations, seed {seed}, {:.1} s", start.elapsed().as_secs_f64());
         assert!(
             out.status.success() && text.contains("All operations completed A-OK!"),
-            "fsx, {ordering} on {format} (seed {seed}) failed:\n{text}"
+            "fsx, {ordering} (seed {seed}) failed:\n{text}"
         );
         let data = fs::read(mnt.join("fsxfile")).unwrap();
         m.umount();
         fsck_clean(&img);
         let m = mount_suite(&img, &mnt, &ordering);
-        assert!(
-            fs::read(mnt.join("fsxfile")).unwrap() == data,
-            "{ordering} on {format}: the file changed across a remount"
-        );
+        assert!(fs::read(mnt.join("fsxfile")).unwrap() == data, "{ordering}: the file changed across a remount");
         m.umount();
     }
 }
@@ -439,10 +405,10 @@ fn concurrent_load_then_fsck_is_clean() {
     let threads: usize = env_or("SUFS_LOAD_THREADS", 4);
     let ops: usize = env_or("SUFS_LOAD_OPS", 1500);
     let seed: u64 = env_or("SUFS_LOAD_SEED", 1);
-    for (format, ordering) in configs("softdep,sync,async") {
+    for ordering in configs("softdep,sync,async") {
         let t = tempfile::tempdir().unwrap();
         let (img, mnt) = (t.path().join("img"), t.path().join("mnt"));
-        suite_mkfs(&img, "1G", &format);
+        mkfs(&img, "1G");
         let m = mount_suite(&img, &mnt, &ordering);
         for d in ["own/0", "own/1", "own/2", "own/3", "shared"] {
             fs::create_dir_all(mnt.join(d)).unwrap();
@@ -461,14 +427,14 @@ fn concurrent_load_then_fsck_is_clean() {
         });
         let files: usize = models.iter().map(|m| m.len()).sum();
         eprintln!(
-            "load, {ordering} on {format}: {threads} threads x {ops} operations, seed {seed}, {:.1} s, {files} files kept",
+            "load, {ordering}: {threads} threads x {ops} operations, seed {seed}, {:.1} s, {files} files kept",
             start.elapsed().as_secs_f64()
         );
         m.umount();
         fsck_clean(&img);
         let m = mount_suite(&img, &mnt, &ordering);
         for (p, data) in models.iter().flatten() {
-            assert!(fs::read(p).unwrap() == *data, "{ordering} on {format}: {} differs after remount", p.display());
+            assert!(fs::read(p).unwrap() == *data, "{ordering}: {} differs after remount", p.display());
         }
         m.umount();
         fsck_clean(&img);

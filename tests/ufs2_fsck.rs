@@ -41,9 +41,15 @@ fn assert_clean(img: &Path, args: &[&str]) {
     assert!(out.contains(" 0 findings (0 allowed, 0 violations)"), "{out}");
 }
 
-/// The FreeBSD image, changed by `edit`, written to a file in `dir`.
+/// The FreeBSD image, marked not clean (as a crash or a mount that met damage leaves it, so
+/// that `fsck -p` looks at it: it skips an image marked clean) and changed by `edit`, written
+/// to a file in `dir`.
 fn damaged(dir: &Path, edit: impl FnOnce(&mut Vec<u8>, &Superblock)) -> PathBuf {
     let mut img = image().to_vec();
+    let mut sb = superblock(&img);
+    sb.fs_clean = 0;
+    let b = sb.encode();
+    img[SBLOCK_UFS2 as usize..SBLOCK_UFS2 as usize + b.len()].copy_from_slice(&b);
     let sb = superblock(&img);
     edit(&mut img, &sb);
     let p = dir.join("img");

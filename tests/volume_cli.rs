@@ -128,16 +128,6 @@ fn run(store: &str, initial: &str, mkfs: &[&str]) {
 const RESERVE: [&str; 4] = ["--size", "96M", "--snapshot-reserve", "32M"];
 
 #[test]
-fn snapshot_with_the_reserved_store() {
-    run("reserved", "2048", &[&["--format", "sufs"][..], &RESERVE].concat());
-}
-
-#[test]
-fn snapshot_with_the_br_store() {
-    run("br", "2048", &[&["--format", "sufs"][..], &RESERVE].concat());
-}
-
-#[test]
 fn snapshot_of_ufs2_with_the_reserved_store() {
     run("reserved", "256", &[&["--format", "ufs2"][..], &RESERVE].concat());
     run("reserved", "2048", &[&["--format", "ufs2", "-b", "4096", "-f", "1024"][..], &RESERVE].concat());

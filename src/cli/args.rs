@@ -17,7 +17,8 @@ use sufs_mount::options::parse_size;
 pub(crate) enum DiskFormat {
     /// FreeBSD's UFS2, as newfs(8) makes it.
     Ufs2,
-    /// sufs's own earlier format.
+    /// sufs's own earlier format, retired: refused with a message.
+    #[value(hide = true)]
     Sufs,
 }
 
@@ -39,12 +40,9 @@ pub(crate) enum Cmd {
         /// Size of a new image, e.g. 1G, 512M (default: the existing file's or device's size).
         #[arg(long, value_parser = parse_size)]
         size: Option<u64>,
-        /// Block size (default newfs's 32768; with --format sufs, 4096).
+        /// Block size (default newfs's 32768).
         #[arg(short = 'b', long)]
         block_size: Option<u32>,
-        /// sufs's format: the number of inodes (default: one per 16 KiB). UFS2 takes -i.
-        #[arg(long)]
-        inodes: Option<u64>,
         /// Leave this much at the end of the device outside the file system, for a volume
         /// snapshot's `reserved` exception store (either format).
         #[arg(long, value_parser = parse_size)]
@@ -53,8 +51,8 @@ pub(crate) enum Cmd {
         /// default 8).
         #[arg(short = 'm', long, value_parser = clap::value_parser!(u8).range(0..=sufs_fs::format::MAX_MINFREE as i64))]
         minfree: Option<u8>,
-        /// The on-disk format: `ufs2`, FreeBSD's (docs/ufs2.md), or `sufs`, sufs's own earlier
-        /// format (docs/SPEC-sufs-format.md), kept for images made before and for comparison.
+        /// The on-disk format: `ufs2`, FreeBSD's (docs/ufs2.md), the only one sufs makes (its
+        /// own earlier format is retired).
         #[arg(long, value_enum, default_value_t = DiskFormat::Ufs2)]
         format: DiskFormat,
         /// The same as `--format ufs2` (the default).
@@ -291,7 +289,7 @@ pub(crate) enum Cmd {
         #[arg(long, value_enum)]
         update: Option<UpdatePolicy>,
         /// The format the workload starts from: `ufs2`, FreeBSD's (newfs's layout, judged by the
-        /// UFS2 checker), or `sufs`, sufs's own earlier format.
+        /// UFS2 checker), the only one.
         #[arg(long, value_enum, default_value_t = DiskFormat::Ufs2)]
         format: DiskFormat,
         /// The same as `--format ufs2` (the default).

@@ -365,7 +365,7 @@ pub(crate) fn cmd_crashtest(ordering: Ordering, workload: &str, seed: u64, opts:
         states += s.states;
         violations += s.violations;
     }
-    let format = if opts.ufs2 { format!("UFS2 {}/{}", crashtest::BS, opts.fsize) } else { "sufs's format".into() };
+    let format = format!("UFS2 {}/{}", crashtest::BS, opts.fsize);
     let what =
         format!("{} workload(s), ordering {ordering}, seed {seed}, {format}: {states} crash states", names.len());
     if violations == 0 {

@@ -71,13 +71,19 @@ pub(crate) fn control(on: &Path, req: ctl::Request) -> Result<ctl::Reply, Fail> 
             CtlClient::connect(&sock).map_err(|e| Fail(format!("{} is mounted, but: {e}", image.display()), 1))?;
         return c.call(&req).map_err(|e| Fail(e.to_string(), 1));
     }
-    // The Block Register and snapshots (FreeBSD's) work on UFS2 too; anything else is refused
-    // before the image is mounted (a mount and unmount would rewrite its superblock).
+    // The Block Register and snapshots (FreeBSD's) work on an unmounted image; anything else is
+    // refused before the image is mounted (a mount and unmount would rewrite its superblock).
     let snapshot = matches!(
         req,
         ctl::Request::SnapshotCreate { .. } | ctl::Request::SnapshotList | ctl::Request::SnapshotDelete { .. }
     );
-    let (dev, sb) = if is_br(&req) || snapshot { open_image_any(&image, true)? } else { open_image(&image, true)? };
+    if !is_br(&req) && !snapshot {
+        return Err(Fail(
+            format!("{} is not mounted: this request goes to a mount's control channel", image.display()),
+            8,
+        ));
+    }
+    let (dev, sb) = open_image_any(&image, true)?;
     let clock: Arc<dyn Clock> = Arc::new(RealClock::new());
     let opts = MountOptions { cache_blocks: (64 << 20) / sb.block_size as usize, ..Default::default() };
     let mut fs = Fs::mount(Arc::new(dev), opts, clock).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;

@@ -6,67 +6,10 @@ use sufs_fs::clock::{Clock, RealClock};
 use sufs_fs::dev::{BlockDevice, FileDevice};
 use sufs_fs::format::Superblock;
 use sufs_fs::fs::adjust::Adjust;
-use sufs_fs::fs::{mkfs, MkfsOptions};
-use sufs_fs::volume::PrefixDevice;
 use sufs_fs::{format, fsck, snapshot};
 use sufs_mount::ctl::{self};
 
 use super::*;
-
-pub(crate) fn cmd_mkfs(
-    image: &Path,
-    size: Option<u64>,
-    block_size: u32,
-    inodes: Option<u64>,
-    snapshot_reserve: Option<u64>,
-    minfree: Option<u8>,
-) -> Result<Superblock, Fail> {
-    if !block_size.is_power_of_two() || !(format::MIN_BLOCK_SIZE..=format::MAX_BLOCK_SIZE).contains(&block_size) {
-        return Err(Fail(
-            format!(
-                "block size {block_size} is not a power of two from {} to {}",
-                format::MIN_BLOCK_SIZE,
-                format::MAX_BLOCK_SIZE
-            ),
-            1,
-        ));
-    }
-    let existed = image.exists();
-    if let Some(size) = size {
-        let blocks = size / block_size as u64;
-        if let Err(e) = Superblock::geometry(block_size, blocks, inodes) {
-            return Err(Fail(format!("cannot make a file system of {size} bytes: {e}"), 1));
-        }
-        FileDevice::create(image, size)?;
-    } else if !existed {
-        return Err(Fail(format!("{} does not exist: give --size to create it", image.display()), 1));
-    }
-    let dev = FileDevice::open(image, block_size as usize, true)?;
-    if let Some(size) = size {
-        if dev.num_blocks() * (block_size as u64) < size / block_size as u64 * block_size as u64 {
-            return Err(Fail(format!("{} is smaller than --size", image.display()), 1));
-        }
-    }
-    let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    if let Some(r) = snapshot_reserve {
-        let keep = r.div_ceil(block_size as u64);
-        if keep + 1024 > dev.num_blocks() {
-            return Err(Fail(format!("--snapshot-reserve {r} leaves too little for a file system"), 1));
-        }
-        let blocks = dev.num_blocks() - keep;
-        dev = Arc::new(PrefixDevice { inner: dev, blocks });
-    }
-    let opts = MkfsOptions {
-        block_size,
-        inodes,
-        uid: unsafe { libc::getuid() },
-        gid: unsafe { libc::getgid() },
-        minfree,
-        ..MkfsOptions::default()
-    };
-    mkfs(dev, &opts, RealClock::new().wall())
-        .map_err(|e| Fail(format!("cannot make a file system on {}: {e}", image.display()), 1))
-}
 
 /// What `sufs mkfs --ufs2` was asked for, newfs's options.
 #[derive(Default)]
@@ -176,36 +119,8 @@ pub(crate) fn cmd_mkfs_ufs2(image: &Path, size: Option<u64>, g: Ufs2Geometry) ->
     Ok(())
 }
 
-pub(crate) fn print_mkfs(image: &Path, sb: &Superblock) {
-    println!(
-        "{}: {} blocks of {} bytes ({} MiB), {} groups, {} inodes",
-        image.display(),
-        sb.num_blocks,
-        sb.block_size,
-        (sb.num_blocks * sb.block_size as u64) >> 20,
-        sb.ngroups,
-        sb.total_inodes()
-    );
-}
-
-/// Reads the superblock (a sufs one, or a UFS2 one where FreeBSD looks) with a probe of the
-/// smallest block size, then opens the image with the file system's block size and address
-/// unit (a UFS2 image's fragment).
-pub(crate) fn open_image(image: &Path, writable: bool) -> Result<(FileDevice, Superblock), Fail> {
-    let (dev, sb) = open_image_any(image, writable)?;
-    if sb.ufs2().is_some() {
-        return Err(Fail(
-            format!(
-                "{}: a UFS2 file system: sufs mounts it (read-write or read-only), prints it (`sufs dumpfs`, `sufs inspect`), checks and repairs it (`sufs fsck`) and tunes it (`sufs tunefs`); this command does not work on UFS2 yet",
-                image.display()
-            ),
-            8,
-        ));
-    }
-    Ok((dev, sb))
-}
-
-/// `open_image` for the commands that take a UFS2 image too (mount, dumpfs).
+/// Opens an image by its superblock (UFS2's, where FreeBSD looks), addressed in fragments, with
+/// its superblock; an image of sufs's retired format is refused with a message.
 pub(crate) fn open_image_any(image: &Path, writable: bool) -> Result<(FileDevice, Superblock), Fail> {
     FileDevice::open_image(image, writable).map_err(|e| match e {
         sufs_fs::dev::DevError::NotAFileSystem(m) => Fail(m, 8),
@@ -257,18 +172,6 @@ struct BgReport {
 /// The snapshot is deleted on every path; a file system without room for it is not checked.
 pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::SharedFs>) -> Result<u8, Fail> {
     use ctl::Request;
-    // On UFS2 the snapshot is FreeBSD's, checked by the UFS2 checker.
-    let ufs2 = match &mounted {
-        Some(fs) => sufs_fs::fs::lock(fs).sb.ufs2().is_some(),
-        None => {
-            let image = if on.is_dir() {
-                std::path::PathBuf::from(super::control::mounted_image(on)?.1)
-            } else {
-                on.to_path_buf()
-            };
-            open_image_any(&image, false)?.1.ufs2().is_some()
-        }
-    };
     let t = std::time::Instant::now();
     let name = format!("fsck.{}", std::process::id());
     // In the mount's own process the requests go to the file system itself: its control channel
@@ -295,19 +198,12 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::Shared
             None => frozen_device(on, &name)?,
         };
         let adjust_err = |e: sufs_fs::fs::FsError| Fail(format!("snapshot {name}: {e}"), 8);
-        let (found, files, dirs, used, other, adjust) = if ufs2 {
-            let len = frozen.num_blocks() * frozen.addr_unit() as u64;
-            let r = fsck::ufs2::check(frozen.as_ref(), len, &Default::default())
-                .map_err(|e| Fail(format!("snapshot {name}: UFS2: {e}"), 8))?;
-            let (adjust, other) = Adjust::from_ufs2_findings(&r.findings, frozen.as_ref()).map_err(adjust_err)?;
-            let found = r.findings.iter().map(|f| (f.class(), f.to_string())).collect();
-            (found, r.files, r.dirs, format!("{} fragments used", r.used_frags), other.len(), adjust)
-        } else {
-            let r = fsck::check(frozen.as_ref()).map_err(|e| Fail(e.to_string(), 8))?;
-            let (adjust, other) = Adjust::from_findings(&r.findings, frozen.as_ref()).map_err(adjust_err)?;
-            let found = r.findings.iter().map(|f| (f.class(), f.to_string())).collect();
-            (found, r.files, r.dirs, format!("{} blocks used", r.used_blocks), other.len(), adjust)
-        };
+        let len = frozen.num_blocks() * frozen.addr_unit() as u64;
+        let r = fsck::ufs2::check(frozen.as_ref(), len, &Default::default())
+            .map_err(|e| Fail(format!("snapshot {name}: UFS2: {e}"), 8))?;
+        let (adjust, other) = Adjust::from_ufs2_findings(&r.findings, frozen.as_ref()).map_err(adjust_err)?;
+        let found = r.findings.iter().map(|f| (f.class(), f.to_string())).collect();
+        let (files, dirs, used, other) = (r.files, r.dirs, format!("{} fragments used", r.used_frags), other.len());
         (BgReport { found, files, dirs, used, other }, adjust)
     };
     let checked = t.elapsed();
@@ -355,101 +251,67 @@ pub(crate) fn cmd_fsck_background(on: &Path, mounted: Option<sufs_fs::fs::Shared
         report.other,
         match &done {
             None => "nothing".to_string(),
-            Some(d) if ufs2 => format!(
+            Some(d) => format!(
                 "{} fragments freed ({} whole blocks), {} inodes freed, {} link counts lowered, {} block counts set, {} refused",
                 d.frags_freed, d.blocks_freed, d.inodes_freed, d.links_lowered, d.counts_fixed, d.refused
-            ),
-            Some(d) => format!(
-                "{} blocks freed, {} inodes freed, {} link counts lowered, {} refused",
-                d.blocks_freed, d.inodes_freed, d.links_lowered, d.refused
             ),
         }
     );
     Ok(if done.is_none() { 0 } else { 1 })
 }
 
-pub(crate) fn cmd_fsck(image: &Path, opts: &fsck::Options) -> Result<u8, Fail> {
-    let writes = opts.mode != fsck::Mode::Check;
+/// What `sufs fsck` may do to the image: fsck_ffs's `-n`, `-p` and `-y`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FsckMode {
+    Check,
+    Preen,
+    Repair,
+}
+
+/// `sufs fsck`'s options: the mode, `-f` (preen an image marked clean too) and `-b` (the
+/// sector of a superblock copy).
+pub(crate) struct FsckArgs {
+    pub(crate) mode: FsckMode,
+    pub(crate) force: bool,
+    pub(crate) superblock: Option<u64>,
+}
+
+/// `sufs fsck IMAGE`: refuses a mounted image, then checks (and repairs) it as fsck_ffs does.
+pub(crate) fn cmd_fsck(image: &Path, opts: &FsckArgs) -> Result<u8, Fail> {
     let f = std::fs::File::open(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 8))?;
     if f.try_lock_shared().is_err() {
         return Err(Fail(format!("{} is mounted; unmount it first", image.display()), 8));
     }
-    if is_ufs(&f, opts.superblock) {
-        return cmd_fsck_ufs2(image, &f, opts);
+    let mut magic = [0u8; 8];
+    if std::os::unix::fs::FileExt::read_exact_at(&f, &mut magic, 0).is_ok()
+        && u64::from_le_bytes(magic) == format::MAGIC
+    {
+        return Err(Fail(format!("{}: {}", image.display(), format::FormatError::Retired), 8));
     }
-    let dev = fsck::open_image_at(image, writes, opts.superblock).map_err(|e| Fail(e.to_string(), 8))?;
-    let report = fsck::run(&dev, opts).map_err(|e| Fail(e.to_string(), 8))?;
-    if report.skipped_clean {
-        println!("{}: clean, not checked (-f to check)", image.display());
-        return Ok(0);
-    }
-    if let Some(n) = report.alternate {
-        println!("{}: using the superblock copy at block {n} (geometry only)", image.display());
-    }
-    for f in &report.findings {
-        println!("{:?}: {f}", f.class());
-    }
-    for line in &report.notes {
-        println!("repaired: {line}");
-    }
-    println!(
-        "{}: {} files, {} directories, {} blocks used; {} findings ({} allowed, {} violations){}",
-        image.display(),
-        report.files,
-        report.dirs,
-        report.used_blocks,
-        report.findings.len(),
-        report.allowed(),
-        report.violations(),
-        if report.repaired { ", repaired" } else { "" }
-    );
-    if report.reservations > 0 {
-        println!(
-            "{}: {} Block Register reservations in /.br own {} blocks",
-            image.display(),
-            report.reservations,
-            report.reserved_blocks
-        );
-    }
-    if let Some(why) = &report.refused {
-        println!("{}: not preened ({why}), nothing changed: run sufs fsck -y", image.display());
-        return Ok(4);
-    }
-    if writes && !report.remaining.is_empty() {
-        for f in &report.remaining {
-            println!("left: {:?}: {f}", f.class());
+    // fsck_ffs -p skips a file system marked clean (and not marked for a check). A superblock
+    // the mount would refuse is the checker's to report.
+    if opts.mode == FsckMode::Preen && !opts.force && opts.superblock.is_none() {
+        if let Ok((_, sb)) = open_image_any(image, false) {
+            if sb.flags & format::SB_CLEAN != 0 && sb.flags & format::SB_NEEDS_FSCK == 0 {
+                println!("{}: clean, not checked (-f to check)", image.display());
+                return Ok(0);
+            }
         }
-        println!("{}: {} findings left unrepaired: run sufs fsck -y", image.display(), report.remaining.len());
     }
-    Ok(if report.findings.is_empty() {
-        0
-    } else if !report.remaining.is_empty() {
-        4
-    } else {
-        1
-    })
-}
-
-/// Whether the image is FreeBSD's UFS rather than sufs's: no sufs superblock at its start, and
-/// a UFS superblock magic where FreeBSD looks for one (or at the `-b` sector).
-fn is_ufs(f: &std::fs::File, alternate: Option<u64>) -> bool {
-    use sufs_fs::format::ufs2::ReadAt;
-    let mut b = vec![0u8; format::MIN_BLOCK_SIZE as usize];
-    let sufs = f.read_exact_at(&mut b, 0).is_ok() && Superblock::decode(&b).is_ok();
-    !sufs && fsck::ufs2::probe(f, alternate)
+    cmd_fsck_ufs2(image, &f, opts)
 }
 
 /// `sufs fsck` of a UFS2 image (`-b` names a sector, as fsck_ffs's does): the check, and with
 /// -y or -p the repair (`fsck::ufs2::repair`), which writes nothing unless it can repair every
 /// finding (with -p: every finding of the allowed class).
-fn cmd_fsck_ufs2(image: &Path, f: &std::fs::File, opts: &fsck::Options) -> Result<u8, Fail> {
+fn cmd_fsck_ufs2(image: &Path, f: &std::fs::File, opts: &FsckArgs) -> Result<u8, Fail> {
     let fail = |e: &dyn std::fmt::Display| Fail(format!("{}: UFS2: {e}", image.display()), 8);
     let len = f.metadata().map_err(|e| fail(&e))?.len();
     let uopts = fsck::ufs2::Options { alternate: opts.superblock };
     let mode = match opts.mode {
-        fsck::Mode::Check => None,
-        fsck::Mode::Repair => Some(fsck::ufs2::RepairMode::Yes),
-        fsck::Mode::Preen => Some(fsck::ufs2::RepairMode::Preen),
+        FsckMode::Check => None,
+        FsckMode::Repair => Some(fsck::ufs2::RepairMode::Yes),
+        FsckMode::Preen => Some(fsck::ufs2::RepairMode::Preen),
     };
     let Some(mode) = mode else {
         let report = fsck::ufs2::check(f, len, &uopts).map_err(|e| fail(&e))?;
@@ -503,6 +365,14 @@ fn print_ufs2_report(image: &Path, report: &fsck::ufs2::Report) {
         report.allowed(),
         report.violations(),
     );
+    if report.reservations > 0 {
+        println!(
+            "{}: {} Block Register reservations in /.br own {} blocks",
+            image.display(),
+            report.reservations,
+            report.reserved_blocks
+        );
+    }
 }
 
 pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {

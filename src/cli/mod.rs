@@ -4,7 +4,6 @@ use clap::Parser;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
-use sufs_fs::fsck;
 use sufs_fs::policy::SyncerOptions;
 use sufs_lab::crashtest::CrashOptions;
 use sufs_mount::helper;
@@ -79,7 +78,6 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             image,
             size,
             block_size,
-            inodes,
             snapshot_reserve,
             minfree,
             format,
@@ -88,19 +86,7 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             bytes_per_inode,
             label,
         } => {
-            if format == DiskFormat::Sufs {
-                let ufs2_only =
-                    [(frag_size.is_some(), "-f"), (bytes_per_inode.is_some(), "-i"), (label.is_some(), "-L")];
-                if let Some((_, flag)) = ufs2_only.iter().find(|(given, _)| *given) {
-                    return Err(Fail(format!("{flag} is newfs's, for UFS2: sufs's format does not take it"), 2));
-                }
-                let sb = cmd_mkfs(&image, size, block_size.unwrap_or(4096), inodes, snapshot_reserve, minfree)?;
-                print_mkfs(&image, &sb);
-                return Ok(0);
-            }
-            if inodes.is_some() {
-                return Err(Fail("--inodes is sufs's format's: UFS2 takes -i BYTES (data bytes per inode)".into(), 2));
-            }
+            refuse_retired(format)?;
             let geometry = Ufs2Geometry { block_size, frag_size, bytes_per_inode, minfree, label, snapshot_reserve };
             cmd_mkfs_ufs2(&image, size, geometry)?;
             Ok(0)
@@ -170,13 +156,13 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
         Cmd::Fsck { image, background: true, .. } => cmd_fsck_background(&image, None),
         Cmd::Fsck { image, yes, preen, force, superblock, .. } => {
             let mode = if yes {
-                fsck::Mode::Repair
+                FsckMode::Repair
             } else if preen {
-                fsck::Mode::Preen
+                FsckMode::Preen
             } else {
-                fsck::Mode::Check
+                FsckMode::Check
             };
-            cmd_fsck(&image, &fsck::Options { mode, force, superblock })
+            cmd_fsck(&image, &FsckArgs { mode, force, superblock })
         }
         Cmd::Dumpfs { image } => cmd_dumpfs(&image).map(|_| 0),
         Cmd::Tunefs { image, minfree, label, ordering, posix_acls, print } => {
@@ -249,24 +235,32 @@ fn run(cli: Cli, args: &[String]) -> Result<u8, Fail> {
             ufs2: _,
             fsize,
         } => {
-            let ufs2 = format == DiskFormat::Ufs2;
-            let fsize = crash_fsize(ufs2, fsize)?;
-            let opts = CrashOptions { subsets, ops, cache_blocks, end, update, ufs2, fsize, ..Default::default() };
+            refuse_retired(format)?;
+            let fsize = crash_fsize(fsize)?;
+            let opts = CrashOptions { subsets, ops, cache_blocks, end, update, fsize, ..Default::default() };
             cmd_crashtest(ordering, &workload, seed, &opts)
         }
     }
 }
 
-/// The crash tester's fragment size: `--fsize` on UFS2 (a power of two from 512 to the
-/// tester's 4096-byte block; 512 unless given), refused on sufs's own format, which has none.
-fn crash_fsize(ufs2: bool, fsize: Option<usize>) -> Result<usize, Fail> {
+/// `--format sufs`: the earlier format is retired, said so.
+fn refuse_retired(format: DiskFormat) -> Result<(), Fail> {
+    match format {
+        DiskFormat::Ufs2 => Ok(()),
+        DiskFormat::Sufs => {
+            Err(Fail("--format sufs: sufs's own earlier format is retired; sufs makes FreeBSD's UFS2 only".into(), 2))
+        }
+    }
+}
+
+/// The crash tester's fragment size: `--fsize`, a power of two from 512 to the tester's
+/// 4096-byte block; 512 unless given.
+fn crash_fsize(fsize: Option<usize>) -> Result<usize, Fail> {
     let block = sufs_lab::crashtest::BS;
-    match (ufs2, fsize) {
-        (false, Some(_)) => Err(Fail("--fsize: sufs's own format has no fragments (UFS2 only)".into(), 2)),
-        (false, None) => Ok(block),
-        (true, None) => Ok(512),
-        (true, Some(f)) if (512..=block).contains(&f) && f.is_power_of_two() => Ok(f),
-        (true, Some(f)) => Err(Fail(format!("--fsize {f}: a power of two from 512 to {block}"), 2)),
+    match fsize {
+        None => Ok(512),
+        Some(f) if (512..=block).contains(&f) && f.is_power_of_two() => Ok(f),
+        Some(f) => Err(Fail(format!("--fsize {f}: a power of two from 512 to {block}"), 2)),
     }
 }
 

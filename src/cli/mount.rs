@@ -313,7 +313,7 @@ fn prepare_image(image: &Path, size: u64, opts: &MountOpts, quiet: bool, make_mi
         preen_first(image)?;
     }
     if let Some(want) = opts.mkfs_size {
-        mkfs_sized(image, want, !opts.mkfs_sufs, quiet)?;
+        mkfs_sized(image, want, quiet)?;
     } else if !image.exists() {
         if !make_missing {
             return Err(Fail(
@@ -498,25 +498,7 @@ fn preen_first(image: &Path) -> Result<(), Fail> {
     let lock = std::fs::File::open(image).map_err(|e| fail(e.to_string()))?;
     lock.try_lock().map_err(|_| fail("the image is in use".into()))?;
     let (_, sb) = open_image_any(image, false).map_err(|Fail(m, _)| fail(m))?;
-    if sb.ufs2().is_some() {
-        return preen_ufs2_first(image, &sb).map_err(|Fail(m, _)| fail(m));
-    }
-    let dev = sufs_fs::fsck::open_image_at(image, true, None).map_err(|e| fail(e.to_string()))?;
-    let opts = sufs_fs::fsck::Options { mode: sufs_fs::fsck::Mode::Preen, force: false, superblock: None };
-    let report = sufs_fs::fsck::run(&dev, &opts).map_err(|e| fail(e.to_string()))?;
-    if let Some(why) = &report.refused {
-        return Err(fail(format!("{why}: run `sufs fsck -y` first")));
-    }
-    if !report.skipped_clean {
-        let msg = format!(
-            "{} was not unmounted cleanly: preened before mounting: {} findings, {}",
-            image.display(),
-            report.findings.len(),
-            if report.repaired { "repaired" } else { "nothing to repair" }
-        );
-        say(image, true, &msg);
-    }
-    Ok(())
+    preen_ufs2_first(image, &sb).map_err(|Fail(m, _)| fail(m))
 }
 
 /// `-o preen` of a UFS2 image: skipped when the superblock says clean (as fsck_ffs -p skips it);
@@ -553,29 +535,18 @@ fn preen_ufs2_first(image: &Path, sb: &sufs_fs::format::Superblock) -> Result<()
 /// anew), unless it already is an image of exactly that size in the format asked for (UFS2 with
 /// `ufs2`, `-o mkfs_format=ufs2`). For test harnesses, whose "make a file system of this size"
 /// for FUSE can only be a mount option.
-pub(crate) fn mkfs_sized(image: &Path, size: u64, ufs2: bool, quiet: bool) -> Result<(), Fail> {
+pub(crate) fn mkfs_sized(image: &Path, size: u64, quiet: bool) -> Result<(), Fail> {
     match std::fs::metadata(image) {
         Ok(m) if !m.is_file() => {
             return Err(Fail(format!("mkfs_size: {} is not a regular file", image.display()), 32));
         }
-        Ok(m) if m.len() == size && open_image_any(image, false).is_ok_and(|(_, sb)| sb.ufs2().is_some() == ufs2) => {
-            return Ok(())
-        }
+        Ok(m) if m.len() == size && open_image_any(image, false).is_ok() => return Ok(()),
         Ok(_) => std::fs::remove_file(image).map_err(|e| Fail(format!("mkfs_size: {}: {e}", image.display()), 32))?,
         Err(_) => {}
     }
     let made = format!("made a new file system of {size} bytes on {} (mkfs_size)", image.display());
-    if ufs2 {
-        newfs_image(image, Some(size), Default::default()).map_err(|Fail(m, _)| Fail(format!("mkfs_size: {m}"), 32))?;
-        say(image, quiet, &made);
-        return Ok(());
-    }
-    let sb = cmd_mkfs(image, Some(size), 4096, None, None, None)
-        .map_err(|Fail(m, _)| Fail(format!("mkfs_size: {m}"), 32))?;
+    newfs_image(image, Some(size), Default::default()).map_err(|Fail(m, _)| Fail(format!("mkfs_size: {m}"), 32))?;
     say(image, quiet, &made);
-    if !quiet {
-        print_mkfs(image, &sb);
-    }
     Ok(())
 }
 

@@ -227,7 +227,6 @@ fn write_superblock_ufs2(dev: &FileDevice, u: &format::ufs2::Superblock) -> Resu
 
 /// `sufs growfs`: extends the image file to `size` (sparse) and grows the file system into it.
 pub(crate) fn cmd_growfs(image: &Path, size: u64) -> Result<u8, Fail> {
-    use sufs_fs::fs::growfs::{self, GrowError};
     let meta = std::fs::metadata(image).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
     if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
         return Err(Fail(
@@ -239,33 +238,11 @@ pub(crate) fn cmd_growfs(image: &Path, size: u64) -> Result<u8, Fail> {
         return Err(Fail(format!("{} is not an image file", image.display()), 1));
     }
     let _lock = inspect::refuse_mounted(image, true)?;
-    let (dev, sb) = open_image_any(image, false)?;
-    if sb.ufs2().is_some() {
-        // Blocks past a UFS2 file system are FreeBSD's growfs's to grow into (the provider's
-        // size), unless they hold a volume snapshot's store.
-        refuse_volume_snapshot(image, Arc::new(dev))?;
-        return cmd_growfs_ufs2(image, size, meta.len());
-    }
-    refuse_unclean(image, &sb)?;
-    refuse_reserve(image, dev, &sb)?;
-    let bs = sb.block_size as u64;
-    let g = growfs::plan(&sb, size / bs).map_err(|e| Fail(format!("{}: {e}", image.display()), 1))?;
-    let file = std::fs::OpenOptions::new().write(true).open(image)?;
-    let old_len = meta.len();
-    file.set_len(g.new.num_blocks * bs).map_err(|e| Fail(format!("extending {}: {e}", image.display()), 8))?;
-    let dev = FileDevice::open(image, bs as usize, true)?;
-    match growfs::grow(&dev, true) {
-        Ok(g) => {
-            print_growth(image, &g);
-            Ok(0)
-        }
-        Err(GrowError::Refused(m)) => {
-            // Nothing was written: the file goes back to its size.
-            file.set_len(old_len).map_err(|e| Fail(format!("{}: {m}; shrinking back: {e}", image.display()), 8))?;
-            Err(Fail(format!("{}: {m}", image.display()), 1))
-        }
-        Err(e) => Err(Fail(format!("{}: growfs failed: {e} (run `sufs fsck -y`)", image.display()), 8)),
-    }
+    let (dev, _) = open_image_any(image, false)?;
+    // Blocks past a UFS2 file system are FreeBSD's growfs's to grow into (the provider's size),
+    // unless they hold a volume snapshot's store.
+    refuse_volume_snapshot(image, Arc::new(dev))?;
+    cmd_growfs_ufs2(image, size, meta.len())
 }
 
 /// `sufs growfs` of a UFS2 image (`format::ufs2::growfs`): the file extended to `size` (never
@@ -311,25 +288,6 @@ fn cmd_growfs_ufs2(image: &Path, size: u64, old_len: u64) -> Result<u8, Fail> {
     }
 }
 
-/// Refuses an image with blocks past its file system (`mkfs --snapshot-reserve`) or with a
-/// volume snapshot: growing would overwrite the reserve, or change the volume under its snapshot.
-fn refuse_reserve(image: &Path, dev: FileDevice, sb: &Superblock) -> Result<(), Fail> {
-    if dev.num_blocks() > sb.num_blocks {
-        return Err(Fail(
-            format!(
-                "{} holds {} blocks past its file system (a --snapshot-reserve for a volume snapshot): growfs would overwrite them \
-                 (if they are left from an interrupted growfs, cut the file to the file system first: truncate -s {} {})",
-                image.display(),
-                dev.num_blocks() - sb.num_blocks,
-                sb.num_blocks * sb.block_size as u64,
-                image.display()
-            ),
-            1,
-        ));
-    }
-    refuse_volume_snapshot(image, Arc::new(dev))
-}
-
 /// Refuses an image with a volume snapshot: growing would change the volume under it.
 fn refuse_volume_snapshot(image: &Path, dev: Arc<dyn BlockDevice>) -> Result<(), Fail> {
     let found = sufs_fs::volume::VolumeDevice::open(dev, sufs_fs::volume::PoolOptions::default())
@@ -341,20 +299,4 @@ fn refuse_volume_snapshot(image: &Path, dev: Arc<dyn BlockDevice>) -> Result<(),
         ));
     }
     Ok(())
-}
-
-fn print_growth(image: &Path, g: &sufs_fs::fs::growfs::Growth) {
-    let mib = |sb: &Superblock| (sb.num_blocks * sb.block_size as u64) >> 20;
-    println!(
-        "{}: grew from {} blocks ({} MiB, {} groups) to {} blocks ({} MiB, {} groups); {} blocks and {} inodes free",
-        image.display(),
-        g.old.num_blocks,
-        mib(&g.old),
-        g.old.ngroups,
-        g.new.num_blocks,
-        mib(&g.new),
-        g.new.ngroups,
-        g.new.free_blocks,
-        g.new.free_inodes
-    );
 }

@@ -1,9 +1,12 @@
-//! A deterministic mutator of sufs images, for tests that damage an image on purpose: a fixed
-//! workload builds a small image through the library, `Layout` reads what it holds straight from
-//! the blocks (independent of fsck and of the mount), and `mutants` gives, for a seed, a list of
+//! A deterministic mutator of UFS2 images, for tests that damage an image on purpose: a fixed
+//! workload builds a small image through the library (UFS2 of 4 KiB blocks of one fragment, so
+//! that block and fragment numbers are the same), `Layout` reads what it holds straight from the
+//! blocks (independent of fsck and of the mount), and `mutants` gives, for a seed, a list of
 //! single changes (a field set to an edge value, bytes flipped) to the superblock, the group
-//! headers and their bitmaps, inodes, directory blocks and indirect blocks, each saying what it
-//! changed and which bytes, so that a test can tell which files the damage touched.
+//! blocks and their maps, inodes, directory blocks, attribute areas and indirect blocks, each
+//! saying what it changed and which bytes, so that a test can tell which files the damage
+//! touched. A changed superblock, group or inode gets its check hash again (so that the change
+//! is seen, not refused by the hash), or keeps the stale one.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -13,11 +16,12 @@ use rand::{Rng, SeedableRng};
 
 use sufs_fs::clock::SimClock;
 use sufs_fs::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
+use sufs_fs::format::ufs2::ffs_ckhash;
 use sufs_fs::format::*;
 use sufs_fs::fs::xattr::XattrMode;
 use sufs_fs::fs::{mkfs, Fs, MkfsOptions, MountOptions, Ordering};
 
-/// Blocks of the workload's device: two cylinder groups, so that there is a superblock copy.
+/// Blocks of the workload's device: several cylinder groups, so that there are superblock copies.
 pub const IMAGE_BLOCKS: u64 = 30000;
 
 /// The workload: files, directories, a symlink, a fifo, hard links, a file through an
@@ -102,13 +106,24 @@ fn read(dev: &dyn BlockDevice, bno: u64) -> Vec<u8> {
 
 fn dinode(dev: &dyn BlockDevice, sb: &Superblock, ino: u32) -> Dinode {
     let (bno, off) = sb.inode_location(ino);
-    Dinode::decode(&read(dev, bno)[off..off + DINODE_SIZE])
+    sb.decode_dinode(&read(dev, bno)[off..off + DINODE_SIZE])
 }
+
+/// The superblock's place: block 16 (byte 65536 in 4 KiB blocks), from its start.
+const SB_BLOCK: u64 = 65536 / 4096;
+/// Bytes of the superblock its check hash covers (`fs_sbsize`, newfs's for 4 KiB blocks).
+const SB_HASHED: usize = 4096;
+const SB_CKHASH_OFF: usize = 1304;
+const CG_CKHASH_OFF: usize = 132;
+const DI_CKHASH_OFF: usize = 244;
 
 /// The block map of an inode: (logical block, block) of its data, and its indirect blocks.
 /// Pointers outside the data area are skipped, and so is a map past `limit` blocks.
 fn block_map(dev: &dyn BlockDevice, sb: &Superblock, d: &Dinode) -> (Vec<(u64, u64)>, Vec<u64>) {
     let (mut data, mut ind) = (Vec::new(), Vec::new());
+    if d.short_symlink() {
+        return (data, ind);
+    }
     for (i, &b) in d.db.iter().enumerate() {
         if sb.is_data_block(b) {
             data.push((i as u64, b));
@@ -148,7 +163,7 @@ fn block_map(dev: &dyn BlockDevice, sb: &Superblock, d: &Dinode) -> (Vec<(u64, u
 /// Reads the tree from the root, each directory once. Fails on an image whose superblock does
 /// not decode.
 pub fn read_layout(dev: &dyn BlockDevice) -> Result<Layout, String> {
-    let sb = Superblock::decode(&read(dev, 0)).map_err(|e| e.to_string())?;
+    let sb = Superblock::probe(|off, buf| sufs_fs::dev::read_bytes(dev, off, buf)).map_err(|e| e.to_string())?;
     let bs = sb.block_size as u64;
     let mut nodes: BTreeMap<u32, Node> = BTreeMap::new();
     let mut queue = VecDeque::from([(ROOT_INO, String::new())]);
@@ -205,13 +220,16 @@ pub fn read_layout(dev: &dyn BlockDevice) -> Result<Layout, String> {
     Ok(Layout { sb, nodes })
 }
 
-/// After a change, the block checksum of a superblock or a group header is stamped again (so
-/// that the change is seen, not refused as a torn block), or left stale.
+/// After a change, the check hash of the superblock, a group or an inode is stamped again (so
+/// that the change is seen, not refused by the hash), or left stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reseal {
     None,
     Superblock,
-    CgHeader,
+    /// A group of `fs_cgsize` bytes at the block's start.
+    Cg(usize),
+    /// The inode at this byte of the block.
+    Inode(usize),
 }
 
 /// One change to an image: `bytes` written at `off` in block `bno`.
@@ -231,10 +249,17 @@ impl Mutant {
         match self.reseal {
             Reseal::None => {}
             Reseal::Superblock => {
-                let crc = crc32c::crc32c(&b[..SB_SIZE - 4]);
-                b[SB_SIZE - 4..SB_SIZE].copy_from_slice(&crc.to_le_bytes());
+                let h = ffs_ckhash(&b[..SB_HASHED], SB_CKHASH_OFF);
+                b[SB_CKHASH_OFF..SB_CKHASH_OFF + 4].copy_from_slice(&h.to_le_bytes());
             }
-            Reseal::CgHeader => CgHeader::seal(&mut b),
+            Reseal::Cg(size) => {
+                let h = ffs_ckhash(&b[..size], CG_CKHASH_OFF);
+                b[CG_CKHASH_OFF..CG_CKHASH_OFF + 4].copy_from_slice(&h.to_le_bytes());
+            }
+            Reseal::Inode(at) => {
+                let h = ffs_ckhash(&b[at..at + DINODE_SIZE], DI_CKHASH_OFF);
+                b[at + DI_CKHASH_OFF..at + DI_CKHASH_OFF + 4].copy_from_slice(&h.to_le_bytes());
+            }
         }
         dev.write_batch(&[WriteReq { bno: self.bno, data: &b }], WriteKind::Sync).expect("write");
     }
@@ -253,49 +278,72 @@ impl Mutant {
     }
 }
 
-/// Superblock fields: (name, offset, width in bytes).
+/// Superblock fields (FreeBSD's `struct fs`): (name, offset, width in bytes).
 const SB_FIELDS: &[(&str, usize, usize)] = &[
-    ("block size", 12, 4),
-    ("blocks", 16, 8),
-    ("blocks per group", 24, 4),
-    ("inodes per group", 28, 4),
-    ("groups", 32, 4),
-    ("flags", 36, 4),
-    ("free blocks", 40, 8),
-    ("free inodes", 48, 8),
-    ("directories", 56, 8),
-    ("created", 64, 8),
-    ("mount time", 72, 8),
-    ("snapshot 0", 96, 4),
+    ("fs_sblkno", 8, 4),
+    ("fs_iblkno", 16, 4),
+    ("fs_dblkno", 20, 4),
+    ("fs_ncg", 44, 4),
+    ("fs_bsize", 48, 4),
+    ("fs_fsize", 52, 4),
+    ("fs_frag", 56, 4),
+    ("fs_minfree", 60, 4),
+    ("fs_cssize", 156, 4),
+    ("fs_cgsize", 160, 4),
+    ("fs_ipg", 184, 4),
+    ("fs_fpg", 188, 4),
+    ("fs_clean", 209, 1),
+    ("cs_ndir", 1008, 8),
+    ("cs_nbfree", 1016, 8),
+    ("cs_nifree", 1024, 8),
+    ("cs_nffree", 1032, 8),
+    ("fs_time", 1072, 8),
+    ("fs_size", 1080, 8),
+    ("fs_dsize", 1088, 8),
+    ("fs_csaddr", 1096, 8),
+    ("fs_snapinum[0]", 1116, 4),
+    ("fs_flags", 1312, 4),
 ];
+/// Group fields (`struct cg`).
 const CG_FIELDS: &[(&str, usize, usize)] = &[
-    ("group", 4, 4),
-    ("blocks", 8, 4),
-    ("inodes", 12, 4),
-    ("free blocks", 16, 4),
-    ("free inodes", 20, 4),
-    ("directories", 24, 4),
-    ("block rotor", 28, 4),
-    ("initialized inodes", 36, 4),
+    ("cg_cgx", 12, 4),
+    ("cg_ndblk", 20, 4),
+    ("cs_ndir", 24, 4),
+    ("cs_nbfree", 28, 4),
+    ("cs_nifree", 32, 4),
+    ("cs_nffree", 36, 4),
+    ("cg_rotor", 40, 4),
+    ("cg_frotor", 44, 4),
+    ("cg_irotor", 48, 4),
+    ("cg_frsum[1]", 56, 4),
+    ("cg_iusedoff", 92, 4),
+    ("cg_freeoff", 96, 4),
+    ("cg_clustersumoff", 104, 4),
+    ("cg_clusteroff", 108, 4),
+    ("cg_niblk", 116, 4),
+    ("cg_initediblk", 120, 4),
 ];
+/// Inode fields (`struct ufs2_dinode`).
 const INODE_FIELDS: &[(&str, usize, usize)] = &[
-    ("mode", 0, 2),
-    ("nlink", 4, 4),
-    ("size", 16, 8),
-    ("blocks", 24, 8),
-    ("atime", 32, 8),
-    ("mtime", 40, 8),
-    ("mtime ns", 68, 4),
-    ("ctime ns", 72, 4),
-    ("flags", 84, 4),
-    ("db[0]", 88, 8),
-    ("db[1]", 96, 8),
-    ("db[11]", 176, 8),
-    ("ib[0]", 184, 8),
-    ("ib[1]", 192, 8),
-    ("extsize", 212, 4),
-    ("extb[0]", 216, 8),
-    ("extb[1]", 224, 8),
+    ("di_mode", 0, 2),
+    ("di_nlink", 2, 2),
+    ("di_size", 16, 8),
+    ("di_blocks", 24, 8),
+    ("di_atime", 32, 8),
+    ("di_mtime", 40, 8),
+    ("di_mtimensec", 64, 4),
+    ("di_ctimensec", 72, 4),
+    ("di_flags", 88, 4),
+    ("di_extsize", 92, 4),
+    ("di_extb[0]", 96, 8),
+    ("di_extb[1]", 104, 8),
+    ("di_db[0]", 112, 8),
+    ("di_db[1]", 120, 8),
+    ("di_db[11]", 200, 8),
+    ("di_ib[0]", 208, 8),
+    ("di_ib[1]", 216, 8),
+    ("di_dirdepth", 240, 4),
+    ("di_spare[0]", 248, 4),
 ];
 
 /// Edge values for a field of `width` bytes; `ptrs` are block numbers worth pointing at.
@@ -376,10 +424,15 @@ pub fn mutants(dev: &dyn BlockDevice, l: &Layout, seed: u64, n: usize) -> Vec<Mu
         })
         .collect();
     assert!(!ext.is_empty(), "the workload gives files attributes");
+    let cgsize = {
+        let b = read(dev, SB_BLOCK);
+        i32::from_le_bytes(b[160..164].try_into().unwrap()) as usize
+    };
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
         let mut ptrs = vec![
             0,
+            SB_BLOCK,
             sb.cg_header_block(0),
             sb.cg_itable_block(0),
             sb.cg_start(1.min(sb.ngroups - 1)),
@@ -391,32 +444,41 @@ pub fn mutants(dev: &dyn BlockDevice, l: &Layout, seed: u64, n: usize) -> Vec<Mu
             0..=9 => {
                 let f = &SB_FIELDS[rng.gen_range(0..SB_FIELDS.len())];
                 let reseal = if rng.gen_bool(0.8) { Reseal::Superblock } else { Reseal::None };
-                field(&mut rng, "superblock", 0, 0, f, &ptrs, reseal)
+                field(&mut rng, "superblock", SB_BLOCK, 0, f, &ptrs, reseal)
             }
-            10..=12 => flip(&mut rng, "superblock", &read(dev, 0), 0, 0, SB_SIZE),
+            10..=12 => {
+                let mut m = flip(&mut rng, "superblock", &read(dev, SB_BLOCK), SB_BLOCK, 0, SB_HASHED);
+                if rng.gen_bool(0.8) {
+                    m.reseal = Reseal::Superblock;
+                }
+                m
+            }
             13..=22 => {
                 let cg = rng.gen_range(0..sb.ngroups);
                 let what = format!("group {cg} header");
                 let f = &CG_FIELDS[rng.gen_range(0..CG_FIELDS.len())];
-                field(&mut rng, &what, sb.cg_header_block(cg), 0, f, &ptrs, Reseal::CgHeader)
+                let reseal = if rng.gen_bool(0.8) { Reseal::Cg(cgsize) } else { Reseal::None };
+                field(&mut rng, &what, sb.cg_header_block(cg), 0, f, &ptrs, reseal)
             }
             23..=32 => {
                 // A bit of a bitmap, in a byte that covers something in use (or not).
                 let cg = rng.gen_range(0..sb.ngroups);
+                let bno = sb.cg_header_block(cg);
+                let block = read(dev, bno);
+                let word = |at: usize| u32::from_le_bytes(block[at..at + 4].try_into().unwrap()) as usize;
                 let (name, base, bits) = if rng.gen_bool(0.5) {
-                    ("inode bitmap", CgHeader::inode_map_offset(), sb.inodes_per_group as usize)
+                    ("inode map", word(92), word(116))
                 } else {
-                    ("block bitmap", CgHeader::block_map_offset(sb.inodes_per_group), sb.cg_blocks(cg) as usize)
+                    ("free-fragment map", word(96), word(20))
                 };
                 let bit = if rng.gen_bool(0.7) { rng.gen_range(0..bits.min(600)) } else { rng.gen_range(0..bits) };
-                let bno = sb.cg_header_block(cg);
-                let cur = read(dev, bno)[base + bit / 8];
+                let cur = block[base + bit / 8];
                 Mutant {
                     desc: format!("group {cg} {name}: bit {bit} flipped"),
                     bno,
                     off: base + bit / 8,
                     bytes: vec![cur ^ (1 << (bit % 8))],
-                    reseal: Reseal::CgHeader,
+                    reseal: Reseal::Cg(cgsize),
                 }
             }
             33..=62 => {
@@ -427,12 +489,15 @@ pub fn mutants(dev: &dyn BlockDevice, l: &Layout, seed: u64, n: usize) -> Vec<Mu
                     rng.gen_range(FIRST_INO..sb.total_inodes() as u32)
                 };
                 let (bno, off) = sb.inode_location(ino);
-                if rng.gen_bool(0.85) {
+                let reseal = if rng.gen_bool(0.8) { Reseal::Inode(off) } else { Reseal::None };
+                let mut m = if rng.gen_bool(0.85) {
                     let f = &INODE_FIELDS[rng.gen_range(0..INODE_FIELDS.len())];
-                    field(&mut rng, &format!("inode {ino}"), bno, off, f, &ptrs, Reseal::None)
+                    field(&mut rng, &format!("inode {ino}"), bno, off, f, &ptrs, reseal)
                 } else {
                     flip(&mut rng, &format!("inode {ino}"), &read(dev, bno), bno, off, DINODE_SIZE)
-                }
+                };
+                m.reseal = reseal;
+                m
             }
             63..=87 => {
                 // A directory entry's field, or bytes of a directory block.

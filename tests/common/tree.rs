@@ -248,7 +248,8 @@ pub mod ops {
     }
 }
 
-/// Walks the file system from `top` (a path; "" for the root, whose lost+found is left out) and
+/// Walks the file system from `top` (a path; "" for the root, whose lost+found and newfs's .snap
+/// are left out) and
 /// compares every name, kind, link count and byte with the model's paths at and under `top`.
 pub fn compare(fs: &mut Fs, m: &Model, top: &str) {
     let mut seen = BTreeMap::new();
@@ -259,7 +260,10 @@ pub fn compare(fs: &mut Fs, m: &Model, top: &str) {
     let mut stack = vec![(top.to_string(), start)];
     while let Some((path, ino)) = stack.pop() {
         for e in fs.readdir(ino, 0, usize::MAX).unwrap() {
-            if e.name == b"." || e.name == b".." || (ino == ROOT_INO && e.name == b"lost+found") {
+            if e.name == b"."
+                || e.name == b".."
+                || (ino == ROOT_INO && [&b"lost+found"[..], b".snap"].contains(&&e.name[..]))
+            {
                 continue;
             }
             let name = String::from_utf8(e.name).unwrap();

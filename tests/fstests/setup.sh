@@ -14,7 +14,7 @@
 #   WORK          images and mount points        (default: /var/tmp/sufs-fstests)
 #   IMG_SIZE      size of each image             (default: 2G)
 #   ORDERING      softdep, sync or async, for both mounts (default: softdep)
-#   FORMAT        sufs (sufs's own earlier format) or ufs2 (FreeBSD's, as `sufs mkfs` makes it), for both images
+#   FORMAT        ufs2 (FreeBSD's, as `sufs mkfs` makes it: the one format), for both images
 #                 and every scratch file system a test makes (default: sufs)
 #   SUFS          the sufs binary the helper runs (default: this checkout's target/release/sufs,
 #                 built with cargo)
@@ -29,13 +29,13 @@ WORK=${WORK:-/var/tmp/sufs-fstests}
 XFSTESTS=${XFSTESTS:-$WORK/xfstests}
 IMG_SIZE=${IMG_SIZE:-2G}
 ORDERING=${ORDERING:-softdep}
-FORMAT=${FORMAT:-sufs}
+FORMAT=${FORMAT:-ufs2}
 say() { echo "setup.sh: $*"; }
 mkdir -p "$WORK"
 
 [ "$(id -u)" = 0 ] || { echo "setup.sh: run as root (packages, users, /sbin/mount.fuse.sufs)" >&2; exit 1; }
 case $ORDERING in softdep|sync|async) ;; *) echo "setup.sh: ORDERING=$ORDERING: softdep, sync or async" >&2; exit 1;; esac
-case $FORMAT in sufs) MKFS_ARGS=(--format sufs) ;; ufs2) MKFS_ARGS=(--format ufs2) ;; *) echo "setup.sh: FORMAT=$FORMAT: sufs or ufs2" >&2; exit 1;; esac
+case $FORMAT in ufs2) MKFS_ARGS=(--format ufs2) ;; *) echo "setup.sh: FORMAT=$FORMAT: only ufs2 (sufs's earlier format is retired)" >&2; exit 1;; esac
 
 # 1. Packages: fstests' build and the programs its tests call (Debian 12 names).
 if [ -z "${SKIP_APT:-}" ]; then

@@ -26,7 +26,7 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::bench::{andrew_phases, copy_tree, fresh_image, run_err, BenchError, FuseMount};
+use crate::bench::{andrew_phases, copy_tree, run_err, BenchError, FuseMount};
 use sufs_fs::fs::Ordering;
 
 mod concurrent;
@@ -38,9 +38,7 @@ mod messages;
 /// very end for the kernel's writeback cache (`sufs-softdep-uring-wbc`, `-o writeback_cache`);
 /// without them it has the mount's defaults (aipu; io_uring when the kernel offers it; no
 /// writeback cache). Its image is FreeBSD's UFS2 as `sufs mkfs` makes it (32 KiB blocks of 4 KiB
-/// fragments); `sufsfmt` right after the ordering (`sufs-softdep-sufsfmt`) puts it on sufs's own
-/// earlier format instead, for comparisons with runs made before UFS2 (`ufs2` there is taken too,
-/// and changes nothing).
+/// fragments); `ufs2` right after the ordering is taken too, and changes nothing.
 pub const PEERS: [&str; 7] = ["sufs-softdep", "sufs-sync", "sufs-async", "fuse2fs", "ext4-kernel", "fuse-ufs", FLOOR];
 /// The floor peer (`sufs bench floor-serve`), which may name a transport after it (`floor-uring`).
 pub const FLOOR: &str = "floor";
@@ -75,8 +73,6 @@ struct SufsPeer<'a> {
     transport: Option<&'a str>,
     /// The kernel's writeback cache (`-o writeback_cache`).
     writeback: bool,
-    /// The image is UFS2 (`sufs mkfs`), not sufs's own earlier format (`sufsfmt`).
-    ufs2: bool,
 }
 
 /// A sufs peer from its name.
@@ -88,13 +84,12 @@ fn sufs_peer(peer: &str) -> Option<SufsPeer<'_>> {
         "async" => Ordering::Async,
         _ => return None,
     };
-    let (mut policy, mut transport, mut writeback, mut ufs2) = (None, None, false, true);
+    let (mut policy, mut transport, mut writeback) = (None, None, false);
     let mut first = true;
     for p in parts {
         match p {
             _ if writeback => return None,
             "ufs2" if first => {}
-            "sufsfmt" if first => ufs2 = false,
             "wbc" => writeback = true,
             p if POLICIES.contains(&p) && policy.is_none() && transport.is_none() => policy = Some(p),
             p if TRANSPORTS.contains(&p) && transport.is_none() => transport = Some(p),
@@ -102,7 +97,7 @@ fn sufs_peer(peer: &str) -> Option<SufsPeer<'_>> {
         }
         first = false;
     }
-    Some(SufsPeer { ordering, policy, transport, writeback, ufs2 })
+    Some(SufsPeer { ordering, policy, transport, writeback })
 }
 
 /// The floor peer from its name: its transport (None: the default, auto).
@@ -327,7 +322,7 @@ fn unavailable(peer: &str) -> Option<String> {
             Some("needs root and losetup for a loop device (its writes are counted there)".into())
         }
         p if !PEERS.contains(&p) => Some(format!(
-            "unknown file system (one of {}, or sufs-ORDERING[-sufsfmt][-POLICY][-TRANSPORT][-wbc] or floor-TRANSPORT with a policy of {} and a transport of {})",
+            "unknown file system (one of {}, or sufs-ORDERING[-POLICY][-TRANSPORT][-wbc] or floor-TRANSPORT with a policy of {} and a transport of {})",
             PEERS.join(", "),
             POLICIES.join(", "),
             TRANSPORTS.join(", ")
@@ -418,11 +413,9 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
     };
     if floor_peer(peer).is_some() {
         // Nothing to make: the floor starts empty at each mount.
-    } else if sufs_peer(peer).is_some_and(|s| s.ufs2) {
+    } else if sufs_peer(peer).is_some() {
         let size = o.image_size.to_string();
         cmd("sufs mkfs", Command::new(&o.exe).arg("mkfs").arg(&img).args(["--size", &size]))?;
-    } else if sufs_peer(peer).is_some() {
-        fresh_image(&img, o.image_size)?;
     } else if peer == "fuse-ufs" {
         let tree = tree.ok_or_else(|| run_err("fuse-ufs", "runs only on a tree made by makefs"))?;
         let size = format!("{}", o.image_size);
@@ -1376,9 +1369,7 @@ mod tests {
             (Ordering::Softdep, Some("pu"), Some("uring"), true)
         );
         let p = sufs_peer("sufs-softdep-ufs2-pu").unwrap();
-        assert_eq!((p.ufs2, p.policy, p.transport), (true, Some("pu"), None));
-        assert!(sufs_peer("sufs-softdep").is_some_and(|p| p.ufs2));
-        assert!(sufs_peer("sufs-softdep-sufsfmt-pu").is_some_and(|p| !p.ufs2 && p.policy == Some("pu")));
+        assert_eq!((p.policy, p.transport), (Some("pu"), None));
         let p = sufs_peer("sufs-sync-classic").unwrap();
         assert_eq!((p.ordering, p.policy, p.transport, p.writeback), (Ordering::Sync, None, Some("classic"), false));
         assert!(sufs_peer("sufs-softdep").is_some_and(|p| p.policy.is_none() && p.transport.is_none()));
@@ -1390,8 +1381,7 @@ mod tests {
             "sufs-softdep-uring-uring",
             "sufs-softdep-pu-ufs2",
             "sufs-softdep-ufs2-ufs2",
-            "sufs-softdep-sufsfmt-ufs2",
-            "sufs-softdep-pu-sufsfmt",
+            "sufs-softdep-sufsfmt",
         ] {
             assert!(sufs_peer(bad).is_none(), "{bad}");
         }

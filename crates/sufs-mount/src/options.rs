@@ -40,10 +40,6 @@ pub struct MountOpts {
     /// sufs's own, for test harnesses: make a new file system of this many bytes first, unless
     /// the image already is a sufs image of exactly this size (destroys what it held).
     pub mkfs_size: Option<u64>,
-    /// sufs's own, with `mkfs_size`: the format of the file system made (`mkfs_format=sufs`,
-    /// sufs's own earlier format; `ufs2`, the default: FreeBSD's, as `sufs mkfs` makes it). An
-    /// image of the other format is made anew too.
-    pub mkfs_sufs: bool,
     /// sufs's own: how requests reach sufs (`transport=auto|uring|classic`, `fuse_uring::Transport`).
     pub transport: Option<Transport>,
     /// sufs's own: seconds to wait for an image still held by a daemon finishing an unmount.
@@ -165,13 +161,12 @@ impl MountOpts {
             ("mkfs_size", v) => {
                 self.mkfs_size = Some(parse_size(need(key, v)?).map_err(|e| format!("mkfs_size: {e}"))?)
             }
-            ("mkfs_format", v) => {
-                self.mkfs_sufs = match need(key, v)? {
-                    "ufs2" => false,
-                    "sufs" => true,
-                    v => return Err(format!("mkfs_format={v}: use ufs2 or sufs")),
-                }
-            }
+            // The one format `mkfs_size` makes (taken for the harnesses that name it).
+            ("mkfs_format", v) => match need(key, v)? {
+                "ufs2" => {}
+                "sufs" => return Err("mkfs_format=sufs: sufs's earlier format is retired; UFS2 is made".into()),
+                v => return Err(format!("mkfs_format={v}: only ufs2")),
+            },
             ("threads", v) => {
                 let v = need(key, v)?;
                 match v.parse::<u16>() {
@@ -305,9 +300,8 @@ mod tests {
             MountOpts::parse("mkfs_size=100M,wait=5,threads=3,update=wt", false).unwrap().mkfs_size,
             Some(100 << 20)
         );
-        assert!(!MountOpts::parse("mkfs_size=1G,mkfs_format=ufs2", false).unwrap().mkfs_sufs);
-        assert!(MountOpts::parse("mkfs_size=1G,mkfs_format=sufs", false).unwrap().mkfs_sufs);
-        assert!(!MountOpts::parse("mkfs_size=1G", false).unwrap().mkfs_sufs);
+        assert!(MountOpts::parse("mkfs_size=1G,mkfs_format=ufs2", false).is_ok());
+        assert!(MountOpts::parse("mkfs_size=1G,mkfs_format=sufs", false).unwrap_err().contains("retired"));
         assert!(MountOpts::parse("mkfs_format=ufs1", false).is_err());
         assert_eq!(MountOpts::parse("transport=uring", false).unwrap().transport, Some(Transport::Uring));
         assert_eq!(MountOpts::parse("transport=classic", false).unwrap().transport, Some(Transport::Classic));

@@ -509,66 +509,9 @@ pub fn find_clear(map: &[u8], nbits: usize, from: usize) -> Option<usize> {
     scan(from, nbits).or_else(|| scan(0, from))
 }
 
-/// The free blocks and inodes of new group `cg` (`init_cg_block`'s counts): all but the
-/// group's metadata blocks, and in group 0 all but the reserved inodes.
-pub fn new_cg_counts(sb: &Superblock, cg: u32) -> (u32, u32) {
-    let meta = (sb.cg_data_start(cg) - sb.cg_start(cg)) as u32;
-    let reserved = if cg == 0 { FIRST_INO } else { 0 };
-    (sb.cg_blocks(cg) - meta, sb.inodes_per_group - reserved)
-}
-
-/// Builds the header block of group `cg` for a new file system: metadata blocks (superblock
-/// copy, header, inode table) marked used, everything else free.
-pub fn init_cg_block(sb: &Superblock, cg: u32, buf: &mut [u8]) {
-    buf.fill(0);
-    let nblocks = sb.cg_blocks(cg);
-    let meta = (sb.cg_data_start(cg) - sb.cg_start(cg)) as usize;
-    let bmap_off = CgHeader::block_map_offset(sb.inodes_per_group);
-    for i in 0..meta {
-        bit_set(&mut buf[bmap_off..], i, true);
-    }
-    if cg == 0 {
-        // Inodes 0 and 1 are never handed out.
-        for i in 0..FIRST_INO as usize {
-            bit_set(&mut buf[CgHeader::inode_map_offset()..], i, true);
-        }
-    }
-    let (free_blocks, free_inodes) = new_cg_counts(sb, cg);
-    CgHeader {
-        cg,
-        nblocks,
-        ninodes: sb.inodes_per_group,
-        free_blocks,
-        free_inodes,
-        ndirs: 0,
-        block_rotor: meta as u32,
-        inode_rotor: 0,
-        // Nothing is initialized: the allocator initializes the inode blocks as it reaches them.
-        initialized: 0,
-    }
-    .encode(buf);
-    CgHeader::seal(buf);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::SimClock;
-    use crate::dev::{BlockDevice, MemDevice, WriteKind, WriteReq};
-    use std::sync::Arc;
-
-    fn setup() -> (Cache, Superblock, Alloc) {
-        let sb = Superblock::geometry(4096, 100_000, Some(3000)).unwrap();
-        let dev = Arc::new(MemDevice::new(4096, sb.num_blocks));
-        let mut buf = vec![0u8; 4096];
-        for cg in 0..sb.ngroups {
-            init_cg_block(&sb, cg, &mut buf);
-            dev.write_batch(&[WriteReq { bno: sb.cg_header_block(cg), data: &buf }], WriteKind::Sync).unwrap();
-        }
-        let mut cache = Cache::new(dev, 256, Arc::new(SimClock::new()));
-        let alloc = Alloc::load(&mut cache, &sb, true).unwrap();
-        (cache, sb, alloc)
-    }
 
     #[test]
     fn find_clear_wraps_and_skips_full_bytes() {
@@ -580,63 +523,5 @@ mod tests {
         assert_eq!(find_clear(&map, 32, 4), Some(20));
         assert_eq!(find_clear(&map, 32, 21), Some(3));
         assert_eq!(find_clear(&map, 20, 4), Some(3));
-    }
-
-    #[test]
-    fn blocks_are_data_blocks_near_pref_and_unique() {
-        let (mut cache, sb, mut a) = setup();
-        let free0 = a.free_blocks();
-        let pref = sb.cg_data_start(1) + 10;
-        let b1 = a.alloc_block(&mut cache, &sb, pref).unwrap();
-        assert_eq!(b1, pref);
-        let b2 = a.alloc_block(&mut cache, &sb, pref).unwrap();
-        assert_eq!(b2, pref + 1);
-        let mut seen = std::collections::HashSet::new();
-        for _ in 0..500 {
-            let b = a.alloc_block(&mut cache, &sb, 0).unwrap();
-            assert!(sb.is_data_block(b));
-            assert!(seen.insert(b));
-        }
-        assert_eq!(a.free_blocks(), free0 - 502);
-        a.free_block(&mut cache, &sb, b1).unwrap();
-        assert!(matches!(a.free_block(&mut cache, &sb, b1), Err(AllocError::DoubleFree { .. })));
-        assert!(matches!(a.free_block(&mut cache, &sb, 1), Err(AllocError::BadFree { .. })));
-        // The freed block is found again from its preference.
-        assert_eq!(a.alloc_block(&mut cache, &sb, pref).unwrap(), b1);
-        // The in-memory summary matches the header buffers.
-        for cg in 0..sb.ngroups {
-            let buf = cache.read(sb.cg_header_block(cg)).unwrap();
-            assert_eq!(cg_get_free_blocks(buf), a.sums[cg as usize].free_blocks);
-        }
-    }
-
-    #[test]
-    fn runs_out_of_space_cleanly() {
-        let (mut cache, sb, mut a) = setup();
-        let n = a.free_blocks();
-        for _ in 0..n {
-            a.alloc_block(&mut cache, &sb, 0).unwrap();
-        }
-        assert!(matches!(a.alloc_block(&mut cache, &sb, 0), Err(AllocError::NoSpace)));
-        let ni = a.free_inodes();
-        for _ in 0..ni {
-            a.alloc_inode(&mut cache, &sb, ROOT_INO, false, true).unwrap();
-        }
-        assert!(matches!(a.alloc_inode(&mut cache, &sb, ROOT_INO, false, true), Err(AllocError::NoSpace)));
-    }
-
-    #[test]
-    fn directories_spread_files_stay_near() {
-        let (mut cache, sb, mut a) = setup();
-        assert!(sb.ngroups > 1);
-        let d1 = a.alloc_inode(&mut cache, &sb, ROOT_INO, true, true).unwrap();
-        let d2 = a.alloc_inode(&mut cache, &sb, ROOT_INO, true, true).unwrap();
-        assert_ne!(sb.cg_of_inode(d1), sb.cg_of_inode(d2));
-        let f = a.alloc_inode(&mut cache, &sb, d2, false, true).unwrap();
-        assert_eq!(sb.cg_of_inode(f), sb.cg_of_inode(d2));
-        assert!(f >= FIRST_INO);
-        a.free_inode(&mut cache, &sb, f, false).unwrap();
-        assert!(a.free_inode(&mut cache, &sb, f, false).is_err());
-        assert_eq!(a.ndirs(), 2);
     }
 }

@@ -16,7 +16,7 @@ use super::*;
 const UF_NODUMP: u32 = 0x0000_0001;
 const UF_IMMUTABLE: u32 = 0x0000_0002;
 const UF_APPEND: u32 = 0x0000_0004;
-const SF_IMMUTABLE: u32 = 0x0002_0000;
+pub(crate) const SF_IMMUTABLE: u32 = 0x0002_0000;
 const SF_APPEND: u32 = 0x0004_0000;
 const SF_SNAPSHOT: u32 = 0x0020_0000;
 
@@ -181,13 +181,11 @@ impl Superblock {
     pub fn probe(mut read_at: impl FnMut(u64, &mut [u8]) -> std::io::Result<()>) -> Result<Superblock, FormatError> {
         let mut first = vec![0u8; SB_SIZE];
         read_at(0, &mut first).map_err(|e| FormatError::BadGeometry(format!("cannot read the superblock: {e}")))?;
-        let sufs = Superblock::decode(&first);
-        if sufs.is_ok() || get_u64(&first, 0) == MAGIC {
-            return sufs;
+        if get_u64(&first, 0) == MAGIC {
+            return Err(FormatError::Retired);
         }
         match ufs2::Superblock::search(&mut read_at) {
             Ok((_, u)) => Ok(Superblock::from_ufs2(u)),
-            Err(ufs2::Ufs2Error::NoSuperblock) => sufs,
             Err(e) => Err(FormatError::Ufs2(e.to_string())),
         }
     }

@@ -16,7 +16,7 @@ use thiserror::Error;
 mod cg;
 mod dir;
 mod inode;
-mod layout;
+pub(crate) mod layout;
 mod superblock;
 pub mod ufs2;
 mod volume;
@@ -135,6 +135,14 @@ pub enum FormatError {
     BadGeometry(String),
     #[error("cylinder group {cg}: {what}")]
     BadCg { cg: u32, what: String },
+    /// An image of sufs's own earlier format (its superblock's magic at byte 0), which sufs no
+    /// longer reads or writes.
+    #[error(
+        "an image of sufs's earlier format (\"SUFSFFS1\"), which this sufs no longer reads: copy its \
+         files out with the sufs that made it (a release before UFS2 became sufs's format) onto an \
+         image `sufs mkfs` makes"
+    )]
+    Retired,
     /// A UFS superblock found but not read (UFS1, the other byte order, a bad check hash...).
     #[error("{0}")]
     Ufs2(String),

@@ -23,7 +23,6 @@ use super::{Fs, FsError, FsResult};
 use crate::dev::BlockDevice;
 use crate::fixed_hash::{HashMap, HashSet};
 use crate::format::*;
-use crate::fsck::Finding;
 
 /// An inode as the snapshot showed it: its number and generation. A live inode of another
 /// generation is another file (the one fsck saw was freed and the number reused).
@@ -133,32 +132,6 @@ impl<'d> Generations<'d> {
 }
 
 impl Adjust {
-    /// The adjust for fsck's findings on the frozen file system `frozen` (read for the
-    /// generations of the inodes found); the findings it cannot act on are returned apart.
-    pub fn from_findings<'a>(
-        findings: &'a [Finding],
-        frozen: &dyn BlockDevice,
-    ) -> FsResult<(Adjust, Vec<&'a Finding>)> {
-        let mut gens = Generations::new(frozen)?;
-        let mut generation = |ino: u32| gens.of(ino);
-        let mut a = Adjust::default();
-        let mut other = Vec::new();
-        for f in findings {
-            match *f {
-                Finding::LeakedBlock { bno } => a.blocks.push(bno),
-                Finding::UnreferencedInode { ino, .. } => {
-                    a.unreferenced.push(InodeRef { ino, generation: generation(ino)? })
-                }
-                Finding::LeakedInode { ino } => a.leaked_inodes.push(InodeRef { ino, generation: generation(ino)? }),
-                Finding::LinkCountTooHigh { ino, stored, actual } => {
-                    a.links.push(LinkAdjust { ino, generation: generation(ino)?, delta: stored - actual })
-                }
-                _ => other.push(f),
-            }
-        }
-        Ok((a, other))
-    }
-
     /// The adjust for the UFS2 checker's allowed findings on the frozen UFS2 file system
     /// `frozen`, as FreeBSD's background fsck sends them (`freefiles`, `freeblks`,
     /// `adjrefcnt`): a leaked fragment run, cut at block boundaries; a leaked inode; an
@@ -626,7 +599,7 @@ impl Fs {
 mod tests {
     use super::*;
     use crate::clock::SimClock;
-    use crate::dev::{MemDevice, WriteKind, WriteReq};
+    use crate::dev::{MemDevice, WriteKind};
     use crate::fs::{lock, mkfs, MkfsOptions, MountOptions, Ordering, SharedFs};
     use std::sync::Arc;
 
@@ -648,18 +621,11 @@ mod tests {
         fs.read(ino, 0, d.size as usize).unwrap()
     }
 
-    /// Marks free block `b` used in its group's bitmap on the unmounted image: a leak.
-    fn leak(dev: &MemDevice, sb: &Superblock, b: u64) {
-        let cg = sb.cg_of_block(b);
-        let mut buf = vec![0u8; sb.block_size as usize];
-        dev.read_block(sb.cg_header_block(cg), &mut buf).unwrap();
-        let bm = CgHeader::block_map_offset(sb.inodes_per_group);
-        assert!(!bit_get(&buf[bm..], (b - sb.cg_start(cg)) as usize));
-        bit_set(&mut buf[bm..], (b - sb.cg_start(cg)) as usize, true);
-        let f = cg_get_free_blocks(&buf) - 1;
-        cg_set_free_blocks(&mut buf, f);
-        CgHeader::seal(&mut buf);
-        dev.write_batch(&[WriteReq { bno: sb.cg_header_block(cg), data: &buf }], WriteKind::Sync).unwrap();
+    /// Marks a free fragment used in its group's maps and writes it, owned by nothing: a leak.
+    fn leak(fs: &mut Fs) -> u64 {
+        let leaked = fs.alloc.alloc_frags(&mut fs.cache, &fs.sb, 1, 0).unwrap();
+        fs.sync_all().unwrap();
+        leaked
     }
 
     /// An adjust naming what the live file system still owns (a live file's blocks and inode, a
@@ -685,16 +651,14 @@ mod tests {
         fs.snapshot_create(b"s").unwrap();
         let sino = fs.snapshot_ino(b"s").unwrap();
         let snap = fs.iget(sino).unwrap();
+        // A fragment nobody owns, marked used: the one honest item.
+        let leaked = leak(&mut fs);
         fs.unmount().unwrap();
-        // A block nobody owns, marked used: the one honest item.
-        let sb = fs.sb.clone();
-        let leaked = sb.cg_start(sb.ngroups - 1) + sb.cg_blocks(sb.ngroups - 1) as u64 - 1;
-        leak(&dev, &sb, leaked);
         let mut fs = mount(&dev);
         let ld = fs.iget(live).unwrap();
         let gen = |fs: &mut Fs, ino| fs.iget(ino).unwrap().generation;
         let a = Adjust {
-            blocks: vec![ld.db[0], ld.db[5], snap.ib[0], leaked],
+            frags: [ld.db[0], ld.db[5], snap.ib[0], leaked].map(|fsb| FragRun { fsb, frags: 1 }).to_vec(),
             unreferenced: vec![
                 InodeRef { ino: live, generation: ld.generation },
                 InodeRef { ino: old, generation: od.generation },
@@ -708,11 +672,16 @@ mod tests {
         };
         let before: Vec<Vec<u8>> = [&b"live"[..], b"linked", b"reused"].iter().map(|n| contents(&mut fs, n)).collect();
         let done = fs.fsck_adjust(&a).unwrap();
-        assert_eq!((done.blocks_freed, done.inodes_freed, done.links_lowered), (1, 0, 0), "{done:?}");
+        assert_eq!(
+            (done.frags_freed, done.blocks_freed, done.inodes_freed, done.links_lowered),
+            (1, 1, 0, 0),
+            "{done:?}"
+        );
         assert_eq!(done.refused, 8, "{done:?}");
         let has = |what: &str| done.refusals.iter().any(|r| r.contains(what));
-        assert!(has(&format!("block {}: owned by inode {live}", ld.db[0])), "{done:?}");
-        assert!(has(&format!("block {}: owned by inode {sino}", snap.ib[0])), "{done:?}");
+        let owned = |fsb: u64, ino: u32| format!("fragments {fsb}-{fsb}: fragments {fsb}-{fsb} owned by inode {ino}");
+        assert!(has(&owned(ld.db[0], live)), "{done:?}");
+        assert!(has(&owned(snap.ib[0], sino)), "{done:?}");
         assert!(has(&format!("inode {live}: named 1 times")), "{done:?}");
         assert!(has(&format!("inode {old}: generation")), "{done:?}");
         assert!(has(&format!("inode {linked}: in use")), "{done:?}");
@@ -735,13 +704,13 @@ mod tests {
     /// Background fsck as `sufs fsck --background` runs it in a mount's process: a snapshot of
     /// the live file system checked, its findings turned into an adjust, the snapshot deleted,
     /// the adjust applied. Returns the file system, the findings and what the adjust did.
-    fn background_fsck(fs: Fs) -> (Fs, Vec<Finding>, AdjustDone) {
+    fn background_fsck(fs: Fs) -> (Fs, Vec<crate::fsck::Finding>, AdjustDone) {
         let shared: SharedFs = Arc::new(std::sync::Mutex::new(fs));
         lock(&shared).snapshot_create(b"fsck").unwrap();
         let frozen = crate::fs::snapshot::FrozenDevice::new(shared.clone(), b"fsck").unwrap();
         let report = crate::fsck::check(&frozen).unwrap();
         assert_eq!(report.violations(), 0, "{:?}", report.findings);
-        let (a, _) = Adjust::from_findings(&report.findings, &frozen).unwrap();
+        let (a, _) = Adjust::from_ufs2_findings(&report.findings, &frozen).unwrap();
         drop(frozen);
         let mut fs = Arc::into_inner(shared).unwrap().into_inner().unwrap();
         fs.snapshot_delete(b"fsck").unwrap();
@@ -761,11 +730,10 @@ mod tests {
         let (_, b, d) = super::live_tests::crash_in_a_rename_across_directories(&mut fs);
         drop(fs);
         let crashed = crate::fsck::check(dev.as_ref()).unwrap();
-        assert!(crashed.findings.contains(&Finding::LinkCountTooHigh { ino: b, stored: 3, actual: 2 }), "{crashed:?}");
-        assert!(crashed
-            .findings
-            .iter()
-            .any(|f| matches!(f, Finding::DirMultiplyLinked { ino, names: 2, .. } if *ino == d)));
+        use crate::fsck::Finding;
+        let too_high = Finding::LinkCount { ino: b, dir: true, stored: 3, actual: 2 };
+        assert!(crashed.findings.contains(&too_high), "{crashed:?}");
+        assert!(crashed.findings.iter().any(|f| matches!(f, Finding::ExtraDirLink { ino, names: 2, .. } if *ino == d)));
         let (mut fs, _, done) = background_fsck(mount(&dev));
         assert_eq!(done.links_lowered, 0, "{done:?}");
         assert!(done.refusals.iter().any(|r| r.starts_with(&format!("inode {b}: link count 3"))), "{done:?}");
@@ -774,7 +742,7 @@ mod tests {
         fs.unmount().unwrap();
         let r = crate::fsck::check(dev.as_ref()).unwrap();
         assert_eq!(r.violations(), 0, "{:?}", r.findings);
-        assert!(!r.findings.iter().any(|f| matches!(f, Finding::LinkCountTooHigh { ino, .. } if *ino == b)), "{r:?}");
+        assert!(!r.findings.iter().any(|f| matches!(f, Finding::LinkCount { ino, .. } if *ino == b)), "{r:?}");
     }
 
     /// On UFS2 with 1 KiB fragments: a fragment marked used that nothing owns, in the block
@@ -831,7 +799,7 @@ mod tests {
         fs.shutdown(crate::fs::shutdown::Shutdown::Nologflush);
         drop(fs);
         let (mut fs, findings, done) = background_fsck(mount(&dev));
-        assert!(findings.contains(&Finding::LeakedInode { ino: d }), "{findings:?}");
+        assert!(findings.contains(&crate::fsck::Finding::InodesMarkedUsed { first: d, last: d }), "{findings:?}");
         assert_eq!(done.inodes_freed, 1, "{done:?}");
         fs.unmount().unwrap();
         let r = crate::fsck::check(dev.as_ref()).unwrap();

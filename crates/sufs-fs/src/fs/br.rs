@@ -651,20 +651,21 @@ mod tests {
             let (bno, off) = sb.inode_location(ino);
             let mut buf = vec![0u8; 4096];
             dev.read_block(bno, &mut buf).unwrap();
-            let mut d = Dinode::decode(&buf[off..off + DINODE_SIZE]);
+            let mut d = sb.decode_dinode(&buf[off..off + DINODE_SIZE]);
             d.flags = flags;
-            d.encode(&mut buf[off..off + DINODE_SIZE]);
+            sb.encode_dinode(&d, &mut buf[off..off + DINODE_SIZE]);
             dev.write_batch(&[WriteReq { bno, data: &buf }], WriteKind::Sync).unwrap();
         };
         set_flags(f, BR_FLAGS);
         let r = fsck::check(dev.as_ref()).unwrap();
-        assert!(r.findings.iter().any(|x| matches!(x, Finding::BadReservation { ino, .. } if *ino == f)));
+        assert!(r.findings.iter().any(|x| matches!(x, Finding::BadReservation { ino, .. } if *ino == f)), "{r:?}");
         assert_eq!(r.findings[0].class(), Class::Violation);
         // Unmovable but not immutable: also a violation.
         set_flags(a, DI_UNMOVABLE);
         let r = fsck::check(dev.as_ref()).unwrap();
-        assert_eq!(r.findings.iter().filter(|x| matches!(x, Finding::BadReservation { .. })).count(), 2);
-        fsck::repair(dev.as_ref()).unwrap();
+        assert_eq!(r.findings.iter().filter(|x| matches!(x, Finding::BadReservation { .. })).count(), 2, "{r:?}");
+        let out = fsck::repair(dev.as_ref()).unwrap();
+        assert!(out.refused.is_none(), "{out:?}");
         let r = fsck::check(dev.as_ref()).unwrap();
         assert!(r.is_clean(), "{:?}", r.findings);
         assert_eq!(r.reservations, 1);

@@ -499,20 +499,6 @@ impl Fs {
         Ok(self.scan_dir(ino, d, |e| e.name != b"." && e.name != b"..")?.is_none())
     }
 
-    /// Makes the root directory of a new file system (mkfs only).
-    pub(super) fn make_root(&mut self, uid: u32, gid: u32) -> FsResult<()> {
-        let ino = self.alloc.alloc_inode(&mut self.cache, &self.sb, ROOT_INO, true, false)?;
-        if ino != ROOT_INO {
-            return Err(FsError::Corrupt(format!("root got inode {ino}")));
-        }
-        self.init_inode_blocks(ino)?;
-        let (s, ns) = self.now();
-        let mut d = Dinode::new(S_IFDIR | 0o755, 2, uid, gid, (s, ns), 1);
-        self.init_dir_block(ino, &mut d, ROOT_INO)?;
-        self.iput(ino, &d)?;
-        self.sync_all()
-    }
-
     /// Gives a new directory its first block with "." and "..".
     pub(super) fn init_dir_block(&mut self, ino: u32, d: &mut Dinode, parent: u32) -> FsResult<u64> {
         // With fragments a directory starts as one chunk in one fragment, as FreeBSD's mkdir
@@ -582,7 +568,7 @@ mod tests {
     use super::*;
     use crate::clock::SimClock;
     use crate::dev::{read_bytes, write_bytes, MemDevice};
-    use crate::fs::{mkfs, MkfsOptions, MountOptions};
+    use crate::fs::MountOptions;
 
     fn mount(dev: Arc<MemDevice>) -> Fs {
         let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
@@ -696,26 +682,14 @@ mod tests {
         (dir, fs.iget(dir).unwrap().size)
     }
 
-    /// A UFS2 directory is indexed from FreeBSD's 2,560 bytes, inside its first block; one of
-    /// sufs's own format only from its second block (a single block may hold a few names).
+    /// A UFS2 directory is indexed from FreeBSD's 2,560 bytes, inside its first block.
     #[test]
-    fn dirhash_from_a_size_on_ufs2_from_two_blocks_on_own_format() {
+    fn dirhash_from_a_size_on_ufs2() {
         let mut fs = mount(crate::format::ufs2::newfs::mem_image(8 << 20, 1024));
         let (dir, size) = fill_dir(&mut fs, b"big", 100);
         assert!((crate::dirhash::DIRHASH_MIN_SIZE..4096).contains(&size), "UFS2 directory of {size} bytes");
         assert!(fs.dirhash.contains_key(&dir), "UFS2 directory of {size} bytes not indexed");
         let (dir, size) = fill_dir(&mut fs, b"small", 20);
         assert!(size < crate::dirhash::DIRHASH_MIN_SIZE && !fs.dirhash.contains_key(&dir), "{size}");
-
-        let dev = Arc::new(MemDevice::new(4096, 2048));
-        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
-        let mut fs = mount(dev);
-        let (dir, size) = fill_dir(&mut fs, b"big", 100);
-        assert_eq!(size, 4096);
-        assert!(!fs.dirhash.contains_key(&dir), "a one-block directory of sufs's format indexed");
-        for i in 100..300 {
-            fs.create(dir, format!("file-number-{i:04}").as_bytes(), 0o644, 0, 0).unwrap();
-        }
-        assert!(fs.iget(dir).unwrap().size > 4096 && fs.dirhash.contains_key(&dir));
     }
 }

@@ -83,10 +83,10 @@ mod tests {
         assert_eq!(fs.label_ioctl(), buf(b""));
         fs.set_label_ioctl(&buf(b"data")).unwrap();
         assert_eq!(fs.label_ioctl(), buf(b"data"));
-        let max = vec![b'o'; MAX_LABEL];
+        let max = vec![b'o'; MAX_LABEL - 1];
         fs.set_label_ioctl(&buf(&max)).unwrap();
         assert_eq!(fs.label_ioctl(), buf(&max));
-        for bad in [buf(&[b'o'; MAX_LABEL + 1]), vec![b'l'; FSLABEL_MAX]] {
+        for bad in [buf(&[b'o'; MAX_LABEL]), vec![b'l'; FSLABEL_MAX]] {
             assert!(matches!(fs.set_label_ioctl(&bad), Err(FsError::Invalid(_))));
             assert_eq!(fs.label_ioctl(), buf(&max), "unchanged");
         }

@@ -199,8 +199,6 @@ use hidden::{HiddenName, HiddenNames, Namesakes};
 // A forced shutdown (FS_IOC_SHUTDOWN) lives in its own file inside `fs`: it stops the
 // writes of the cache and the superblock.
 pub mod shutdown;
-// growfs: growing an unmounted file system into more of its device, as mkfs lays groups out.
-pub mod growfs;
 
 // The operations, one file per concern; each adds methods to `Fs`.
 mod bmap;
@@ -226,80 +224,66 @@ mod tasks;
 pub mod acl;
 pub mod xattr;
 
-/// Options of a new file system.
+/// Options of a new file system: newfs(8)'s, for a device addressed in blocks (one fragment a
+/// block, so that the device's block numbers are UFS2's fragment numbers).
 #[derive(Debug, Clone)]
 pub struct MkfsOptions {
+    /// The block size, which is also the fragment size (newfs's `-b` and `-f`).
     pub block_size: u32,
+    /// The number of inodes wanted (newfs's `-i` is worked out from it); None: newfs's density.
     pub inodes: Option<u64>,
     /// Owner of the root directory.
     pub uid: u32,
     pub gid: u32,
-    /// The space only root may allocate from, in percent of the data blocks (None: 8%).
+    /// The space only root may allocate from, in percent of the data blocks (None: newfs's 8%).
     pub minfree: Option<u8>,
-    /// The fewest cylinder groups (`Superblock::geometry_groups`; default `MKFS_MIN_GROUPS`, so
-    /// that there is a superblock copy). 1 makes a small image as mkfs did before, with one
-    /// group and no copy, for tests of such images.
-    pub min_groups: u64,
 }
 
 impl Default for MkfsOptions {
     fn default() -> Self {
-        MkfsOptions { block_size: 4096, inodes: None, uid: 0, gid: 0, minfree: None, min_groups: MKFS_MIN_GROUPS }
+        MkfsOptions { block_size: 4096, inodes: None, uid: 0, gid: 0, minfree: None }
     }
 }
 
-/// Groups whose superblock copy and header mkfs writes in one batch (one `fdatasync`).
-const MKFS_BATCH_GROUPS: u32 = 512;
-
-/// Makes a file system on `dev`: cylinder groups, the root directory and lost+found. Only each
-/// group's superblock copy and header are written (two adjacent blocks): no inode table, whose
-/// blocks the allocator initializes as it reaches them (`CgHeader::initialized`), so whatever
-/// the device held before is never read. Group 0, whose superblock is the primary, goes last.
+/// Makes a FreeBSD UFS2 file system on `dev` as newfs(8) makes one (`format::ufs2::newfs`),
+/// with blocks of the device's size each one fragment, the root owned by `opts.uid`/`opts.gid`,
+/// and answers its superblock. The library's own images (tests, the crash tester, the papers'
+/// runs) are made here; `sufs mkfs` calls newfs itself with newfs's default geometry.
 pub fn mkfs(dev: Arc<dyn BlockDevice>, opts: &MkfsOptions, now: (i64, u32)) -> FsResult<Superblock> {
+    use crate::format::ufs2::newfs::{self, NewfsOptions};
     let bs = opts.block_size as usize;
     if dev.block_size() != bs {
         return Err(FsError::Invalid("device block size differs from the file system's"));
     }
-    let mut sb = Superblock::geometry_groups(opts.block_size, dev.num_blocks(), opts.inodes, opts.min_groups)?;
-    sb.created = now.0;
-    sb.minfree = opts.minfree;
-    let counts: Vec<(u32, u32)> = (0..sb.ngroups).map(|cg| crate::alloc::new_cg_counts(&sb, cg)).collect();
-    sb.free_blocks = counts.iter().map(|c| c.0 as u64).sum();
-    sb.free_inodes = counts.iter().map(|c| c.1 as u64).sum();
-    sb.flags = SB_CLEAN;
-    let bar = crate::progress::Bar::new("mkfs", sb.ngroups as u64).with_message("groups");
-    let order: Vec<u32> = (1..sb.ngroups).chain([0]).collect();
-    let mut bufs = vec![0u8; 2 * bs * MKFS_BATCH_GROUPS as usize];
-    for batch in order.chunks(MKFS_BATCH_GROUPS as usize) {
-        for (&cg, pair) in batch.iter().zip(bufs.chunks_exact_mut(2 * bs)) {
-            let (copy, header) = pair.split_at_mut(bs);
-            copy.fill(0);
-            sb.encode(copy);
-            crate::alloc::init_cg_block(&sb, cg, header);
-        }
-        let reqs: Vec<WriteReq> = batch
-            .iter()
-            .zip(bufs.chunks_exact(2 * bs))
-            .flat_map(|(&cg, pair)| {
-                let (copy, header) = pair.split_at(bs);
-                [WriteReq { bno: sb.cg_start(cg), data: copy }, WriteReq { bno: sb.cg_header_block(cg), data: header }]
-            })
-            .collect();
-        dev.write_batch(&reqs, WriteKind::Sync)?;
-        bar.inc(batch.len() as u64);
+    let size = dev.num_blocks() * bs as u64;
+    let density = match opts.inodes {
+        Some(0) => return Err(FsError::Invalid("a file system needs inodes")),
+        Some(n) => Some(i32::try_from((size / n).max(bs as u64)).unwrap_or(i32::MAX)),
+        None => None,
+    };
+    let o = NewfsOptions {
+        bsize: Some(bs as i32),
+        fsize: Some(bs as i32),
+        density,
+        minfree: opts.minfree.map_or(newfs::MINFREE, i32::from),
+        time: now.0,
+        ..NewfsOptions::default()
+    };
+    newfs::newfs(size, &o, |off, data| {
+        crate::dev::write_bytes(&*dev, off, data, WriteKind::Sync).map_err(std::io::Error::other)
+    })
+    .map_err(|e| FsError::Corrupt(format!("cannot make a file system: {e}")))?;
+    let sb = Superblock::probe(|off, buf| crate::dev::read_bytes(&*dev, off, buf))?;
+    if (opts.uid, opts.gid) != (0, 0) {
+        let clock: Arc<dyn Clock> = Arc::new(FixedClock(now));
+        let mut fs =
+            Fs::mount(dev, MountOptions { ordering: Ordering::Sync, cache_blocks: 64, readonly: false }, clock)?;
+        let owner = SetAttr { uid: Some(opts.uid), gid: Some(opts.gid), ..SetAttr::default() };
+        fs.setattr(ROOT_INO, &owner)?;
+        let sb = fs.sb.clone();
+        fs.unmount()?;
+        return Ok(sb);
     }
-    drop(bar);
-    // Root and lost+found, made through the file system itself so they follow its rules.
-    let clock: Arc<dyn Clock> = Arc::new(FixedClock(now));
-    let mut fs = Fs::mount(dev, MountOptions { ordering: Ordering::Sync, cache_blocks: 1024, readonly: false }, clock)?;
-    fs.spread_dirs = false;
-    fs.make_root(opts.uid, opts.gid)?;
-    let lf = fs.mkdir(ROOT_INO, b"lost+found", 0o700, opts.uid, opts.gid)?;
-    if lf.0 != LOST_FOUND_INO {
-        return Err(FsError::Corrupt(format!("lost+found got inode {}", lf.0)));
-    }
-    let sb = fs.sb.clone();
-    fs.unmount()?;
     Ok(sb)
 }
 
@@ -869,7 +853,9 @@ impl Fs {
     /// data in use) as free is damaged. Such a block keeps its bit set (it is in use), the
     /// superblock asks for fsck, and the search goes on; live data is never overwritten.
     fn alloc_block(&mut self, pref: u64) -> FsResult<u64> {
-        self.check_reserve(1)?;
+        // The reserve counts fragments: a block is `frag` of them (as `ffs_alloc`'s
+        // `freespace(fs, fs_minfree) - numfrags(fs, size)`).
+        self.check_reserve(self.sb.frag())?;
         for _ in 0..MAX_BAD_ALLOCS {
             let bno = match self.alloc.alloc_block(&mut self.cache, &self.sb, pref) {
                 Err(AllocError::NoSpace) if self.reclaim()? => {

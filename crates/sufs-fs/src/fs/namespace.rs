@@ -254,7 +254,7 @@ impl Fs {
     }
 
     pub fn readlink(&mut self, ino: u32) -> FsResult<Vec<u8>> {
-        let d = self.iget(ino)?;
+        let mut d = self.iget(ino)?;
         if !d.is_symlink() {
             return Err(FsError::Invalid("not a symbolic link"));
         }
@@ -267,6 +267,8 @@ impl Fs {
             if d.size >= max {
                 return Err(self.damaged(format!("symlink {ino} of {} bytes holds no block", d.size)));
             }
+            // Read from the inode, it is an access all the same (a long link's `read` sets it).
+            self.accessed(ino, &mut d)?;
             return Ok(d.short_target());
         }
         self.read(ino, 0, d.size as usize)

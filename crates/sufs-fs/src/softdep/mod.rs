@@ -937,42 +937,6 @@ mod tests {
         (copy, again)
     }
 
-    /// A group header counting inode blocks not yet written goes out counting only those
-    /// before them, the inodes past them free (bits, free count and directory count), and the
-    /// new inode stays waiting for its bitmap; once the blocks are written, the header carries
-    /// the count and the inode.
-    #[test]
-    fn a_header_counts_initialized_inode_blocks_only_once_they_are_on_disk() {
-        let (sb, mut sd) = setup();
-        let ipb = sb.inodes_per_block();
-        let cg = 1;
-        let hb = sb.cg_header_block(cg);
-        let mut header = vec![0u8; 4096];
-        crate::alloc::init_cg_block(&sb, cg, &mut header);
-        let blocks = [sb.cg_itable_block(cg), sb.cg_itable_block(cg) + 1];
-        sd.init_inode_blocks(cg, &blocks);
-        cg_set_initialized(&mut header, 2 * ipb);
-        let (idx, ino) = (ipb + 3, cg * sb.inodes_per_group + ipb + 3);
-        bit_set(&mut header[CgHeader::inode_map_offset()..], idx as usize, true);
-        let free = cg_get_free_inodes(&header) - 1;
-        cg_set_free_inodes(&mut header, free);
-        cg_set_ndirs(&mut header, 1);
-        sd.new_inode(ino, true);
-        // The second block is written first: the count stops at it.
-        write(&mut sd, blocks[1], &[0u8; 4096]);
-        let (copy, again) = write(&mut sd, hb, &header);
-        assert!(again, "the header stays dirty");
-        assert_eq!(cg_get_initialized(&copy), 0);
-        assert!(!bit_get(&copy[CgHeader::inode_map_offset()..], idx as usize));
-        assert_eq!((cg_get_free_inodes(&copy), cg_get_ndirs(&copy)), (sb.inodes_per_group, 0));
-        assert!(!sd.inodedeps[&ino].bitmap_done(), "the inode still waits for its bitmap");
-        write(&mut sd, blocks[0], &[0u8; 4096]);
-        let (copy, again) = write(&mut sd, hb, &header);
-        assert!(!again && copy == header, "all of it goes once the blocks are on disk");
-        assert!(sd.inodedeps[&ino].bitmap_done());
-        assert!(sd.inits.is_empty());
-    }
-
     fn dirent_ino(block: &[u8], off: usize) -> u32 {
         dir_iter(block).map(|e| e.unwrap()).find(|e| e.offset == off).map_or(0, |e| e.ino)
     }

@@ -285,7 +285,7 @@ pub fn record(ordering: Ordering, seed: u64, opts: &CrashOptions) -> Result<Reco
         move |source| CrashError::Fs { what: format!("{CONCURRENT} ({ordering}, seed {seed}): {what}"), source }
     };
     let dev = Arc::new(opts.new_device(opts.blocks));
-    super::make_fs(&dev, (opts.blocks / 8).max(256), opts.ufs2).map_err(fail("mkfs".into()))?;
+    super::make_fs(&dev, (opts.blocks / 8).max(256)).map_err(fail("mkfs".into()))?;
     let clock = Arc::new(SimClock::new());
     let mut rng = SmallRng::seed_from_u64(seed);
     let mount = |d: Arc<dyn BlockDevice>, cache_blocks| {

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use sufs_fs::clock::SimClock;
-use sufs_fs::dev::{read_bytes, BlockDevice};
-use sufs_fs::format::{Superblock, ROOT_INO};
+use sufs_fs::dev::BlockDevice;
+use sufs_fs::format::ROOT_INO;
 use sufs_fs::fs::{Fs, FsError, FsResult};
 use sufs_fs::fsck::{self, Class};
 
@@ -114,17 +114,12 @@ impl Recording {
     }
 }
 
-/// fsck's findings on a crash image, each with its class: sufs's checker, or on a UFS2 image
-/// the UFS2 checker.
+/// fsck's findings on a crash image (the UFS2 checker's), each with its class.
 fn fsck_verdicts(img: &Arc<CrashImage>) -> Vec<Verdict> {
     let dev: &dyn BlockDevice = &**img;
-    let ufs2 = Superblock::probe(|off, buf| read_bytes(dev, off, buf)).is_ok_and(|sb| sb.ufs2().is_some());
-    if ufs2 {
-        let len = dev.num_blocks() * dev.addr_unit() as u64;
-        let r = fsck::ufs2::check(dev, len, &fsck::ufs2::Options::default());
-        return verdicts(r.map(|r| r.findings), |f| f.class());
-    }
-    verdicts(fsck::check(dev).map(|r| r.findings), |f| f.class())
+    let len = dev.num_blocks() * dev.addr_unit() as u64;
+    let r = fsck::ufs2::check(dev, len, &fsck::ufs2::Options::default());
+    verdicts(r.map(|r| r.findings), |f| f.class())
 }
 
 /// Each finding as a verdict of its class; a check that could not run is a violation.

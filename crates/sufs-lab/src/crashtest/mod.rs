@@ -24,7 +24,7 @@ use thiserror::Error;
 use sufs_fs::dev::{read_bytes, write_bytes, BlockDevice, MemDevice, WriteKind};
 use sufs_fs::format::ufs2::newfs::{newfs, NewfsOptions};
 use sufs_fs::format::Superblock;
-use sufs_fs::fs::{mkfs, FsError, MkfsOptions, MountOptions, Ordering};
+use sufs_fs::fs::{FsError, MountOptions, Ordering};
 use sufs_fs::policy::UpdatePolicy;
 
 mod concurrent;
@@ -107,19 +107,16 @@ pub struct CrashOptions {
     /// PU every second, AIPU every 100 ms for buffers a second old, metadata every second)
     /// instead of the plain sweep every 20 operations.
     pub update: Option<UpdatePolicy>,
-    /// Make the image FreeBSD's UFS2 (newfs's layout) instead of sufs's own format; the UFS2
-    /// checker judges it.
-    pub ufs2: bool,
-    /// With `ufs2`, the fragment size: blocks of `BS` bytes hold `BS / fsize` fragments, and
-    /// the device is addressed in fragments (files' tails are fragment runs). `BS`: one
-    /// fragment a block.
+    /// The fragment size of the UFS2 image (newfs's layout; the UFS2 checker judges it):
+    /// blocks of `BS` bytes hold `BS / fsize` fragments, and the device is addressed in
+    /// fragments (files' tails are fragment runs). `BS`: one fragment a block.
     pub fsize: usize,
 }
 
 impl CrashOptions {
-    /// The recorded device's address unit: the fragment on a UFS2 image, else the block.
+    /// The recorded device's address unit: the fragment.
     fn unit(&self) -> usize {
-        if self.ufs2 && self.fsize > 0 {
+        if self.fsize > 0 {
             self.fsize
         } else {
             BS
@@ -135,27 +132,14 @@ impl CrashOptions {
 
 impl Default for CrashOptions {
     fn default() -> Self {
-        CrashOptions {
-            subsets: 8,
-            ops: 80,
-            cache_blocks: 64,
-            blocks: 8192,
-            end: End::Auto,
-            update: None,
-            ufs2: false,
-            fsize: BS,
-        }
+        CrashOptions { subsets: 8, ops: 80, cache_blocks: 64, blocks: 8192, end: End::Auto, update: None, fsize: BS }
     }
 }
 
-/// Makes the file system a workload starts from on `dev`, with about `inodes` inodes: sufs's
-/// own (`mkfs`), or UFS2 as newfs makes it with blocks of one fragment (`ufs2`).
-fn make_fs(dev: &Arc<MemDevice>, inodes: u64, ufs2: bool) -> Result<Superblock, FsError> {
+/// Makes the file system a workload starts from on `dev`, with about `inodes` inodes: UFS2 as
+/// newfs makes it, blocks of `BS` bytes of the device's fragments.
+fn make_fs(dev: &Arc<MemDevice>, inodes: u64) -> Result<Superblock, FsError> {
     const EPOCH: i64 = 946_684_800;
-    if !ufs2 {
-        let mk = MkfsOptions { inodes: Some(inodes), ..Default::default() };
-        return mkfs(dev.clone(), &mk, (EPOCH, 0));
-    }
     let size = dev.num_blocks() * dev.addr_unit() as u64;
     let o = NewfsOptions {
         bsize: Some(BS as i32),
@@ -176,11 +160,8 @@ pub const NOT_ON_UFS2: [(&str, &str); 0] = [];
 
 /// The workloads `all` leaves out under `opts`, with why.
 pub fn left_out(opts: &CrashOptions) -> Vec<(&'static str, &'static str)> {
-    let mut out = Vec::new();
-    if opts.ufs2 {
-        out.extend(NOT_ON_UFS2);
-    }
-    out
+    let _ = opts;
+    NOT_ON_UFS2.to_vec()
 }
 
 /// Runs `workload` over a recording device and returns its log: the concurrent workload through

@@ -171,7 +171,7 @@ pub(super) fn record(
     };
     let blocks = wl.blocks(opts.blocks);
     let dev = Arc::new(opts.new_device(blocks));
-    let sb = super::make_fs(&dev, (blocks / 8).max(256), opts.ufs2).map_err(fail("mkfs"))?;
+    let sb = super::make_fs(&dev, (blocks / 8).max(256)).map_err(fail("mkfs"))?;
     wl.age_device(&dev, &sb);
     let clock = Arc::new(SimClock::new());
     let mut rng = SmallRng::seed_from_u64(seed);

@@ -7,8 +7,9 @@
 //! fragments moves to the start of the data of the first new group with room for it, as
 //! growfs.c moves it, its old fragments freed.
 //!
-//! The superblock at `fs_sblockloc` is the commit. Before it only two kinds of write reach the
-//! disk: blocks past the old end, which the old superblock never reads (the new groups, the
+//! The superblock at `fs_sblockloc` is the commit. Before it, the old superblock is written
+//! marked not clean (so that `fsck -p`, which skips a clean image, checks one a crash cut
+//! short), and only two kinds of write reach the disk: blocks past the old end, which the old superblock never reads (the new groups, the
 //! moved summary area), and blocks the old file system reads but accepts in their new form:
 //! the extended last group's header (fsck recognizes an interrupted growfs there:
 //! `Finding::GrowInterrupted`, allowed, and `fsck -p` cuts the header back) and a summary area
@@ -199,6 +200,11 @@ pub fn grow(dev: &mut dyn GrowDevice, size: u64, provider: u64, now: i64) -> Res
         b
     };
 
+    // First the old superblock marked not clean, so that a growfs cut short leaves an image
+    // `fsck -p` checks (it skips one marked clean) and repairs; the commit marks it clean.
+    let mut unclean = old.clone();
+    unclean.fs_clean = 0;
+    dev.write_at(&unclean.encode(), loc)?;
     // Past the old end: the new groups (superblock copy, header, first inode blocks).
     let mut numbers = Numbers::new(false);
     for (k, g) in groups.iter().enumerate() {

@@ -436,6 +436,15 @@ impl Fs {
             "fs_csaddr {} past fs_size {size}",
             self.fs_csaddr
         );
+        // Inside one group's data, as FreeBSD's `validate_sblock` requires (newfs puts it in
+        // group 0's, growfs may move it to a new group's): never over a superblock, a group
+        // block or inodes.
+        let (csaddr, csfrags) = (self.fs_csaddr, howmany(cssize, fsize));
+        let (csg, csoff) = (csaddr / fpg, csaddr % fpg);
+        need!(
+            csoff >= dblkno && csoff + csfrags <= fpg,
+            "fs_csaddr {csaddr} is not inside group {csg}'s data (from fragment {dblkno} of {fpg})"
+        );
         let c = &self.fs_cstotal;
         need!(
             c.cs_ndir >= 0 && c.cs_nbfree >= 0 && c.cs_nifree >= 0 && c.cs_nffree >= 0,

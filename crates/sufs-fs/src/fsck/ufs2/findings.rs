@@ -171,6 +171,12 @@ pub enum Finding {
         names: u32,
         counted: bool,
     },
+    /// An inode with sufs's unmovable flag (a Block Register reservation's) that is not a
+    /// regular, immutable file named in `/.br` alone. Repair clears both flags.
+    BadReservation {
+        ino: u32,
+        why: String,
+    },
     /// The root inode is free or not a directory: passes 3 and 4 are not run.
     BadRoot {
         mode: u16,
@@ -357,6 +363,7 @@ impl fmt::Display for Finding {
             ExtraDirLink { ino, dir, name: n, names, .. } => {
                 write!(f, "I={ino} IS AN EXTRA HARD LINK TO DIRECTORY: NAME={} DIR={dir} ({names} NAMES)", name(n))
             }
+            BadReservation { ino, why } => write!(f, "I={ino} FLAGGED AS A BLOCK REGISTER RESERVATION: {why}"),
             BadRoot { mode: 0 } => write!(f, "ROOT INODE UNALLOCATED"),
             BadRoot { mode } => write!(f, "ROOT INODE NOT DIRECTORY (MODE={mode:o})"),
             UnrefDir { ino, size } => write!(f, "UNREF DIR I={ino} SIZE={size}"),

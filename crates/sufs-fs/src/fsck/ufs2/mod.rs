@@ -64,6 +64,10 @@ pub struct Report {
     /// Whole free blocks, and free fragments in partly used blocks (from the rebuilt maps).
     pub nbfree: i64,
     pub nffree: i64,
+    /// Block Register reservations in `/.br`, and the blocks of `fs_bsize` they hold (indirect
+    /// blocks included).
+    pub reservations: u64,
+    pub reserved_blocks: u64,
 }
 
 impl Report {
@@ -72,6 +76,9 @@ impl Report {
     }
     pub fn allowed(&self) -> usize {
         self.findings.iter().filter(|f| f.class() == Class::Allowed).count()
+    }
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
     }
 }
 
@@ -103,6 +110,10 @@ struct InoInfo {
     dotdot: u32,
     /// For a directory: names besides "." and "..".
     names: u32,
+    /// It carries sufs's unmovable flag (`di_spare[0]`): a Block Register reservation's, which
+    /// must be a regular file in `/.br` that is also `SF_IMMUTABLE` (`reservations`).
+    unmovable: bool,
+    immutable: bool,
 }
 
 /// What pass 1 learned of every inode, kept per group for the inodes pass 1 read (those below
@@ -117,8 +128,19 @@ struct Inodes {
 }
 
 /// An inode pass 1 did not read (or did not find in use).
-const FREE: InoInfo =
-    InoInfo { state: State::Free, dtype: 0, nlink: 0, mode: 0, size: 0, counted: 0, parent: 0, dotdot: 0, names: 0 };
+const FREE: InoInfo = InoInfo {
+    state: State::Free,
+    dtype: 0,
+    nlink: 0,
+    mode: 0,
+    size: 0,
+    counted: 0,
+    parent: 0,
+    dotdot: 0,
+    names: 0,
+    unmovable: false,
+    immutable: false,
+};
 
 impl Inodes {
     fn new(sb: &Superblock) -> Inodes {
@@ -273,6 +295,12 @@ struct Check<'a, D: ReadAt + ?Sized> {
     children: std::collections::BTreeMap<u32, Vec<u32>>,
     /// Entries naming a directory that already had a name: (directory, entry's directory, name).
     extra_links: Vec<(u32, u32, String)>,
+    /// The root's `.br`, the Block Register's directory, if there is one.
+    br_dir: Option<u32>,
+    /// Each name of an inode with sufs's unmovable flag: (inode, directory).
+    unmovable_names: Vec<(u32, u32)>,
+    /// Each inode with sufs's unmovable flag: its `di_blocks` (sectors).
+    unmovable_blocks: std::collections::BTreeMap<u32, u64>,
     findings: Vec<Finding>,
 }
 
@@ -313,6 +341,37 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
     fn is_dir(&self, ino: u32) -> bool {
         let t = self.inodes.get(ino);
         t.state == State::InUse && t.dtype == crate::format::DT_DIR
+    }
+
+    /// After pass 2, sufs's Block Register (which FreeBSD does not know: to it a reservation is
+    /// an ordinary immutable file): every inode with sufs's unmovable flag is a regular file,
+    /// `SF_IMMUTABLE`, named only in the root's `.br`, or a `BadReservation` (a violation:
+    /// nothing sufs does leaves one, and the flag would keep its blocks from ever moving).
+    /// Answers the good ones' count and the blocks they hold.
+    fn reservations(&mut self) -> (u64, u64) {
+        let mut bad = std::collections::BTreeMap::new();
+        for &(ino, dir) in &self.unmovable_names {
+            if Some(dir) != self.br_dir {
+                bad.entry(ino).or_insert_with(|| format!("named in I={dir}, not in /.br"));
+            }
+        }
+        let (mut n, mut sectors) = (0, 0);
+        for (ino, blocks) in std::mem::take(&mut self.unmovable_blocks) {
+            let t = *self.inodes.get(ino);
+            let why = if t.dtype != crate::format::DT_REG {
+                Some("not a regular file".to_string())
+            } else if !t.immutable {
+                Some("not immutable".to_string())
+            } else {
+                bad.remove(&ino)
+            };
+            match why {
+                Some(why) => self.find(Finding::BadReservation { ino, why }),
+                None if t.counted > 0 => (n, sectors) = (n + 1, sectors + blocks),
+                None => {}
+            }
+        }
+        (n, sectors * DEV_BSIZE as u64 / self.sb.fs_bsize as u64)
     }
 }
 
@@ -374,6 +433,9 @@ fn run<'a, D: ReadAt + ?Sized>(dev: &'a D, dev_len: u64, opts: &Options) -> Resu
         room_from: Default::default(),
         children: Default::default(),
         extra_links: Vec::new(),
+        br_dir: None,
+        unmovable_names: Vec::new(),
+        unmovable_blocks: Default::default(),
         findings: std::mem::take(&mut findings),
         sb,
     };
@@ -382,10 +444,12 @@ fn run<'a, D: ReadAt + ?Sized>(dev: &'a D, dev_len: u64, opts: &Options) -> Resu
         ck.pass1b()?;
     }
     ck.pass2()?;
+    let (reservations, reserved_blocks) = ck.reservations();
     if let Some(reached) = ck.pass3()? {
         ck.pass4(&reached);
     }
     let mut report = ck.pass5()?;
+    (report.reservations, report.reserved_blocks) = (reservations, reserved_blocks);
     report.sblock_at = sblock_at;
     report.findings = ck.findings.clone();
     Ok((ck, report))

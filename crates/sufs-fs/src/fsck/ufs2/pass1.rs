@@ -294,6 +294,11 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
         let dtype = dtype_of(dip.di_mode);
         let info = self.inodes.get_mut(ino).expect("pass 1 made room for the inodes of its group");
         (info.nlink, info.mode, info.size, info.dtype) = (dip.di_nlink, dip.di_mode, dip.di_size, dtype);
+        info.unmovable = dip.di_spare[0] & crate::format::DI_UNMOVABLE != 0;
+        info.immutable = dip.di_flags & crate::format::layout::SF_IMMUTABLE != 0;
+        if info.unmovable {
+            self.unmovable_blocks.insert(ino, dip.di_blocks);
+        }
         if dtype == crate::format::DT_UNKNOWN {
             info.state = State::Bad;
             self.find(Finding::UnknownType { ino, mode: dip.di_mode });

@@ -143,6 +143,12 @@ impl<D: ReadAt + ?Sized> Check<'_, D> {
             // A name for a directory without a block (fsck_ffs's "ZERO LENGTH DIRECTORY").
             self.find(Finding::DirLength { ino, size: 0 });
         }
+        if dir == UFS_ROOTINO && e.name == crate::fs::br::BR_DIR && t.dtype == DT_DIR {
+            self.br_dir = Some(ino);
+        }
+        if t.unmovable {
+            self.unmovable_names.push((ino, dir));
+        }
         let Some(t) = self.inodes.get_mut(ino) else { unreachable!("inode {ino} in use was not read") };
         t.counted += 1;
         if t.dtype == DT_DIR {

@@ -81,23 +81,40 @@ fn repairs(f: &Finding) -> bool {
             | CsArea { .. }
             | CsTotal { .. }
             | GrowInterrupted { .. }
+            | BadReservation { .. }
+            | DirHole { .. }
+            | DirLength { size: 1.., .. }
+            | Unallocated { .. }
     )
 }
 
 /// Checks the file system on `dev` and repairs it as `mode` allows, or writes nothing and says
-/// why. With `-b` (a group's superblock copy) nothing is written: the counts of a copy are
-/// newfs's, and writing the standard superblock back from it is not done here.
+/// why. With `-b` (a group's superblock copy) and `-y`, the copy is written at the standard
+/// place first, as fsck_ffs does at its end ("UPDATE STANDARD SUPERBLOCK"), and the file system
+/// is then checked and repaired from it (its counts are newfs's: pass 5 sets them); `-p` with
+/// `-b` writes nothing.
 pub fn repair<D: ReadAt + WriteAt + ?Sized>(
     dev: &D,
     dev_len: u64,
     opts: &Options,
     mode: RepairMode,
 ) -> Result<Outcome, Ufs2Error> {
+    if let (Some(at), RepairMode::Yes) = (opts.alternate, mode) {
+        let (ck, before) = run(dev, dev_len, opts)?;
+        let mut sb = ck.sb.clone();
+        (sb.fs_sblockloc, sb.fs_sblockactualloc) = (SBLOCK_UFS2 as i64, SBLOCK_UFS2 as i64);
+        sb.fs_clean = 0;
+        dev.write_all_at(&sb.encode(), SBLOCK_UFS2)?;
+        let mut out = repair(dev, dev_len, &Options::default(), mode)?;
+        out.done.insert(0, format!("UPDATE STANDARD SUPERBLOCK FROM THE COPY AT SECTOR {at} (DONE)"));
+        out.before = before;
+        return Ok(out);
+    }
     let (mut ck, before) = run(dev, dev_len, opts)?;
     let mut out = Outcome { before, ..Outcome::default() };
     let refuse = |why: String| Outcome { refused: Some(why), ..out.clone() };
     if opts.alternate.is_some() {
-        return Ok(refuse("repair from a superblock copy (-b) is not supported".into()));
+        return Ok(refuse("preen from a superblock copy (-b): run sufs fsck -y -b".into()));
     }
     let unknown: Vec<String> = out.before.findings.iter().filter(|f| !repairs(f)).map(|f| f.to_string()).collect();
     if !unknown.is_empty() {
@@ -152,6 +169,38 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
                     d.di_blocks = actual;
                     self.put_dinode(ino, &d)?;
                     done.push(format!("{f} (FIXED)"));
+                }
+                Finding::DirHole { ino, lbn } => {
+                    // fsck_ffs's "CONTAINS EMPTY BLOCKS ... ADJUST LENGTH": the directory ends
+                    // before its first hole (a block past it is the next round's to find).
+                    let mut d = self.dinode(ino)?;
+                    let size = d.di_size.min(self.sb.lblktosize(lbn));
+                    d.di_size = size;
+                    self.put_dinode(ino, &d)?;
+                    self.inode_mut(ino).size = size;
+                    done.push(format!("{f} (ADJUSTED LENGTH TO {size})"));
+                }
+                Finding::DirLength { ino, .. } => {
+                    // fsck_ffs's "LENGTH ... NOT MULTIPLE OF 512 ... ADJUST": rounded up to a
+                    // whole chunk (a size past the blocks is `SizeBeyondAllocated`'s to cut).
+                    let mut d = self.dinode(ino)?;
+                    let chunk = DIRBLKSIZ as u64;
+                    let size = d.di_size.checked_next_multiple_of(chunk).unwrap_or(u64::MAX / chunk * chunk);
+                    d.di_size = size;
+                    self.put_dinode(ino, &d)?;
+                    self.inode_mut(ino).size = size;
+                    done.push(format!("{f} (ADJUSTED TO {size})"));
+                }
+                // fsck_ffs's pass 2: an entry naming a free inode is removed.
+                Finding::Unallocated { dir, ino, .. } if self.remove_entry(dir, ino)? => {
+                    done.push(format!("{f} (REMOVED)"));
+                }
+                Finding::BadReservation { ino, .. } => {
+                    let mut d = self.dinode(ino)?;
+                    d.di_spare[0] &= !crate::format::DI_UNMOVABLE;
+                    d.di_flags &= !crate::format::layout::SF_IMMUTABLE;
+                    self.put_dinode(ino, &d)?;
+                    done.push(format!("{f} (FLAGS CLEARED)"));
                 }
                 Finding::SizeBeyondAllocated { ino, should, .. } => {
                     // fsck_ffs's pass 1: the size ends with the last block the file holds. An
@@ -646,6 +695,8 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
             parent: UFS_ROOTINO,
             dotdot: UFS_ROOTINO,
             names: 1,
+            unmovable: false,
+            immutable: false,
         };
         self.dir_blocks.insert(ino, vec![(0, frag, 1)]);
         let added = self.add_entry(UFS_ROOTINO, b"lost+found", ino, DT_DIR)?;
