@@ -394,7 +394,13 @@ impl<'a> CgAlloc<'a> {
         let nblk = self.ndblk.div_ceil(self.frag);
         let first = start / self.frag;
         for b in (first..nblk).chain(0..first) {
-            let found = runs(self.blkmap(b), self.frag).find(|&(_, len)| len == size);
+            // FreeBSD's `scanc` over `fragtbl`: a table lookup per block passes the blocks
+            // without such a run (most of them, in a group filling up) at a byte's cost.
+            let map = self.blkmap(b);
+            if RUN_LENGTHS[map as usize] & (1 << size) == 0 {
+                continue;
+            }
+            let found = runs(map, self.frag).find(|&(_, len)| len == size);
             if let Some((at, _)) = found {
                 self.cg.hdr.cg_frotor = b * self.frag;
                 return Ok(b * self.frag + at);
@@ -624,6 +630,32 @@ impl<'a> CgAlloc<'a> {
 fn full(frag: u32) -> u32 {
     (1 << frag) - 1
 }
+
+/// For each block map of at most 8 fragments (bit `i` set: fragment `i` free), the lengths of
+/// its runs of free fragments as bits (bit `n` set: a run of exactly `n`): FreeBSD's `fragtbl`,
+/// which lets `mapsearch` pass a block without the run it looks for at a lookup's cost. Bits
+/// past a block's `frag` are clear in its map, so one table serves every fragment count.
+const RUN_LENGTHS: [u16; 256] = {
+    let mut t = [0u16; 256];
+    let mut m = 0;
+    while m < 256 {
+        let (mut i, mut lengths) = (0, 0u16);
+        while i < 8 {
+            if m & (1 << i) == 0 {
+                i += 1;
+                continue;
+            }
+            let at = i;
+            while i < 8 && m & (1 << i) != 0 {
+                i += 1;
+            }
+            lengths |= 1 << (i - at);
+        }
+        t[m] = lengths;
+        m += 1;
+    }
+    t
+};
 
 /// The runs of set bits in the low `frag` bits of `map`: (first bit, length), in order.
 fn runs(map: u32, frag: u32) -> impl Iterator<Item = (u32, u32)> {
@@ -892,6 +924,17 @@ mod tests {
             blocks += 1;
         }
         assert_eq!(blocks, 28 - 4, "the whole blocks but the 4 of the superblock copy to the inodes");
+    }
+
+    #[test]
+    fn the_run_length_table_agrees_with_the_runs() {
+        for m in 0..256u32 {
+            for frag in [1, 2, 4, 8] {
+                let map = m & full(frag);
+                let want = runs(map, frag).fold(0u16, |t, (_, len)| t | 1 << len);
+                assert_eq!(RUN_LENGTHS[map as usize], want, "map {map:#b}, {frag} fragments");
+            }
+        }
     }
 
     #[test]
