@@ -229,10 +229,9 @@ struct Owners {
     /// Inode -> its names: the entries naming it in every directory, "." included, ".." not
     /// (those are its subdirectories' links, in `subdirs`).
     names: HashMap<u32, u32>,
-    /// Directory asked about -> per subdirectory, (its entries in the directory, whether its
-    /// ".." names the directory). The two agree but after a crash in a rename across
-    /// directories (a moved directory named in both parents, its ".." in either).
-    subdirs: HashMap<u32, HashMap<u32, (u32, bool)>>,
+    /// Directory asked about -> the subdirectories whose ".." names it (wherever they are
+    /// named: after a crash in a rename across directories, not always in it).
+    subdirs: HashMap<u32, HashSet<u32>>,
 }
 
 impl Owners {
@@ -243,8 +242,7 @@ impl Owners {
     /// directories may leave a directory named where its ".." does not point).
     fn needed(&self, ino: u32) -> u32 {
         let own = self.names.get(&ino).copied().unwrap_or(0);
-        let subdirs = self.subdirs.get(&ino).map_or(0, |m| m.values().map(|&(_, dotdot)| dotdot as u32).sum());
-        own + subdirs
+        own + self.subdirs.get(&ino).map_or(0, |m| m.len() as u32)
     }
 }
 
@@ -571,13 +569,10 @@ impl Fs {
                         }
                         if e.name == b".." {
                             if inos.contains(&e.ino) && e.ino != ino {
-                                owners.subdirs.entry(e.ino).or_default().entry(ino).or_default().1 = true;
+                                owners.subdirs.entry(e.ino).or_default().insert(ino);
                             }
                         } else if inos.contains(&e.ino) {
                             *owners.names.entry(e.ino).or_insert(0) += 1;
-                        }
-                        if inos.contains(&ino) && e.dtype == DT_DIR && e.name != b"." && e.name != b".." {
-                            owners.subdirs.entry(ino).or_default().entry(e.ino).or_default().0 += 1;
                         }
                     }
                 }
