@@ -240,6 +240,49 @@ fn background_fsck_while_the_file_system_is_in_use() {
     }
 }
 
+/// The sequence behind the stale inode after generic/461 (the directory fsck reports as the
+/// parent of a moved directory whose ".." names another): the crash of `a/d` renamed to `b/d`
+/// leaves `d` named in both with its ".." naming `a`, and `b`'s count raised for a ".." that
+/// never came. Through the mount, with the kernel holding what `rm -rf` looked up, `b/d` goes
+/// first, then the background check's adjust (of a snapshot taken at mount) lowers `b`, then
+/// `b`, `a/d` and `a` go. The removal of `d`'s name in `b` must not drop `b`'s link, not even
+/// later: the adjust has taken that one. (The link drop of the directory holding the name,
+/// deferred while `d`'s other name kept it, landed on `b` after `b` was freed: "stale inode".)
+#[test]
+fn a_moved_directorys_name_in_its_new_parent_removed_before_the_adjust_drops_no_link_of_it() {
+    for order in 0..2 {
+        let how = format!("order {order}");
+        let clock = Arc::new(SimClock::new());
+        let (dev, a, b, d) = image_of_a_crash_in_a_rename_across_directories(&clock);
+        let (mut fs, adjust, findings) = mount_and_check(&dev, &clock);
+        let held = [a, b, d];
+        for &i in &held {
+            fs.hold(i, 1);
+        }
+        fs.rmdir(b, b"d").unwrap_or_else(|e| panic!("{how}: rmdir b/d: {e}"));
+        let done = fs.fsck_adjust(&adjust).unwrap_or_else(|e| panic!("{how}: adjust: {e}"));
+        assert_eq!((done.links_lowered, done.refused), (1, 0), "{how}: {findings:?} {done:?}");
+        if order == 1 {
+            fs.rmdir(ROOT_INO, b"b").unwrap_or_else(|e| panic!("{how}: rmdir b: {e}"));
+        }
+        fs.rmdir(a, b"d").unwrap_or_else(|e| panic!("{how}: rmdir a/d: {e}"));
+        fs.sync_all().unwrap_or_else(|e| panic!("{how}: sync: {e}"));
+        if order == 0 {
+            assert_eq!(fs.getattr(b).unwrap().nlink, 2, "{how}: b");
+            fs.rmdir(ROOT_INO, b"b").unwrap_or_else(|e| panic!("{how}: rmdir b: {e}"));
+        }
+        fs.rmdir(ROOT_INO, b"a").unwrap_or_else(|e| panic!("{how}: rmdir a: {e}"));
+        for &i in &held {
+            fs.unhold(i, 1).unwrap_or_else(|e| panic!("{how}: forget {i}: {e}"));
+        }
+        fs.unmount().unwrap_or_else(|e| panic!("{how}: unmount: {e}"));
+        let len = dev.num_blocks() * dev.addr_unit() as u64;
+        let r = crate::fsck::ufs2::check(dev.as_ref() as &dyn BlockDevice, len, &Default::default()).unwrap();
+        let odd: Vec<_> = r.findings.iter().filter(|f| !matches!(f, U::CsArea { .. } | U::CsTotal { .. })).collect();
+        assert!(odd.is_empty(), "{how}: {odd:?}");
+    }
+}
+
 /// The crash of a rename across directories (`a/d` to `b/d`) that left `d` named in both
 /// parents with its ".." naming `a` (an allowed state, repaired by a full fsck only). With or
 /// without a background check first (which lowers `b`'s count, raised for a ".." that never
@@ -251,10 +294,7 @@ fn a_directory_a_crash_left_named_twice_is_removed_by_both_names() {
     for order in 0..8 {
         let how = format!("order {order}");
         let clock = Arc::new(SimClock::new());
-        let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 1024);
-        let mut fs = mount(&dev, &clock);
-        let (a, b, d) = crash_in_a_rename_across_directories(&mut fs);
-        drop(fs);
+        let (dev, a, b, d) = image_of_a_crash_in_a_rename_across_directories(&clock);
         // `b`'s count, raised for a ".." that never came, comes down with the check.
         let mut fs = mount_and_adjust(&dev, &clock, order >= 4, (1, 0), &how);
         assert_eq!(fs.lookup(a, b"d").unwrap().0, d, "{how}");
@@ -282,22 +322,38 @@ fn a_directory_a_crash_left_named_twice_is_removed_by_both_names() {
     }
 }
 
+/// Mounts the image and runs the background check of a snapshot: the mount, the adjust the
+/// check asks for (not applied) and the check's findings.
+fn mount_and_check(dev: &Arc<MemDevice>, clock: &Arc<SimClock>) -> (Fs, Adjust, Vec<U>) {
+    let shared: SharedFs = snapshot::shared(mount(dev, clock));
+    lock(&shared).snapshot_create(b"fsck").unwrap();
+    let frozen = snapshot::FrozenDevice::new(shared.clone(), b"fsck").unwrap();
+    let len = dev.num_blocks() * dev.addr_unit() as u64;
+    let r = crate::fsck::ufs2::check(&frozen as &dyn BlockDevice, len, &Default::default()).unwrap();
+    let (adjust, _) = Adjust::from_ufs2_findings(&r.findings, &frozen).unwrap();
+    drop(frozen);
+    lock(&shared).snapshot_delete(b"fsck").unwrap();
+    (Arc::into_inner(shared).unwrap().into_inner().unwrap(), adjust, r.findings)
+}
+
 /// Mounts the image; with `check`, runs the background check of a snapshot and applies its
 /// adjust, which must lower and refuse the links `(lowered, refused)`.
 fn mount_and_adjust(dev: &Arc<MemDevice>, clock: &Arc<SimClock>, check: bool, links: (u64, u64), how: &str) -> Fs {
-    let shared: SharedFs = snapshot::shared(mount(dev, clock));
-    if check {
-        lock(&shared).snapshot_create(b"fsck").unwrap();
-        let frozen = snapshot::FrozenDevice::new(shared.clone(), b"fsck").unwrap();
-        let len = dev.num_blocks() * dev.addr_unit() as u64;
-        let r = crate::fsck::ufs2::check(&frozen as &dyn BlockDevice, len, &Default::default()).unwrap();
-        let (adjust, _) = Adjust::from_ufs2_findings(&r.findings, &frozen).unwrap();
-        drop(frozen);
-        lock(&shared).snapshot_delete(b"fsck").unwrap();
-        let done = lock(&shared).fsck_adjust(&adjust).unwrap();
-        assert_eq!((done.links_lowered, done.refused), links, "{how}: {:?} {done:?}", r.findings);
+    if !check {
+        return mount(dev, clock);
     }
-    Arc::into_inner(shared).unwrap().into_inner().unwrap()
+    let (mut fs, adjust, findings) = mount_and_check(dev, clock);
+    let done = fs.fsck_adjust(&adjust).unwrap();
+    assert_eq!((done.links_lowered, done.refused), links, "{how}: {findings:?} {done:?}");
+    fs
+}
+
+/// A small image with the crash of `crash_in_a_rename_across_directories`: `(image, a, b, d)`.
+fn image_of_a_crash_in_a_rename_across_directories(clock: &Arc<SimClock>) -> (Arc<MemDevice>, u32, u32, u32) {
+    let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 1024);
+    let mut fs = mount(&dev, clock);
+    let (a, b, d) = crash_in_a_rename_across_directories(&mut fs);
+    (dev, a, b, d)
 }
 
 /// Makes `a`, `b` and `a/d`, renames `d` to `b/d`, writes only the inodes (`d`'s and `b`'s
@@ -320,9 +376,10 @@ pub(super) fn crash_in_a_rename_across_directories(fs: &mut Fs) -> (u32, u32, u3
     (a, b, d)
 }
 
-/// The state generic/461's shutdown left: a directory `d` named twice in one directory `p`
-/// (the new names of two renames, `o/d` to `p/a` to `p/b`, the second's old name not yet
-/// removed), its ".." still naming its old parent `o`, which no longer names it. The link of
+/// Two renames of a directory interrupted by a crash (as generic/461's shutdowns leave them):
+/// `d` named twice in one directory `p` (the new names of `o/d` to `p/a` to `p/b`, the second's
+/// old name not yet removed), its ".." still naming its old parent `o`, which no longer names
+/// it. The link of
 /// ".." is `o`'s: removing both names, with or without a background check first, held or not,
 /// `o` removed before or after, must drop `o`'s link once (and not `p`'s twice), so that `o` is
 /// freed when it is removed too. (Dropping the link of the directory holding each name left `o`
