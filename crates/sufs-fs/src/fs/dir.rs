@@ -518,15 +518,36 @@ impl Fs {
         Ok(bno)
     }
 
-    /// Sets the ".." entry of directory `ino` to `parent`; returns its block.
-    pub(super) fn set_dotdot(&mut self, ino: u32, parent: u32) -> FsResult<(u64, usize)> {
+    /// Sets the ".." entry of directory `ino` to `parent`; returns its block, its offset and
+    /// the directory it named before, which holds the link that ".." gave (after a crash in a
+    /// rename across directories, not always the directory a name of `ino` was in).
+    pub(super) fn set_dotdot(&mut self, ino: u32, parent: u32) -> FsResult<(u64, usize, u32)> {
         let mut d = self.dir_inode(ino)?;
         let slot = self
             .find_entry(ino, &mut d, b"..")?
             .ok_or_else(|| FsError::Corrupt(format!("directory {ino} has no ..")))?;
         dirent_set_ino(self.cache.modify(slot.bno)?, slot.off, parent);
         self.renames.paths.dir_moved();
-        Ok((slot.bno, slot.off))
+        Ok((slot.bno, slot.off, slot.ino))
+    }
+
+    /// What follows the removal of a name of directory `child` (`d`, empty) from `dir` to disk
+    /// (rmdir, or a rename over it). Its last name: the directory goes (`RmdirChild`), and the
+    /// link its ".." gives goes from the directory ".." names, as fsck counts it. A crash in a
+    /// rename across directories may leave a directory named twice (in one directory or two)
+    /// with its ".." naming neither's holder but its old parent (allowed, for a full fsck to
+    /// repair): each name but the last then drops only its own link, as a file's hard link
+    /// does, and the old parent loses the link of ".." when the last goes. (Dropping the link
+    /// of the directory holding each name instead lowered a parent once per name and never the
+    /// one ".." names, which an adjust or a later removal then took below its links.)
+    pub(super) fn dir_name_gone_task(&mut self, child: u32, d: &mut Dinode, dir: u32) -> FsResult<Task> {
+        // Its names and "." (an empty directory's count holds nothing else once the pending
+        // drops of removed subdirectories' ".." are taken off).
+        if self.eff(child, d.clone()).nlink > 2 {
+            return Ok(Task::DropLink(child));
+        }
+        let parent = self.find_entry(child, d, b"..")?.map_or(dir, |s| s.ino);
+        Ok(Task::RmdirChild { child, parent: Some(parent) })
     }
 
     // ---------------------------------------------------------------- operations

@@ -276,8 +276,20 @@ impl Fs {
     pub(super) fn drop_link(&mut self, ino: u32) -> FsResult<()> {
         let mut d = self.iget(ino)?;
         d.nlink = d.nlink.saturating_sub(1);
-        if d.is_dir() && d.nlink == 1 && self.incore.removed_dirs.remove(&ino) {
-            d.nlink = 0; // a removed directory's "." goes with its last link
+        if d.is_dir() && d.nlink == 1 {
+            if self.incore.removed_dirs.remove(&ino) {
+                d.nlink = 0; // a removed directory's "." goes with its last link
+            } else if !self.incore.parent_drop.contains_key(&ino) {
+                // No name and no subdirectory's ".." holds it: its last name went while the
+                // ".." of a directory named elsewhere still counted here (a crash in a rename
+                // across directories leaves that), and that ".." has gone now. Its "." goes,
+                // and the link its own ".." gives once it is freed.
+                if let Some(p) = self.find_entry(ino, &mut d, b"..")?.map(|s| s.ino) {
+                    self.note_pending(&[Task::DropLink(p)]);
+                    self.incore.parent_drop.insert(ino, p);
+                }
+                d.nlink = 0;
+            }
         }
         self.touch_c(&mut d);
         if d.nlink == 0 {

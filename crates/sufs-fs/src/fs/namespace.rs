@@ -371,7 +371,7 @@ impl Fs {
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
         // The name goes first; then the child (its ".." with it), then the parent's count.
-        let task = Task::RmdirChild { child: slot.ino, parent: Some(dir) };
+        let task = self.dir_name_gone_task(slot.ino, &mut d, dir)?;
         if self.renames.hidden.in_dir(slot.ino) {
             // It still holds renames' old names on disk, whose new names are not yet reachable:
             // its own name stays on disk, hidden, until those may go (or the files would be

@@ -461,11 +461,12 @@ impl Fs {
         } else {
             self.unlink_name(dir, &old, name, vec![Task::DropLink(src.ino)])?;
         }
-        // 5. A moved directory's ".." names its new parent; the old parent loses a link once
-        // that is on disk.
+        // 5. A moved directory's ".." names its new parent; the old parent (the directory ".."
+        // named, which a crash in an earlier rename may have left elsewhere than `dir`) loses a
+        // link once that is on disk.
         if across {
-            let (b, off) = self.set_dotdot(src.ino, newdir)?;
-            self.entry_added(src.ino, b, off, newdir, Some((dir, DT_DIR)), None, false, vec![Task::DropLink(dir)])?;
+            let (b, off, was) = self.set_dotdot(src.ino, newdir)?;
+            self.entry_added(src.ino, b, off, newdir, Some((was, DT_DIR)), None, false, vec![Task::DropLink(was)])?;
         }
         self.balance()
     }
@@ -503,8 +504,9 @@ impl Fs {
         self.iput(t.ino, &ti)?;
         let victim_task = if ti.is_dir() {
             // Its ".." names newdir until it is freed; step 2 counted a moved
-            // directory's new "..", so newdir's extra link goes once the victim does.
-            Task::RmdirChild { child: t.ino, parent: Some(newdir) }
+            // directory's new "..", so newdir's extra link goes once the victim does (the
+            // directory ".." names, if a crash left it elsewhere).
+            self.dir_name_gone_task(t.ino, &mut ti.clone(), newdir)?
         } else {
             Task::DropLink(t.ino)
         };
@@ -655,11 +657,11 @@ impl Fs {
             let old = Some((was, dtype_of_mode(was_mode)));
             self.entry_added(in_dir, slot.bno, slot.off, ino, old, None, false, vec![Task::DropLink(was)])?;
         }
-        // A moved directory's ".." follows, and its old parent loses the link once that is on
-        // disk.
-        for (ino, from, to) in moves {
-            let (x, off) = self.set_dotdot(ino, to)?;
-            self.entry_added(ino, x, off, to, Some((from, DT_DIR)), None, false, vec![Task::DropLink(from)])?;
+        // A moved directory's ".." follows, and its old parent (the directory ".." named) loses
+        // the link once that is on disk.
+        for (ino, _, to) in moves {
+            let (x, off, was) = self.set_dotdot(ino, to)?;
+            self.entry_added(ino, x, off, to, Some((was, DT_DIR)), None, false, vec![Task::DropLink(was)])?;
         }
         for p in [dir, newdir] {
             let mut d = self.iget(p)?;
