@@ -34,9 +34,9 @@ use sufs_fs::policy::{Sweeper, SyncerOptions, UpdatePolicy};
 
 const WORKERS: usize = 4;
 /// The buffer cache, in blocks: small, so that dirty buffers pass half of it all the time.
-const CACHE_BLOCKS: usize = 96;
+const CACHE_BLOCKS: usize = 48;
 /// Soft updates' memory bound: small, so that its flushes run too.
-const SOFTDEP_LIMIT: usize = 400;
+const SOFTDEP_LIMIT: usize = 200;
 const IMAGE_BLOCKS: u64 = 16384;
 
 /// Each worker's names, under its own directory `tN`: directories three deep and files at
