@@ -1,12 +1,17 @@
 //! Repair, what fsck_ffs writes after its passes: pass 4's `adjust` and `clri` (a link count
-//! set to the names counted; an unreferenced inode cleared, or with `-y` a file holding data
-//! reconnected to lost+found, made as pass3.c's `allocdir` makes it: one fragment, "." and ".."
+//! set to the names counted; an unreferenced inode cleared, or with `-y` a file reconnected to
+//! lost+found, made as pass3.c's `allocdir` makes it: one fragment, "." and ".."
 //! in its first chunk; grown as dir.c's `expanddir` grows it, its last fragments moved to a
 //! whole block, then a new block at a time through the direct blocks and the single indirect
 //! block; a file is cleared only when even that finds no room), then pass 5's rewrite of every group whose maps or summaries differ
 //! from what pass 1 found (inode and fragment maps, `cg_cs`, `cg_frsum`, the cluster map and
 //! summary, sealed with their check hashes), the summary area at `fs_csaddr`, `fs_cstotal`, and
 //! last `ckfini`'s clean flag once a check of the result finds nothing.
+//!
+//! With `-y` also what no soft-updates crash leaves, as fsck_ffs answers yes to each question:
+//! damaged inodes cleared (`clri`), check hashes corrected, corrupt directory chunks salvaged,
+//! "." and ".." fixed, bad entries removed or their types fixed, loops and unreferenced
+//! directories reconnected, a bad root made again, undecodable groups rebuilt.
 //!
 //! Repair starts only when every finding is one it knows how to repair (`repairs`), and with
 //! `-p` (preen) only when every finding is of the `Allowed` class, what a soft-updates crash may
