@@ -198,3 +198,47 @@ fn keeps_untouched(
         }
     }
 }
+
+/// Several changes at once (each mutant with the `SUFS_STACK - 1` after it, default 4): repair
+/// (-y) panics on none, refuses only for the kinds `NOT_REPAIRED` names, and leaves an image
+/// that checks clean. SUFS_MUTANTS and SUFS_MUTANT_SEED as above.
+#[test]
+fn stacked_mutants_are_repaired() {
+    let base = workload_image();
+    let image = base.blocks();
+    let layout = read_layout(&*base).expect("the workload's image reads");
+    let n = env("SUFS_MUTANTS", 300) as usize;
+    let seed = env("SUFS_MUTANT_SEED", 0x5eed_f5c4);
+    let stack = env("SUFS_STACK", 4) as usize;
+    let list = mutants(&*base, &layout, seed, n + stack);
+    let mut outcomes: BTreeMap<&str, u32> = BTreeMap::new();
+    for i in 0..n {
+        let ms = &list[i..i + stack];
+        let ctx = format!(
+            "mutants {i}..{} (seed {seed:#x}): {:?}",
+            i + stack,
+            ms.iter().map(|m| &m.desc).collect::<Vec<_>>()
+        );
+        let dev = Arc::new(MemDevice::from_blocks(4096, image.clone()));
+        for m in ms {
+            m.apply(&*dev);
+        }
+        let damaged = dev.blocks();
+        match fsck::repair(&*dev) {
+            Err(_) => *outcomes.entry("operational error").or_default() += 1,
+            Ok(r) if r.refused.is_some() => {
+                *outcomes.entry("refused").or_default() += 1;
+                assert!(dev.blocks() == damaged, "{ctx}: a refused repair wrote");
+                let named = r.before.findings.iter().any(|f| NOT_REPAIRED.iter().any(|k| k.0 == kind(f)));
+                assert!(named, "{ctx}: repair refused: {}\n{}", r.refused.unwrap_or_default(), show(&r.before));
+            }
+            Ok(r) => {
+                *outcomes.entry("repaired").or_default() += 1;
+                let c = fsck::check(&*dev).unwrap_or_else(|e| panic!("{ctx}: check after repair: {e}"));
+                assert!(c.is_clean(), "{ctx}: found by\n{}\nnot clean after repair:\n{}", show(&r.before), show(&c));
+                read_layout(&*dev).unwrap_or_else(|e| panic!("{ctx}: the repaired image does not read: {e}"));
+            }
+        }
+    }
+    eprintln!("damaged_image: {n} stacks of {stack}: {outcomes:?}");
+}
