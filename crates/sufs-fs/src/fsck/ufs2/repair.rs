@@ -369,10 +369,9 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
                     self.inode_mut(ino).nlink = actual as i16;
                     done.push(format!("{f} (ADJUSTED)"));
                 }
-                Finding::UnrefFile { ino, size, .. } => {
+                Finding::UnrefFile { ino, .. } => {
                     let d = self.dinode(ino)?;
                     // pass4.c's `adjust` asks RECONNECT of every file, empty ones too.
-                    let _ = size;
                     let mut sorry = "";
                     if mode == RepairMode::Yes {
                         match self.reconnect(ino, &d, done)? {
