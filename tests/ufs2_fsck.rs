@@ -470,24 +470,27 @@ fn a_wrong_block_count_and_a_wrong_inode_check_hash_are_found() {
 
 /// file1's one-fragment tail moved onto file2's: both own it (pass 1 meets the second claim,
 /// pass 1b names the first owner), and file1's own fragment is left leaked.
+/// The inode of dir1/dir2/dir3/file2, reached through the directories' first blocks.
+fn file2(img: &[u8], sb: &Superblock) -> u32 {
+    let lookup = |dir: u32, name: &str| {
+        let d = dinode(img, sb, dir);
+        let data = FileReader::new(sb, img, &d, dir).read_block(0).unwrap();
+        DirIter::new(&data, 0, d.di_size, sb.maxino())
+            .map(|e| e.unwrap())
+            .find(|e| e.name == name.as_bytes())
+            .unwrap()
+            .d_ino
+    };
+    lookup(lookup(lookup(root_entry(img, sb, "dir1").0, "dir2"), "dir3"), "file2")
+}
+
 #[test]
 fn a_tail_fragment_moved_into_another_files_is_a_duplicate() {
     let dir = tempfile::tempdir().unwrap();
     let (mut f1, mut f2, mut frag, mut old) = (0, 0, 0, 0);
     let p = damaged(dir.path(), |img, sb| {
         f1 = root_entry(img, sb, "file1").0;
-        let d1 = root_entry(img, sb, "dir1").0;
-        // dir1/dir2/dir3/file2, reached through the directories' first blocks.
-        let lookup = |img: &[u8], dir: u32, name: &str| {
-            let d = dinode(img, sb, dir);
-            let data = FileReader::new(sb, img, &d, dir).read_block(0).unwrap();
-            DirIter::new(&data, 0, d.di_size, sb.maxino())
-                .map(|e| e.unwrap())
-                .find(|e| e.name == name.as_bytes())
-                .unwrap()
-                .d_ino
-        };
-        f2 = lookup(img, lookup(img, lookup(img, d1, "dir2"), "dir3"), "file2");
+        f2 = file2(img, sb);
         frag = dinode(img, sb, f2).di_db[0];
         edit_inode(img, sb, f1, |d| {
             old = d.di_db[0];
@@ -502,6 +505,61 @@ fn a_tail_fragment_moved_into_another_files_is_a_duplicate() {
             (Class::Allowed, format!("UNALLOCATED FRAG(S) {old}-{old} MARKED USED")),
         ],
     );
+}
+
+/// With -y, both owners of a duplicate are cleared (fsck_ffs's pass1b asks CLEAR of each: it
+/// cannot tell which pointer is the damaged one), then the entries naming them are removed in
+/// the next round; everything else reads as before.
+#[test]
+fn yes_clears_both_owners_of_a_duplicate_and_their_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut f1, mut f2, mut frag) = (0, 0, 0);
+    let p = damaged(dir.path(), |img, sb| {
+        f1 = root_entry(img, sb, "file1").0;
+        f2 = file2(img, sb);
+        frag = dinode(img, sb, f2).di_db[0];
+        edit_inode(img, sb, f1, |d| d.di_db[0] = frag);
+    });
+    let want = [
+        format!("{frag} DUP I={f1} (CLEARED)"),
+        format!("{frag} DUP I={f2} (CLEARED)"),
+        format!("UNALLOCATED I={f1} NAME=file1 DIR=2 (REMOVED)"),
+        format!("UNALLOCATED I={f2} NAME=file2 DIR="),
+    ];
+    repairs(&p, "-y", &want, |t| {
+        t.remove("file1").unwrap();
+        t.remove("dir1/dir2/dir3/file2").unwrap();
+    });
+}
+
+/// With -y, a directory chunk `dircheck` refuses is salvaged (the bad entry becomes free space of
+/// the entry before it), and what it named is reconnected to lost+found.
+#[test]
+fn yes_salvages_a_corrupt_directory_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut name, mut ino, mut at) = (String::new(), 0, 0);
+    let p = damaged(dir.path(), |img, sb| {
+        // The last entry of the root's first chunk, its name given a '/'.
+        let root = dinode(img, sb, UFS_ROOTINO);
+        let start = sb.fsb_offset(root.di_db[0]) as usize;
+        let data = img[start..start + 512].to_vec();
+        let last = DirIter::new(&data, 0, root.di_size, sb.maxino()).map(|e| e.unwrap()).last().unwrap();
+        (name, ino, at) = (String::from_utf8(last.name.to_vec()).unwrap(), last.d_ino, last.offset as usize);
+        img[start + at + 8] = b'/';
+    });
+    let want = [
+        format!("DIRECTORY CORRUPTED I=2 OFFSET {at}: name holds NUL or '/' (SALVAGED)"),
+        "NO lost+found DIRECTORY (CREATED I=".to_string(),
+    ];
+    repairs(&p, "-y", &want, |t| {
+        let moved: Vec<String> =
+            t.keys().filter(|k| *k == &name || k.starts_with(&format!("{name}/"))).cloned().collect();
+        for k in moved {
+            let v = t.remove(&k).unwrap();
+            t.insert(format!("lost+found/#{ino}{}", &k[name.len()..]), v);
+        }
+        t.insert("lost+found/".into(), Vec::new());
+    });
 }
 
 /// The metadata a fuzzer damages: the superblock, group blocks, the first inode block, the

@@ -220,6 +220,53 @@ pub fn read_layout(dev: &dyn BlockDevice) -> Result<Layout, String> {
     Ok(Layout { sb, nodes })
 }
 
+/// Blocks that more than one inode in use holds (data, indirect or attribute blocks), over
+/// every inode of an image, named or not. `None` when the superblock does not decode.
+pub fn shared_blocks(dev: &dyn BlockDevice) -> Option<BTreeSet<u64>> {
+    let sb = Superblock::probe(|off, buf| sufs_fs::dev::read_bytes(dev, off, buf)).ok()?;
+    let (mut seen, mut shared) = (BTreeSet::new(), BTreeSet::new());
+    let mut cached: Option<(u64, Vec<u8>)> = None;
+    for ino in FIRST_INO..sb.total_inodes() as u32 {
+        let (bno, off) = sb.inode_location(ino);
+        if cached.as_ref().is_none_or(|c| c.0 != bno) {
+            cached = Some((bno, read(dev, bno)));
+        }
+        let d = sb.decode_dinode(&cached.as_ref().unwrap().1[off..off + DINODE_SIZE]);
+        if d.mode == 0 {
+            continue;
+        }
+        let (data, ind) = block_map(dev, &sb, &d);
+        let mine: BTreeSet<u64> = data.iter().map(|e| e.1).chain(ind).chain(d.ext_blocks()).collect();
+        for b in mine {
+            if !seen.insert(b) {
+                shared.insert(b);
+            }
+        }
+    }
+    Some(shared)
+}
+
+/// The blocks of `l`'s nodes that the superblock now on `dev` counts as metadata (a changed
+/// `fs_csaddr` makes a file's block the summary area's). Empty when it does not decode.
+/// The check hash is not asked for: fsck reads a superblock whose hash fails.
+pub fn now_metadata(dev: &dyn BlockDevice, l: &Layout) -> BTreeSet<u64> {
+    let mut buf = vec![0u8; 8192];
+    if sufs_fs::dev::read_bytes(dev, SB_BLOCK * 4096, &mut buf).is_err() {
+        return BTreeSet::new();
+    }
+    let Ok(sb) = sufs_fs::format::ufs2::Superblock::decode(&buf, false) else {
+        return BTreeSet::new();
+    };
+    // The summary area, and each group's metadata, in fragments (which are blocks here).
+    let cs = sb.fs_csaddr..sb.fs_csaddr + (sb.fs_cssize as u64).div_ceil(sb.fs_fsize as u64) as i64;
+    let meta = |b: i64| {
+        let c = sb.dtog(b) as u32;
+        let lo = if c == 0 { sb.cgbase(0) } else { sb.cgsblock(c) };
+        b >= sb.fs_size || (lo..sb.cgdmin(c)).contains(&b) || cs.contains(&b)
+    };
+    l.nodes.values().flat_map(|n| n.blocks.iter().copied()).filter(|&b| meta(b as i64)).collect()
+}
+
 /// After a change, the check hash of the superblock, a group or an inode is stamped again (so
 /// that the change is seen, not refused by the hash), or left stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -462,7 +462,7 @@ pub(super) fn group_span(sb: &Superblock, c: u32, g: Option<&Cg>, numbers: &mut 
 
 /// `initcg`: group `c` as newfs first writes it, every fragment outside its metadata free
 /// (group 0's summary area too), inodes 0 and 1 taken in group 0.
-pub(super) fn initcg(fs: &Fs, c: u32, time: i64) -> Cg {
+pub(crate) fn initcg(fs: &Fs, c: u32, time: i64) -> Cg {
     let frag = fs.fs_frag as u32;
     let cbase = fs.cgbase(c);
     let dmax = (cbase + fs.fs_fpg as i64).min(fs.fs_size);

@@ -1,12 +1,17 @@
 //! Repair, what fsck_ffs writes after its passes: pass 4's `adjust` and `clri` (a link count
-//! set to the names counted; an unreferenced inode cleared, or with `-y` a file holding data
-//! reconnected to lost+found, made as pass3.c's `allocdir` makes it: one fragment, "." and ".."
+//! set to the names counted; an unreferenced inode cleared, or with `-y` a file reconnected to
+//! lost+found, made as pass3.c's `allocdir` makes it: one fragment, "." and ".."
 //! in its first chunk; grown as dir.c's `expanddir` grows it, its last fragments moved to a
 //! whole block, then a new block at a time through the direct blocks and the single indirect
 //! block; a file is cleared only when even that finds no room), then pass 5's rewrite of every group whose maps or summaries differ
 //! from what pass 1 found (inode and fragment maps, `cg_cs`, `cg_frsum`, the cluster map and
 //! summary, sealed with their check hashes), the summary area at `fs_csaddr`, `fs_cstotal`, and
 //! last `ckfini`'s clean flag once a check of the result finds nothing.
+//!
+//! With `-y` also what no soft-updates crash leaves, as fsck_ffs answers yes to each question:
+//! damaged inodes cleared (`clri`), check hashes corrected, corrupt directory chunks salvaged,
+//! "." and ".." fixed, bad entries removed or their types fixed, loops and unreferenced
+//! directories reconnected, a bad root made again, undecodable groups rebuilt.
 //!
 //! Repair starts only when every finding is one it knows how to repair (`repairs`), and with
 //! `-p` (preen) only when every finding is of the `Allowed` class, what a soft-updates crash may
@@ -16,7 +21,19 @@
 
 use super::pass1::{walk, Event, Step};
 use super::*;
+use std::collections::BTreeSet;
+
 use crate::format::{dirent_put, dirent_size, DIRBLKSIZ, DT_DIR};
+
+/// Whether entry `e`'s name is `name` (a finding's name, read lossily as UTF-8).
+fn named(e: &Direct<'_>, name: &str) -> bool {
+    String::from_utf8_lossy(e.name) == name
+}
+
+/// Removes the entry at byte `at` of a block of directory `dir`.
+fn remove_at(dir: u32, data: &mut [u8], at: usize) -> Result<(), Ufs2Error> {
+    crate::format::dir_remove(data, at).map_err(|e| Ufs2Error::Geometry(format!("directory I={dir}: {e}")))
+}
 
 /// A device written by byte offset.
 pub trait WriteAt {
@@ -83,9 +100,103 @@ fn repairs(f: &Finding) -> bool {
             | GrowInterrupted { .. }
             | BadReservation { .. }
             | DirHole { .. }
-            | DirLength { size: 1.., .. }
+            | DirLength { .. }
             | Unallocated { .. }
+            | InodeCheckHash { .. }
+            | PartiallyAllocated { .. }
+            | UnknownType { .. }
+            | BadInode { .. }
+            | BadBlock { .. }
+            | DupBlock { .. }
+            | Excessive { .. }
+            | BadExtAttr { .. }
+            | DirCorrupt { .. }
+            | MissingDot { .. }
+            | BadDot { .. }
+            | MissingDotDot { .. }
+            | ExtraDot { .. }
+            | InoOutOfRange { .. }
+            | BadType { .. }
+            | DirLoop { .. }
+            | BadCg { .. }
+            | BadRoot { .. }
+            | PastInitedIblk { .. }
     )
+}
+
+/// The inode `-y` clears for `f` (fsck_ffs's `clri` after "CLEAR?"): one holding a pointer out
+/// of range or claimed twice (every owner of a duplicate, as pass1b.c asks of each: which
+/// pointer the damage made is not known), one of an unknown type, one whose fields are
+/// inconsistent, a free inode that is not zero, a directory of no length that an entry names.
+fn clears(f: &Finding) -> Option<u32> {
+    use Finding::*;
+    match *f {
+        BadInode { ino, .. }
+        | BadBlock { ino, .. }
+        | DupBlock { ino, .. }
+        | Excessive { ino, .. }
+        | UnknownType { ino, .. }
+        | PartiallyAllocated { ino }
+        | DirLength { ino, size: 0 } => Some(ino),
+        _ => None,
+    }
+}
+
+/// Whether `f` is found by pass 3 or 4 (or pass 2's count of a directory's names).
+fn of_pass3_or_4(f: &Finding) -> bool {
+    use Finding::*;
+    matches!(
+        f,
+        UnrefFile { .. } | UnrefDir { .. } | DirLoop { .. } | LinkCount { .. } | ExtraDirLink { .. } | BadDotDot { .. }
+    )
+}
+
+/// The duplicates (inode, fragment) an inode keeps: every other owner of the fragment is
+/// cleared for another reason (`others`: a bad pointer, a bad type), the likelier holder of
+/// the pointer the damage made. fsck_ffs's pass1b clears every owner; this keeps a file the
+/// damage did not touch.
+fn spared_dups(findings: &[Finding], others: &BTreeSet<u32>) -> BTreeSet<(u32, i64)> {
+    let mut owners: std::collections::BTreeMap<i64, Vec<u32>> = Default::default();
+    for f in findings {
+        if let Finding::DupBlock { ino, fsb } = *f {
+            owners.entry(fsb).or_default().push(ino);
+        }
+    }
+    let mut spared = BTreeSet::new();
+    for (fsb, inos) in owners {
+        let left: Vec<u32> = inos.iter().copied().filter(|i| !others.contains(i)).collect();
+        if left.len() == 1 && inos.len() > 1 {
+            spared.insert((left[0], fsb));
+        }
+    }
+    spared
+}
+
+/// The inode whose dinode a repair of `f` rewrites, if any: skipped when that inode is cleared
+/// in the same round.
+fn rewrites(f: &Finding) -> Option<u32> {
+    use Finding::*;
+    match *f {
+        BlockCount { ino, .. }
+        | DirHole { ino, .. }
+        | DirLength { ino, .. }
+        | BadReservation { ino, .. }
+        | SizeBeyondAllocated { ino, .. }
+        | LinkCount { ino, .. }
+        | UnrefFile { ino, .. }
+        | UnrefDir { ino, .. }
+        | InodeCheckHash { ino, .. }
+        | BadExtAttr { ino, .. } => Some(ino),
+        _ => None,
+    }
+}
+
+/// Groups that do not decode are rebuilt only while they are at most half of them: past that
+/// the superblock that describes them is more likely wrong than they are (a copy, `-b`, is the
+/// way then), and rebuilding every group from it would free what every file holds.
+fn too_many_bad_groups(findings: &[Finding], ncg: u32) -> bool {
+    let bad = findings.iter().filter(|f| matches!(f, Finding::BadCg { .. })).count();
+    bad > 0 && 2 * bad > ncg as usize
 }
 
 /// Checks the file system on `dev` and repairs it as `mode` allows, or writes nothing and says
@@ -120,6 +231,9 @@ pub fn repair<D: ReadAt + WriteAt + ?Sized>(
     if !unknown.is_empty() {
         return Ok(refuse(format!("no repair for: {}", unknown.join("; "))));
     }
+    if too_many_bad_groups(&out.before.findings, ck.sb.fs_ncg) {
+        return Ok(refuse("most cylinder groups are bad: check the superblock (sufs fsck -y -b)".into()));
+    }
     if mode == RepairMode::Preen {
         let v: Vec<String> =
             out.before.findings.iter().filter(|f| f.class() == Class::Violation).map(|f| f.to_string()).collect();
@@ -131,8 +245,12 @@ pub fn repair<D: ReadAt + WriteAt + ?Sized>(
     // ".."): rounds go on while they change something they know how to change.
     for _ in 0..MAX_ROUNDS {
         let before = out.done.len();
-        ck.repair_inodes(mode, &mut out.done)?;
-        ck.rewrite_groups(&mut out.done)?;
+        // Inodes past a group's `cg_initediblk` were not read: nothing else is repaired until
+        // they are, or entries naming them would be removed as naming free inodes.
+        if !ck.raise_initediblk(&mut out.done)? {
+            ck.repair_inodes(mode, &mut out.done)?;
+            ck.rewrite_groups(&mut out.done)?;
+        }
         let (next, after) = run(dev, dev_len, opts)?;
         let settled = after.findings.is_empty() || out.done.len() == before || !after.findings.iter().all(repairs);
         out.after = Some(after);
@@ -148,7 +266,7 @@ pub fn repair<D: ReadAt + WriteAt + ?Sized>(
 }
 
 /// Rounds of repair and check before repair stops with what is left.
-const MAX_ROUNDS: usize = 8;
+const MAX_ROUNDS: usize = 16;
 
 impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
     fn write(&self, off: u64, b: &[u8]) -> Result<(), Ufs2Error> {
@@ -159,10 +277,21 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         self.write(self.sb.ino_offset(ino), &d.encode_for(&self.sb))
     }
 
-    /// Pass 4's repairs, and pass 1's block counts: each inode rewritten once.
+    /// Pass 4's repairs, and pass 1's block counts: each inode rewritten once. With `-y` first
+    /// the inodes cleared, the root made again, the corrupt directory chunks salvaged; then
+    /// the rest, skipping what a cleared inode made moot.
     fn repair_inodes(&mut self, mode: RepairMode, done: &mut Vec<String>) -> Result<(), Ufs2Error> {
         let findings = self.findings.clone();
+        let cleared = self.clear_damaged(&findings, done)?;
+        let edited = self.fix_directories(&findings, done)?;
+        // What passes 3 and 4 found is stale once an inode is cleared or a directory's
+        // entries change: their repairs (which reconnect or clear) wait for the next round.
+        let stale = !cleared.is_empty() || edited;
+        let mut looped = false;
         for f in &findings {
+            if rewrites(f).is_some_and(|ino| cleared.contains(&ino)) || (stale && of_pass3_or_4(f)) {
+                continue;
+            }
             match *f {
                 Finding::BlockCount { ino, actual, .. } => {
                     let mut d = self.dinode(ino)?;
@@ -240,11 +369,11 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
                     self.inode_mut(ino).nlink = actual as i16;
                     done.push(format!("{f} (ADJUSTED)"));
                 }
-                Finding::UnrefFile { ino, size, .. } => {
+                Finding::UnrefFile { ino, .. } => {
                     let d = self.dinode(ino)?;
-                    let data = size > 0 || d.di_blocks > 0;
+                    // pass4.c's `adjust` asks RECONNECT of every file, empty ones too.
                     let mut sorry = "";
-                    if mode == RepairMode::Yes && data {
+                    if mode == RepairMode::Yes {
                         match self.reconnect(ino, &d, done)? {
                             Ok(lf) => {
                                 done.push(format!("{f} (RECONNECTED to lost+found I={lf})"));
@@ -263,16 +392,275 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
                     // as fsck_ffs's preen clears what soft updates left unreferenced. Names it
                     // held are counted again in the next round: a file named nowhere else is
                     // then unreferenced, and reconnected (-y) or cleared (-p) as any other.
+                    // With -y one holding entries is reconnected, as pass3.c's `linkup` does.
                     let empty = self.dir_is_empty(ino)?;
                     let d = self.dinode(ino)?;
+                    let mut sorry = "";
+                    if mode == RepairMode::Yes && !empty {
+                        match self.reconnect(ino, &d, done)? {
+                            Ok(lf) => {
+                                done.push(format!("{f} (RECONNECTED to lost+found I={lf})"));
+                                continue;
+                            }
+                            Err(why) => sorry = why,
+                        }
+                    }
                     self.clri(ino, &d)?;
                     let what = if empty { "CLEARED" } else { "CLEARED; ITS NAMES COUNTED AGAIN" };
-                    done.push(format!("{f} ({what})"));
+                    done.push(format!("{f} ({sorry}{what})"));
+                }
+                Finding::InodeCheckHash { ino, .. } => {
+                    // inode.c's "INODE CHECK-HASH FAILED ... CORRECT": the hash of the bytes
+                    // as they are (`put_dinode` computes it).
+                    let d = self.dinode(ino)?;
+                    self.put_dinode(ino, &d)?;
+                    done.push(format!("{f} (CORRECTED)"));
+                }
+                Finding::BadExtAttr { ino, .. } => {
+                    // The area dropped, the file kept (its blocks are freed and its block
+                    // count set in the next round).
+                    let mut d = self.dinode(ino)?;
+                    d.di_extsize = 0;
+                    d.di_extb.fill(0);
+                    self.put_dinode(ino, &d)?;
+                    done.push(format!("{f} (EXTATTR AREA CLEARED)"));
+                }
+                Finding::DirLoop { ino }
+                    if !looped && !findings.iter().any(|g| matches!(g, Finding::ExtraDirLink { .. })) =>
+                {
+                    // pass3.c: a directory of a loop no path reaches, moved to lost+found (its
+                    // name in the loop removed); one a round, which may open the whole loop.
+                    looped = true;
+                    let parent = self.inodes.get(ino).parent;
+                    if self.remove_entry(parent, ino)? {
+                        let d = self.dinode(ino)?;
+                        match self.reconnect(ino, &d, done)? {
+                            Ok(lf) => done.push(format!("{f} (RECONNECTED to lost+found I={lf})")),
+                            Err(why) => done.push(format!("{f} ({why}NAME IN I={parent} REMOVED)")),
+                        }
+                    }
                 }
                 _ => {}
             }
         }
         Ok(())
+    }
+
+    /// `-y`'s `clri` of every inode `clears` names, then the root made again if it is bad
+    /// (pass3.c's "ROOT INODE UNALLOCATED. ALLOCATE?", "NOT DIRECTORY. REALLOCATE?": every
+    /// directory is then unreferenced, and reconnected to lost+found in the next rounds).
+    /// Answers the inodes cleared.
+    fn clear_damaged(&mut self, findings: &[Finding], done: &mut Vec<String>) -> Result<BTreeSet<u32>, Ufs2Error> {
+        let mut cleared = BTreeSet::new();
+        let others: BTreeSet<u32> =
+            findings.iter().filter(|f| !matches!(f, Finding::DupBlock { .. })).filter_map(clears).collect();
+        let spared = spared_dups(findings, &others);
+        for f in findings {
+            if matches!(f, Finding::DupBlock { ino, fsb } if spared.contains(&(*ino, *fsb))) {
+                continue;
+            }
+            if let Some(ino) = clears(f).filter(|&ino| cleared.insert(ino)) {
+                self.clear_inode(ino)?;
+                done.push(format!("{f} (CLEARED)"));
+            }
+        }
+        let bad_root = findings.iter().find(|f| matches!(f, Finding::BadRoot { .. }));
+        if let Some(f) = bad_root.filter(|_| self.inodes.get_mut(UFS_ROOTINO).is_some()) {
+            if self.inodes.get(UFS_ROOTINO).state != State::Free {
+                self.clear_inode(UFS_ROOTINO)?;
+                cleared.insert(UFS_ROOTINO);
+            }
+            let what = if self.allocdir(UFS_ROOTINO, UFS_ROOTINO)? { "ALLOCATED" } else { "CANNOT ALLOCATE" };
+            done.push(format!("{f} ({what})"));
+        }
+        Ok(cleared)
+    }
+
+    /// `clri` of an inode pass 1 found damaged (or not zero though free): zeroed, and no
+    /// longer a directory for this round's edits. Its fragments stay claimed this round,
+    /// since which of them are its own is not known (a duplicate's other owner, pointers
+    /// pass 1 did not walk): the next round's pass 5 frees what nothing holds.
+    fn clear_inode(&mut self, ino: u32) -> Result<(), Ufs2Error> {
+        let t = self.inodes.get_mut(ino).unwrap_or_else(|| panic!("I={ino}: clearing an inode pass 1 did not read"));
+        *t = InoInfo::default();
+        self.write(self.sb.ino_offset(ino), &[0u8; UFS2_DINODE_SIZE])?;
+        self.dir_blocks.remove(&ino);
+        self.room_from.remove(&ino);
+        Ok(())
+    }
+
+    /// `-y`'s directory repairs (pass2.c, dir.c): corrupt chunks salvaged first; in
+    /// directories without one, "." and ".." made right, extra ones removed, entries naming
+    /// inode 1 or 0 removed, wrong types fixed. True if an entry was removed or moved.
+    fn fix_directories(&mut self, findings: &[Finding], done: &mut Vec<String>) -> Result<bool, Ufs2Error> {
+        use Finding::*;
+        let (mut corrupt, mut edited) = (BTreeSet::new(), false);
+        for f in findings {
+            if let DirCorrupt { dir, offset, .. } = *f {
+                corrupt.insert(dir);
+                if self.salvage(dir, offset)? {
+                    done.push(format!("{f} (SALVAGED)"));
+                    edited = true;
+                }
+            }
+        }
+        let mut dots = BTreeSet::new();
+        for f in findings {
+            if let MissingDot { dir } | BadDot { dir, .. } | MissingDotDot { dir } = *f {
+                if !corrupt.contains(&dir) && dots.insert(dir) && self.fix_dots(dir, done)? {
+                    done.push(format!("{f} (FIXED)"));
+                    edited = true;
+                }
+            }
+        }
+        for f in findings {
+            // (repaired, fsck_ffs's word, whether an entry went)
+            let (did, word, removed) = match f {
+                ExtraDot { dir, name } if !corrupt.contains(dir) && !dots.contains(dir) => {
+                    (self.remove_extra_dot(*dir, name)?, "REMOVED", true)
+                }
+                InoOutOfRange { dir, name, ino } if !corrupt.contains(dir) => {
+                    let pick = |e: &Direct<'_>| e.d_ino == *ino && e.name != b"." && e.name != b".." && named(e, name);
+                    (self.edit_entry(*dir, pick, |data, at| remove_at(*dir, data, at))?, "REMOVED", true)
+                }
+                BadType { dir, name, ino, actual, .. } if !corrupt.contains(dir) => {
+                    let pick = |e: &Direct<'_>| e.d_ino == *ino && named(e, name);
+                    let set = |data: &mut [u8], at: usize| {
+                        crate::format::dirent_set_type(data, at, *actual);
+                        Ok(())
+                    };
+                    (self.edit_entry(*dir, pick, set)?, "FIXED", false)
+                }
+                _ => continue,
+            };
+            if did {
+                done.push(format!("{f} ({word})"));
+                edited |= removed;
+            }
+        }
+        Ok(edited)
+    }
+
+    /// dir.c's salvage of a chunk `dircheck` refuses ("DIRECTORY CORRUPTED ... SALVAGE"): the
+    /// bad entry at byte `offset` of directory `dir` and the rest of its chunk become free
+    /// space of the entry before it, or an empty record at the chunk's start. False: the
+    /// chunk is not in a block pass 1 found in range.
+    fn salvage(&mut self, dir: u32, offset: u64) -> Result<bool, Ufs2Error> {
+        let (bsize, fsize) = (self.sb.fs_bsize as u64, self.sb.fs_fsize as u64);
+        let lbn = (offset / bsize) as i64;
+        let Some(&(_, fsb, frags)) = self.dir_blocks.get(&dir).and_then(|v| v.iter().find(|b| b.0 == lbn)) else {
+            return Ok(false);
+        };
+        let in_block = (offset % bsize) as usize;
+        let chunk_at = in_block - in_block % DIRBLKSIZ;
+        if (chunk_at + DIRBLKSIZ) as u64 > frags as u64 * fsize {
+            return Ok(false);
+        }
+        let mut data = self.read(fsb, chunk_at + DIRBLKSIZ)?;
+        let chunk = &mut data[chunk_at..];
+        let bad = in_block - chunk_at;
+        // The entries before the bad one passed `dircheck`: their record lengths lead to it.
+        let (mut at, mut prev) = (0, None);
+        while at < bad {
+            let reclen = u16::from_le_bytes([chunk[at + 4], chunk[at + 5]]) as usize;
+            if reclen == 0 {
+                break;
+            }
+            prev = Some(at);
+            at += reclen;
+        }
+        match prev {
+            Some(p) if at == bad => chunk[p + 4..p + 6].copy_from_slice(&((DIRBLKSIZ - p) as u16).to_le_bytes()),
+            _ => {
+                chunk.fill(0);
+                chunk[4..6].copy_from_slice(&(DIRBLKSIZ as u16).to_le_bytes());
+            }
+        }
+        assert!(DirIter::new(chunk, 0, DIRBLKSIZ as u64, self.sb.maxino()).all(|e| e.is_ok()), "I={dir}: salvaged");
+        let bytes = chunk.to_vec();
+        self.write(self.sb.fsb_offset(fsb) + chunk_at as u64, &bytes)?;
+        Ok(true)
+    }
+
+    /// pass2.c's "MISSING '.'", "BAD INODE NUMBER FOR '.'", "MISSING '..'" ... FIX: directory
+    /// `dir`'s first chunk written again with "." and ".." first (".." naming the directory
+    /// that names it, else the root, for pass 3 to reconnect), then its other entries packed;
+    /// an entry that no longer fits is dropped (its inode is then unreferenced and
+    /// reconnected). False: the directory has no first block.
+    fn fix_dots(&mut self, dir: u32, done: &mut Vec<String>) -> Result<bool, Ufs2Error> {
+        let t = *self.inodes.get(dir);
+        let first = self.dir_blocks.get(&dir).and_then(|v| v.first()).copied();
+        let Some((0, fsb, _)) = first.filter(|_| t.size >= DIRBLKSIZ as u64) else {
+            return Ok(false);
+        };
+        let parent = match (t.parent, t.dotdot) {
+            _ if dir == UFS_ROOTINO => UFS_ROOTINO,
+            (0, dd) if dd != 0 && self.is_dir(dd) => dd,
+            (0, _) => UFS_ROOTINO,
+            (p, _) => p,
+        };
+        let old = self.read(fsb, DIRBLKSIZ)?;
+        let mut entries = vec![(parent, DT_DIR, b"..".to_vec())];
+        entries.extend(
+            DirIter::new(&old, 0, t.size, self.sb.maxino())
+                .map_while(Result::ok)
+                .filter(|e| e.d_ino != 0 && e.name != b"." && e.name != b"..")
+                .map(|e| (e.d_ino, e.d_type, e.name.to_vec())),
+        );
+        let mut chunk = vec![0u8; DIRBLKSIZ];
+        dirent_put(&mut chunk, 0, dir, 12, DT_DIR, b".");
+        let (mut at, mut last) = (12, 0);
+        for (ino, dtype, name) in entries {
+            let n = dirent_size(name.len());
+            if at + n > DIRBLKSIZ {
+                done.push(format!(
+                    "ENTRY {} I={ino} IN I={dir}: NO ROOM AFTER '.' AND '..' (REMOVED)",
+                    name.escape_ascii()
+                ));
+                continue;
+            }
+            dirent_put(&mut chunk, at, ino, n, dtype, &name);
+            (last, at) = (at, at + n);
+        }
+        chunk[last + 4..last + 6].copy_from_slice(&((DIRBLKSIZ - last) as u16).to_le_bytes());
+        self.write(self.sb.fsb_offset(fsb), &chunk)?;
+        self.inode_mut(dir).dotdot = parent;
+        Ok(true)
+    }
+
+    /// pass2.c's "EXTRA '.' ENTRY" / "EXTRA '..' ENTRY" ... FIX: the entry named `name` that
+    /// is not the first two of the directory removed.
+    fn remove_extra_dot(&mut self, dir: u32, name: &str) -> Result<bool, Ufs2Error> {
+        let Some(&(0, fsb, _)) = self.dir_blocks.get(&dir).and_then(|v| v.first()) else {
+            return Ok(false);
+        };
+        let head = self.read(fsb, 8)?;
+        let second = u16::from_le_bytes([head[4], head[5]]) as u64;
+        let pick = |e: &Direct<'_>| e.name == name.as_bytes() && e.offset != 0 && e.offset != second;
+        self.edit_entry(dir, pick, |data, at| remove_at(dir, data, at))
+    }
+
+    /// Inodes in use past a group's `cg_initediblk` (its inode map says so): the count raised
+    /// to cover them, a whole block of inodes at a time, for the next round's pass 1 to read
+    /// them (an inode there that was never initialized is found and cleared then). True if a
+    /// group was written.
+    fn raise_initediblk(&mut self, done: &mut Vec<String>) -> Result<bool, Ufs2Error> {
+        let sb = self.sb.clone();
+        let mut wrote = false;
+        for f in self.findings.clone() {
+            let Finding::PastInitedIblk { cg, .. } = f else { continue };
+            let Some(mut g) = self.cgs[cg as usize].clone() else { continue };
+            let map = Bitmap::from_bytes(g.inode_map(), sb.fs_ipg as usize);
+            let Some(last) = map.iter_ones().last() else { continue };
+            let inited = (last as u32 + 1).next_multiple_of(sb.inopb()).min(sb.fs_ipg);
+            assert!(inited > g.hdr.cg_initediblk, "CG {cg}: cg_initediblk {} not raised", g.hdr.cg_initediblk);
+            g.hdr.cg_initediblk = inited;
+            self.write(sb.fsb_offset(sb.cgtod(cg)), &g.encode(&sb))?;
+            self.cgs[cg as usize] = Some(g);
+            done.push(format!("{f} (RAISED TO {inited})"));
+            wrote = true;
+        }
+        Ok(wrote)
     }
 
     /// `clri`: inode `ino` (`d` as on disk) zeroed and its fragments unclaimed, for pass 5 to
@@ -288,9 +676,12 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         })?;
         for h in held {
             for fr in h.fsb..h.fsb + h.frags {
-                // Repair runs only without duplicates, so each fragment is this inode's alone.
-                assert!(self.claimed.get(fr) && !self.dups.contains(&fr), "I={ino}: fragment {fr} not its own");
-                self.claimed.clear(fr);
+                // A duplicate (kept by this inode, its other owner cleared) stays claimed for
+                // the next round to free.
+                assert!(self.claimed.get(fr), "I={ino}: fragment {fr} not claimed");
+                if !self.dups.contains(&fr) {
+                    self.claimed.clear(fr);
+                }
             }
         }
         self.write(self.sb.ino_offset(ino), &[0u8; UFS2_DINODE_SIZE])?;
@@ -358,6 +749,11 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         if !self.make_entry(lf, "/lost+found", format!("#{ino}").as_bytes(), ino, dtype, done)? {
             return Ok(Err("SORRY. NO SPACE IN lost+found DIRECTORY; "));
         }
+        if dtype == DT_DIR {
+            // A directory's ".." names lost+found now (the link counts are the next round's).
+            self.set_dotdot(ino, lf)?;
+            return Ok(Ok(lf));
+        }
         let mut d = d.clone();
         d.di_nlink = 1;
         self.put_dinode(ino, &d)?;
@@ -406,9 +802,7 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
     /// pass 2 removes an extra link. False if there is none.
     fn remove_entry(&mut self, dir: u32, ino: u32) -> Result<bool, Ufs2Error> {
         let pick = |e: &Direct<'_>| e.d_ino == ino && e.name != b"." && e.name != b"..";
-        self.edit_entry(dir, pick, |data, at| {
-            crate::format::dir_remove(data, at).map_err(|e| Ufs2Error::Geometry(format!("directory I={dir}: {e}")))
-        })
+        self.edit_entry(dir, pick, |data, at| remove_at(dir, data, at))
     }
 
     /// Sets the ".." entry of directory `dir` to `parent`. False if it has none.
@@ -635,6 +1029,56 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         Some(b)
     }
 
+    /// pass3.c's `allocdir`: directory `ino` (free, read by pass 1) made of one free
+    /// fragment (free in what pass 1 found) holding "." and ".." (naming `parent`) and empty
+    /// chunks, with two links; it is not named anywhere yet. False: no free fragment.
+    fn allocdir(&mut self, ino: u32, parent: u32) -> Result<bool, Ufs2Error> {
+        assert_eq!(self.inodes.get(ino).state, State::Free, "I={ino}: a directory made over an inode in use");
+        let sb = &self.sb;
+        let free = |f: i64| !self.is_meta(f) && !self.claimed.get(f);
+        let Some(frag) = (0..sb.fs_ncg)
+            .flat_map(|c| sb.cgdmin(c)..(sb.cgbase(c) + sb.fs_fpg as i64).min(sb.fs_size))
+            .find(|&f| free(f))
+        else {
+            return Ok(false);
+        };
+        let fsize = sb.fs_fsize as usize;
+        let mut block = vec![0u8; fsize];
+        dirent_put(&mut block, 0, ino, 12, DT_DIR, b".");
+        dirent_put(&mut block, 12, parent, DIRBLKSIZ - 12, DT_DIR, b"..");
+        for chunk in (DIRBLKSIZ..fsize).step_by(DIRBLKSIZ) {
+            block[chunk + 4..chunk + 6].copy_from_slice(&(DIRBLKSIZ as u16).to_le_bytes());
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let mut d = Dinode::zeroed();
+        d.di_mode = IFDIR | if ino == UFS_ROOTINO { 0o755 } else { 0o700 };
+        d.di_nlink = 2;
+        d.di_size = fsize as u64;
+        d.di_blocks = (fsize / DEV_BSIZE as usize) as u64;
+        d.di_blksize = sb.fs_bsize as u32;
+        (d.di_atime, d.di_mtime, d.di_ctime, d.di_birthtime) = (now, now, now, now);
+        d.di_db[0] = frag;
+        self.write(self.sb.fsb_offset(frag), &block)?;
+        self.put_dinode(ino, &d)?;
+        self.claimed.set(frag);
+        let root = ino == UFS_ROOTINO;
+        *self.inode_mut(ino) = InoInfo {
+            state: State::InUse,
+            dtype: DT_DIR,
+            nlink: 2,
+            mode: d.di_mode,
+            size: fsize as u64,
+            counted: if root { 2 } else { 1 },
+            parent,
+            dotdot: parent,
+            names: u32::from(root),
+            unmovable: false,
+            immutable: false,
+        };
+        self.dir_blocks.insert(ino, vec![(0, frag, 1)]);
+        Ok(true)
+    }
+
     /// pass3.c's lost+found, by `allocdir`: a free inode below its group's `cg_initediblk` and
     /// one free fragment (both free in what pass 1 found), a directory of one fragment holding
     /// "." and ".." and empty chunks, named in the root (grown if it is full). `None`: no
@@ -659,46 +1103,9 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         else {
             return Ok(None);
         };
-        let free = |f: i64| !self.is_meta(f) && !self.claimed.get(f);
-        let Some(frag) = (0..sb.fs_ncg)
-            .flat_map(|c| sb.cgdmin(c)..(sb.cgbase(c) + sb.fs_fpg as i64).min(sb.fs_size))
-            .find(|&f| free(f))
-        else {
+        if !self.allocdir(ino, UFS_ROOTINO)? {
             return Ok(None);
-        };
-        let fsize = sb.fs_fsize as usize;
-        let mut block = vec![0u8; fsize];
-        dirent_put(&mut block, 0, ino, 12, DT_DIR, b".");
-        dirent_put(&mut block, 12, UFS_ROOTINO, DIRBLKSIZ - 12, DT_DIR, b"..");
-        for chunk in (DIRBLKSIZ..fsize).step_by(DIRBLKSIZ) {
-            block[chunk + 4..chunk + 6].copy_from_slice(&(DIRBLKSIZ as u16).to_le_bytes());
         }
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        let mut d = Dinode::zeroed();
-        d.di_mode = IFDIR | 0o700;
-        d.di_nlink = 2;
-        d.di_size = fsize as u64;
-        d.di_blocks = (fsize / DEV_BSIZE as usize) as u64;
-        d.di_blksize = sb.fs_bsize as u32;
-        (d.di_atime, d.di_mtime, d.di_ctime, d.di_birthtime) = (now, now, now, now);
-        d.di_db[0] = frag;
-        self.write(self.sb.fsb_offset(frag), &block)?;
-        self.put_dinode(ino, &d)?;
-        self.claimed.set(frag);
-        *self.inode_mut(ino) = InoInfo {
-            state: State::InUse,
-            dtype: DT_DIR,
-            nlink: 2,
-            mode: d.di_mode,
-            size: fsize as u64,
-            counted: 1,
-            parent: UFS_ROOTINO,
-            dotdot: UFS_ROOTINO,
-            names: 1,
-            unmovable: false,
-            immutable: false,
-        };
-        self.dir_blocks.insert(ino, vec![(0, frag, 1)]);
         let added = self.add_entry(UFS_ROOTINO, b"lost+found", ino, DT_DIR)?;
         assert!(added, "room in the root was found before");
         let mut root = self.dinode(UFS_ROOTINO)?;
@@ -739,8 +1146,17 @@ impl<D: ReadAt + WriteAt + ?Sized> Check<'_, D> {
         for c in 0..sb.fs_ncg {
             let base = sb.cgbase(c);
             let ndblk = (sb.fs_size - base).min(fpg);
-            let Some(mut g) = self.cgs[c as usize].clone() else {
-                unreachable!("group {c} did not decode, and repair started")
+            let mut g = match self.cgs[c as usize].clone() {
+                Some(g) => g,
+                None => {
+                    // pass5.c's rebuild of a group that does not decode: newfs's empty group,
+                    // every inode counted initialized (pass 1 read them all), its maps and
+                    // counts set below from what the passes found.
+                    let mut g = crate::format::ufs2::newfs::initcg(&sb, c, sb.fs_time);
+                    g.hdr.cg_initediblk = ipg;
+                    done.push(format!("CG {c}: BAD CYLINDER GROUP (REBUILT)"));
+                    g
+                }
             };
             let mut ndir = 0;
             for i in 0..ipg {
