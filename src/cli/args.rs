@@ -34,7 +34,7 @@ pub(crate) struct Cli {
 #[derive(Subcommand)]
 pub(crate) enum Cmd {
     /// Make a file system on an image file (created sparse if missing) or a block device:
-    /// FreeBSD's UFS2, as newfs(8) makes it, unless `--format sufs`.
+    /// FreeBSD's UFS2, as newfs(8) makes it.
     Mkfs {
         image: PathBuf,
         /// Size of a new image, e.g. 1G, 512M (default: the existing file's or device's size).
@@ -44,7 +44,7 @@ pub(crate) enum Cmd {
         #[arg(short = 'b', long)]
         block_size: Option<u32>,
         /// Leave this much at the end of the device outside the file system, for a volume
-        /// snapshot's `reserved` exception store (either format).
+        /// snapshot's `reserved` exception store.
         #[arg(long, value_parser = parse_size)]
         snapshot_reserve: Option<u64>,
         /// The share of the data blocks only root may allocate, in percent (FFS's minfree;
@@ -58,13 +58,13 @@ pub(crate) enum Cmd {
         /// The same as `--format ufs2` (the default).
         #[arg(long, hide = true, conflicts_with = "format")]
         ufs2: bool,
-        /// UFS2: the fragment size (newfs -f; default 4096).
+        /// The fragment size (newfs -f; default 4096).
         #[arg(short = 'f', long)]
         frag_size: Option<u32>,
-        /// UFS2: bytes of data space per inode (newfs -i; default two fragments).
+        /// Bytes of data space per inode (newfs -i; default two fragments).
         #[arg(short = 'i', long)]
         bytes_per_inode: Option<u32>,
-        /// UFS2: the volume label (newfs -L).
+        /// The volume label (newfs -L).
         #[arg(short = 'L', long)]
         label: Option<String>,
     },
@@ -197,9 +197,8 @@ pub(crate) enum Cmd {
         #[arg(short = 'p')]
         print: bool,
     },
-    /// Grow an unmounted, clean image file and its file system, sufs's or UFS2 (FreeBSD's
-    /// growfs): the last group is extended and new groups added; a crash leaves the old or the
-    /// new file system.
+    /// Grow an unmounted, clean image file and its file system (FreeBSD's growfs): the last
+    /// group is extended and new groups added; a crash leaves the old or the new file system.
     Growfs {
         image: PathBuf,
         /// The new size of the image, e.g. 2G (larger than the file system).
@@ -393,9 +392,8 @@ pub(crate) struct PeersArgs {
     /// policy after its ordering: sufs-softdep-pu, sufs-softdep-aipu, sufs-sync-wt (without one,
     /// the mount's default, aipu), and a transport last: sufs-softdep-classic, sufs-softdep-uring
     /// (without one, the mount's default: io_uring when the kernel offers it). A sufs peer's image
-    /// is UFS2 as `sufs mkfs` makes it; `sufsfmt` right after the ordering puts it on sufs's
-    /// earlier format: sufs-softdep-sufsfmt, sufs-softdep-sufsfmt-pu. fuse-ufs (FreeBSD's UFS2,
-    /// mounted read-only) runs only the read workload.
+    /// is UFS2 as `sufs mkfs` makes it. fuse-ufs (FreeBSD's UFS2, mounted read-only) runs only
+    /// the read workload.
     #[arg(
         long,
         value_delimiter = ',',
@@ -458,6 +456,10 @@ pub(crate) struct PeersArgs {
     pub(crate) coldread_secs: f64,
     #[arg(long, default_value_t = 2.0)]
     pub(crate) coldread_rate: f64,
+    /// Run every workload this many times on each peer, the peers' order rotated each round,
+    /// and report each phase's median (the first mount after a pause runs on a cold CPU).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=99))]
+    pub(crate) rounds: u16,
     /// Buffer cache of every sufs mount (default: the mount's, 128M).
     #[arg(long, value_parser = parse_size)]
     pub(crate) sufs_cache: Option<u64>,
@@ -475,6 +477,8 @@ pub(crate) struct PeersArgs {
     pub(crate) json: Option<PathBuf>,
 }
 
+// Parsed once per run, as `Cmd`: the peers' options make it the largest variant, at no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub(crate) enum BenchCmd {
     /// The same workloads (many empty files; real trees copied; Andrew-like; PostMark-

@@ -98,6 +98,7 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         par_messages: a.parallel_messages,
         coldread_secs: a.coldread_secs,
         coldread_rate: a.coldread_rate,
+        rounds: a.rounds as usize,
         ..Default::default()
     }
     .scaled(a.scale);
@@ -136,6 +137,9 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
             o.coldread_secs, o.coldread_rate
         );
     }
+    if o.rounds > 1 {
+        println!("{} rounds, the peers' order rotated each round: each phase's median time", o.rounds);
+    }
     if let Some(c) = o.sufs_cache {
         println!("sufs mounts: --cache {} MiB", c >> 20);
     }
@@ -152,7 +156,7 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         .workloads
         .iter()
         .map(|w| {
-            let b = multi.add(indicatif::ProgressBar::new(o.peers.len() as u64));
+            let b = multi.add(indicatif::ProgressBar::new((o.peers.len() * o.rounds.max(1)) as u64));
             b.set_style(style.clone());
             b.set_prefix(w.clone());
             (w.clone(), b)
