@@ -51,7 +51,7 @@ use sufs_fs::fs::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use sufs_fs::fs::shutdown::{Shutdown, FS_IOC_SHUTDOWN};
 use sufs_fs::fs::trim;
 use sufs_fs::fs::xattr::XattrMode;
-use sufs_fs::fs::{Fs, FsError, FsResult, RenameFlags, SetAttr, Writer};
+use sufs_fs::fs::{Fs, FsError, FsGuard, FsResult, RenameFlags, SetAttr, Writer};
 
 /// How long the kernel may keep a name and its attributes without asking again. Every change
 /// to the namespace and to attributes goes through this mount, whose replies keep the kernel's
@@ -493,6 +493,22 @@ fn units(sb: &Superblock) -> (u32, u32) {
     (sb.addr_unit(), sb.block_size)
 }
 
+/// A name's reply to the kernel (LOOKUP, MKNOD, MKDIR, SYMLINK, LINK, CREATE), made under the
+/// lock (`SufsFuse::entry`, which counts the kernel's lookup) and sent after it is given back:
+/// the lock is never held across the reply's write to the kernel.
+struct Entry {
+    attr: FileAttr,
+    ttl: &'static Duration,
+    name_ttl: &'static Duration,
+    generation: Generation,
+}
+
+impl Entry {
+    fn send(self, reply: ReplyEntry) {
+        reply.entry_with_ttls(self.ttl, self.name_ttl, &self.attr, self.generation);
+    }
+}
+
 /// The attributes of inode `ino`; `(unit, bs)` from `units`.
 fn attr(ino: u32, d: &Dinode, (unit, bs): (u32, u32)) -> FileAttr {
     FileAttr {
@@ -518,10 +534,14 @@ impl SufsFuse {
     /// Answers with an entry, which the kernel counts as one lookup of the inode (it gives the
     /// count back with FORGET): until then the inode is held, so that an unlinked file lives
     /// while the kernel may still use it.
-    fn entry(&self, fs: &mut Fs, reply: ReplyEntry, ino: u32, d: &Dinode) {
+    fn entry(&self, fs: &mut Fs, ino: u32, d: &Dinode) -> Entry {
         fs.hold(ino, 1);
-        let a = attr(ino, d, units(&fs.sb));
-        reply.entry_with_ttls(ttl(d), self.name_ttl(d), &a, Generation(d.generation as u64));
+        Entry {
+            attr: attr(ino, d, units(&fs.sb)),
+            ttl: ttl(d),
+            name_ttl: self.name_ttl(d),
+            generation: Generation(d.generation as u64),
+        }
     }
 
     /// How long the kernel may keep a name naming `d` (a negative one: `Dinode::default()`):
@@ -596,19 +616,13 @@ pub(crate) fn ask_at_init(config: &mut KernelConfig, keep_cache: bool, checks: b
 impl SufsFuse {
     /// Answers a CREATE or TMPFILE: the file made and opened (one hold, the handle's), and its
     /// entry, which the kernel counts as a lookup (a second hold, given back by FORGET).
-    fn reply_created(&self, fs: &mut Fs, r: Result<(u32, Dinode), Errno>, reply: ReplyCreate) {
+    /// The reply goes after the lock is given back (`mut fs`, dropped here).
+    fn reply_created(&self, mut fs: FsGuard<'_>, r: Result<(u32, Dinode), Errno>, reply: ReplyCreate) {
+        let r = r.map(|(ino, d)| self.entry(&mut fs, ino, &d));
+        drop(fs);
         match r {
-            Ok((ino, d)) => {
-                fs.hold(ino, 1);
-                // One time-to-live for the name and its attributes: the name's.
-                reply.created(
-                    self.name_ttl(&d),
-                    &attr(ino, &d, units(&fs.sb)),
-                    Generation(d.generation as u64),
-                    FileHandle(0),
-                    self.open_flags(),
-                )
-            }
+            // One time-to-live for the name and its attributes: the name's.
+            Ok(e) => reply.created(e.name_ttl, &e.attr, e.generation, FileHandle(0), self.open_flags()),
             Err(e) => reply.error(e),
         }
     }
@@ -747,8 +761,10 @@ impl Filesystem for SufsFuse {
                 fs.lookup(p, name.as_bytes()).map_err(errno)
             }
         });
+        let r = r.map(|(ino, d)| self.entry(&mut fs, ino, &d));
+        drop(fs);
         match r {
-            Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
+            Ok(e) => e.send(reply),
             Err(Errno::ENOENT) if name.as_bytes() != b"." => self.negative_entry(reply),
             Err(e) => reply.error(e),
         }
@@ -763,8 +779,11 @@ impl Filesystem for SufsFuse {
             return reply.error(Errno::ENOSPC);
         }
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
-            Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, units(&fs.sb))),
+        let r = from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno));
+        let u = units(&fs.sb);
+        drop(fs);
+        match r {
+            Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, u)),
             Err(e) => reply.error(e),
         }
     }
@@ -786,8 +805,11 @@ impl Filesystem for SufsFuse {
             return reply.error(Errno::ENOSPC);
         }
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno)) {
-            Ok((i, d)) => reply.statx(ttl(&d), &attr(i, &d, units(&fs.sb)), statx_attributes(d.flags), STATX_ATTRS),
+        let r = from_fuse(ino).and_then(|i| fs.getattr(i).map(|d| (i, d)).map_err(errno));
+        let u = units(&fs.sb);
+        drop(fs);
+        match r {
+            Ok((i, d)) => reply.statx(ttl(&d), &attr(i, &d, u), statx_attributes(d.flags), STATX_ATTRS),
             Err(e) => reply.error(e),
         }
     }
@@ -845,8 +867,10 @@ impl Filesystem for SufsFuse {
             settle(&mut fs, Change::Attr, &[i])?;
             Ok((i, d))
         });
+        let u = units(&fs.sb);
+        drop(fs);
         match r {
-            Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, units(&fs.sb))),
+            Ok((i, d)) => reply.attr(ttl(&d), &attr(i, &d, u)),
             Err(e) => reply.error(e),
         }
     }
@@ -854,7 +878,9 @@ impl Filesystem for SufsFuse {
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         self.msgs.count(Op::Readlink);
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.readlink(i).map_err(errno)) {
+        let r = from_fuse(ino).and_then(|i| fs.readlink(i).map_err(errno));
+        drop(fs);
+        match r {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
         }
@@ -874,8 +900,10 @@ impl Filesystem for SufsFuse {
             settle_names(&mut fs, p, &[ino])?;
             Ok((ino, d))
         });
+        let r = r.map(|(ino, d)| self.entry(&mut fs, ino, &d));
+        drop(fs);
         match r {
-            Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
+            Ok(e) => e.send(reply),
             Err(e) => reply.error(e),
         }
     }
@@ -896,8 +924,10 @@ impl Filesystem for SufsFuse {
             settle_names(&mut fs, p, &[ino])?;
             Ok((ino, d))
         });
+        let r = r.map(|(ino, d)| self.entry(&mut fs, ino, &d));
+        drop(fs);
         match r {
-            Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
+            Ok(e) => e.send(reply),
             Err(e) => reply.error(e),
         }
     }
@@ -910,6 +940,7 @@ impl Filesystem for SufsFuse {
             fs.unlink(p, name.as_bytes()).map_err(errno)?;
             settle(&mut fs, Change::Names, &[p])
         });
+        drop(fs);
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -924,6 +955,7 @@ impl Filesystem for SufsFuse {
             fs.rmdir(p, name.as_bytes()).map_err(errno)?;
             settle(&mut fs, Change::Names, &[p])
         });
+        drop(fs);
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -943,8 +975,10 @@ impl Filesystem for SufsFuse {
             settle_names(&mut fs, p, &[ino])?;
             Ok((ino, d))
         });
+        let r = r.map(|(ino, d)| self.entry(&mut fs, ino, &d));
+        drop(fs);
         match r {
-            Ok((ino, d)) => self.entry(&mut fs, reply, ino, &d),
+            Ok(e) => e.send(reply),
             Err(e) => reply.error(e),
         }
     }
@@ -993,6 +1027,7 @@ impl Filesystem for SufsFuse {
             inos.push(p);
             settle_names(&mut fs, np, &inos)
         });
+        drop(fs);
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -1009,8 +1044,10 @@ impl Filesystem for SufsFuse {
             settle_names(&mut fs, np, &[i])?;
             Ok((i, d))
         });
+        let r = r.map(|(i, d)| self.entry(&mut fs, i, &d));
+        drop(fs);
         match r {
-            Ok((i, d)) => self.entry(&mut fs, reply, i, &d),
+            Ok(e) => e.send(reply),
             Err(e) => reply.error(e),
         }
     }
@@ -1025,6 +1062,7 @@ impl Filesystem for SufsFuse {
             fs.check_open_append(i, write, append, flags.0 & libc::O_TRUNC != 0).map_err(errno)?;
             fs.open(i, write).map_err(errno)
         });
+        drop(fs);
         match r {
             Ok(_) => reply.opened(FileHandle(0), self.open_flags()),
             Err(e) => reply.error(e),
@@ -1132,7 +1170,9 @@ impl Filesystem for SufsFuse {
     ) {
         self.msgs.count(Op::Release);
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.release(i).map_err(errno)) {
+        let r = from_fuse(ino).and_then(|i| fs.release(i).map_err(errno));
+        drop(fs);
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -1162,6 +1202,7 @@ impl Filesystem for SufsFuse {
             }
             Ok(d)
         });
+        drop(fs);
         match r {
             Ok(d) if d.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.error(Errno::ENOTDIR),
@@ -1181,6 +1222,7 @@ impl Filesystem for SufsFuse {
                 break;
             }
         }
+        drop(fs);
         reply.ok();
     }
 
@@ -1234,6 +1276,7 @@ impl Filesystem for SufsFuse {
                 }
             }
         }
+        drop(fs);
         reply.ok();
     }
 
@@ -1256,6 +1299,7 @@ impl Filesystem for SufsFuse {
         self.msgs.count(Op::Statfs);
         let mut fs = lock(&self.fs);
         let s = fs.statfs();
+        drop(fs);
         reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize);
     }
 
@@ -1269,6 +1313,7 @@ impl Filesystem for SufsFuse {
             self.check(&mut fs, req, |fs, c| fs.may_xattr(i, name.as_bytes(), false, c))?;
             fs.getxattr(i, name.as_bytes(), req.uid()).map_err(errno)
         });
+        drop(fs);
         match r {
             Ok(v) => xattr_reply(reply, size, &v),
             Err(e) => reply.error(e),
@@ -1278,7 +1323,9 @@ impl Filesystem for SufsFuse {
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
         self.msgs.count(Op::Listxattr);
         let mut fs = lock(&self.fs);
-        match from_fuse(ino).and_then(|i| fs.listxattr(i, req.uid()).map_err(errno)) {
+        let r = from_fuse(ino).and_then(|i| fs.listxattr(i, req.uid()).map_err(errno));
+        drop(fs);
+        match r {
             Ok(v) => xattr_reply(reply, size, &v),
             Err(e) => reply.error(e),
         }
@@ -1459,6 +1506,7 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         let r =
             from_fuse(ino).and_then(|i| fs.seek_data_hole(i, offset as u64, whence == libc::SEEK_DATA).map_err(errno));
+        drop(fs);
         match r {
             Ok(o) => reply.offset(o as i64),
             Err(e) => reply.error(e),
@@ -1518,6 +1566,7 @@ impl Filesystem for SufsFuse {
         let mut fs = lock(&self.fs);
         // A read-only mount's EROFS the kernel answers itself (`sb_permission`).
         let r = from_fuse(ino).and_then(|i| self.check(&mut fs, req, |fs, c| fs.may(i, c, want)).map(|_| ()));
+        drop(fs);
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -1547,7 +1596,7 @@ impl Filesystem for SufsFuse {
             fs.open(ino, false).map_err(errno)?;
             Ok((ino, d))
         });
-        self.reply_created(&mut fs, r, reply);
+        self.reply_created(fs, r, reply);
     }
 
     /// open(2) with `O_TMPFILE`: a regular file with no name (`Fs::tmpfile`, which opens it),
@@ -1577,7 +1626,7 @@ impl Filesystem for SufsFuse {
             settle(&mut fs, Change::Data, &[ino])?;
             Ok((ino, d))
         });
-        self.reply_created(&mut fs, r, reply);
+        self.reply_created(fs, r, reply);
     }
 }
 

@@ -19,7 +19,7 @@ use crate::cache::Prepared;
 /// that lands the flight (a rename, a removal, a truncation, an inode freed): it would otherwise
 /// wait for the flight's device write holding the lock, and every other request with it (the
 /// fsyncs that could join the next group among them). A flight written it lands at once.
-pub fn lock_landing(fs: &SharedFs) -> std::sync::MutexGuard<'_, Fs> {
+pub fn lock_landing(fs: &SharedFs) -> FsGuard<'_> {
     for _ in 0..4 {
         let g = lock(fs);
         match g.flight.clone().filter(|f| !f.written()) {

@@ -209,6 +209,8 @@ pub mod flags;
 pub mod flight;
 mod frags;
 pub mod label;
+pub mod lockstat;
+pub use lockstat::{lock, FsGuard, LockStats};
 pub mod messages;
 pub mod perm;
 pub mod trim;
@@ -385,6 +387,8 @@ pub struct FsStats {
     pub fsync_flights: u64,
     /// FUSE requests served by the mount, by opcode (`messages`); all zero in-process.
     pub fuse_messages: std::collections::BTreeMap<&'static str, u64>,
+    /// The lock of a shared file system (a mount): taken, waited for, held.
+    pub lock: LockStats,
 }
 
 /// What happens around every write: soft updates roll back unsatisfied dependencies in the
@@ -429,12 +433,6 @@ struct Slot {
 /// The file system shared by the FUSE session, the syncer, the control channel and the unmount
 /// path: one lock for now (the concurrency work splits it).
 pub type SharedFs = Arc<std::sync::Mutex<Fs>>;
-
-pub fn lock(fs: &SharedFs) -> std::sync::MutexGuard<'_, Fs> {
-    // A panic while holding the lock must not wedge the mount: the data is still consistent
-    // as far as the on-disk rules go, so keep serving.
-    fs.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 pub struct Fs {
     pub sb: Superblock,
@@ -487,6 +485,8 @@ pub struct Fs {
     privileged: bool,
     /// The FUSE requests a mount served, counted by its adapter (`messages`).
     messages: Arc<messages::Messages>,
+    /// How long the lock of a shared file system was waited for and held (`lockstat.rs`).
+    lock_stats: LockStats,
 }
 
 /// What a mount (or a remount) read-write asks of the superblock first: an image sufs may write
@@ -565,6 +565,7 @@ impl Fs {
             live: mountopt::Live::new(opts.readonly),
             privileged: true,
             messages: Default::default(),
+            lock_stats: LockStats::default(),
         };
         for what in std::mem::take(&mut fs.alloc.damage) {
             fs.damaged(what);
@@ -594,6 +595,7 @@ impl Fs {
             fsync_batches: self.group.batches,
             fsync_flights: self.group.flights,
             fuse_messages: self.messages.snapshot(),
+            lock: self.lock_stats,
         }
     }
 
