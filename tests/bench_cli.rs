@@ -228,6 +228,7 @@ fn peers_bench_measures_the_floor_and_counts_requests_per_phase() {
         "| andrew | compile |",
         "FUSE requests per operation",
         "2 rounds, the peers' order rotated each round",
+        "| files | lock held a message (µs) | | ",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
@@ -257,6 +258,9 @@ fn peers_bench_measures_the_floor_and_counts_requests_per_phase() {
         assert!(r["writes"]["messages"].as_u64().unwrap() >= 60, "{r}");
         if r["peer"] == "floor-classic" {
             assert_eq!(r["writes"]["blocks"], 0, "the floor writes nothing: {r}");
+            assert!(r["writes"].get("lock_held_ns").is_none(), "the floor has no lock: {r}");
+        } else {
+            assert!(r["writes"]["lock_held_ns"].as_u64().unwrap() > 0, "sufs's lock was held: {r}");
         }
     }
 }

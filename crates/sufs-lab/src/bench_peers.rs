@@ -269,6 +269,10 @@ pub struct Writes {
     /// A sufs peer's FUSE messages in the workload (every request the mount served, a
     /// FORGET or BATCH_FORGET counted once; `--stats`' `fuse_messages`).
     pub messages: Option<u64>,
+    /// A sufs peer's nanoseconds holding the file system's one lock in the workload
+    /// (`--stats`' `lock`): per message, what bounds the messages a second on any machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_held_ns: Option<u64>,
 }
 
 /// One workload on one file system.
@@ -385,6 +389,7 @@ struct Mounted {
     /// FUSE messages they served.
     earlier: (u64, u64, u64),
     earlier_messages: u64,
+    earlier_lock_ns: u64,
     /// The options of `sufs mount` or `sufs bench floor-serve` (empty for the other peers).
     options: Vec<String>,
     /// The control channel that answers the FUSE requests served so far (sufs's and the
@@ -413,6 +418,7 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
         lp: None,
         earlier: (0, 0, 0),
         earlier_messages: 0,
+        earlier_lock_ns: 0,
         options: Vec::new(),
         ctl: None,
         exe: o.exe.clone(),
@@ -537,7 +543,9 @@ impl Mounted {
         if self.lp.is_none() {
             let (blocks, requests, sync) = self.sufs_writes()?;
             self.earlier = (self.earlier.0 + blocks, self.earlier.1 + requests, self.earlier.2 + sync);
-            self.earlier_messages += self.sufs_messages()?;
+            let (messages, lock_ns) = self.sufs_messages()?;
+            self.earlier_messages += messages;
+            self.earlier_lock_ns += lock_ns;
         }
         let dropped = drop_page_cache();
         self.mount(o)?;
@@ -549,6 +557,7 @@ impl Mounted {
     fn forget_writes(&mut self) -> Result<(), BenchError> {
         self.earlier = (0, 0, 0);
         self.earlier_messages = 0;
+        self.earlier_lock_ns = 0;
         if let Some((lp, before)) = &mut self.lp {
             *before = loop_writes(&lp.0)?;
         }
@@ -565,13 +574,15 @@ impl Mounted {
     }
 
     /// The FUSE messages sufs's (or the floor's) last mount served, from the statistics of its
-    /// unmount: every opcode's count, the forgets as messages (not nodes or lookups).
-    fn sufs_messages(&self) -> Result<u64, BenchError> {
+    /// unmount: every opcode's count, the forgets as messages (not nodes or lookups); and the
+    /// nanoseconds its file system's lock was held (0 for the floor, which has none).
+    fn sufs_messages(&self) -> Result<(u64, u64), BenchError> {
         let st: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&self.stats).map_err(|e| run_err("mount statistics", e))?)
                 .map_err(|e| run_err("mount statistics", e))?;
         let counts = st["fuse_messages"].as_object().ok_or_else(|| run_err("mount statistics", "no fuse_messages"))?;
-        Ok(counts.iter().filter(|(k, _)| !k.starts_with("forget_")).filter_map(|(_, v)| v.as_u64()).sum())
+        let messages = counts.iter().filter(|(k, _)| !k.starts_with("forget_")).filter_map(|(_, v)| v.as_u64()).sum();
+        Ok((messages, st["lock"]["held_ns"].as_u64().unwrap_or(0)))
     }
 
     /// Unmounts (timed, as the "unmount" phase) and counts the device writes.
@@ -586,6 +597,7 @@ impl Mounted {
                 requests: Some(r1 - r0),
                 source: format!("{} /sys/block stat", lp.0),
                 messages: None,
+                lock_held_ns: None,
             });
         }
         if floor_peer(&self.peer).is_some() {
@@ -593,11 +605,13 @@ impl Mounted {
                 blocks: 0,
                 requests: Some(0),
                 source: "none: the floor keeps everything in memory".into(),
-                messages: Some(self.sufs_messages()?),
+                messages: Some(self.sufs_messages()?.0),
+                lock_held_ns: None,
             });
         }
         let (blocks, requests, sync) = self.sufs_writes()?;
-        let messages = self.earlier_messages + self.sufs_messages()?;
+        let (messages, lock_ns) = self.sufs_messages()?;
+        let (messages, lock_ns) = (self.earlier_messages + messages, self.earlier_lock_ns + lock_ns);
         // What the workload left must be a clean file system, or its figures count for nothing.
         let out = Command::new(&self.exe).arg("fsck").arg(&self.img).output().map_err(|e| run_err("sufs fsck", e))?;
         if !out.status.success() {
@@ -613,6 +627,7 @@ impl Mounted {
             requests: Some(r0 + requests),
             source: format!("sufs --stats ({} sync)", s0 + sync),
             messages: Some(messages),
+            lock_held_ns: Some(lock_ns),
         })
     }
 }
@@ -1242,6 +1257,18 @@ impl PeersReport {
                 .collect();
             if msgs.iter().any(|m| m != "-") {
                 let _ = writeln!(s, "| {w} | FUSE messages | | {} |", msgs.join(" | "));
+            }
+            let held: Vec<String> = peers
+                .iter()
+                .map(|p| match self.run(w, p).and_then(|r| r.writes.as_ref()) {
+                    Some(Writes { lock_held_ns: Some(ns), messages: Some(m), .. }) if *m > 0 => {
+                        format!("{:.2}", *ns as f64 / 1e3 / *m as f64)
+                    }
+                    _ => "-".into(),
+                })
+                .collect();
+            if held.iter().any(|m| m != "-") {
+                let _ = writeln!(s, "| {w} | lock held a message (µs) | | {} |", held.join(" | "));
             }
         }
         s
