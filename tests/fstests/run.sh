@@ -48,7 +48,7 @@ OUTDIR=${OUTDIR:-$WORK/results/$(date +%Y%m%d-%H%M%S)-${ORDERING:-softdep}}
 mkdir -p "$OUTDIR" || exit 2
 OUTDIR=$(realpath "$OUTDIR")
 # A directory used before starts over.
-rm -rf "$OUTDIR/results" "$OUTDIR"/{check.out,check.last,list,daemons,timeouts,current,unexpected,summary.txt,run.log,foreign,logmarks,logerrors} "$OUTDIR"/chunk.*
+rm -rf "$OUTDIR/results" "$OUTDIR"/{check.out,check.last,list,daemons,timeouts,current,unexpected,summary.txt,run.log,foreign,logmarks,logerrors,peakrss} "$OUTDIR"/chunk.*
 export RESULT_BASE=$OUTDIR/results
 cd "$XFSTESTS" || exit 2
 
@@ -116,6 +116,12 @@ watchdog() {
       exe=$(realpath -m "${exe% (deleted)}")
       [ "$exe" = "$(realpath "$SUFS")" ] || grep -qxF "$exe" "$OUTDIR/foreign" 2>/dev/null || echo "$exe" >> "$OUTDIR/foreign"
     done
+    # The largest daemon seen so far (sampled every 5 s), and the test it was serving.
+    peak=$(ps -eo rss=,args= | awk -v t="${TEST_DEV#sufs:}" -v s="${SCRATCH_DEV#sufs:}" \
+      '$2 ~ /sufs$/ && $3 == "mount" && ($4 == t || $4 == s) && $1 > m {m = $1} END {print m + 0}')
+    if [ "$peak" -gt "$(cut -d' ' -f1 "$OUTDIR/peakrss" 2>/dev/null || echo 0)" ]; then
+      echo "$peak $(cat "$OUTDIR/current" 2>/dev/null)" > "$OUTDIR/peakrss"
+    fi
     ps -eo pid=,rss=,args= | awk -v max=$((MAX_RSS_MB * 1024)) -v t="${TEST_DEV#sufs:}" -v s="${SCRATCH_DEV#sufs:}" \
       '$3 ~ /sufs$/ && $4 == "mount" && ($5 == t || $5 == s) && $2 > max {print $1, $2, $5}' |
     while read -r pid rss img; do
@@ -270,6 +276,10 @@ reason() {  # the first lines that differ from the golden output
   echo "fstests on sufs (${ORDERING:-softdep}), $(date -d @"$start" '+%F %T'), $(( ($(date +%s) - start) / 60 )) min"
   echo "$total tests: ${N[pass]} passed, ${N[fail]} failed, ${N[timeout]} timed out, ${N[notrun]} not run, ${N[xfail]} failed as expected, ${N[xpass]} passed although expected to fail"
   printf '%s\n' "${lines[@]}"
+  if [ -s "$OUTDIR/peakrss" ]; then
+    read -r kib during < "$OUTDIR/peakrss"
+    echo "largest daemon: $((kib / 1024)) MiB resident (sampled every 5 s; during ${during:-?})"
+  fi
   # Daemons killed (not finished after their unmount, or past MAX_RSS_MB while the tests ran) and
   # images left needing more than preening:
   # expected only when every test named is marked xfail.
