@@ -229,6 +229,7 @@ fn peers_bench_measures_the_floor_and_counts_requests_per_phase() {
         "FUSE requests per operation",
         "2 rounds, the peers' order rotated each round",
         "| files | lock held a message (µs) | | ",
+        "| files | device busy (s) | | ",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
@@ -261,6 +262,7 @@ fn peers_bench_measures_the_floor_and_counts_requests_per_phase() {
             assert!(r["writes"].get("lock_held_ns").is_none(), "the floor has no lock: {r}");
         } else {
             assert!(r["writes"]["lock_held_ns"].as_u64().unwrap() > 0, "sufs's lock was held: {r}");
+            assert!(r["writes"]["device_busy_secs"].as_f64().unwrap() > 0.0, "sufs wrote its image: {r}");
         }
     }
 }

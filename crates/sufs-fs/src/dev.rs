@@ -59,6 +59,10 @@ pub struct DevStats {
     pub flushes: u64,
     /// Largest batch seen, in blocks.
     pub max_batch: u64,
+    /// Nanoseconds spent in batches' writes, their flushes included, and in the flushes alone
+    /// (an image file's `fdatasync`): how busy the device kept its writers.
+    pub write_ns: u64,
+    pub flush_ns: u64,
 }
 
 impl DevStats {
@@ -139,6 +143,8 @@ pub struct Counters {
     write_requests: AtomicU64,
     flushes: AtomicU64,
     max_batch: AtomicU64,
+    write_ns: AtomicU64,
+    flush_ns: AtomicU64,
 }
 
 impl Counters {
@@ -162,6 +168,13 @@ impl Counters {
     pub fn flush(&self) {
         self.flushes.fetch_add(1, Ordering::Relaxed);
     }
+    /// Time spent writing one batch (`write`, flush included) and flushing it (`flush`).
+    pub fn timed(&self, write: std::time::Duration, flush: std::time::Duration) {
+        debug_assert!(flush <= write, "a batch's flush is part of its write");
+        let ns = |d: std::time::Duration| d.as_nanos().min(u64::MAX as u128) as u64;
+        self.write_ns.fetch_add(ns(write), Ordering::Relaxed);
+        self.flush_ns.fetch_add(ns(flush), Ordering::Relaxed);
+    }
     pub fn snapshot(&self) -> DevStats {
         DevStats {
             reads: self.reads.load(Ordering::Relaxed),
@@ -171,6 +184,8 @@ impl Counters {
             write_requests: self.write_requests.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
             max_batch: self.max_batch.load(Ordering::Relaxed),
+            write_ns: self.write_ns.load(Ordering::Relaxed),
+            flush_ns: self.flush_ns.load(Ordering::Relaxed),
         }
     }
 }
@@ -460,6 +475,7 @@ impl BlockDevice for FileDevice {
         for r in reqs {
             check_write(r.bno, r.data.len(), self.unit, self.nblocks)?;
         }
+        let start = std::time::Instant::now();
         // Each write goes at its own bytes (a fragment run changes only its fragments), and
         // writes that follow each other byte for byte go in one `pwritev`.
         let runs = write_runs(reqs, self.unit, |run| {
@@ -467,11 +483,15 @@ impl BlockDevice for FileDevice {
             write_all_vectored_at(&self.file, &mut slices, run[0].bno * self.unit as u64)
                 .map_err(|source| DevError::Io { bno: run[0].bno, source })
         })?;
+        let mut flush = std::time::Duration::ZERO;
         if self.durable {
             self.counters.flush();
+            let t = std::time::Instant::now();
             self.file.sync_data().map_err(|source| DevError::Io { bno: reqs[0].bno, source })?;
+            flush = t.elapsed();
         }
         self.counters.batch(reqs.len(), runs, kind);
+        self.counters.timed(start.elapsed(), flush);
         Ok(())
     }
     fn stats(&self) -> DevStats {
@@ -1011,7 +1031,9 @@ mod tests {
         let mut b = vec![0u8; 4096];
         d.read_block(7, &mut b).unwrap();
         assert_eq!(a, b);
-        assert_eq!(d.stats().flushes, 1);
+        let st = d.stats();
+        assert_eq!(st.flushes, 1);
+        assert!(st.write_ns >= st.flush_ns && st.flush_ns > 0, "the write and its flush are timed: {st:?}");
     }
 
     #[test]

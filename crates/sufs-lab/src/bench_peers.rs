@@ -273,6 +273,11 @@ pub struct Writes {
     /// (`--stats`' `lock`): per message, what bounds the messages a second on any machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_held_ns: Option<u64>,
+    /// Seconds the device was busy in the workload: sufs's writes and flushes of its image
+    /// (`--stats`' `write_ns`), a loop device's time with any request in flight (`io_ticks`).
+    /// Set against the phases' times, it says how much of them was the disk's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_busy_secs: Option<f64>,
 }
 
 /// One workload on one file system.
@@ -350,14 +355,51 @@ pub(crate) fn cmd(what: &str, c: &mut Command) -> Result<String, BenchError> {
 }
 
 /// (write requests, sectors written) of a loop device.
-fn loop_writes(dev: &str) -> Result<(u64, u64), BenchError> {
+fn loop_writes(dev: &str) -> Result<DevCount, BenchError> {
     let name = Path::new(dev).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let st = std::fs::read_to_string(format!("/sys/block/{name}/stat")).map_err(|e| run_err("loop device stat", e))?;
     let f: Vec<u64> = st.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    if f.len() < 7 {
+    if f.len() < 10 {
         return Err(BenchError::Run(format!("/sys/block/{name}/stat: unexpected {st:?}")));
     }
-    Ok((f[4], f[6]))
+    // Writes completed, sectors written, and the milliseconds the device had requests in
+    // flight (`io_ticks`).
+    Ok(DevCount { blocks: f[6] / 8, requests: f[4], sync: 0, busy_ns: f[9] * 1_000_000 })
+}
+
+/// A device's writes so far: 4 KiB blocks, requests, blocks written synchronously (sufs), and
+/// the nanoseconds it was busy writing (sufs: its writes and flushes; a loop device: the time
+/// it had requests in flight).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct DevCount {
+    blocks: u64,
+    requests: u64,
+    sync: u64,
+    busy_ns: u64,
+}
+
+impl std::ops::Add for DevCount {
+    type Output = DevCount;
+    fn add(self, o: DevCount) -> DevCount {
+        DevCount {
+            blocks: self.blocks + o.blocks,
+            requests: self.requests + o.requests,
+            sync: self.sync + o.sync,
+            busy_ns: self.busy_ns + o.busy_ns,
+        }
+    }
+}
+
+impl std::ops::Sub for DevCount {
+    type Output = DevCount;
+    fn sub(self, o: DevCount) -> DevCount {
+        DevCount {
+            blocks: self.blocks.saturating_sub(o.blocks),
+            requests: self.requests.saturating_sub(o.requests),
+            sync: self.sync.saturating_sub(o.sync),
+            busy_ns: self.busy_ns.saturating_sub(o.busy_ns),
+        }
+    }
 }
 
 /// An attached loop device, detached when dropped.
@@ -384,10 +426,10 @@ struct Mounted {
     stats: PathBuf,
     fuse: Option<FuseMount>,
     kernel: bool,
-    lp: Option<(Loop, (u64, u64))>,
+    lp: Option<(Loop, DevCount)>,
     /// sufs's writes of earlier mounts of this image (blocks, requests, sync blocks), and the
     /// FUSE messages they served.
-    earlier: (u64, u64, u64),
+    earlier: DevCount,
     earlier_messages: u64,
     earlier_lock_ns: u64,
     /// The options of `sufs mount` or `sufs bench floor-serve` (empty for the other peers).
@@ -416,7 +458,7 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
         fuse: None,
         kernel: false,
         lp: None,
-        earlier: (0, 0, 0),
+        earlier: DevCount::default(),
         earlier_messages: 0,
         earlier_lock_ns: 0,
         options: Vec::new(),
@@ -541,8 +583,7 @@ impl Mounted {
     fn remount(&mut self, o: &PeersOptions) -> Result<bool, BenchError> {
         self.unmount()?;
         if self.lp.is_none() {
-            let (blocks, requests, sync) = self.sufs_writes()?;
-            self.earlier = (self.earlier.0 + blocks, self.earlier.1 + requests, self.earlier.2 + sync);
+            self.earlier = self.earlier + self.sufs_writes()?;
             let (messages, lock_ns) = self.sufs_messages()?;
             self.earlier_messages += messages;
             self.earlier_lock_ns += lock_ns;
@@ -555,7 +596,7 @@ impl Mounted {
     /// Counts the writes and messages from now on (after the tree of the read workload is put
     /// on the file system).
     fn forget_writes(&mut self) -> Result<(), BenchError> {
-        self.earlier = (0, 0, 0);
+        self.earlier = DevCount::default();
         self.earlier_messages = 0;
         self.earlier_lock_ns = 0;
         if let Some((lp, before)) = &mut self.lp {
@@ -564,13 +605,18 @@ impl Mounted {
         Ok(())
     }
 
-    /// sufs's writes (blocks, requests, sync blocks) from the statistics of its last unmount.
-    fn sufs_writes(&self) -> Result<(u64, u64, u64), BenchError> {
+    /// sufs's writes from the statistics of its last unmount.
+    fn sufs_writes(&self) -> Result<DevCount, BenchError> {
         let st: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&self.stats).map_err(|e| run_err("mount statistics", e))?)
                 .map_err(|e| run_err("mount statistics", e))?;
         let count = |k: &str| st["device"][k].as_u64().unwrap_or(0);
-        Ok((count("sync_writes") + count("async_writes"), count("write_requests"), count("sync_writes")))
+        Ok(DevCount {
+            blocks: count("sync_writes") + count("async_writes"),
+            requests: count("write_requests"),
+            sync: count("sync_writes"),
+            busy_ns: count("write_ns"),
+        })
     }
 
     /// The FUSE messages sufs's (or the floor's) last mount served, from the statistics of its
@@ -590,14 +636,15 @@ impl Mounted {
         let t = Instant::now();
         self.unmount()?;
         phases.push(Phase::new("unmount", 0, t.elapsed().as_secs_f64()));
-        if let Some((lp, (r0, s0))) = &self.lp {
-            let (r1, s1) = loop_writes(&lp.0)?;
+        if let Some((lp, before)) = &self.lp {
+            let d = loop_writes(&lp.0)? - *before;
             return Ok(Writes {
-                blocks: (s1 - s0) / 8,
-                requests: Some(r1 - r0),
+                blocks: d.blocks,
+                requests: Some(d.requests),
                 source: format!("{} /sys/block stat", lp.0),
                 messages: None,
                 lock_held_ns: None,
+                device_busy_secs: Some(d.busy_ns as f64 / 1e9),
             });
         }
         if floor_peer(&self.peer).is_some() {
@@ -607,9 +654,10 @@ impl Mounted {
                 source: "none: the floor keeps everything in memory".into(),
                 messages: Some(self.sufs_messages()?.0),
                 lock_held_ns: None,
+                device_busy_secs: None,
             });
         }
-        let (blocks, requests, sync) = self.sufs_writes()?;
+        let d = self.earlier + self.sufs_writes()?;
         let (messages, lock_ns) = self.sufs_messages()?;
         let (messages, lock_ns) = (self.earlier_messages + messages, self.earlier_lock_ns + lock_ns);
         // What the workload left must be a clean file system, or its figures count for nothing.
@@ -621,13 +669,13 @@ impl Mounted {
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }
-        let (b0, r0, s0) = self.earlier;
         Ok(Writes {
-            blocks: b0 + blocks,
-            requests: Some(r0 + requests),
-            source: format!("sufs --stats ({} sync)", s0 + sync),
+            blocks: d.blocks,
+            requests: Some(d.requests),
+            source: format!("sufs --stats ({} sync)", d.sync),
             messages: Some(messages),
             lock_held_ns: Some(lock_ns),
+            device_busy_secs: Some(d.busy_ns as f64 / 1e9),
         })
     }
 }
@@ -1269,6 +1317,16 @@ impl PeersReport {
                 .collect();
             if held.iter().any(|m| m != "-") {
                 let _ = writeln!(s, "| {w} | lock held a message (µs) | | {} |", held.join(" | "));
+            }
+            let busy: Vec<String> = peers
+                .iter()
+                .map(|p| match self.run(w, p).and_then(|r| r.writes.as_ref()?.device_busy_secs) {
+                    Some(b) => format!("{b:.2}"),
+                    None => "-".into(),
+                })
+                .collect();
+            if busy.iter().any(|m| m != "-") {
+                let _ = writeln!(s, "| {w} | device busy (s) | | {} |", busy.join(" | "));
             }
         }
         s
