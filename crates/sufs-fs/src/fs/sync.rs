@@ -12,14 +12,10 @@ pub type Between<'a> = dyn FnMut(&mut Fs) -> FsResult<()> + 'a;
 
 impl Fs {
     pub fn statfs(&mut self) -> StatFs {
-        let meta_per_group = 2 + self.sb.inode_table_blocks() as u64;
         let (pb, pi) = self.pending_frees();
         let bfree = self.alloc.free_blocks() + pb;
         StatFs {
-            blocks: match self.sb.ufs2() {
-                Some(_) => self.sb.data_blocks(),
-                None => self.sb.num_blocks - meta_per_group * self.sb.ngroups as u64,
-            },
+            blocks: self.sb.data_blocks(),
             bfree,
             // The minfree reserve is root's: others see the space past it.
             bavail: bfree.saturating_sub(self.reserved_blocks()),

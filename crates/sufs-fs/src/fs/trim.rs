@@ -74,17 +74,12 @@ impl Fs {
         Ok(runs)
     }
 
-    /// Whether each unit of group `cg` is free: sufs's block bitmap (a bit set is in use), or
-    /// UFS2's `cg_blksfree` (a bit set is free), decoded and checked.
+    /// Whether each fragment of group `cg` is free (`cg_blksfree`, a bit set is free),
+    /// decoded and checked.
     fn group_free_map(&mut self, cg: u32) -> FsResult<Vec<bool>> {
-        let n = self.sb.cg_blocks(cg) as usize;
-        if self.sb.ufs2().is_some() {
-            let g = self.alloc.group_ufs2(&mut self.cache, &self.sb, cg)?;
-            return Ok((0..n as u32).map(|f| g.frag_free(f)).collect());
-        }
-        let off = CgHeader::block_map_offset(self.sb.inodes_per_group);
-        let map = &self.cache.read(self.sb.cg_header_block(cg))?[off..];
-        Ok((0..n).map(|i| !bit_get(map, i)).collect())
+        let n = self.sb.cg_blocks(cg);
+        let g = self.alloc.group_ufs2(&mut self.cache, &self.sb, cg)?;
+        Ok((0..n).map(|f| g.frag_free(f)).collect())
     }
 }
 
