@@ -68,10 +68,8 @@ impl Superblock {
             free_inodes: cs.cs_nifree.max(0) as u64,
             ndirs: cs.cs_ndir.max(0) as u64,
             flags,
-            created: u.fs_time,
             mount_time: u.fs_mtime,
             write_time: u.fs_time,
-            mount_count: 0,
             minfree: u8::try_from(u.fs_minfree).ok().filter(|&m| m <= MAX_MINFREE),
             // FreeBSD's setting: soft updates when `FS_DOSOFTDEP` is set (tunefs -n), else the
             // traditional synchronous metadata writes (see `to_ufs2`).

@@ -25,11 +25,10 @@ pub struct Superblock {
     pub ndirs: u64,
     /// `SB_*`, from `fs_clean` and `fs_flags`.
     pub flags: u32,
-    pub created: i64,
+    /// `fs_mtime`.
     pub mount_time: i64,
+    /// `fs_time`.
     pub write_time: i64,
-    /// Read-write mounts since this view was read (UFS2 keeps no count).
-    pub mount_count: u32,
     /// The reserve only root may allocate from, in percent of the data blocks (`fs_minfree`);
     /// None (a value past `MAX_MINFREE`) is `DEFAULT_MINFREE`.
     pub minfree: Option<u8>,
@@ -63,12 +62,6 @@ pub const MAX_MINFREE: u8 = 99;
 impl Superblock {
     pub fn inodes_per_block(&self) -> u32 {
         self.block_size / DINODE_SIZE as u32
-    }
-    /// The inodes of group `cg` that are initialized, from its header's `cg_initediblk`
-    /// `stored` as read from disk: `stored` if it is valid (a multiple of inodes per block, at
-    /// most `inodes_per_group`), None if it is not.
-    pub fn initialized_inodes(&self, stored: u32) -> Option<u32> {
-        (stored <= self.inodes_per_group && stored.is_multiple_of(self.inodes_per_block())).then_some(stored)
     }
     pub fn inode_table_blocks(&self) -> u32 {
         self.inodes_per_group.div_ceil(self.inodes_per_block())

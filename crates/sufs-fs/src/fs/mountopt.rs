@@ -269,7 +269,6 @@ impl Fs {
         if self.ordering == Ordering::Softdep {
             self.sb.flags |= SB_SOFTDEP;
         }
-        self.sb.mount_count += 1;
         self.sb.mount_time = self.clock.wall().0;
         self.write_superblock()
     }
