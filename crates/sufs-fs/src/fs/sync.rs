@@ -27,7 +27,7 @@ impl Fs {
         }
     }
 
-    /// The data units (fragments on UFS2) and inodes soft updates will free once writes
+    /// The fragments and inodes soft updates will free once writes
     /// complete: their pending frees, and the files whose last link's removal waits.
     pub(super) fn pending_frees(&mut self) -> (u64, u64) {
         let (mut pb, mut pi) = self.hooks.softdep.as_ref().map(|s| s.pending_frees()).unwrap_or((0, 0));

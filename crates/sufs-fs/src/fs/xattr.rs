@@ -1,6 +1,6 @@
 //! Extended attributes, as UFS2 keeps them (FreeBSD's ffs_extattr: `di_extsize` and
 //! `di_extb[2]`, an area of records in blocks of its own; the records are `format::xattr`),
-//! under Linux's names and errors (docs/xattr.md). On UFS2 the POSIX ACLs are FreeBSD's
+//! under Linux's names and errors (docs/xattr.md). The POSIX ACLs are FreeBSD's
 //! records, turned into Linux's as the area is read and back as it is written (`fs::acl`).
 //!
 //! Every change writes the whole area again, copy-on-write, into new blocks: the new blocks'
