@@ -514,7 +514,7 @@ fn big_directories_under_soft_updates_keep_every_name() {
 
 /// Tails in fragments (extended in place and moved, cut back, rewritten, fsync'ed) and small
 /// directories grown past a fragment: soft updates and sync keep every promise on every
-/// fragment size and on sufs's earlier format; async is caught.
+/// fragment size; async is caught.
 #[test]
 fn tails_in_fragments_keep_their_promises() {
     for fsize in [512, 1024, 2048, 4096] {

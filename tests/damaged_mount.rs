@@ -45,7 +45,7 @@ fn inode(dev: &MemDevice, ino: u32) -> Dinode {
 /// group's counts left as they are, and stamps the group's check hash again.
 fn set_map_bit(dev: &MemDevice, blocks: bool, n: u64, used: bool) {
     let s = sb(dev);
-    let u = s.ufs2().expect("a UFS2 image").clone();
+    let u = s.ufs2().clone();
     let cg = if blocks { u.dtog(n as i64) as u32 } else { n as u32 / u.fs_ipg };
     modify_block(dev, s.cg_header_block(cg), |b| {
         let mut g = sufs_fs::format::ufs2::Cg::decode(b, &u, cg, false).unwrap();

@@ -620,7 +620,7 @@ fn a_crash_leaves_unnamed_o_tmpfile_files_as_allowed_leaks() {
     std::io::Write::write_all(&mut b, &data).unwrap();
     link_fd(&b, &mnt.join("kept")).unwrap();
     b.sync_all().unwrap();
-    // The root's names: "kept" and what mkfs made (lost+found on sufs's format, .snap on UFS2).
+    // The root's names: "kept" and what mkfs made (.snap).
     let names = |mnt: &Path| {
         let mut v: Vec<_> = fs::read_dir(mnt).unwrap().map(|e| e.unwrap().file_name()).collect();
         v.sort();

@@ -1,8 +1,8 @@
 //! Volume snapshots from the command line, with both stores: files written through a FUSE mount,
 //! `sufs volume snapshot create`, heavy rewrites and removals through a second mount (copy-on-write
 //! under the file system), then after that restart `status`, `export` and a snapshot mount that
-//! must show exactly the files and bytes of snapshot time. On sufs's own format and on UFS2 with
-//! fragments (newfs's default 32768/4096 and 4096/1024), whose export fuse-ufs reads too.
+//! must show exactly the files and bytes of snapshot time. On UFS2 with fragments (newfs's default
+//! 32768/4096 and 4096/1024), whose export fuse-ufs reads too.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -68,7 +68,7 @@ fn run(store: &str, initial: &str, mkfs: &[&str]) {
     let (img_s, mnt_s) = (img.to_str().unwrap(), mnt.to_str().unwrap());
     ok(&[&["mkfs", img_s][..], mkfs].concat());
     // fuse-ufs reads newfs's default 32768/4096 (it refuses 4096/1024: "sb.sbsize == sb.fsize").
-    let fuse_ufs = !mkfs.contains(&"sufs") && !mkfs.contains(&"-f");
+    let fuse_ufs = !mkfs.contains(&"-f");
     let mut before = BTreeMap::new();
     with_mount(&["mount", img_s, mnt_s], &mnt, |m| {
         fs::create_dir(m.join("src")).unwrap();

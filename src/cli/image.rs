@@ -153,7 +153,7 @@ impl Drop for FsckSnapshot<'_> {
     }
 }
 
-/// What background fsck's check of a snapshot found, in either format's checker's words.
+/// What background fsck's check of a snapshot found, in the checker's words.
 struct BgReport {
     /// Each finding: its class and what it says.
     found: Vec<(fsck::Class, String)>,
@@ -284,7 +284,7 @@ pub(crate) fn cmd_fsck(image: &Path, opts: &FsckArgs) -> Result<u8, Fail> {
     }
     let mut magic = [0u8; 8];
     if std::os::unix::fs::FileExt::read_exact_at(&f, &mut magic, 0).is_ok()
-        && u64::from_le_bytes(magic) == format::MAGIC
+        && u64::from_le_bytes(magic) == format::RETIRED_MAGIC
     {
         return Err(Fail(format!("{}: {}", image.display(), format::FormatError::Retired), 8));
     }
@@ -376,73 +376,8 @@ fn print_ufs2_report(image: &Path, report: &fsck::ufs2::Report) {
 }
 
 pub(crate) fn cmd_dumpfs(image: &Path) -> Result<(), Fail> {
-    let (dev, sb) = open_image_any(image, false)?;
-    if let Some(u) = sb.ufs2() {
-        dumpfs_ufs2(&sb, u);
-        return Ok(());
-    }
-    println!("magic     {:#x}  version {}", format::MAGIC, sb.version);
-    println!("bsize     {}", sb.block_size);
-    println!("blocks    {} ({} MiB)", sb.num_blocks, (sb.num_blocks * sb.block_size as u64) >> 20);
-    println!(
-        "groups    {} of {} blocks, {} inodes each ({} inode table blocks)",
-        sb.ngroups,
-        sb.blocks_per_group,
-        sb.inodes_per_group,
-        sb.inode_table_blocks()
-    );
-    println!("inodes    {}", sb.total_inodes());
-    println!("free      {} blocks, {} inodes; {} directories", sb.free_blocks, sb.free_inodes, sb.ndirs);
-    println!(
-        "minfree   {}% ({} blocks for root{})",
-        sb.minfree_percent(),
-        sb.reserved_blocks(),
-        if sb.minfree.is_none() { ", the default" } else { "" }
-    );
-    println!("label     {}", if sb.label.is_empty() { "(none)".into() } else { String::from_utf8_lossy(&sb.label) });
-    let unset = if sb.default_ordering == format::ORDER_DEFAULT { " (the default)" } else { "" };
-    println!(
-        "ordering  {}{unset} for a mount given none",
-        format!("{:?}", super::default_ordering(&sb)).to_lowercase()
-    );
-    let mut flags = Vec::new();
-    if sb.flags & format::SB_CLEAN != 0 {
-        flags.push("clean");
-    } else {
-        flags.push("not clean (mounted or crashed)");
-    }
-    if sb.flags & format::SB_SOFTDEP != 0 {
-        flags.push("last mounted with soft updates");
-    } else if sb.flags & format::SB_ASYNC != 0 {
-        flags.push("last mounted async");
-    } else {
-        flags.push("last mounted sync");
-    }
-    if sb.flags & format::SB_NEEDS_FSCK != 0 {
-        flags.push("needs fsck (damage was found while mounted)");
-    }
-    println!("flags     {}", flags.join(", "));
-    println!("mounts    {}", sb.mount_count);
-    let snaps: Vec<String> = sb.snapshots.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();
-    println!("snapshots {}", if snaps.is_empty() { "none".into() } else { snaps.join(" ") });
-    println!();
-    // `inited`: the inodes whose blocks are initialized (all of them in a version 1 image).
-    let row = |cols: [&dyn std::fmt::Display; 6]| {
-        println!("{:>5} {:>12} {:>10} {:>10} {:>8} {:>8}", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5])
-    };
-    row([&"group", &"first block", &"free blks", &"free inos", &"dirs", &"inited"]);
-    let mut buf = vec![0u8; sb.block_size as usize];
-    for cg in 0..sb.ngroups {
-        dev.read_block(sb.cg_header_block(cg), &mut buf)?;
-        match format::CgHeader::decode(&buf, cg) {
-            Ok(h) => {
-                let inited =
-                    sb.initialized_inodes(h.initialized).map_or(format!("bad:{}", h.initialized), |n| n.to_string());
-                row([&cg, &sb.cg_start(cg), &h.free_blocks, &h.free_inodes, &h.ndirs, &inited])
-            }
-            Err(e) => println!("{:>5} {:>12} {e}", cg, sb.cg_start(cg)),
-        }
-    }
+    let (_dev, sb) = open_image_any(image, false)?;
+    dumpfs_ufs2(&sb, sb.ufs2());
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 use sufs_fs::dev::{BlockDevice, FileDevice};
-use sufs_fs::format::{self, CgHeader, Dinode, Superblock};
+use sufs_fs::format::{self, Dinode, Superblock};
 
 use super::*;
 
@@ -56,10 +56,7 @@ pub(crate) fn cmd_inspect(image: &Path, what: InspectCmd) -> Result<u8, Fail> {
         InspectCmd::Dir { target } => print_dir(&img, &target)?,
         InspectCmd::Bmap { ino } => print_bmap(&img, inode_number(&img.sb, ino)?)?,
         InspectCmd::Block { bno } => print_block(&img, bno)?,
-        InspectCmd::Sb => match img.sb.ufs2() {
-            Some(u) => print_sb_ufs2(&img.sb, u),
-            None => print_sb(&img.sb),
-        },
+        InspectCmd::Sb => print_sb(&img.sb, img.sb.ufs2()),
     };
     if problems > 0 {
         println!("{problems} problems found (run `sufs fsck` on the image)");
@@ -87,19 +84,13 @@ fn read_raw_inode(img: &Image, ino: u32) -> Result<Vec<u8>, Fail> {
     Ok(buf[off..off + format::DINODE_SIZE].to_vec())
 }
 
-/// Fragments per block: 1 on sufs's format, where block numbers count blocks.
+/// Fragments per block.
 fn frag(img: &Image) -> u64 {
     img.sb.frag()
 }
 
-/// What block numbers count on this image.
-fn unit_name(img: &Image) -> &'static str {
-    if img.sb.ufs2().is_some() {
-        "fragments"
-    } else {
-        "blocks"
-    }
-}
+/// What block numbers count.
+const UNIT: &str = "fragments";
 
 fn type_name(mode: u16) -> &'static str {
     match mode & format::S_IFMT {
@@ -158,17 +149,12 @@ fn print_inode(img: &Image, ino: u32) -> Result<usize, Fail> {
     println!("nlink      {}", di.nlink);
     println!("uid/gid    {}/{}", di.uid, di.gid);
     println!("size       {}", di.size);
-    match img.sb.ufs2() {
-        // di_blocks counts 512-byte sectors on disk (what stat's st_blocks shows).
-        Some(u) => {
-            let d = format::ufs2::Dinode::decode(&raw).map_err(|e| Fail(e.to_string(), 8))?;
-            println!("blocks     {} fragments ({} sectors)", di.blocks, d.di_blocks);
-            if let Err(e) = format::ufs2::Dinode::decode_checked(&raw, u, ino) {
-                problems += 1;
-                println!("check hash bad: {e}");
-            }
-        }
-        None => println!("blocks     {}", di.blocks),
+    // di_blocks counts 512-byte sectors on disk (what stat's st_blocks shows).
+    let d = format::ufs2::Dinode::decode(&raw).map_err(|e| Fail(e.to_string(), 8))?;
+    println!("blocks     {} fragments ({} sectors)", di.blocks, d.di_blocks);
+    if let Err(e) = format::ufs2::Dinode::decode_checked(&raw, img.sb.ufs2(), ino) {
+        problems += 1;
+        println!("check hash bad: {e}");
     }
     for (name, s, ns) in [
         ("atime", di.atime, di.atime_ns),
@@ -181,13 +167,11 @@ fn print_inode(img: &Image, ino: u32) -> Result<usize, Fail> {
         println!("{name:<10} {s}.{ns:09}{bad}");
     }
     println!("flags      {}", flag_names(di.flags));
-    if img.sb.ufs2().is_some() {
-        println!("di_flags   {:#x} (FreeBSD's chflags bits)", di.ufs2.flags);
-    }
+    println!("di_flags   {:#x} (FreeBSD's chflags bits)", di.ufs2.flags);
     println!("generation {}", di.generation);
     println!("rdev       {:#x}", di.rdev);
-    if img.sb.ufs2().is_some() && di.short_symlink() {
-        // UFS2 keeps a target shorter than fs_maxsymlinklen in the block pointers.
+    if di.short_symlink() {
+        // A target shorter than fs_maxsymlinklen is kept in the block pointers.
         println!("target     {:?} (in the inode)", String::from_utf8_lossy(&di.short_target()));
     } else {
         println!("direct     {:?}", di.db);
@@ -257,10 +241,8 @@ fn walk_map(img: &Image, di: &Dinode, nblocks: u64) -> Result<Vec<MapItem>, Fail
     for (i, &p) in di.db.iter().enumerate() {
         if (i as u64) < nblocks {
             // UFS2's `sblksize`: the last direct block holds only the fragments its bytes need.
-            let frags = match img.sb.ufs2() {
-                Some(u) => u.sblksize(di.size, i as i64).div_ceil(u.fs_fsize as u64),
-                None => 1,
-            };
+            let u = img.sb.ufs2();
+            let frags = u.sblksize(di.size, i as i64).div_ceil(u.fs_fsize as u64);
             leaf(img, &mut out, i as u64, p, frags);
         }
     }
@@ -284,8 +266,8 @@ fn run_ok(img: &Image, p: u64, frags: u64) -> bool {
     frags >= 1 && img.sb.is_data_block(p) && img.sb.is_data_block(p + frags - 1) && p % f + frags <= f
 }
 
-/// Adds one data pointer for logical block `lbn`, of `frags` addresses (1 on sufs's format; on
-/// UFS2 a whole block's `fs_frag`, or a tail's fragments), merging runs of whole blocks.
+/// Adds one data pointer for logical block `lbn`, of `frags` addresses (a whole block's
+/// `fs_frag`, or a tail's fragments), merging runs of whole blocks.
 fn leaf(img: &Image, out: &mut Vec<MapItem>, lbn: u64, p: u64, frags: u64) {
     if p == 0 {
         return hole(out, lbn, 1);
@@ -370,13 +352,13 @@ fn print_bmap(img: &Image, ino: u32) -> Result<usize, Fail> {
         di.size,
         nblocks,
         di.blocks,
-        unit_name(img)
+        UNIT
     );
     if di.is_symlink() && di.blocks == 0 {
         println!("  (a short symlink: its target is in the inode)");
         return Ok(0);
     }
-    let (f, unit) = (frag(img), unit_name(img));
+    let (f, unit) = (frag(img), UNIT);
     let mut problems = 0;
     for item in walk_map(img, &di, nblocks)? {
         match item {
@@ -481,51 +463,19 @@ fn print_dir(img: &Image, target: &str) -> Result<usize, Fail> {
     Ok(problems.len())
 }
 
-/// What block `bno` of group `cg` is, by its place in the group.
-fn block_role(sb: &Superblock, bno: u64) -> String {
-    let cg = sb.cg_of_block(bno);
-    let start = sb.cg_start(cg);
-    match bno - start {
-        0 if cg == 0 => "the primary superblock".into(),
-        0 => "a superblock copy".into(),
-        1 => "the group header".into(),
-        _ if bno < sb.cg_data_start(cg) => {
-            let first =
-                (bno - sb.cg_itable_block(cg)) * sb.inodes_per_block() as u64 + cg as u64 * sb.inodes_per_group as u64;
-            format!("inode table (inodes {first}..{})", first + sb.inodes_per_block() as u64 - 1)
-        }
-        _ => "a data block".into(),
-    }
-}
-
 fn print_block(img: &Image, bno: u64) -> Result<usize, Fail> {
     let sb = &img.sb;
     if bno >= img.dev.num_blocks() {
-        return Err(Fail(
-            format!("block {bno} is past the device's end ({} {})", img.dev.num_blocks(), unit_name(img)),
-            1,
-        ));
+        return Err(Fail(format!("block {bno} is past the device's end ({} {})", img.dev.num_blocks(), UNIT), 1));
     }
-    let mut problems = 0;
-    if let Some(u) = sb.ufs2() {
-        problems += print_frag_place(img, u, bno)?;
-    } else if bno >= sb.num_blocks {
-        println!("block {bno}: past the file system's end ({} blocks)", sb.num_blocks);
-    } else {
-        let cg = sb.cg_of_block(bno);
-        println!("block {bno}: group {cg}, {}", block_role(sb, bno));
-        let off = CgHeader::block_map_offset(sb.inodes_per_group);
-        let bit = bitmap_bit(img, cg, off, (bno - sb.cg_start(cg)) as usize)?;
-        problems += bit.is_err() as usize;
-        println!("bitmap: {}", bit_text(&bit));
-    }
+    let problems = print_frag_place(img, sb.ufs2(), bno)?;
     let mut buf = vec![0u8; sb.block_size as usize];
     img.dev.read_block(bno, &mut buf).map_err(|e| Fail(e.to_string(), 8))?;
     hexdump(&buf);
     Ok(problems)
 }
 
-/// Where fragment `bno` of a UFS2 image is: its group and role, and what the group's free map
+/// Where fragment `bno` is: its group and role, and what the group's free map
 /// says of it and of the other fragments of its block. Returns the problems seen.
 fn print_frag_place(img: &Image, u: &format::ufs2::Superblock, bno: u64) -> Result<usize, Fail> {
     if bno >= u.fs_size as u64 {
@@ -556,7 +506,7 @@ fn print_frag_place(img: &Image, u: &format::ufs2::Superblock, bno: u64) -> Resu
     Ok(0)
 }
 
-/// What fragment `bno` of a UFS2 image is, by FreeBSD's layout of its group (`cgsblock`,
+/// What fragment `bno` is, by FreeBSD's layout of its group (`cgsblock`,
 /// `cgtod`, `cgimin`, `cgdmin`) and the summary area at `fs_csaddr`.
 fn frag_role(u: &format::ufs2::Superblock, bno: u64) -> String {
     let cg = u.dtog(bno as i64) as u32;
@@ -583,7 +533,7 @@ fn frag_role(u: &format::ufs2::Superblock, bno: u64) -> String {
     }
 }
 
-/// Group `cg` of a UFS2 image, decoded and checked (magic, counts, check hash): Ok, or why it
+/// Group `cg`, decoded and checked (magic, counts, check hash): Ok, or why it
 /// cannot be trusted.
 fn ufs2_cg(img: &Image, u: &format::ufs2::Superblock, cg: u32) -> Result<Result<format::ufs2::Cg, String>, Fail> {
     let mut buf = vec![0u8; img.sb.block_size as usize];
@@ -596,18 +546,7 @@ fn ufs2_cg(img: &Image, u: &format::ufs2::Superblock, cg: u32) -> Result<Result<
 fn inode_bit(img: &Image, ino: u32) -> Result<Result<bool, String>, Fail> {
     let cg = img.sb.cg_of_inode(ino);
     let i = ino % img.sb.inodes_per_group;
-    match img.sb.ufs2() {
-        Some(u) => Ok(ufs2_cg(img, u, cg)?.map(|g| g.inode_used(i))),
-        None => bitmap_bit(img, cg, CgHeader::inode_map_offset(), i as usize),
-    }
-}
-
-/// Bit `i` of the bitmap at byte `off` of group `cg`'s header: Ok(in use), or why the header
-/// cannot be trusted.
-fn bitmap_bit(img: &Image, cg: u32, off: usize, i: usize) -> Result<Result<bool, String>, Fail> {
-    let mut hdr = vec![0u8; img.sb.block_size as usize];
-    img.dev.read_block(img.sb.cg_header_block(cg), &mut hdr).map_err(|e| Fail(e.to_string(), 8))?;
-    Ok(CgHeader::decode(&hdr, cg).map(|_| hdr[off + i / 8] & (1 << (i % 8)) != 0).map_err(|e| e.to_string()))
+    Ok(ufs2_cg(img, img.sb.ufs2(), cg)?.map(|g| g.inode_used(i)))
 }
 
 fn bit_text(bit: &Result<bool, String>) -> String {
@@ -640,30 +579,8 @@ fn hexdump(buf: &[u8]) {
     println!("{:08x}", buf.len());
 }
 
-fn print_sb(sb: &Superblock) -> usize {
-    println!("block_size        {}", sb.block_size);
-    println!("num_blocks        {}", sb.num_blocks);
-    println!("blocks_per_group  {}", sb.blocks_per_group);
-    println!("inodes_per_group  {}", sb.inodes_per_group);
-    println!("ngroups           {}", sb.ngroups);
-    println!("flags             {:#x}", sb.flags);
-    println!("free_blocks       {}", sb.free_blocks);
-    println!("free_inodes       {}", sb.free_inodes);
-    println!("ndirs             {}", sb.ndirs);
-    println!("created           {}", sb.created);
-    println!("mount_time        {}", sb.mount_time);
-    println!("write_time        {}", sb.write_time);
-    println!("mount_count       {}", sb.mount_count);
-    println!("minfree           {}%{}", sb.minfree_percent(), if sb.minfree.is_none() { " (default)" } else { "" });
-    println!("default_ordering  {}", sb.default_ordering);
-    println!("label             {:?}", String::from_utf8_lossy(&sb.label));
-    let snaps: Vec<String> = sb.snapshots.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();
-    println!("snapshots         {}", if snaps.is_empty() { "none".into() } else { snaps.join(" ") });
-    0
-}
-
 /// The UFS2 superblock's fields, as dumpfs(8) names them, and sufs's view of them.
-fn print_sb_ufs2(sb: &Superblock, u: &format::ufs2::Superblock) -> usize {
+fn print_sb(sb: &Superblock, u: &format::ufs2::Superblock) -> usize {
     let cs = u.fs_cstotal;
     let label: Vec<u8> = u.fs_volname.iter().take_while(|&&c| c != 0).copied().collect();
     let snaps: Vec<String> = u.fs_snapinum.iter().filter(|&&s| s != 0).map(|s| s.to_string()).collect();

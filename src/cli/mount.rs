@@ -120,13 +120,9 @@ pub(crate) fn mount_gate(image: &Path, sb: &Superblock, force: bool) -> Result<R
         return Ok(Recovery::None);
     } else if sb.flags & format::SB_SOFTDEP != 0 {
         return Ok(Recovery::Background);
-    } else if sb.flags & format::SB_ASYNC != 0 {
-        "it was not unmounted cleanly, and its last mount was async (no ordering: anything may be damaged)"
-    } else if sb.ufs2().is_some() {
+    } else {
         // UFS2 records only FS_DOSOFTDEP: a sync and an async mount look alike.
         "it was not unmounted cleanly, and its last mount was not soft updates (sync or async: FFS needs fsck after a crash)"
-    } else {
-        "it was not unmounted cleanly, and its last mount was sync (FFS needs fsck after a crash)"
     };
     if force {
         eprintln!("sufs: {}: mounting although {why} (--force)", image.display());

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use sufs_fs::dev::{BlockDevice, FileDevice, WriteKind, WriteReq};
+use sufs_fs::dev::{BlockDevice, FileDevice, WriteKind};
 use sufs_fs::format::{self, Superblock};
 use sufs_fs::fs::Ordering;
 
@@ -32,14 +32,6 @@ pub(crate) fn default_ordering(sb: &Superblock) -> Ordering {
     }
 }
 
-fn ordering_code(o: Ordering) -> u8 {
-    match o {
-        Ordering::Softdep => format::ORDER_SOFTDEP,
-        Ordering::Sync => format::ORDER_SYNC,
-        Ordering::Async => format::ORDER_ASYNC,
-    }
-}
-
 fn ordering_name(o: Ordering) -> &'static str {
     match o {
         Ordering::Softdep => "softdep",
@@ -59,67 +51,19 @@ pub(crate) fn refuse_unclean(image: &Path, sb: &Superblock) -> Result<(), Fail> 
     Ok(())
 }
 
-/// Writes the primary superblock (the rest of block 0 kept) and reads it back.
-pub(crate) fn write_superblock(dev: &dyn BlockDevice, sb: &Superblock) -> Result<(), Fail> {
-    let op = |e: sufs_fs::dev::DevError| Fail(format!("writing the superblock: {e}"), 8);
-    let mut buf = vec![0u8; dev.block_size()];
-    dev.read_block(0, &mut buf).map_err(op)?;
-    sb.encode(&mut buf);
-    dev.write_batch(&[WriteReq { bno: 0, data: &buf }], WriteKind::Sync).map_err(op)?;
-    dev.read_block(0, &mut buf).map_err(op)?;
-    let back = Superblock::decode(&buf).map_err(|e| Fail(format!("the superblock written reads back as {e}"), 8))?;
-    if back != *sb {
-        return Err(Fail("the superblock reads back other than written".into(), 8));
-    }
-    Ok(())
-}
-
 pub(crate) fn cmd_tunefs(image: &Path, t: &Tune) -> Result<u8, Fail> {
     let changes = t.minfree.is_some() || t.label.is_some() || t.ordering.is_some() || t.posix_acls.is_some();
     if !changes && !t.print {
         return Err(Fail("nothing to do: give --minfree, --label, --ordering, --posix-acls or -p".into(), 1));
     }
     let _lock = inspect::refuse_mounted(image, changes)?;
-    let (dev, mut sb): (FileDevice, Superblock) = open_image_any(image, changes)?;
-    if sb.ufs2().is_some() {
-        return tunefs_ufs2(image, &dev, sb, t);
-    }
-    if t.posix_acls.is_some() {
-        return Err(Fail("--posix-acls is UFS2's FS_ACLS: sufs's earlier format has no such flag".into(), 1));
-    }
-    if changes {
-        refuse_unclean(image, &sb)?;
-        apply(&mut sb, t)?;
-        write_superblock(&dev, &sb)?;
-    }
-    if t.print {
-        print_tune(&sb);
-    }
-    Ok(0)
-}
-
-/// Applies the changes to `sb`, checking the label.
-fn apply(sb: &mut Superblock, t: &Tune) -> Result<(), Fail> {
-    if let Some(m) = t.minfree {
-        assert!(m <= format::MAX_MINFREE, "clap holds minfree to its range");
-        sb.minfree = Some(m);
-    }
-    if let Some(l) = &t.label {
-        if l.len() > format::MAX_LABEL || l.contains('\0') {
-            return Err(Fail(format!("label {l:?}: at most {} bytes and no NUL", format::MAX_LABEL), 1));
-        }
-        sb.label = l.as_bytes().to_vec();
-    }
-    if let Some(o) = t.ordering {
-        sb.default_ordering = ordering_code(o);
-    }
-    sb.check_geometry().map_err(|e| Fail(format!("refused: {e}"), 1))
+    let (dev, sb): (FileDevice, Superblock) = open_image_any(image, changes)?;
+    tunefs_ufs2(image, &dev, sb, t)
 }
 
 fn print_tune(sb: &Superblock) {
     let unset = if sb.minfree.is_none() { " (the default)" } else { "" };
-    let unit = if sb.ufs2().is_some() { "fragments" } else { "blocks" };
-    println!("minfree   {}%{unset} ({} {unit} for root)", sb.minfree_percent(), sb.reserved_blocks());
+    println!("minfree   {}%{unset} ({} fragments for root)", sb.minfree_percent(), sb.reserved_blocks());
     println!("label     {}", if sb.label.is_empty() { "(none)".into() } else { String::from_utf8_lossy(&sb.label) });
     let unset = if sb.default_ordering == format::ORDER_DEFAULT { " (the default)" } else { "" };
     println!("ordering  {}{unset}", ordering_name(default_ordering(sb)));
@@ -134,8 +78,8 @@ fn tunefs_ufs2(image: &Path, dev: &FileDevice, mut sb: Superblock, t: &Tune) -> 
     use format::ufs2::newfs::{check_label, FS_OPTSPACE, FS_OPTTIME, MINFREE};
     use format::ufs2::{FS_ACLS, FS_NFS4ACLS};
     let changes = t.minfree.is_some() || t.label.is_some() || t.ordering.is_some() || t.posix_acls.is_some();
-    let mut optim = sb.ufs2().expect("a UFS2 image").fs_optim;
-    let flags = sb.ufs2().expect("a UFS2 image").fs_flags;
+    let mut optim = sb.ufs2().fs_optim;
+    let flags = sb.ufs2().fs_flags;
     if t.posix_acls == Some(true) && flags & FS_NFS4ACLS != 0 {
         return Err(Fail("POSIX.1e ACLs and NFSv4 ACLs are mutually exclusive: NFSv4 ACLs are on".into(), 1));
     }
@@ -168,7 +112,7 @@ fn tunefs_ufs2(image: &Path, dev: &FileDevice, mut sb: Superblock, t: &Tune) -> 
             }
         }
         sb.write_time = sufs_fs::clock::Clock::wall(&sufs_fs::clock::RealClock::new()).0;
-        let mut u = sb.to_ufs2().expect("a UFS2 image");
+        let mut u = sb.to_ufs2();
         u.fs_optim = optim;
         match t.posix_acls {
             Some(true) => u.fs_flags |= FS_ACLS,
@@ -181,7 +125,7 @@ fn tunefs_ufs2(image: &Path, dev: &FileDevice, mut sb: Superblock, t: &Tune) -> 
     if t.print {
         print_tune(&sb);
         println!("optim     {}", optim_name(optim));
-        let acls = sb.ufs2().expect("a UFS2 image").fs_flags & FS_ACLS != 0;
+        let acls = sb.ufs2().fs_flags & FS_ACLS != 0;
         println!("acls      POSIX.1e ACLs {} on FreeBSD", if acls { "enforced" } else { "not enforced" });
     }
     Ok(0)

@@ -348,8 +348,8 @@ impl FileDevice {
         })
     }
 
-    /// Opens an image of either format as its superblock says (`Superblock::probe`): UFS2's
-    /// blocks addressed in fragments, sufs's earlier format's in blocks.
+    /// Opens an image as its superblock says (`Superblock::probe`), its blocks addressed in
+    /// fragments.
     pub fn open_image(path: &Path, writable: bool) -> DevResult<(FileDevice, crate::format::Superblock)> {
         let probe = FileDevice::open(path, crate::format::MIN_BLOCK_SIZE as usize, false)?;
         if probe.num_blocks() == 0 {
@@ -531,8 +531,7 @@ impl BlockDevice for FileDevice {
 }
 
 /// A device in memory, for tests and the crash tester. Its contents are kept in units of the
-/// address (`addr_unit`): whole blocks for sufs's own format, fragments for a UFS2 image
-/// (`new_frags`), where block `b` is the `block_size` bytes from unit `b` on, and a write of `k`
+/// address (`addr_unit`): whole blocks (`new`), or fragments (`new_frags`), where block `b` is the `block_size` bytes from unit `b` on, and a write of `k`
 /// units (a file's last fragments) changes those `k` units and no other.
 pub struct MemDevice {
     bs: usize,

@@ -85,24 +85,15 @@ impl SlackTree {
     }
 }
 
-/// Directories of at least this many bytes are indexed where they grow a chunk (`DIRBLKSIZ`)
-/// at a time, as UFS2's do: FreeBSD's `vfs.ufs.dirhash_minsize`, five chunks. With UFS2's
-/// 32 KiB blocks a count of blocks would leave a directory of a thousand names (one block)
-/// scanned on every lookup and create.
+/// Directories of at least this many bytes are indexed (they grow a chunk, `DIRBLKSIZ`, at a
+/// time): FreeBSD's `vfs.ufs.dirhash_minsize`, five chunks. With UFS2's 32 KiB blocks a count
+/// of blocks would leave a directory of a thousand names (one block) scanned on every lookup
+/// and create.
 pub const DIRHASH_MIN_SIZE: u64 = 2560;
 
-/// Directories of at least this many blocks are indexed where they are made of whole blocks, as
-/// on sufs's own format: there a one-block directory's size says nothing of its entries.
-pub const DIRHASH_MIN_BLOCKS: u64 = 2;
-
-/// Whether a directory of `size` bytes gets an index, on a file system of `block_size` blocks
-/// whose directories grow by chunks (`chunked`) or by whole blocks.
-pub fn dirhash_wanted(size: u64, block_size: u64, chunked: bool) -> bool {
-    if chunked {
-        size >= DIRHASH_MIN_SIZE
-    } else {
-        size.div_ceil(block_size) >= DIRHASH_MIN_BLOCKS
-    }
+/// Whether a directory of `size` bytes gets an index.
+pub fn dirhash_wanted(size: u64) -> bool {
+    size >= DIRHASH_MIN_SIZE
 }
 
 /// The largest free space of any record in the chunk of directory block `block` that holds

@@ -186,13 +186,11 @@ pub const MAX_CONNECTIONS: usize = 32;
 /// bytes, go half as many a piece).
 pub const ADJUST_ITEMS: usize = 32_768;
 
-/// `adjust` as requests of at most `ADJUST_ITEMS` items each, in its order (blocks, fragment
-/// runs, unreferenced inodes, leaked inodes, link counts, block counts): each item is checked
+/// `adjust` as requests of at most `ADJUST_ITEMS` items each, in its order (fragment runs, unreferenced inodes, leaked inodes, link counts, block counts): each item is checked
 /// against the live state on its own, so the pieces do what the whole would.
 pub fn adjust_requests(adjust: Adjust) -> Vec<Request> {
     let n = ADJUST_ITEMS;
     let mut out: Vec<Adjust> = Vec::new();
-    out.extend(adjust.blocks.chunks(n).map(|c| Adjust { blocks: c.to_vec(), ..Default::default() }));
     out.extend(adjust.frags.chunks(n).map(|c| Adjust { frags: c.to_vec(), ..Default::default() }));
     out.extend(adjust.unreferenced.chunks(n).map(|c| Adjust { unreferenced: c.to_vec(), ..Default::default() }));
     out.extend(adjust.leaked_inodes.chunks(n).map(|c| Adjust { leaked_inodes: c.to_vec(), ..Default::default() }));
@@ -697,7 +695,6 @@ mod tests {
     fn a_big_adjust_goes_in_pieces_under_the_longest_line() {
         use sufs_fs::fs::adjust::{CountAdjust, FragRun, InodeRef, LinkAdjust};
         let big = Adjust {
-            blocks: (0..200_000).map(|b| u64::MAX - b).collect(),
             unreferenced: vec![InodeRef { ino: 7, generation: u32::MAX }, InodeRef { ino: 8, generation: 1 }],
             leaked_inodes: vec![],
             links: (0..70_000)
@@ -713,7 +710,6 @@ mod tests {
         for r in &reqs {
             assert!(serde_json::to_string(r).unwrap().len() < MAX_LINE / 2, "a piece near the longest line");
             let Request::FsckAdjust { adjust } = r else { panic!("{r:?}") };
-            back.blocks.extend(&adjust.blocks);
             back.unreferenced.extend(&adjust.unreferenced);
             back.leaked_inodes.extend(&adjust.leaked_inodes);
             back.links.extend(&adjust.links);
@@ -721,7 +717,7 @@ mod tests {
             back.counts.extend(&adjust.counts);
         }
         assert_eq!(back, big, "every item once, in order");
-        assert_eq!(reqs.len(), 7 + 2 + 1 + 3 + 3);
+        assert_eq!(reqs.len(), 2 + 1 + 3 + 3);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The allocator on a UFS2 image (FreeBSD's `ffs_alloc.c` around `ffs_alloccg`). The group is
-//! chosen from the in-memory summaries as on sufs's own format; the call then decodes the
+//! The allocator's work on the groups (FreeBSD's `ffs_alloc.c` around `ffs_alloccg`). The
+//! group is chosen from the in-memory summaries (`mod.rs`); the call then decodes the
 //! group's block from the cache, lets `CgAlloc` (FFS's allocator for one group, in fragments)
 //! change it, and puts it back in the buffer, whose check hash the write hooks reseal on its way
 //! to the disk. `fs_cstotal` moves in `Alloc::ufs2`, from which the superblock is written.
@@ -12,16 +12,12 @@ use super::*;
 use crate::format::ufs2::{Cg, CgAlloc, CgAllocError};
 
 impl Alloc {
-    /// The counts of a UFS2 image's groups, each group decoded and checked (magic, index,
+    /// The counts of the image's groups, each group decoded and checked (magic, index,
     /// counts, check hash) as FreeBSD's `ffs_getcg` does, and when `writable` checked whole as
     /// the allocator needs it. `fs_cstotal` is taken from the groups (the superblock's may be
     /// stale after a crash).
-    pub(super) fn load_ufs2(
-        cache: &mut Cache,
-        sb: &Superblock,
-        u: &ufs2::Superblock,
-        writable: bool,
-    ) -> Result<Alloc, AllocError> {
+    pub fn load(cache: &mut Cache, sb: &Superblock, writable: bool) -> Result<Alloc, AllocError> {
+        let u = sb.ufs2();
         let mut fs = Box::new(u.clone());
         let t = &mut fs.fs_cstotal;
         (t.cs_nbfree, t.cs_nffree, t.cs_nifree, t.cs_ndir) = (0, 0, 0, 0);
@@ -41,17 +37,17 @@ impl Alloc {
             s.take_counts(&g, u);
             sums.push(s);
         }
-        Ok(Alloc { sums, damage: Vec::new(), frees: 0, counts_only: !writable, ufs2: Some(fs) })
+        Ok(Alloc { sums, frees: 0, counts_only: !writable, ufs2: fs })
     }
 
     /// The UFS2 superblock as the allocator keeps it: `fs_cstotal` is the groups' totals now.
-    pub fn ufs2_super(&self) -> Option<&ufs2::Superblock> {
-        self.ufs2.as_deref()
+    pub fn ufs2_super(&self) -> &ufs2::Superblock {
+        &self.ufs2
     }
 
     /// Each group's counts as the summary area at `fs_csaddr` holds them (`fs_cs(fs, cg)`).
     pub fn ufs2_csums(&self) -> Vec<ufs2::Csum> {
-        let frag = self.ufs2.as_ref().map_or(1, |u| u.fs_frag as u32);
+        let frag = self.ufs2.fs_frag as u32;
         self.sums
             .iter()
             .map(|s| ufs2::Csum {
@@ -85,7 +81,7 @@ impl Alloc {
         cg: u32,
         f: impl FnOnce(&mut CgAlloc) -> Result<T, CgAllocError>,
     ) -> Result<T, AllocError> {
-        let u = self.ufs2.as_deref_mut().expect("the allocator of a UFS2 image");
+        let u = &mut *self.ufs2;
         let mut g = Self::decode_cg(cache, sb, u, cg, false)?;
         let total = u.fs_cstotal;
         let r = f(&mut CgAlloc::resume(u, &mut g));
@@ -209,7 +205,7 @@ impl Alloc {
         cg: u32,
         n: u32,
     ) -> Result<(), AllocError> {
-        let u = self.ufs2.as_deref().expect("the allocator of a UFS2 image");
+        let u = &*self.ufs2;
         let mut g = Self::decode_cg(cache, sb, u, cg, false)?;
         assert!(n >= g.hdr.cg_initediblk, "group {cg}: cg_initediblk {} lowered to {n}", g.hdr.cg_initediblk);
         g.hdr.cg_initediblk = n;
@@ -223,12 +219,12 @@ impl Alloc {
     /// fsck, and the block, held in the cache, is never handed out while it is there.
     /// Group `cg` of a UFS2 image as the cache holds it (its maps, for FITRIM).
     pub(crate) fn group_ufs2(&mut self, cache: &mut Cache, sb: &Superblock, cg: u32) -> Result<Cg, AllocError> {
-        let u = self.ufs2.as_deref().expect("the allocator of a UFS2 image");
+        let u = &*self.ufs2;
         Self::decode_cg(cache, sb, u, cg, false)
     }
 
     pub(super) fn frag_free_ufs2(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<bool, AllocError> {
-        let u = self.ufs2.as_deref().expect("the allocator of a UFS2 image");
+        let u = &*self.ufs2;
         let cg = sb.cg_of_block(bno);
         let g = Self::decode_cg(cache, sb, u, cg, false)?;
         Ok(g.frag_free((bno - sb.cg_start(cg)) as u32))

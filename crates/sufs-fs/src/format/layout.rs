@@ -1,6 +1,6 @@
 //! sufs's view of a FreeBSD UFS2 file system: the superblock, the dinodes and the group counts
 //! of a UFS2 image mapped onto the types the file system works with (`Superblock`, `Dinode`),
-//! so that the same code reads both formats.
+//! which the rest of the file system reads.
 //!
 //! The unit of addresses. In UFS2 a block pointer, a group's size (`fs_fpg`) and the file
 //! system's size (`fs_size`) count *fragments*; a block is `fs_frag` of them. sufs's block
@@ -59,7 +59,6 @@ impl Superblock {
         let mut label: Vec<u8> = u.fs_volname.iter().take_while(|&&c| c != 0).copied().collect();
         label.truncate(MAX_LABEL);
         Superblock {
-            version: VERSION,
             block_size: u.fs_bsize as u32,
             num_blocks: u.fs_size as u64,
             blocks_per_group: u.fs_fpg as u32,
@@ -69,17 +68,15 @@ impl Superblock {
             free_inodes: cs.cs_nifree.max(0) as u64,
             ndirs: cs.cs_ndir.max(0) as u64,
             flags,
-            created: u.fs_time,
             mount_time: u.fs_mtime,
             write_time: u.fs_time,
-            mount_count: 0,
             minfree: u8::try_from(u.fs_minfree).ok().filter(|&m| m <= MAX_MINFREE),
             // FreeBSD's setting: soft updates when `FS_DOSOFTDEP` is set (tunefs -n), else the
             // traditional synchronous metadata writes (see `to_ufs2`).
             default_ordering: if u.fs_flags & ufs2::FS_DOSOFTDEP != 0 { ORDER_SOFTDEP } else { ORDER_SYNC },
             label,
             snapshots,
-            ufs2: Some(Box::new(u)),
+            ufs2: Box::new(u),
         }
     }
 
@@ -87,7 +84,6 @@ impl Superblock {
     /// sufs keeps in its own fields written over FreeBSD's: the clean flag (`fs_clean`), soft
     /// updates and "needs fsck" (`fs_flags`), the times, the label, minfree and the snapshot
     /// list. The counts (`fs_cstotal`) are the UFS2 superblock's own, kept by the allocator.
-    /// None on a sufs image.
     ///
     /// `FS_DOSOFTDEP` is two things here, as in FreeBSD: on a clean image the setting (the
     /// ordering a mount uses when given none: `default_ordering`, which `sufs tunefs
@@ -99,8 +95,8 @@ impl Superblock {
     /// 0 while `FS_NEEDSFSCK` (or `FS_UNCLEAN`) is set, and fsck_ffs -p skips an image whose
     /// `fs_clean` is set without looking at the flags. `FS_DOSOFTDEP` is then the setting, as
     /// on a clean image.
-    pub fn to_ufs2(&self) -> Option<ufs2::Superblock> {
-        let mut u = self.ufs2()?.clone();
+    pub fn to_ufs2(&self) -> ufs2::Superblock {
+        let mut u = self.ufs2().clone();
         let clean = self.flags & SB_CLEAN != 0;
         u.fs_clean = (clean && self.flags & SB_NEEDS_FSCK == 0) as i8;
         let mut fl = u.fs_flags & !(ufs2::FS_DOSOFTDEP | ufs2::FS_NEEDSFSCK | ufs2::FS_UNCLEAN);
@@ -124,22 +120,22 @@ impl Superblock {
         if let Some(m) = self.minfree {
             u.fs_minfree = m as i32;
         }
-        Some(u)
+        u
     }
 
-    /// The UFS2 superblock of a UFS2 image.
-    pub fn ufs2(&self) -> Option<&ufs2::Superblock> {
-        self.ufs2.as_deref()
+    /// The image's UFS2 superblock.
+    pub fn ufs2(&self) -> &ufs2::Superblock {
+        &self.ufs2
     }
 
-    /// Fragments per block: 1 on a sufs image.
+    /// Fragments per block (`fs_frag`).
     pub fn frag(&self) -> u64 {
-        self.ufs2().map_or(1, |u| u.fs_frag as u64)
+        self.ufs2.fs_frag as u64
     }
 
-    /// Bytes of the unit block numbers count: a fragment on UFS2, a block on a sufs image.
+    /// Bytes of the unit block numbers count: a fragment (`fs_fsize`).
     pub fn addr_unit(&self) -> u32 {
-        self.ufs2().map_or(self.block_size, |u| u.fs_fsize as u32)
+        self.ufs2.fs_fsize as u32
     }
 
     /// Whether sufs may mount the image read-write. Not a UFS2 image that FreeBSD's gjournal
@@ -147,7 +143,7 @@ impl Superblock {
     /// journal is not replayed: fsck first). Files' tails are written in fragments
     /// (`fs::frags`).
     pub fn writable(&self) -> Result<(), String> {
-        let Some(u) = self.ufs2() else { return Ok(()) };
+        let u = self.ufs2();
         let ro = "mount it read-only (-o ro)";
         if u.fs_flags & ufs2::FS_GJOURNAL != 0 {
             return Err(format!(
@@ -166,7 +162,7 @@ impl Superblock {
     /// `fs_sujfree` cleared; the journal file stays): sufs writes soft updates without the
     /// journal, so after a crash FreeBSD runs a full check. Returns whether it was on.
     pub fn disable_suj(&mut self) -> bool {
-        let Some(u) = self.ufs2.as_deref_mut() else { return false };
+        let u = &mut *self.ufs2;
         if u.fs_flags & ufs2::FS_SUJ == 0 {
             return false;
         }
@@ -175,13 +171,15 @@ impl Superblock {
         true
     }
 
-    /// Reads the superblock of the image `read_at` gives, a sufs one at byte 0 or a UFS2 one
-    /// where FreeBSD looks for it (`ufs2::Superblock::search`). `read_at(offset, buf)` fills
-    /// `buf` and answers `UnexpectedEof` past the end.
+    /// Reads the superblock of the UFS2 image `read_at` gives, where FreeBSD looks for it
+    /// (`ufs2::Superblock::search`), refusing an image of sufs's retired format (its magic
+    /// `RETIRED_MAGIC` at byte 0). `read_at(offset, buf)` fills `buf` and answers
+    /// `UnexpectedEof` past the end.
     pub fn probe(mut read_at: impl FnMut(u64, &mut [u8]) -> std::io::Result<()>) -> Result<Superblock, FormatError> {
-        let mut first = vec![0u8; SB_SIZE];
+        // The retired format's superblock was its first 256 bytes.
+        let mut first = [0u8; 256];
         read_at(0, &mut first).map_err(|e| FormatError::BadGeometry(format!("cannot read the superblock: {e}")))?;
-        if get_u64(&first, 0) == MAGIC {
+        if get_u64(&first, 0) == RETIRED_MAGIC {
             return Err(FormatError::Retired);
         }
         match ufs2::Superblock::search(&mut read_at) {
@@ -189,44 +187,18 @@ impl Superblock {
             Err(e) => Err(FormatError::Ufs2(e.to_string())),
         }
     }
-
-    /// The frames of group `cg` in block numbers, for UFS2: (start, header, inode table, data).
-    pub(super) fn ufs2_cg(&self, u: &ufs2::Superblock, cg: u32) -> (u64, u64, u64, u64) {
-        (u.cgbase(cg) as u64, u.cgtod(cg) as u64, u.cgimin(cg) as u64, u.cgdmin(cg) as u64)
-    }
-
-    /// Whether block number `bno` of a UFS2 image may be a file's: inside the file system, not
-    /// a group's superblock copy, header or inode table, not group 0's boot area nor the
-    /// summary area.
-    pub(super) fn ufs2_is_data(&self, u: &ufs2::Superblock, bno: u64) -> bool {
-        if bno >= u.fs_size as u64 {
-            return false;
-        }
-        let cg = u.dtog(bno as i64) as u32;
-        let (start, _, _, data) = self.ufs2_cg(u, cg);
-        let meta = if cg == 0 { start..data } else { u.cgsblock(cg) as u64..data };
-        let cs_frags = (u.fs_cssize as u64).div_ceil(u.fs_fsize as u64);
-        let cs = u.fs_csaddr as u64..u.fs_csaddr as u64 + cs_frags;
-        !meta.contains(&bno) && !cs.contains(&bno)
-    }
 }
 
 impl Superblock {
-    /// The inode in the 256 bytes `raw` of an inode table, in this image's format.
+    /// The inode in the 256 bytes `raw` of an inode table.
     pub fn decode_dinode(&self, raw: &[u8]) -> Dinode {
-        match self.ufs2() {
-            Some(u) => Dinode::decode_ufs2(raw, u),
-            None => Dinode::decode(raw),
-        }
+        Dinode::decode(raw, self.ufs2())
     }
 
-    /// Writes the inode `d` into the 256 bytes `raw` of an inode table, in this image's format
-    /// (on UFS2 with its check hash when the file system keeps them).
+    /// Writes the inode `d` into the 256 bytes `raw` of an inode table, with its check hash
+    /// when the file system keeps them.
     pub fn encode_dinode(&self, d: &Dinode, raw: &mut [u8]) {
-        match self.ufs2() {
-            Some(u) => raw[..ufs2::UFS2_DINODE_SIZE].copy_from_slice(&d.encode_ufs2(u)),
-            None => d.encode(raw),
-        }
+        raw[..ufs2::UFS2_DINODE_SIZE].copy_from_slice(&d.encode(self.ufs2()));
     }
 }
 
@@ -234,7 +206,7 @@ impl Dinode {
     /// The inode in UFS2's 256 bytes `raw`, on the file system `u`: `blocks` in fragments, the
     /// device number kept in `di_db[0]`, FreeBSD's flags as sufs's. A short symbolic link keeps
     /// its target in the block pointers, as on disk (`Dinode::short_symlink`).
-    pub fn decode_ufs2(raw: &[u8], u: &ufs2::Superblock) -> Dinode {
+    pub fn decode(raw: &[u8], u: &ufs2::Superblock) -> Dinode {
         let d = ufs2::Dinode::decode(raw).expect("a dinode buffer of 256 bytes");
         let f = d.di_flags;
         let mut flags = 0;
@@ -290,9 +262,9 @@ impl Dinode {
     }
 
     /// The UFS2 dinode of this inode on the file system `u`, its check hash set when `u`
-    /// keeps them: the inverse of `decode_ufs2` (what sufs does not use comes back from
+    /// keeps them: the inverse of `decode` (what sufs does not use comes back from
     /// `ufs2`; sufs's flags are written over FreeBSD's bits for them).
-    pub fn encode_ufs2(&self, u: &ufs2::Superblock) -> [u8; ufs2::UFS2_DINODE_SIZE] {
+    pub fn encode(&self, u: &ufs2::Superblock) -> [u8; ufs2::UFS2_DINODE_SIZE] {
         assert!(self.nlink <= i16::MAX as u32, "link count {} past UFS2's", self.nlink);
         let x = &self.ufs2;
         let mut flags = x.flags;
@@ -387,10 +359,10 @@ mod tests {
         u.fs_clean = 1;
         u.fs_flags |= ufs2::FS_DOSOFTDEP;
         let mut sb = Superblock::from_ufs2(u);
-        let w = sb.to_ufs2().unwrap();
+        let w = sb.to_ufs2();
         assert_eq!((w.fs_clean, w.fs_flags & (ufs2::FS_NEEDSFSCK | ufs2::FS_DOSOFTDEP)), (1, ufs2::FS_DOSOFTDEP));
         sb.flags |= SB_NEEDS_FSCK;
-        let w = sb.to_ufs2().unwrap();
+        let w = sb.to_ufs2();
         assert_eq!(w.fs_clean, 0, "marked for fsck: written unclean");
         assert_eq!(w.fs_flags & (ufs2::FS_NEEDSFSCK | ufs2::FS_DOSOFTDEP), ufs2::FS_NEEDSFSCK | ufs2::FS_DOSOFTDEP);
         let back = Superblock::from_ufs2(w);

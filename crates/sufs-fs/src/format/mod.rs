@@ -1,19 +1,13 @@
-//! The on-disk format (FFS layout, DESIGN.md "On-disk format"): superblock, cylinder group
-//! header with its bitmaps, 256-byte dinode and the directory chunk. Every structure is encoded
-//! here and nowhere else, little-endian at explicit offsets; the superblock and the cylinder group
-//! headers carry a CRC32C so that a torn or foreign block is refused rather than trusted.
-//!
-//! Layout of cylinder group `g` (first block `g * blocks_per_group`): a superblock copy (the
-//! primary in group 0), the group header (counts, inode bitmap, block bitmap), the inode table,
-//! then data blocks.
-//!
-//! One file per structure: `superblock`, `cg` (the group header and its bitmaps), `inode`, `dir`
-//! (directory entries), `volume` (the volume snapshot's exception store). This file holds the
-//! constants they share, the error type and the little-endian field access.
+//! The on-disk format: FreeBSD's UFS2 (`ufs2`: the superblock, the cylinder groups, the dinode,
+//! encoded as FreeBSD lays them out) and the types the file system works with over it:
+//! `Superblock` and `Dinode` (sufs's view of UFS2's, mapped by `layout`), the directory chunk
+//! (`dir`), the extended-attribute area (`xattr`), and the Block Register volume layer's own
+//! header (`volume`). `bits` is bit access over a map. This file holds the constants they share,
+//! the error type and the little-endian field access.
 
 use thiserror::Error;
 
-mod cg;
+mod bits;
 mod dir;
 mod inode;
 pub(crate) mod layout;
@@ -22,21 +16,16 @@ pub mod ufs2;
 mod volume;
 mod xattr;
 
-pub use cg::*;
+pub use bits::*;
 pub use dir::*;
 pub use inode::*;
 pub use superblock::*;
 pub use volume::*;
 pub use xattr::*;
 
-pub const MAGIC: u64 = 0x5355_4653_4646_5331; // "SUFSFFS1"
-/// The format version mkfs writes: 2, whose group headers count their initialized inode blocks
-/// (`CgHeader::initialized`, UFS2's `cg_initediblk`).
-pub const VERSION: u32 = 2;
-/// The first version: every inode table was written whole by mkfs, and the group headers'
-/// `initialized` field is zero and means nothing. Still read and written.
-pub const VERSION_EAGER: u32 = 1;
-pub const CG_MAGIC: u32 = 0x4347_5346; // "FSGC"
+/// The magic number at byte 0 of an image of sufs's retired format ("SUFSFFS1"), which
+/// `Superblock::probe` refuses with `FormatError::Retired`.
+pub const RETIRED_MAGIC: u64 = 0x5355_4653_4646_5331;
 pub const DINODE_SIZE: usize = 256;
 pub const NDADDR: usize = 12;
 pub const NIADDR: usize = 3;
@@ -50,16 +39,6 @@ pub const LOST_FOUND_INO: u32 = 3;
 /// First inode number handed out to users; 0 and 1 are never used, as in FFS.
 pub const FIRST_INO: u32 = 2;
 pub const MIN_BLOCK_SIZE: u32 = 4096;
-pub const MAX_BLOCK_SIZE: u32 = 65536;
-/// The fewest blocks a file system can have (an image made before `MKFS_MIN_GROUPS` may have
-/// one group of 64).
-pub const MIN_FS_BLOCKS: u64 = 64;
-/// The fewest groups mkfs makes, so that every image has a superblock copy (at the start of its
-/// second group) for fsck to fall back on, as ext4 and FFS keep one on every image. mkfs
-/// refuses a device of fewer than `MKFS_MIN_GROUPS * 64` blocks (64 is the smallest group).
-pub const MKFS_MIN_GROUPS: u64 = 2;
-/// Bytes of a cylinder group header before its inode bitmap.
-pub const CG_HDR_SIZE: usize = 64;
 /// The longest symbolic link target sufs makes: the kernel's PATH_MAX (4096) less its NUL.
 pub const MAX_SYMLINK: usize = 4095;
 /// A time's nanoseconds field is below this.
@@ -72,8 +51,6 @@ pub const SB_CLEAN: u32 = 1;
 /// The last read-write mount ran soft updates: an unclean image holds only what soft updates
 /// may leave after a crash (leaks and link counts too high), so it may be mounted at once.
 pub const SB_SOFTDEP: u32 = 2;
-/// The last read-write mount ran `async` (with neither this nor `SB_SOFTDEP`, it ran `sync`).
-pub const SB_ASYNC: u32 = 4;
 /// Something was found damaged while mounted (a value read from disk out of range, a bitmap
 /// that disagreed with the inodes): only a full `fsck -y` clears it.
 pub const SB_NEEDS_FSCK: u32 = 8;
@@ -101,8 +78,8 @@ pub const DI_KEEP_NAMES: u32 = DI_IMMUTABLE | DI_SNAPSHOT | DI_APPEND;
 /// was not in use when the snapshot was taken, or belongs to a snapshot, and is never copied
 /// (FreeBSD's BLK_NOCOPY). 0 means not copied yet: the snapshot reads the block in place.
 pub const BLK_NOCOPY: u64 = 1;
-/// In a UFS2 snapshot's block map: the block belongs to a snapshot (FreeBSD's BLK_SNAP), never
-/// copied. sufs's own format marks those `BLK_NOCOPY` too.
+/// In a snapshot's block map: the block belongs to a snapshot (FreeBSD's BLK_SNAP), never
+/// copied.
 pub const BLK_SNAP: u64 = 2;
 
 pub const S_IFMT: u16 = 0o170000;
@@ -125,12 +102,6 @@ pub const DT_SOCK: u8 = 12;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum FormatError {
-    #[error("bad magic number {0:#x}: not a sufs image")]
-    BadMagic(u64),
-    #[error("unsupported format version {0} (this sufs reads versions {VERSION_EAGER} and {VERSION})")]
-    BadVersion(u32),
-    #[error("superblock checksum mismatch (stored {stored:#x}, computed {computed:#x})")]
-    BadChecksum { stored: u32, computed: u32 },
     #[error("inconsistent geometry: {0}")]
     BadGeometry(String),
     #[error("cylinder group {cg}: {what}")]

@@ -12,8 +12,8 @@
 //! first two passes do and holds the mount's lock meanwhile; it runs only for a request that
 //! has something to free, which is once after a crash.
 //!
-//! On UFS2 the check is the UFS2 checker's (`fsck::ufs2`, fsck_ffs's passes) and what it finds
-//! lost is fragments: a leaked run is given back as runs within one block each (`FragRun`),
+//! The check is the UFS2 checker's (`fsck::ufs2`, fsck_ffs's passes) and what it finds lost
+//! is fragments: a leaked run is given back as runs within one block each (`FragRun`),
 //! freed through the group's allocator (maps, `cg_frsum`, cluster map and summaries kept), and
 //! a run is refused if any fragment of it is free or inside a run a live inode points to.
 
@@ -58,13 +58,11 @@ pub struct FragRun {
     pub frags: u32,
 }
 
-/// What background fsck found on a snapshot and asks the live file system to give back: blocks
-/// (on UFS2 fragment runs) and inodes lost at snapshot time, and link counts too high.
+/// What background fsck found on a snapshot and asks the live file system to give back:
+/// fragment runs and inodes lost at snapshot time, link counts too high and block counts off.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Adjust {
-    /// Blocks marked used that nothing owned (sufs's own format).
-    pub blocks: Vec<u64>,
-    /// Fragment runs marked used that nothing owned (UFS2).
+    /// Fragment runs marked used that nothing owned.
     #[serde(default)]
     pub frags: Vec<FragRun>,
     /// Inodes in use that no entry named: freed with their blocks.
@@ -72,7 +70,7 @@ pub struct Adjust {
     /// Inodes marked used whose dinode was free: their bitmap bits are cleared.
     pub leaked_inodes: Vec<InodeRef>,
     pub links: Vec<LinkAdjust>,
-    /// Block counts off (UFS2).
+    /// Block counts off.
     #[serde(default)]
     pub counts: Vec<CountAdjust>,
 }
@@ -84,7 +82,7 @@ pub const MAX_REFUSALS_LISTED: usize = 32;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct AdjustDone {
     pub blocks_freed: u64,
-    /// Fragments freed (UFS2: the leaked runs' fragments, whole blocks' included).
+    /// Fragments freed (the leaked runs' fragments, whole blocks' included).
     #[serde(default)]
     pub frags_freed: u64,
     pub inodes_freed: u64,
@@ -108,7 +106,7 @@ impl AdjustDone {
     }
 }
 
-/// The generations of the inodes of the frozen file system on `frozen`, either format.
+/// The generations of the inodes of the frozen file system on `frozen`.
 struct Generations<'d> {
     frozen: &'d dyn BlockDevice,
     sb: Superblock,
@@ -194,9 +192,7 @@ impl Adjust {
 /// What the live file system holds of the blocks and inodes an adjust asks about.
 #[derive(Default)]
 struct Owners {
-    /// Block -> the inode whose map points to it.
-    blocks: HashMap<u64, u32>,
-    /// UFS2: the runs live inodes point to in the blocks of the fragment runs asked about,
+    /// The runs live inodes point to in the blocks of the fragment runs asked about,
     /// as (first fragment, fragments, inode).
     runs: Vec<(u64, u32, u32)>,
     /// Inode -> its names: the entries naming it in every directory, "." included, ".." not
@@ -230,14 +226,10 @@ impl Fs {
             assert!(sd.is_idle(), "fsck adjust: soft updates not idle after sync_all");
         }
         let mut done = AdjustDone::default();
-        let blocks = self.adjust_block_candidates(&a.blocks, &mut done)?;
         let runs = self.adjust_run_candidates(&a.frags, &mut done)?;
         let inos: HashSet<u32> = a.unreferenced.iter().map(|r| r.ino).chain(a.links.iter().map(|l| l.ino)).collect();
-        let owners = if blocks.is_empty() && runs.is_empty() && inos.is_empty() {
-            Owners::default()
-        } else {
-            self.live_owners(&blocks, &runs, &inos)?
-        };
+        let owners =
+            if runs.is_empty() && inos.is_empty() { Owners::default() } else { self.live_owners(&runs, &inos)? };
         let names = |ino: u32| owners.needed(ino);
         for l in &a.links {
             let Some(mut d) = self.adjust_inode(l.ino, l.generation, false, &mut done)? else { continue };
@@ -311,16 +303,6 @@ impl Fs {
                 done.inodes_freed += 1;
             }
         }
-        for b in blocks {
-            match owners.blocks.get(&b) {
-                Some(owner) => done.refuse(format!("block {b}: owned by inode {owner}")),
-                None => {
-                    self.forget_block(b)?;
-                    self.free_block(b)?;
-                    done.blocks_freed += 1;
-                }
-            }
-        }
         for r in runs {
             let end = r.fsb + r.frags as u64;
             match owners.runs.iter().find(|&&(p, n, _)| p < end && r.fsb < p + n as u64) {
@@ -347,32 +329,7 @@ impl Fs {
         Ok(done)
     }
 
-    /// The blocks asked for that are data blocks still marked used, once each; the rest refused.
-    fn adjust_block_candidates(&mut self, asked: &[u64], done: &mut AdjustDone) -> FsResult<Vec<u64>> {
-        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
-        let mut seen = HashSet::default();
-        let mut out = Vec::new();
-        for &b in asked {
-            if !self.sb.is_data_block(b) {
-                done.refuse(format!("block {b}: not a data block"));
-                continue;
-            }
-            if !seen.insert(b) {
-                done.refuse(format!("block {b}: asked twice"));
-                continue;
-            }
-            let cg = self.sb.cg_of_block(b);
-            let map = &self.cache.read(self.sb.cg_header_block(cg))?[bmoff..];
-            if bit_get(map, (b - self.sb.cg_start(cg)) as usize) {
-                out.push(b);
-            } else {
-                done.refuse(format!("block {b}: free"));
-            }
-        }
-        Ok(out)
-    }
-
-    /// The fragment runs asked for (UFS2) that lie in one block of the data space, each
+    /// The fragment runs asked for that lie in one block of the data space, each
     /// fragment still marked used and asked for once; the rest refused.
     fn adjust_run_candidates(&mut self, asked: &[FragRun], done: &mut AdjustDone) -> FsResult<Vec<FragRun>> {
         let frag = self.sb.frag();
@@ -381,8 +338,8 @@ impl Fs {
         for &r in asked {
             let (first, n) = (r.fsb, r.frags as u64);
             let last = first + n.saturating_sub(1);
-            if self.sb.ufs2().is_none() || n == 0 || first / frag != last / frag {
-                done.refuse(format!("fragments {first}+{n}: not a run within one block of a UFS2 image"));
+            if n == 0 || first / frag != last / frag {
+                done.refuse(format!("fragments {first}+{n}: not a run within one block"));
                 continue;
             }
             if !(first..=last).all(|f| self.sb.is_data_block(f)) {
@@ -492,12 +449,10 @@ impl Fs {
         Ok(counted.saturating_sub(dirs))
     }
 
-    /// One pass over every inode in use: which of `blocks` some inode's map points to (data,
-    /// indirect and attribute blocks; a reservation's and a snapshot's too), which runs it
-    /// points to in the blocks of `runs`, and how many entries of all directories name each
-    /// of `inos`.
-    fn live_owners(&mut self, blocks: &[u64], runs: &[FragRun], inos: &HashSet<u32>) -> FsResult<Owners> {
-        let wanted: HashSet<u64> = blocks.iter().copied().collect();
+    /// One pass over every inode in use: which runs its maps point to (data, indirect and
+    /// attribute blocks; a reservation's and a snapshot's too) in the blocks of `runs`, and how
+    /// many entries of all directories name each of `inos`.
+    fn live_owners(&mut self, runs: &[FragRun], inos: &HashSet<u32>) -> FsResult<Owners> {
         let frag = self.sb.frag();
         let run_blocks: HashSet<u64> = runs.iter().map(|r| r.fsb / frag).collect();
         let mut owners = Owners::default();
@@ -514,9 +469,6 @@ impl Fs {
                     continue;
                 }
                 self.each_pointer(&d, &mut |b, n| {
-                    if wanted.contains(&b) {
-                        owners.blocks.insert(b, ino);
-                    }
                     if run_blocks.contains(&(b / frag)) {
                         owners.runs.push((b, n, ino));
                     }
@@ -555,11 +507,10 @@ impl Fs {
     }
 
     /// Calls `f` with every block an inode's maps point to (data, indirect and attribute
-    /// blocks) and the units its run holds (on UFS2 the fragments of a tail: `run_len`; else a
-    /// whole block, one unit on sufs's own format). A hole and a snapshot's markers
-    /// (`BLK_NOCOPY`, on UFS2 `BLK_SNAP` too) are no blocks.
+    /// blocks) and the fragments its run holds (a tail's: `run_len`; else a whole block). A
+    /// hole and a snapshot's markers (`BLK_NOCOPY`, `BLK_SNAP`) are no blocks.
     fn each_pointer(&mut self, d: &Dinode, f: &mut impl FnMut(u64, u32)) -> FsResult<()> {
-        let limit = if self.sb.ufs2().is_some() { BLK_SNAP } else { BLK_NOCOPY };
+        let limit = BLK_SNAP;
         let real = |b: u64| b > limit;
         let (bs, whole) = (self.sb.block_size as u64, self.sb.frag() as u32);
         // A short symbolic link's target and a device's number live where the pointers are.

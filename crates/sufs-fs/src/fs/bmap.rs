@@ -195,7 +195,7 @@ impl Fs {
     /// that no later write builds on them (their blocks are leaked until fsck), and the
     /// superblock asks for fsck.
     fn drop_pointers_past_size(&mut self, bno: u64) -> FsResult<()> {
-        let Some(u) = self.sb.ufs2() else { return Ok(()) };
+        let u = self.sb.ufs2();
         let (bs, nindir) = (u.fs_bsize as u64, u.nindir() as u64);
         // The direct pointers and indirect levels a size reaches (fsck_ffs's pass 1).
         let reach = |size: u64| {

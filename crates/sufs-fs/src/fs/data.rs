@@ -348,11 +348,11 @@ impl Fs {
         }
         let bs = self.sb.block_size as u64;
         if size < d.size {
-            // On UFS2 the block that will hold the new last byte is allocated first, while the
+            // The block that will hold the new last byte is allocated first, while the
             // file goes on past it (a whole block), as `ffs_truncate` allocates it before it cuts:
             // no inode on disk, in any order of the writes, has the new size past a hole.
             let last = size.checked_sub(1).map(|b| b / bs);
-            if let Some(lbn) = last.filter(|_| self.sb.ufs2().is_some() && d.is_reg()) {
+            if let Some(lbn) = last.filter(|_| d.is_reg()) {
                 if self.bmap(ino, d, lbn, false)?.0 == 0 {
                     self.write_inner(ino, d, size - 1, &[0])?;
                 }
@@ -393,10 +393,10 @@ impl Fs {
     /// (FreeBSD's `ffs_truncate` allocates it; fsck_ffs's pass 1 calls a hole there "FILE SIZE
     /// BEYOND END OF ALLOCATED FILE", fatal within the direct blocks). Allocates it, zeroed (in
     /// the direct blocks, the fragments the size reaches), where a truncate or a punched hole
-    /// left it a hole. Nothing on sufs's own format.
+    /// left it a hole.
     pub(super) fn keep_end_allocated(&mut self, ino: u32, d: &mut Dinode) -> FsResult<()> {
         let bs = self.sb.block_size as u64;
-        if self.sb.ufs2().is_none() || !d.is_reg() || d.size == 0 {
+        if !d.is_reg() || d.size == 0 {
             return Ok(());
         }
         let (bno, _) = self.bmap(ino, d, (d.size - 1) / bs, false)?;

@@ -66,8 +66,8 @@ impl Fs {
         if self.dirhash.contains_key(&dir) {
             return Ok(true);
         }
-        // UFS2's directories grow a chunk at a time (`grow_last_block`), sufs's own by blocks.
-        if !dirhash_wanted(d.size, self.sb.block_size as u64, self.sb.ufs2().is_some()) {
+        // Directories grow a chunk at a time (`grow_last_block`).
+        if !dirhash_wanted(d.size) {
             return Ok(false);
         }
         // Hidden entries stay out: one may share its name with a live entry (a file moved out

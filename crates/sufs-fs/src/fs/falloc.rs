@@ -74,7 +74,7 @@ impl Fs {
         if d.flags & (DI_IMMUTABLE | DI_SNAPSHOT) != 0 || (d.flags & DI_APPEND != 0 && mode.op != FallocOp::Allocate) {
             return Err(FsError::Perm);
         }
-        if self.sb.ufs2().is_some() && mode.keep_size && mode.op != FallocOp::PunchHole && end > d.size {
+        if mode.keep_size && mode.op != FallocOp::PunchHole && end > d.size {
             // UFS2 has no blocks past a file's size: fsck_ffs clears an inode that holds one.
             return Err(FsError::NotSupported);
         }
@@ -260,7 +260,7 @@ impl Fs {
     fn punch_range(&mut self, ino: u32, d: &mut Dinode, off: u64, end: u64) -> FsResult<()> {
         let bs = self.sb.block_size as u64;
         let (first, mut last) = (off.div_ceil(bs), end / bs);
-        if self.sb.ufs2().is_some() && d.size > 0 {
+        if d.size > 0 {
             last = last.min((d.size - 1) / bs);
         }
         if first < last {

@@ -462,7 +462,7 @@ mod shared_tests {
 mod group_tests {
     use super::*;
     use crate::clock::SimClock;
-    use crate::dev::{DevResult, DevStats, MemDevice};
+    use crate::dev::{DevResult, DevStats, MemDevice, WriteReq};
     use crate::fs::{mkfs, MkfsOptions, MountOptions};
 
     /// A device whose writes wait while its gate is shut.

@@ -12,9 +12,9 @@
 //! frees the fragments past the new end once the inode without them is on disk.
 //!
 //! Invariant (fsck_ffs's pass 1 checks it): a file's last direct block holds exactly
-//! `run_len(size, lbn)` bytes of fragments, and `blocks` counts the fragments held. On sufs's
-//! own format and on UFS2 images of one fragment a block every run is a whole block and nothing
-//! here changes what the file system did.
+//! `run_len(size, lbn)` bytes of fragments, and `blocks` counts the fragments held. On images
+//! of one fragment a block every run is a whole block and nothing here changes what the file
+//! system does.
 
 use super::*;
 

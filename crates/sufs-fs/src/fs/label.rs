@@ -1,7 +1,7 @@
 //! The volume label of a mounted file system, as Linux's `FS_IOC_GETFSLABEL` and
 //! `FS_IOC_SETFSLABEL` read and set it (`xfs_io -c label`, `btrfs filesystem label`); an
 //! unmounted one's is `sufs tunefs --label`'s. The label is the superblock's field (docs/SPEC.md):
-//! at most `MAX_LABEL` bytes, no NUL; on UFS2 one fewer, so that `fs_volname` ends with a NUL as
+//! at most `MAX_LABEL` bytes less one, no NUL, so that `fs_volname` ends with a NUL as
 //! FreeBSD's tunefs and newfs keep it (its readers copy it up to the NUL). The ioctls carry it in a buffer of `FSLABEL_MAX` bytes,
 //! ended by a NUL; a new one is written with the superblock at once.
 
@@ -26,12 +26,12 @@ impl Fs {
     /// Sets the label from `FS_IOC_SETFSLABEL`'s buffer: the bytes before its first NUL. A
     /// buffer with no NUL (a label of `FSLABEL_MAX` bytes or more) is EINVAL, as on every Linux
     /// file system; so is one longer than the superblock keeps (`MAX_LABEL`), with a log line
-    /// saying so, since the caller sees only the errno. On UFS2 the most is one fewer
+    /// saying so, since the caller sees only the errno: one fewer than `MAX_LABEL`
     /// (`fs_volname` keeps its NUL).
     pub fn set_label_ioctl(&mut self, buf: &[u8]) -> FsResult<()> {
         self.check_writable()?;
         let len = buf.iter().position(|&b| b == 0).ok_or(FsError::Invalid("label without its NUL"))?;
-        let max = if self.sb.ufs2().is_some() { MAX_LABEL - 1 } else { MAX_LABEL };
+        let max = MAX_LABEL - 1;
         if len > max {
             log::warn!(
                 "FS_IOC_SETFSLABEL: a label of {len} bytes refused (EINVAL): this file system keeps at most {max}"
@@ -45,13 +45,12 @@ impl Fs {
     /// Records where the file system is mounted in UFS2's `fs_fsmnt`, as FreeBSD's
     /// `ffs_mountfs` copies the mount point there (fsck_ffs prints it as "Last Mounted on",
     /// `sufs inspect IMG sb` as `fsmnt`), and writes the superblock. A path longer than the field is cut so
-    /// that a NUL ends it, as `strlcpy` cuts it. Nothing on sufs's earlier format, which has no
-    /// such field, nor on a read-only mount.
+    /// that a NUL ends it, as `strlcpy` cuts it. Nothing on a read-only mount.
     pub fn set_last_mounted(&mut self, path: &[u8]) -> FsResult<()> {
         if self.check_writable().is_err() {
             return Ok(());
         }
-        let Some(u) = self.sb.ufs2.as_mut() else { return Ok(()) };
+        let u = &mut *self.sb.ufs2;
         let len = path.len().min(crate::format::ufs2::MAXMNTLEN - 1);
         u.fs_fsmnt = [0; crate::format::ufs2::MAXMNTLEN];
         u.fs_fsmnt[..len].copy_from_slice(&path[..len]);
@@ -101,7 +100,7 @@ mod tests {
         let mut fs = Fs::mount(dev, o, Arc::new(crate::clock::SimClock::new())).unwrap();
         let max = vec![b'u'; MAX_LABEL - 1];
         fs.set_label_ioctl(&buf(&max)).unwrap();
-        let volname = fs.sb.to_ufs2().unwrap().fs_volname;
+        let volname = fs.sb.to_ufs2().fs_volname;
         assert_eq!((&volname[..MAX_LABEL - 1], volname[MAX_LABEL - 1]), (&max[..], 0));
         assert!(matches!(fs.set_label_ioctl(&buf(&[b'u'; MAX_LABEL])), Err(FsError::Invalid(_))));
         assert_eq!(fs.label_ioctl(), buf(&max), "unchanged");

@@ -26,7 +26,7 @@ use thiserror::Error;
 use crate::alloc::{Alloc, AllocError};
 use crate::cache::{Cache, CacheStats, WriteHooks};
 use crate::clock::Clock;
-use crate::dev::{BlockDevice, DevError, DevStats, WriteKind, WriteReq};
+use crate::dev::{BlockDevice, DevError, DevStats, WriteKind};
 use crate::dirhash::{chunk_slack, dirhash_wanted, DirHash};
 use crate::format::*;
 use crate::softdep::{FreeBlks, FreeFile, FreeFrag, NameWait, PtrSlot, Softdep, Task};
@@ -362,7 +362,7 @@ pub struct StatFs {
     pub files: u64,
     pub ffree: u64,
     pub bsize: u32,
-    /// The unit of `blocks`, `bfree` and `bavail`: UFS2's fragment (`bsize` on a sufs image).
+    /// The unit of `blocks`, `bfree` and `bavail`: UFS2's fragment.
     pub frsize: u32,
     pub namelen: u32,
 }
@@ -405,10 +405,7 @@ impl WriteHooks for Hooks {
             sd.before_write(bno, copy);
         }
         if self.geometry.is_cg_header(bno) {
-            match self.geometry.ufs2() {
-                Some(u) => ufs2::Cg::reseal(copy, u),
-                None => CgHeader::seal(copy),
-            }
+            ufs2::Cg::reseal(copy, self.geometry.ufs2());
         }
     }
     fn after_write(&mut self, bno: u64) -> bool {
@@ -567,9 +564,6 @@ impl Fs {
             messages: Default::default(),
             lock_stats: LockStats::default(),
         };
-        for what in std::mem::take(&mut fs.alloc.damage) {
-            fs.damaged(what);
-        }
         // The root inode's block, checked as it comes in (`read_inode_block`): the blocks of the
         // first directories are known to be in use before anything is allocated.
         fs.iget_raw(ROOT_INO)?;
@@ -610,21 +604,11 @@ impl Fs {
         self.sb.free_inodes = self.alloc.free_inodes();
         self.sb.ndirs = self.alloc.ndirs();
         self.sb.write_time = self.clock.wall().0;
-        if self.sb.ufs2().is_some() {
-            return self.write_superblock_ufs2();
-        }
-        let mut buf = vec![0u8; self.sb.block_size as usize];
-        self.sb.encode(&mut buf);
-        self.cache.device().write_batch(&[WriteReq { bno: 0, data: &buf }], WriteKind::Sync)?;
-        Ok(())
-    }
-
-    /// A UFS2 image's superblock, as FreeBSD's `ffs_sbupdate` writes it: the summary area at
-    /// `fs_csaddr` (each group's counts) first, then the superblock at `fs_sblockloc`, with
-    /// `fs_cstotal` the groups' totals and its check hash.
-    fn write_superblock_ufs2(&mut self) -> FsResult<()> {
-        let mut u = self.sb.to_ufs2().expect("a UFS2 image");
-        let totals = self.alloc.ufs2_super().expect("the allocator of a UFS2 image").fs_cstotal;
+        // As FreeBSD's `ffs_sbupdate` writes it: the summary area at `fs_csaddr` (each group's
+        // counts) first, then the superblock at `fs_sblockloc`, with `fs_cstotal` the groups'
+        // totals and its check hash.
+        let mut u = self.sb.to_ufs2();
+        let totals = self.alloc.ufs2_super().fs_cstotal;
         u.fs_cstotal = totals;
         u.fs_fmod = 0;
         let csums = self.alloc.ufs2_csums();

@@ -265,13 +265,10 @@ impl Fs {
     /// Marks the superblock of a read-write mount: in use (not clean), with its ordering, so
     /// that a crash is recovered by what this ordering promises.
     pub(crate) fn mark_in_use(&mut self) -> FsResult<()> {
-        self.sb.flags &= !(SB_CLEAN | SB_SOFTDEP | SB_ASYNC);
-        self.sb.flags |= match self.ordering {
-            Ordering::Softdep => SB_SOFTDEP,
-            Ordering::Async => SB_ASYNC,
-            Ordering::Sync => 0,
-        };
-        self.sb.mount_count += 1;
+        self.sb.flags &= !(SB_CLEAN | SB_SOFTDEP);
+        if self.ordering == Ordering::Softdep {
+            self.sb.flags |= SB_SOFTDEP;
+        }
         self.sb.mount_time = self.clock.wall().0;
         self.write_superblock()
     }

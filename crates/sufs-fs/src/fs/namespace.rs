@@ -186,12 +186,10 @@ impl Fs {
             }
         };
         d.nlink = 2;
-        if self.sb.ufs2().is_some() {
-            // FreeBSD 14's di_dirdepth (in di_freelink's place): one below the parent's, the
-            // root's being 0. fsck_ffs takes a directory of depth 0 for one of a file system
-            // that does not track depths, and asks to start tracking them.
-            d.ufs2.freelink = dd.ufs2.freelink.saturating_add(1);
-        }
+        // FreeBSD 14's di_dirdepth (in di_freelink's place): one below the parent's, the root's
+        // being 0. fsck_ffs takes a directory of depth 0 for one of a file system that does not
+        // track depths, and asks to start tracking them.
+        d.ufs2.freelink = dd.ufs2.freelink.saturating_add(1);
         let body = match self.init_dir_block(ino, &mut d, dir) {
             Ok(b) => b,
             Err(e) => {
@@ -238,8 +236,8 @@ impl Fs {
         if target.is_empty() || target.len() >= self.sb.block_size as usize || target.len() > MAX_SYMLINK {
             return Err(if target.is_empty() { FsError::NotFound } else { FsError::NameTooLong });
         }
-        // UFS2 keeps a target shorter than `fs_maxsymlinklen` in the inode, as FreeBSD does.
-        let short = self.sb.ufs2().is_some_and(|u| (target.len() as i64) < u.fs_maxsymlinklen as i64);
+        // A target shorter than `fs_maxsymlinklen` lives in the inode, as FreeBSD keeps it.
+        let short = (target.len() as i64) < self.sb.ufs2().fs_maxsymlinklen as i64;
         let r = self.create_node(dir, name, S_IFLNK | 0o777, uid, gid, |fs, ino, d| {
             if short {
                 d.set_short_target(target);
@@ -262,8 +260,8 @@ impl Fs {
             return Err(self.damaged(format!("symlink {ino} has size {}", d.size)));
         }
         if d.short_symlink() {
-            // UFS2 keeps a target shorter than `fs_maxsymlinklen` in the inode itself.
-            let max = self.sb.ufs2().map_or(0, |u| u.fs_maxsymlinklen.max(0) as u64);
+            // A target shorter than `fs_maxsymlinklen` lives in the inode itself.
+            let max = self.sb.ufs2().fs_maxsymlinklen.max(0) as u64;
             if d.size >= max {
                 return Err(self.damaged(format!("symlink {ino} of {} bytes holds no block", d.size)));
             }

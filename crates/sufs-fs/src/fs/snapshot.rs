@@ -1,24 +1,21 @@
-//! FFS snapshots (soft updates §6): a snapshot is a file, `/.snap/NAME`, flagged `DI_SNAPSHOT`,
-//! as large as the file system, whose logical block `x` stands for physical block `x` as it was
-//! when the snapshot was taken. Its block map says, for each block: 0, not copied (the block is
-//! unchanged since, read it in place); `BLK_NOCOPY`, the block was free then or belongs to a
-//! snapshot (never copied, reads as zeros); anything else, the block holding the old contents (a
-//! copy, or the block itself, claimed when its file let it go).
+//! FFS snapshots (soft updates §6), as FreeBSD makes them (`ffs_snapshot.c`): a snapshot is a
+//! file, `/.snap/NAME`, flagged `DI_SNAPSHOT`, as large as the file system, whose logical block
+//! `x` stands for the file system's block of fragments `x * fs_frag ..` as it was when the
+//! snapshot was taken. Its block map says, for each block: 0, not copied (the block is unchanged
+//! since, read it in place); `BLK_NOCOPY`, the block was free then (never copied, reads as
+//! zeros); `BLK_SNAP`, the block belongs to a snapshot (likewise); anything else, the block
+//! holding the old contents (a copy, or the block itself, claimed when its file let it go).
 //!
 //! Invariants: while a snapshot is active (listed in the superblock, oldest first, at most 20),
 //! (1) a block it marks not copied is never written: `cow` copies the old contents into a new
 //! block of every snapshot that still needs them, and makes the copy and the pointer to it
 //! durable before the overwrite is written; (2) a block it marks not copied is never handed out
 //! again: `free_block` gives a freed block to the first snapshot that has not copied it.
-//! The superblock, every group header and the inode blocks holding snapshot inodes are copied
-//! when the snapshot is taken, and in those copies the snapshots are expunged (their inodes
-//! become empty files, their blocks free), so the frozen file system passes fsck as it stands and
-//! deleting any snapshot frees its space.
-//!
-//! On a UFS2 image the snapshot is FreeBSD's (`ffs_snapshot.c`): its logical block `x` is the
-//! file system's block of fragments `x * fs_frag ..`, a snapshot's own blocks are `BLK_SNAP` in
-//! the map, and the first copies are FreeBSD's groups, superblock and summary area
-//! (`snapufs2`); the records here are kept by logical block (`Fs::snap_lbn` of an address).
+//! The superblock, the summary area, every group and the inode blocks holding snapshot inodes
+//! are copied when the snapshot is taken (`snapufs2`), and in those copies the snapshots are
+//! expunged (their inodes become empty files, their blocks free), so the frozen file system
+//! passes fsck as it stands and deleting any snapshot frees its space. The records here are kept
+//! by logical block (`Fs::snap_lbn` of an address).
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -74,17 +71,13 @@ pub struct Snapshots {
     pub(super) claimed: u64,
 }
 
-/// The group headers at a snapshot's creation (`maps`), the frozen file system's (`cgs`), and
-/// the frozen superblock's counts.
-/// `free_then` marks, by logical block, the blocks wholly free at creation; on UFS2 `csums` and
-/// `total` are the frozen summary area's and `fs_cstotal`.
+/// The frozen file system's groups (`cgs`, encoded) at a snapshot's creation: `free_then`
+/// marks, by logical block, the blocks wholly free at creation; `csums` and `total` are the
+/// frozen summary area's and `fs_cstotal`.
 #[derive(Default)]
 pub(super) struct FrozenGroups {
     pub(super) free_then: Vec<u64>,
     pub(super) cgs: Vec<Vec<u8>>,
-    pub(super) free_blocks: u64,
-    pub(super) free_inodes: u64,
-    pub(super) ndirs: u64,
     pub(super) csums: Vec<crate::format::ufs2::Csum>,
     pub(super) total: crate::format::ufs2::CsumTotal,
 }
@@ -109,7 +102,7 @@ pub struct SnapInfo {
     /// Creation time (seconds since the epoch).
     pub created: i64,
     /// Blocks the snapshot owns: its map's indirect blocks, copies and claimed blocks (whole
-    /// blocks on UFS2 too).
+    /// blocks).
     pub blocks: u64,
     /// Blocks still shared with the live file system (not copied).
     pub shared: u64,
@@ -118,9 +111,14 @@ pub struct SnapInfo {
 /// A level-0 indirect block of a snapshot's map and the first file-system block it maps.
 type Leaf = (u64, u64);
 
+/// Whether a map value is a marker, not an address: `BLK_NOCOPY` or `BLK_SNAP`.
+fn snap_marker(v: u64) -> bool {
+    v == BLK_NOCOPY || v == BLK_SNAP
+}
+
 impl Fs {
     /// Logical blocks of a snapshot file: the file system's size in blocks (FreeBSD's
-    /// `howmany(fs_size, fs_frag)`; on sufs's own format, its blocks).
+    /// `howmany(fs_size, fs_frag)`).
     pub(super) fn snap_nblocks(&self) -> u64 {
         self.sb.num_blocks.div_ceil(self.sb.frag())
     }
@@ -130,20 +128,6 @@ impl Fs {
         b / self.sb.frag()
     }
 
-    /// Whether a map value is a marker, not an address: `BLK_NOCOPY`, and on UFS2 `BLK_SNAP`.
-    pub(super) fn snap_marker(&self, v: u64) -> bool {
-        v == BLK_NOCOPY || (v == BLK_SNAP && self.sb.ufs2().is_some())
-    }
-
-    /// The marker of a block a snapshot owns in a new snapshot's map.
-    fn snap_own_marker(&self) -> u64 {
-        if self.sb.ufs2().is_some() {
-            BLK_SNAP
-        } else {
-            BLK_NOCOPY
-        }
-    }
-
     /// Reactivates the snapshots listed in the superblock (at mount).
     pub(super) fn snap_activate(&mut self) -> FsResult<()> {
         self.snapshots.active.clear();
@@ -151,7 +135,7 @@ impl Fs {
         for ino in list {
             let d = self.iget(ino)?;
             let n = self.snap_nblocks();
-            // On UFS2 the block hints list follows the map (`snap_hint_list`).
+            // The block hints list follows the map (`snap_hint_list`).
             let room = self.snap_list_room() * self.sb.block_size as u64;
             let map = n * self.sb.block_size as u64;
             if d.flags & DI_SNAPSHOT == 0 || d.size < map || d.size > map + room {
@@ -226,14 +210,14 @@ impl Fs {
 
     /// Every block a snapshot owns: its map's indirect blocks and the blocks its map points to.
     fn snap_owned(&mut self, d: &Dinode, out: &mut HashSet<u64>) -> FsResult<()> {
-        out.extend(d.db.iter().copied().filter(|&v| v != 0 && !self.snap_marker(v)));
+        out.extend(d.db.iter().copied().filter(|&v| v != 0 && !snap_marker(v)));
         let mut data = Vec::new();
         let mut levels: [Vec<u64>; NIADDR] = Default::default();
         // The tree's indirect blocks, level by level (data pointers may be sentinels).
         let dd = Dinode { db: [0; NDADDR], ..d.clone() };
         self.file_blocks(&dd, &mut data, &mut levels)?;
         out.extend(levels.iter().flatten().copied());
-        out.extend(data.into_iter().filter(|&v| v != 0 && !self.snap_marker(v)));
+        out.extend(data.into_iter().filter(|&v| v != 0 && !snap_marker(v)));
         Ok(())
     }
 
@@ -311,17 +295,13 @@ impl Fs {
             Ok(())
         });
         let ino = match made {
-            // On UFS2 the new name and inode go to the disk first, as FreeBSD syncs the
-            // snapshot file before it suspends: the first copies read blocks from the disk.
-            Ok((ino, _)) if self.sb.ufs2().is_some() => {
+            // The new name and inode go to the disk first, as FreeBSD syncs the snapshot file
+            // before it suspends: the first copies read blocks from the disk.
+            Ok((ino, _)) => {
                 self.sync_all()?;
                 ino
             }
-            Ok((ino, _)) => ino,
-            Err(e) => {
-                self.snap_dir_prune().unwrap_or_else(|p| log::error!("snapshot: /.snap left behind: {p}"));
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         };
         let mut mine = Vec::new();
         match self.snap_make(ino, slot, &mut mine) {
@@ -355,7 +335,8 @@ impl Fs {
             base += span;
             span = span.saturating_mul(p);
         }
-        let summary = self.sb.ufs2().map_or(0, |u| (u.fs_cssize as u64).div_ceil(u.fs_bsize as u64) + 1);
+        let u = self.sb.ufs2();
+        let summary = (u.fs_cssize as u64).div_ceil(u.fs_bsize as u64) + 1;
         let eager = 1 + self.sb.ngroups as u64 + self.snapshots.active.len() as u64 + 1 + NDADDR as u64 + summary;
         map + eager + 1 + self.snap_list_room()
     }
@@ -376,11 +357,7 @@ impl Fs {
             let od = self.iget(self.snapshots.active[k].ino)?;
             self.snap_owned(&od, &mut owned)?;
         }
-        let frozen = if self.sb.ufs2().is_some() {
-            self.snap_frozen_groups_ufs2(&owned)?
-        } else {
-            self.snap_frozen_groups(&owned)?
-        };
+        let frozen = self.snap_frozen_groups(&owned)?;
         self.snap_fill_copies(&copies, &frozen, &snap_inos)?;
         let active = self.snap_write_map(ino, &mut d, &copies, &owned, &frozen)?;
         for (i, &b) in list.iter().enumerate() {
@@ -404,28 +381,21 @@ impl Fs {
         self.write_superblock()
     }
 
-    /// Logical blocks past the map that FreeBSD's block hints list may take, at most: none on
-    /// sufs's own format; on UFS2 one entry for the count and one for each first copy.
+    /// Logical blocks past the map that FreeBSD's block hints list may take, at most: one entry
+    /// for the count and one for each first copy.
     fn snap_list_room(&self) -> u64 {
-        match self.sb.ufs2() {
-            None => 0,
-            Some(u) => {
-                let bs = u.fs_bsize as u64;
-                let cs = (u.fs_cssize as u64).div_ceil(bs) + 1;
-                let most = 1 + 1 + self.sb.ngroups as u64 + MAX_SNAPSHOTS as u64 + 1 + NDADDR as u64 + 1 + cs;
-                (most * 8).div_ceil(bs)
-            }
-        }
+        let u = self.sb.ufs2();
+        let bs = u.fs_bsize as u64;
+        let cs = (u.fs_cssize as u64).div_ceil(bs) + 1;
+        let most = 1 + 1 + self.sb.ngroups as u64 + MAX_SNAPSHOTS as u64 + 1 + NDADDR as u64 + 1 + cs;
+        (most * 8).div_ceil(bs)
     }
 
-    /// On UFS2, FreeBSD's block hints list (`i_snapblklist`, which `ffs_snapshot_mount` reads
+    /// FreeBSD's block hints list (`i_snapblklist`, which `ffs_snapshot_mount` reads
     /// past the map, at `lblktosize(numblks)`): its length counting itself, then the logical
     /// blocks the snapshot holds a first copy of, ascending; FreeBSD's copy-on-write skips
     /// them. Its blocks are allocated here (in `mine`) and filled; returns them and its bytes.
     fn snap_hint_list(&mut self, copies: &[(u64, u64)], pref: u64, mine: &mut Vec<u64>) -> FsResult<(Vec<u64>, u64)> {
-        if self.sb.ufs2().is_none() {
-            return Ok((Vec::new(), 0));
-        }
         let mut entries: Vec<u64> = copies.iter().map(|&(x, _)| x).collect();
         entries.sort_unstable();
         entries.insert(0, entries.len() as u64 + 1);
@@ -446,7 +416,7 @@ impl Fs {
 
     /// Undoes a snapshot `snap_make` failed to make: once its inode points to its blocks it goes
     /// as a snapshot is deleted; before, the blocks it took (`mine`, pointed to by nothing) are
-    /// freed and the empty file removed. `/.snap` goes too if that leaves it empty.
+    /// freed and the empty file removed.
     fn snap_abandon(&mut self, dir: u32, name: &[u8], ino: u32, mine: &[u64]) -> FsResult<()> {
         let mut d = self.iget(ino)?;
         if d.has_blocks() {
@@ -460,7 +430,6 @@ impl Fs {
         d.flags &= !DI_SNAPSHOT;
         self.snap_unlink(dir, name, ino, &d)?;
         self.balance()?;
-        self.snap_dir_prune()?;
         self.sync_all()
     }
 
@@ -476,39 +445,10 @@ impl Fs {
         self.unlink_name(dir, &slot, name, vec![Task::DropLink(ino)])
     }
 
-    /// Removes `/.snap` if it holds no snapshot (it is made again by the next one): a file
-    /// system that had snapshots, or a background fsck, looks as it did before. Kept on UFS2.
-    fn snap_dir_prune(&mut self) -> FsResult<()> {
-        if self.sb.ufs2().is_some() {
-            // FreeBSD's newfs makes `/.snap` and nothing removes it.
-            return Ok(());
-        }
-        let dir = match self.snap_dir(false) {
-            Ok(d) => d,
-            Err(FsError::NotFound) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        if !self.special_dir_entries(SNAP_DIR)?.is_empty() {
-            return Ok(());
-        }
-        // It is immutable, so that nobody else removes or renames it.
-        let mut d = self.iget(dir)?;
-        let flags = d.flags;
-        d.flags &= !DI_IMMUTABLE;
-        self.iput(dir, &d)?;
-        if let Err(e) = self.rmdir(ROOT_INO, SNAP_DIR) {
-            let mut d = self.iget(dir)?;
-            d.flags = flags;
-            self.iput(dir, &d)?;
-            return Err(e);
-        }
-        Ok(())
-    }
-
     /// What a new snapshot copies at once, as (logical block, its copy): the superblock, the
-    /// group headers, the inode blocks of the snapshots (`snap_inos`, expunged in the copy) and
-    /// the direct slots (which never change later), on UFS2 the summary area too (all written
-    /// past the cache, or by their logical block), those in use; the copies are allocated here.
+    /// groups, the inode blocks of the snapshots (`snap_inos`, expunged in the copy), the direct
+    /// slots (which never change later) and the summary area (all written past the cache, or by
+    /// their logical block), those in use; the copies are allocated here.
     fn snap_eager_copies(&mut self, snap_inos: &[u32], pref: u64, mine: &mut Vec<u64>) -> FsResult<Vec<(u64, u64)>> {
         let n = self.snap_nblocks();
         let frag = self.sb.frag();
@@ -516,12 +456,11 @@ impl Fs {
         eager.extend((0..self.sb.ngroups).map(|cg| self.sb.cg_header_block(cg) / frag));
         eager.extend(snap_inos.iter().map(|&i| self.sb.inode_location(i).0 / frag));
         eager.extend(0..(NDADDR as u64).min(n));
-        if let Some(u) = self.sb.ufs2() {
-            let bs = u.fs_bsize as u64;
-            eager.insert(u.fs_sblockloc as u64 / bs);
-            let cs = u.fsb_offset(u.fs_csaddr);
-            eager.extend(cs / bs..(cs + u.fs_cssize as u64).div_ceil(bs));
-        }
+        let u = self.sb.ufs2();
+        let bs = u.fs_bsize as u64;
+        eager.insert(u.fs_sblockloc as u64 / bs);
+        let cs = u.fsb_offset(u.fs_csaddr);
+        eager.extend(cs / bs..(cs + u.fs_cssize as u64).div_ceil(bs));
         let mut copies: Vec<(u64, u64)> = Vec::new();
         for &x in &eager {
             if !self.snap_wholly_free(x)? {
@@ -533,75 +472,6 @@ impl Fs {
             }
         }
         Ok(copies)
-    }
-
-    /// Whether logical block `x` is wholly free now (never copied: `BLK_NOCOPY`).
-    fn snap_wholly_free(&mut self, x: u64) -> FsResult<bool> {
-        if self.sb.ufs2().is_some() {
-            return self.snap_wholly_free_ufs2(x);
-        }
-        let cg = self.sb.cg_of_block(x);
-        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
-        let hdr = self.cache.read(self.sb.cg_header_block(cg))?;
-        Ok(!bit_get(&hdr[bmoff..], (x - self.sb.cg_start(cg)) as usize))
-    }
-
-    /// The group headers as the frozen file system has them (the blocks of snapshots, `owned`,
-    /// free there), which blocks are free now, and the frozen superblock's counts.
-    fn snap_frozen_groups(&mut self, owned: &HashSet<u64>) -> FsResult<FrozenGroups> {
-        let bmoff = CgHeader::block_map_offset(self.sb.inodes_per_group);
-        let mut f = FrozenGroups::new(self.snap_nblocks());
-        for cg in 0..self.sb.ngroups {
-            let buf = self.cache.read(self.sb.cg_header_block(cg))?.to_vec();
-            let mut fz = buf.clone();
-            let start = self.sb.cg_start(cg);
-            let mut freed = 0;
-            for i in 0..self.sb.cg_blocks(cg) as usize {
-                if !bit_get(&buf[bmoff..], i) {
-                    f.set_free_then(start + i as u64);
-                } else if owned.contains(&(start + i as u64)) {
-                    bit_set(&mut fz[bmoff..], i, false);
-                    freed += 1;
-                }
-            }
-            let fb = cg_get_free_blocks(&fz) + freed;
-            cg_set_free_blocks(&mut fz, fb);
-            CgHeader::seal(&mut fz);
-            f.free_blocks += fb as u64;
-            f.free_inodes += cg_get_free_inodes(&fz) as u64;
-            f.ndirs += cg_get_ndirs(&fz) as u64;
-            f.cgs.push(fz);
-        }
-        Ok(f)
-    }
-
-    /// Fills the eager copies: the frozen superblock and group headers, and the other blocks as
-    /// they are, a snapshot's own inode showing in them as an empty file.
-    fn snap_fill_copies(&mut self, copies: &[(u64, u64)], frozen: &FrozenGroups, snap_inos: &[u32]) -> FsResult<()> {
-        if self.sb.ufs2().is_some() {
-            return self.snap_fill_copies_ufs2(copies, frozen, snap_inos);
-        }
-        let bs = self.sb.block_size as usize;
-        let mut fsb = self.sb.clone();
-        fsb.free_blocks = frozen.free_blocks;
-        fsb.free_inodes = frozen.free_inodes;
-        fsb.ndirs = frozen.ndirs;
-        fsb.flags = (fsb.flags & SB_SOFTDEP) | SB_CLEAN;
-        fsb.snapshots = [0; MAX_SNAPSHOTS];
-        fsb.write_time = self.clock.wall().0;
-        for &(x, c) in copies {
-            let mut data = vec![0u8; bs];
-            if x == 0 {
-                fsb.encode(&mut data);
-            } else if self.sb.is_cg_header(x) {
-                data.copy_from_slice(&frozen.cgs[self.sb.cg_of_block(x) as usize]);
-            } else {
-                data.copy_from_slice(self.cache.read(x)?);
-                self.snap_expunge_inodes(x, &mut data, snap_inos);
-            }
-            self.cache.create(c).copy_from_slice(&data);
-        }
-        Ok(())
     }
 
     /// Expunges the snapshots `snap_inos` from `data`, a copy of the inode block at address
@@ -621,8 +491,8 @@ impl Fs {
         }
     }
 
-    /// The snapshot's map: for each block of the file system its copy, BLK_NOCOPY (free then,
-    /// or a snapshot's own), or 0 (still shared: copied before it is overwritten), in the
+    /// The snapshot's map: for each block of the file system its copy, `BLK_NOCOPY` (free
+    /// then), `BLK_SNAP` (a snapshot's own), or 0 (still shared: copied before it is overwritten), in the
     /// snapshot inode's direct slots and leaves; returns the live record of what is not copied.
     fn snap_write_map(
         &mut self,
@@ -633,14 +503,14 @@ impl Fs {
         frozen: &FrozenGroups,
     ) -> FsResult<Active> {
         let n = self.snap_nblocks();
-        let (frag, own) = (self.sb.frag(), self.snap_own_marker());
+        let frag = self.sb.frag();
         let copy_of: std::collections::HashMap<u64, u64> = copies.iter().copied().collect();
         let mut active = Active::new(ino, n);
         let entry = |x: u64| -> u64 {
             if let Some(&c) = copy_of.get(&x) {
                 c
             } else if owned.contains(&(x * frag)) {
-                own
+                BLK_SNAP
             } else if frozen.was_free(x) {
                 BLK_NOCOPY
             } else {
@@ -707,7 +577,7 @@ impl Fs {
 
     /// Deletes a snapshot: it leaves the list at once; its blocks go as a removed file's do,
     /// each claimed by the first remaining snapshot that has not copied it, or freed; `/.snap`
-    /// goes with the last snapshot. Returns the blocks it held.
+    /// stays (FreeBSD's newfs makes it and nothing removes it). Returns the blocks it held.
     pub fn snapshot_delete(&mut self, name: &[u8]) -> FsResult<u64> {
         self.check_writable()?;
         let (dir, ino, mut d) = self.snap_get_named(name)?;
@@ -722,13 +592,11 @@ impl Fs {
         let mut changed = Vec::new();
         let p = self.sb.ptrs_per_block() as usize;
         for &(_, leaf) in &leaves {
-            let ufs2 = self.sb.ufs2().is_some();
-            let marker = |v: u64| v == BLK_NOCOPY || (ufs2 && v == BLK_SNAP);
             let buf = self.cache.read(leaf)?;
-            if (0..p).any(|i| marker(ind_get(buf, i))) {
+            if (0..p).any(|i| snap_marker(ind_get(buf, i))) {
                 let buf = self.cache.modify(leaf)?;
                 for i in 0..p {
-                    if marker(ind_get(buf, i)) {
+                    if snap_marker(ind_get(buf, i)) {
                         ind_set(buf, i, 0);
                     }
                 }
@@ -739,7 +607,7 @@ impl Fs {
             self.write_bufs(chunk, WriteKind::Sync)?;
         }
         for k in 0..NDADDR {
-            if self.snap_marker(d.db[k]) {
+            if snap_marker(d.db[k]) {
                 d.db[k] = 0;
             }
         }
@@ -747,7 +615,6 @@ impl Fs {
         let held = d.blocks / self.sb.frag();
         self.snap_unlink(dir, name, ino, &d)?;
         self.balance()?;
-        self.snap_dir_prune()?;
         self.sync_all()?;
         Ok(held)
     }
@@ -835,7 +702,7 @@ impl Fs {
 
     /// Frees a run of `frags` fragments at `bno` (a moved block's old run, soft updates'
     /// freefrag). A whole block goes through `free_block` (a snapshot may claim it); a shorter
-    /// run, which only UFS2 has, goes to the allocator's fragment maps, its block first copied
+    /// run goes to the allocator's fragment maps, its block first copied
     /// for the snapshots that still share it (`ffs_snapblkfree` copies what it cannot claim):
     /// otherwise runs freed one by one could leave a shared block free in the maps, handed out
     /// whole against invariant (2), e.g. as a snapshot's copy, which is written past `cow`.
@@ -850,7 +717,7 @@ impl Fs {
         Ok(self.alloc.free_frags(&mut self.cache, &self.sb, bno, frags)?)
     }
 
-    /// Logical block `x` (fragments `x * fs_frag ..` on UFS2) of the file system as it was when
+    /// Logical block `x` (fragments `x * fs_frag ..`) of the file system as it was when
     /// snapshot `ino` was taken.
     pub fn snapshot_block(&mut self, ino: u32, x: u64, buf: &mut [u8]) -> FsResult<()> {
         let d = self.iget(ino)?;
@@ -865,7 +732,7 @@ impl Fs {
 
     fn snap_block(&mut self, d: &Dinode, x: u64, buf: &mut [u8]) -> FsResult<()> {
         match self.snap_get(d, x)? {
-            v if self.snap_marker(v) => buf.fill(0),
+            v if snap_marker(v) => buf.fill(0),
             0 => self.cache.device().read_block(x * self.sb.frag(), buf)?,
             v => {
                 self.checked_ptr(v)?;
@@ -892,8 +759,8 @@ impl Fs {
 }
 
 /// The frozen file system of a snapshot as a read-only device, read through the file system
-/// that holds it (in this process).
-/// On UFS2 it is addressed in fragments, as the image is (`FileDevice::open_frags`).
+/// that holds it (in this process), addressed in fragments, as the image is
+/// (`FileDevice::open_frags`).
 pub struct FrozenDevice {
     fs: SharedFs,
     ino: u32,

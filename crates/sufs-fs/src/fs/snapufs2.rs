@@ -14,8 +14,8 @@ use crate::format::*;
 
 impl Fs {
     /// The UFS2 superblock as the allocator keeps it (its counts the groups' now).
-    fn snap_ufs2_super(&self) -> FsResult<crate::format::ufs2::Superblock> {
-        self.alloc.ufs2_super().cloned().ok_or_else(|| FsError::Corrupt("not a UFS2 image".into()))
+    fn snap_ufs2_super(&self) -> crate::format::ufs2::Superblock {
+        self.alloc.ufs2_super().clone()
     }
 
     /// Group `cg` decoded from the cache.
@@ -25,8 +25,8 @@ impl Fs {
     }
 
     /// Whether every fragment of logical block `x` is free in its group's map (`ffs_isblock`).
-    pub(super) fn snap_wholly_free_ufs2(&mut self, x: u64) -> FsResult<bool> {
-        let u = self.snap_ufs2_super()?;
+    pub(super) fn snap_wholly_free(&mut self, x: u64) -> FsResult<bool> {
+        let u = self.snap_ufs2_super();
         let b = x * self.sb.frag();
         let cg = self.sb.cg_of_block(b);
         let g = self.snap_ufs2_cg(&u, cg)?;
@@ -37,8 +37,8 @@ impl Fs {
     /// blocks of snapshots (`owned`, whole blocks) freed in a copy through the group's allocator,
     /// which keeps the counts, cluster maps and `fs_cstotal` right; the copy is encoded with its
     /// check hash.
-    pub(super) fn snap_frozen_groups_ufs2(&mut self, owned: &HashSet<u64>) -> FsResult<FrozenGroups> {
-        let mut u = self.snap_ufs2_super()?;
+    pub(super) fn snap_frozen_groups(&mut self, owned: &HashSet<u64>) -> FsResult<FrozenGroups> {
+        let mut u = self.snap_ufs2_super();
         let frag = self.sb.frag();
         let mut f = FrozenGroups::new(self.snap_nblocks());
         let mut owned: Vec<u64> = owned.iter().copied().collect();
@@ -62,9 +62,6 @@ impl Fs {
                 }
             }
             let cs = g.hdr.cg_cs;
-            f.free_blocks += cs.cs_nbfree as u64 * frag + cs.cs_nffree as u64;
-            f.free_inodes += cs.cs_nifree as u64;
-            f.ndirs += cs.cs_ndir as u64;
             f.csums.push(crate::format::ufs2::Csum {
                 cs_ndir: cs.cs_ndir,
                 cs_nbfree: cs.cs_nbfree,
@@ -81,7 +78,7 @@ impl Fs {
     /// (everything was written first; an inode block from the cache), the frozen group, the
     /// frozen superblock and summary area patched in where they lie, the snapshots' inodes
     /// expunged (`snap_inos`).
-    pub(super) fn snap_fill_copies_ufs2(
+    pub(super) fn snap_fill_copies(
         &mut self,
         copies: &[(u64, u64)],
         frozen: &FrozenGroups,
@@ -93,7 +90,7 @@ impl Fs {
         fsb.flags = (fsb.flags & SB_SOFTDEP) | SB_CLEAN;
         fsb.snapshots = [0; MAX_SNAPSHOTS];
         fsb.write_time = self.clock.wall().0;
-        let mut u = fsb.to_ufs2().ok_or_else(|| FsError::Corrupt("not a UFS2 image".into()))?;
+        let mut u = fsb.to_ufs2();
         u.fs_cstotal = frozen.total;
         u.fs_fmod = 0;
         let sblock = u.encode();

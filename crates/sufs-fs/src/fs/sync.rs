@@ -12,14 +12,10 @@ pub type Between<'a> = dyn FnMut(&mut Fs) -> FsResult<()> + 'a;
 
 impl Fs {
     pub fn statfs(&mut self) -> StatFs {
-        let meta_per_group = 2 + self.sb.inode_table_blocks() as u64;
         let (pb, pi) = self.pending_frees();
         let bfree = self.alloc.free_blocks() + pb;
         StatFs {
-            blocks: match self.sb.ufs2() {
-                Some(_) => self.sb.data_blocks(),
-                None => self.sb.num_blocks - meta_per_group * self.sb.ngroups as u64,
-            },
+            blocks: self.sb.data_blocks(),
             bfree,
             // The minfree reserve is root's: others see the space past it.
             bavail: bfree.saturating_sub(self.reserved_blocks()),
@@ -31,7 +27,7 @@ impl Fs {
         }
     }
 
-    /// The data units (fragments on UFS2) and inodes soft updates will free once writes
+    /// The fragments and inodes soft updates will free once writes
     /// complete: their pending frees, and the files whose last link's removal waits.
     pub(super) fn pending_frees(&mut self) -> (u64, u64) {
         let (mut pb, mut pi) = self.hooks.softdep.as_ref().map(|s| s.pending_frees()).unwrap_or((0, 0));

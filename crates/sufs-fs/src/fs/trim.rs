@@ -20,7 +20,7 @@ impl Fs {
     pub fn trim(&mut self, start: u64, len: u64, minlen: u64) -> FsResult<u64> {
         self.check_live()?;
         self.check_writable()?;
-        // The device's unit: a block, or on UFS2 a fragment (its maps are of fragments).
+        // The device's unit: a fragment (the groups' maps are of fragments).
         let unit = self.sb.addr_unit() as u64;
         let first = start.div_ceil(unit);
         let end = (start.saturating_add(len) / unit).min(self.sb.num_blocks);
@@ -39,7 +39,7 @@ impl Fs {
         Ok(units * unit)
     }
 
-    /// The runs (first unit, count) of free data blocks (fragments on UFS2) in `first..end` of
+    /// The runs (first fragment, count) of free data fragments in `first..end` of
     /// `min_run` units or more, from the groups' maps in the cache.
     fn free_runs(&mut self, first: u64, end: u64, min_run: u64) -> FsResult<Vec<(u64, u64)>> {
         let mut runs = Vec::new();
@@ -74,17 +74,12 @@ impl Fs {
         Ok(runs)
     }
 
-    /// Whether each unit of group `cg` is free: sufs's block bitmap (a bit set is in use), or
-    /// UFS2's `cg_blksfree` (a bit set is free), decoded and checked.
+    /// Whether each fragment of group `cg` is free (`cg_blksfree`, a bit set is free),
+    /// decoded and checked.
     fn group_free_map(&mut self, cg: u32) -> FsResult<Vec<bool>> {
-        let n = self.sb.cg_blocks(cg) as usize;
-        if self.sb.ufs2().is_some() {
-            let g = self.alloc.group_ufs2(&mut self.cache, &self.sb, cg)?;
-            return Ok((0..n as u32).map(|f| g.frag_free(f)).collect());
-        }
-        let off = CgHeader::block_map_offset(self.sb.inodes_per_group);
-        let map = &self.cache.read(self.sb.cg_header_block(cg))?[off..];
-        Ok((0..n).map(|i| !bit_get(map, i)).collect())
+        let n = self.sb.cg_blocks(cg);
+        let g = self.alloc.group_ufs2(&mut self.cache, &self.sb, cg)?;
+        Ok((0..n).map(|f| g.frag_free(f)).collect())
     }
 }
 

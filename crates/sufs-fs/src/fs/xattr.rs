@@ -1,6 +1,6 @@
 //! Extended attributes, as UFS2 keeps them (FreeBSD's ffs_extattr: `di_extsize` and
 //! `di_extb[2]`, an area of records in blocks of its own; the records are `format::xattr`),
-//! under Linux's names and errors (docs/xattr.md). On UFS2 the POSIX ACLs are FreeBSD's
+//! under Linux's names and errors (docs/xattr.md). The POSIX ACLs are FreeBSD's
 //! records, turned into Linux's as the area is read and back as it is written (`fs::acl`).
 //!
 //! Every change writes the whole area again, copy-on-write, into new blocks: the new blocks'
@@ -82,8 +82,8 @@ impl Fs {
             return Err(FsError::NoAttr);
         }
         let d = self.iget(ino)?;
-        if ns == EXT_NS_SYSTEM && self.sb.ufs2().is_some() {
-            // An ACL: on UFS2 in FreeBSD's form, turned into Linux's as the area is read.
+        if ns == EXT_NS_SYSTEM {
+            // An ACL: in FreeBSD's form, turned into Linux's as the area is read.
             let attrs = self.read_ext_area(ino, &d)?;
             return attrs
                 .into_iter()
@@ -92,11 +92,8 @@ impl Fs {
                 .ok_or(FsError::NoAttr);
         }
         let area = self.read_ext_bytes(ino, &d)?;
-        // The record as the area holds it (on UFS2, in FreeBSD's namespaces).
-        let (ns, name) = match self.sb.ufs2() {
-            Some(_) => crate::format::ufs2::freebsd_key(ns, name),
-            None => (ns, name.to_vec()),
-        };
+        // The record as the area holds it (in FreeBSD's namespaces).
+        let (ns, name) = crate::format::ufs2::freebsd_key(ns, name);
         let found = match ext_records(&area) {
             Ok(refs) => refs.iter().find(|a| a.namespace == ns && a.name == name).map(|a| a.value.to_vec()),
             Err(e) => return Err(self.damaged(format!("inode {ino}: {e}"))),
@@ -129,8 +126,8 @@ impl Fs {
         self.check_attr_change(ino, ns, uid)?;
         if ns == EXT_NS_SYSTEM {
             let acl = acl::parse_acl(value)?;
-            // FreeBSD's record holds at most 32 entries; sufs's earlier format has no limit.
-            if self.sb.ufs2().is_some() && acl.len() > OLDACL_MAX_ENTRIES {
+            // FreeBSD's record holds at most 32 entries.
+            if acl.len() > OLDACL_MAX_ENTRIES {
                 return Err(FsError::AclTooLong(acl.len()));
             }
         }
@@ -197,13 +194,10 @@ impl Fs {
     pub(super) fn read_ext_area(&mut self, ino: u32, d: &Dinode) -> FsResult<Vec<ExtAttr>> {
         let area = self.read_ext_bytes(ino, d)?;
         match decode_ext_area(&area) {
-            Ok(attrs) if self.sb.ufs2().is_some() => {
-                match acl::acls_from_freebsd(crate::format::ufs2::from_freebsd(attrs), d.mode) {
-                    Ok(attrs) => Ok(attrs),
-                    Err(e) => Err(self.damaged(format!("inode {ino}: {e}"))),
-                }
-            }
-            Ok(attrs) => Ok(attrs),
+            Ok(attrs) => match acl::acls_from_freebsd(crate::format::ufs2::from_freebsd(attrs), d.mode) {
+                Ok(attrs) => Ok(attrs),
+                Err(e) => Err(self.damaged(format!("inode {ino}: {e}"))),
+            },
             Err(e) => Err(self.damaged(format!("inode {ino}: {e}"))),
         }
     }
@@ -232,12 +226,9 @@ impl Fs {
     /// Writes `attrs` as `ino`'s new attribute area (copy-on-write, see the module's comment)
     /// and the dinode `d` with it.
     pub(super) fn write_ext_area(&mut self, ino: u32, d: &mut Dinode, attrs: &[ExtAttr]) -> FsResult<()> {
-        // On UFS2 only FreeBSD's namespaces (`ufs2::to_freebsd`) and FreeBSD's ACLs
+        // Only FreeBSD's namespaces (`ufs2::to_freebsd`) and FreeBSD's ACLs
         // (`acl::acls_to_freebsd`) reach the disk.
-        let area = match self.sb.ufs2() {
-            Some(_) => encode_ext_area(&crate::format::ufs2::to_freebsd(&acl::acls_to_freebsd(attrs)?)),
-            None => encode_ext_area(attrs),
-        };
+        let area = encode_ext_area(&crate::format::ufs2::to_freebsd(&acl::acls_to_freebsd(attrs)?));
         let bs = self.sb.block_size as usize;
         if area.len() > NXADDR * bs {
             // ENOSPC as the disk's, but not worth a wait for soft updates' frees.

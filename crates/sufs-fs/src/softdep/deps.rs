@@ -89,7 +89,7 @@ pub struct NewBlk {
 /// fragments that is later extended in place (`old_bno == bno`) or moved to a larger run, and
 /// eventually to a full block; until the new run is safe, an inode write rolls the slot back to
 /// the old run and, for a fragment, the size back to it. Sizes are in bytes, as FreeBSD keeps
-/// them; on sufs's own format (one fragment a block) they are 0 or a full block.
+/// them; with one fragment a block they are 0 or a full block.
 #[derive(Debug, Clone)]
 pub struct AllocDirect {
     #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
@@ -124,8 +124,7 @@ impl AllocDirect {
 }
 
 /// freefrag: a run of fragments a moved block no longer uses, returned to the free map once no
-/// inode write can name it (FreeBSD's `struct freefrag`). `frags` counts fragments (a whole
-/// block on sufs's own format).
+/// inode write can name it (FreeBSD's `struct freefrag`). `frags` counts fragments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FreeFrag {
     pub ino: u32,

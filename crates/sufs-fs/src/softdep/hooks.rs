@@ -112,38 +112,13 @@ impl Softdep {
     /// A group header's copy while some of its initialized inode blocks are not on disk: it
     /// counts only the `durable` inodes before the first of them, and the inodes allocated past
     /// that go out free (their bits clear, the counts with them) and stay waiting in the
-    /// bmsafemap, so that no header on disk claims an inode block the disk does not hold zeroed.
+    /// bmsafemap, so that no header on disk claims an inode block the disk does not hold zeroed:
+    /// `cg_initediblk` back to `durable`, the inodes past it free in `cg_inosused` and in
+    /// `cg_cs` (the copy stays a consistent group, its check hash resealed as it goes to disk).
     fn roll_back_inits(&self, cg: u32, durable: u32, copy: &mut [u8], inf: &mut Inflight) {
-        if let Some(u) = self.sb.ufs2() {
-            return self.roll_back_inits_ufs2(u, cg, durable, copy, inf);
-        }
-        assert!(cg_get_initialized(copy) > durable, "group {cg}: an initialized block pending past the count");
-        cg_set_initialized(copy, durable);
-        let first = cg * self.sb.inodes_per_group;
-        let map_off = CgHeader::inode_map_offset();
-        let (mut freed, mut dirs) = (0, 0);
-        for idx in durable..self.sb.inodes_per_group {
-            if bit_get(&copy[map_off..], idx as usize) {
-                bit_set(&mut copy[map_off..], idx as usize, false);
-                freed += 1;
-                dirs += self.inodedeps.get(&(first + idx)).is_some_and(|d| d.is_dir) as u32;
-            }
-        }
-        cg_set_free_inodes(copy, cg_get_free_inodes(copy) + freed);
-        cg_set_ndirs(copy, cg_get_ndirs(copy).saturating_sub(dirs));
-        if let Some((inos, _)) = inf.bmsafe.as_mut() {
-            inos.retain(|&i| i % self.sb.inodes_per_group < durable);
-        }
-        inf.rolled_back = true;
-    }
-
-    /// `roll_back_inits` on a UFS2 group's copy: `cg_initediblk` back to `durable`, the
-    /// inodes past it free in `cg_inosused` and in `cg_cs` (the copy stays a consistent group,
-    /// its check hash resealed as it goes to disk).
-    fn roll_back_inits_ufs2(&self, u: &ufs2::Superblock, cg: u32, durable: u32, copy: &mut [u8], inf: &mut Inflight) {
         let first = cg * self.sb.inodes_per_group;
         let is_dir = |idx| self.inodedeps.get(&(first + idx)).is_some_and(|d| d.is_dir);
-        ufs2::Cg::roll_back_inodes(copy, u, cg, durable, is_dir);
+        ufs2::Cg::roll_back_inodes(copy, self.sb.ufs2(), cg, durable, is_dir);
         if let Some((inos, _)) = inf.bmsafe.as_mut() {
             inos.retain(|&i| i % self.sb.inodes_per_group < durable);
         }
@@ -276,9 +251,7 @@ impl Softdep {
                 );
                 dd.ib[l] = 0;
             }
-        } else if let Some(last) =
-            last_undone.filter(|&l| self.sb.ufs2().is_some() && dd.size <= (l as u64 + 1) * bs as u64)
-        {
+        } else if let Some(last) = last_undone.filter(|&l| dd.size <= (l as u64 + 1) * bs as u64) {
             // The last block was rolled back to nothing: the file ends at the last one it holds
             // (a full block, as no fragment was rolled back), so that no file on disk ends in a
             // hole (initiate_write_inodeblock_ufs2 does this with any fragment size).

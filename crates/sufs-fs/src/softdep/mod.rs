@@ -28,11 +28,11 @@
 //!   disk, its work items run);
 //! - `FreeBlks` / `FreeFile`: blocks and an inode that return to the free maps once the
 //!   nullified pointers or the cleared dinode are on disk;
-//! - `FreeFrag`: on UFS2, the old run of fragments of a direct block that moved (an
+//! - `FreeFrag`: the old run of fragments of a direct block that moved (an
 //!   `AllocDirect` records the old and the new run and size), returned to the free map once an
 //!   inode write carrying the new run is on disk; until the new run is safe, an inode write
-//!   rolls the pointer back to the old run and the size back to the old fragment's end. On
-//!   sufs's own format a block is one fragment: the old size is 0 or a full block.
+//!   rolls the pointer back to the old run and the size back to the old fragment's end. With
+//!   one fragment a block the old size is 0 or a full block.
 //!
 //! Work that a completed write makes possible goes on the work list (`tasks`), which the file
 //! system runs outside the I/O path. "Written after the dependency was made" is decided by
@@ -850,7 +850,7 @@ impl Softdep {
 
     /// Fragments and inodes that will return to the free maps once writes complete (statfs
     /// counts them as free, as FreeBSD's `fs_pendingblocks` does). The unit is that of block
-    /// numbers (a fragment on UFS2, a block on sufs's own format): a freeblks' whole block counts
+    /// numbers (a fragment): a freeblks' whole block counts
     /// as its `frag()` fragments, a moved run's old fragments as their number. What a freeblks
     /// runs after its blocks (a truncated file's tail, as a freefrag) counts too.
     pub fn pending_frees(&self) -> (u64, u64) {
@@ -923,7 +923,9 @@ mod tests {
     use super::*;
 
     fn setup() -> (Superblock, Softdep) {
-        let sb = Superblock::geometry(4096, 100_000, Some(3000)).unwrap();
+        // A UFS2 file system of 4 KiB blocks of one fragment.
+        let dev = crate::format::ufs2::newfs::mem_image(32 << 20, 4096);
+        let sb = Superblock::probe(|off, b| crate::dev::read_bytes(&*dev, off, b)).unwrap();
         let sd = Softdep::new(&sb);
         (sb, sd)
     }
@@ -958,7 +960,7 @@ mod tests {
         assert_eq!(diradd_state(&sd, dirblk), DepState::ATTACHED);
         let (ib, ioff) = sb.inode_location(ino);
         let mut itable = vec![0u8; 4096];
-        Dinode::new(S_IFREG | 0o644, 1, 0, 0, (1, 0), 1).encode(&mut itable[ioff..ioff + DINODE_SIZE]);
+        sb.encode_dinode(&Dinode::new(S_IFREG | 0o644, 1, 0, 0, (1, 0), 1), &mut itable[ioff..ioff + DINODE_SIZE]);
 
         // Nothing is safe yet: the entry goes out as 0, the dinode as a free one.
         let (copy, again) = write(&mut sd, dirblk, &dir);
@@ -1011,9 +1013,9 @@ mod tests {
         let mut d = Dinode::new(S_IFDIR | 0o755, 2, 0, 0, (1, 0), 1);
         d.db[0] = body;
         d.size = 4096;
-        d.encode(&mut itable[ioff..ioff + DINODE_SIZE]);
+        sb.encode_dinode(&d, &mut itable[ioff..ioff + DINODE_SIZE]);
         let mut ptable = vec![0u8; 4096];
-        Dinode::new(S_IFDIR | 0o755, 4, 0, 0, (1, 0), 1).encode(&mut ptable[poff..poff + DINODE_SIZE]);
+        sb.encode_dinode(&Dinode::new(S_IFDIR | 0o755, 4, 0, 0, (1, 0), 1), &mut ptable[poff..poff + DINODE_SIZE]);
         write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
         write(&mut sd, body, &[0u8; 4096]);
 
@@ -1021,7 +1023,7 @@ mod tests {
         // the body pointer still waits for it.
         sd.count();
         let (copy, again) = write(&mut sd, ib, &itable);
-        assert!(again && Dinode::decode(&copy[ioff..ioff + DINODE_SIZE]).db[0] == 0);
+        assert!(again && sb.decode_dinode(&copy[ioff..ioff + DINODE_SIZE]).db[0] == 0);
 
         // The parent's count is written; its record, idle now, goes and is made again.
         write(&mut sd, pb, &ptable);
@@ -1029,7 +1031,7 @@ mod tests {
         sd.track(&[parent]);
         // The body pointer goes out, and the entry's MKDIR_BODY is met.
         let (copy, again) = write(&mut sd, ib, &itable);
-        assert!(!again && Dinode::decode(&copy[ioff..ioff + DINODE_SIZE]).db[0] == body);
+        assert!(!again && sb.decode_dinode(&copy[ioff..ioff + DINODE_SIZE]).db[0] == body);
         assert!(!diradd_state(&sd, dirblk).contains(DepState::MKDIR_BODY));
     }
 
@@ -1046,20 +1048,20 @@ mod tests {
         let mut d = Dinode::new(S_IFDIR | 0o755, 2, 0, 0, (1, 0), 1);
         d.db[0] = body;
         d.size = 4096;
-        d.encode(&mut itable[ioff..ioff + DINODE_SIZE]);
+        sb.encode_dinode(&d, &mut itable[ioff..ioff + DINODE_SIZE]);
 
         write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
         write(&mut sd, body, &[0u8; 4096]);
         // The first write of the block carries the parent's count: the body pointer (it holds
         // "..") still waits for that, so it is rolled back, and so is the directory's size.
         let (copy, again) = write(&mut sd, ib, &itable);
-        let on_disk = Dinode::decode(&copy[ioff..ioff + DINODE_SIZE]);
+        let on_disk = sb.decode_dinode(&copy[ioff..ioff + DINODE_SIZE]);
         assert!(again && on_disk.db[0] == 0 && on_disk.size == 0);
         let st = diradd_state(&sd, dirblk);
         assert!(st.contains(DepState::DEPCOMPLETE | DepState::MKDIR_BODY) && !st.contains(DepState::MKDIR_PARENT));
         // The second carries the body pointer: MKDIR_BODY is met, the entry may go.
         let (copy, again) = write(&mut sd, ib, &itable);
-        assert!(!again && Dinode::decode(&copy[ioff..ioff + DINODE_SIZE]).db[0] == body);
+        assert!(!again && sb.decode_dinode(&copy[ioff..ioff + DINODE_SIZE]).db[0] == body);
         assert!(diradd_state(&sd, dirblk).contains(DepState::ALLCOMPLETE - DepState::COMPLETE));
         assert!(diradd_state(&sd, dirblk).intersection(DepState::MKDIR_BODY | DepState::MKDIR_PARENT).is_empty());
         let mut dir = vec![0u8; 4096];

@@ -3,8 +3,7 @@
 //! area), the origin's blocks in use at snapshot time, and finding a store on a device.
 //!
 //! Everything here counts in chunks: one file-system block each, chunk `c` at device address
-//! `c * frag` (a sufs image is addressed in blocks, `frag` 1; a UFS2 image in fragments, `frag`
-//! its `fs_frag`), so chunks are block-aligned and never overlap. The origin is chunks
+//! `c * frag` (the image is addressed in fragments, `frag` its `fs_frag`), so chunks are block-aligned and never overlap. The origin is chunks
 //! `0..ceil(fs_size / frag)`; a reserved area starts at the first whole chunk after it.
 
 use std::collections::HashMap;
@@ -129,30 +128,18 @@ impl SnapBitmap {
         };
         let sb = Superblock::probe(&mut read_at).map_err(|e| DevError::Open(format!("snapshot superblock: {e}")))?;
         let mut bits = vec![0xffu8; blocks.div_ceil(8) as usize];
-        if let Some(u) = sb.ufs2() {
-            let frag = u.fs_frag as u32;
-            let mut b = vec![0u8; u.fs_cgsize as usize];
-            for cg in 0..u.fs_ncg {
-                read_at(u.fsb_offset(u.cgtod(cg)), &mut b)
-                    .map_err(|e| DevError::Open(format!("snapshot group {cg}: {e}")))?;
-                let g =
-                    Cg::decode(&b, u, cg, false).map_err(|e| DevError::Open(format!("snapshot group {cg}: {e}")))?;
-                // Groups start at multiples of fs_fpg, itself a multiple of fs_frag.
-                let base = u.cgbase(cg) as u64 / frag as u64;
-                let nblk = (g.hdr.cg_ndblk as u32).div_ceil(frag);
-                for k in 0..nblk.min((blocks - base.min(blocks)) as u32) {
-                    bit_set(&mut bits, (base + k as u64) as usize, !g.block_free(k));
-                }
-            }
-        } else {
-            let mut b = vec![0u8; bs as usize];
-            for cg in 0..sb.ngroups {
-                vol.read_snapshot_locked(st, sb.cg_header_block(cg), &mut b)?;
-                let map = &b[CgHeader::block_map_offset(sb.inodes_per_group)..];
-                let start = sb.cg_start(cg);
-                for bno in sb.cg_data_start(cg)..(start + sb.cg_blocks(cg) as u64).min(blocks) {
-                    bit_set(&mut bits, bno as usize, bit_get(map, (bno - start) as usize));
-                }
+        let u = sb.ufs2();
+        let frag = u.fs_frag as u32;
+        let mut b = vec![0u8; u.fs_cgsize as usize];
+        for cg in 0..u.fs_ncg {
+            read_at(u.fsb_offset(u.cgtod(cg)), &mut b)
+                .map_err(|e| DevError::Open(format!("snapshot group {cg}: {e}")))?;
+            let g = Cg::decode(&b, u, cg, false).map_err(|e| DevError::Open(format!("snapshot group {cg}: {e}")))?;
+            // Groups start at multiples of fs_fpg, itself a multiple of fs_frag.
+            let base = u.cgbase(cg) as u64 / frag as u64;
+            let nblk = (g.hdr.cg_ndblk as u32).div_ceil(frag);
+            for k in 0..nblk.min((blocks - base.min(blocks)) as u32) {
+                bit_set(&mut bits, (base + k as u64) as usize, !g.block_free(k));
             }
         }
         Ok(SnapBitmap { bits, blocks })

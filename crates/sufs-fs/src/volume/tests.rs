@@ -1,5 +1,5 @@
-//! The volume snapshot under heavy writes, restarts, exports and a full store, on sufs's own
-//! format and on UFS2 with fragments (the device addressed in fragments, chunks of one block).
+//! The volume snapshot under heavy writes, restarts, exports and a full store, on UFS2 of one
+//! fragment a block and with fragments (the device addressed in fragments, chunks of one block).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -7,34 +7,34 @@ use std::sync::{Arc, Mutex};
 use super::*;
 use crate::clock::SimClock;
 use crate::dev::{BlockDevice, FileDevice, MemDevice};
-use crate::format::{Superblock, ROOT_INO};
+use crate::format::ROOT_INO;
 use crate::fs::{lock, mkfs, Fs, MkfsOptions, MountOptions, SharedFs};
 
 /// Bytes of each test volume.
 const VOLUME: u64 = 128 << 20;
 
-/// The file systems a volume is tested with: sufs's own (4 KiB blocks), and UFS2 as newfs
-/// makes it, with 4 KiB blocks of 1 KiB fragments and with newfs's default 32 KiB of 4 KiB.
+/// The file systems a volume is tested with: what `mkfs` makes (4 KiB blocks of one fragment),
+/// and UFS2 as newfs makes it, with 4 KiB blocks of 1 KiB fragments and with newfs's default 32 KiB of 4 KiB.
 #[derive(Debug, Clone, Copy)]
 enum Geometry {
-    Sufs,
+    Mkfs,
     Ufs2 { bsize: usize, fsize: usize },
 }
 
 const GEOMETRIES: [Geometry; 3] =
-    [Geometry::Sufs, Geometry::Ufs2 { bsize: 4096, fsize: 1024 }, Geometry::Ufs2 { bsize: 32768, fsize: 4096 }];
+    [Geometry::Mkfs, Geometry::Ufs2 { bsize: 4096, fsize: 1024 }, Geometry::Ufs2 { bsize: 32768, fsize: 4096 }];
 
 impl Geometry {
     fn bs(self) -> usize {
         match self {
-            Geometry::Sufs => 4096,
+            Geometry::Mkfs => 4096,
             Geometry::Ufs2 { bsize, .. } => bsize,
         }
     }
     /// Device addresses per chunk.
     fn frag(self) -> u64 {
         match self {
-            Geometry::Sufs => 1,
+            Geometry::Mkfs => 1,
             Geometry::Ufs2 { bsize, fsize } => (bsize / fsize) as u64,
         }
     }
@@ -53,15 +53,11 @@ impl Geometry {
     }
 }
 
-/// The checker's findings on the file system of `dev` (sufs's checker or UFS2's).
+/// The UFS2 checker's findings on the file system of `dev`.
 fn findings(dev: &(dyn BlockDevice + 'static)) -> Vec<String> {
-    let sb = Superblock::probe(|off, buf| crate::dev::read_bytes(dev, off, buf)).unwrap();
-    if sb.ufs2().is_some() {
-        let len = dev.num_blocks() * dev.addr_unit() as u64;
-        let r = crate::fsck::ufs2::check(dev, len, &Default::default()).unwrap();
-        return r.findings.iter().map(|f| f.to_string()).collect();
-    }
-    crate::fsck::check(dev).unwrap().findings.iter().map(|f| format!("{f:?}")).collect()
+    let len = dev.num_blocks() * dev.addr_unit() as u64;
+    let r = crate::fsck::ufs2::check(dev, len, &Default::default()).unwrap();
+    r.findings.iter().map(|f| f.to_string()).collect()
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -99,7 +95,7 @@ fn mount(dev: Arc<dyn BlockDevice>) -> Fs {
 /// reserved store), holding 40 files in the root and in /d; also /d's inode.
 fn volume(geo: Geometry, fs_chunks: u64) -> (Arc<MemDevice>, u32) {
     let dev = match geo {
-        Geometry::Sufs => {
+        Geometry::Mkfs => {
             let dev = Arc::new(MemDevice::new(4096, geo.chunks()));
             let prefix = Arc::new(PrefixDevice { inner: dev.clone(), blocks: fs_chunks });
             mkfs(prefix, &MkfsOptions { ..Default::default() }, (1, 0)).unwrap();
@@ -238,14 +234,10 @@ fn chunks_free_at_snapshot_time_are_not_copied_and_the_export_is_exact() {
         let pool = geo.pool();
         VolumeDevice::create(inner.clone(), kind, pool, 5).unwrap();
         let mut fs = mount(inner.clone());
-        // Whole free blocks: on UFS2 the summary's cs_nbfree (statfs counts fragments).
-        let free_then = match fs.sb.ufs2() {
-            Some(_) => None,
-            None => Some(fs.statfs().bfree),
-        };
+        // Whole free blocks: the summary's cs_nbfree (statfs counts fragments).
         fs.unmount().unwrap();
         let sb = super::store::read_sb(inner.as_ref()).unwrap();
-        let free_then = free_then.unwrap_or_else(|| sb.ufs2().unwrap().fs_cstotal.cs_nbfree as u64);
+        let free_then = sb.ufs2().fs_cstotal.cs_nbfree as u64;
         let then = digests(inner.as_ref(), fs_blocks);
         let vol = VolumeDevice::open(inner.clone(), pool).unwrap().expect("a snapshot");
         // The snapshot's own bitmaps agree with the file system's count of free blocks.

@@ -2,7 +2,7 @@
 //! `DIRBLKSIZ` (512) bytes, read with every check fsck_ffs's `dircheck` makes of an entry.
 //!
 //! The entry layout (`d_ino` u32, `d_reclen` u16, `d_type` u8, `d_namlen` u8, the name, a NUL,
-//! padding to 4) is the one sufs's own directories use, so entries are written with
+//! padding to 4) is the one `format::dir` keeps, so entries are written with
 //! `format::dirent_put` and sized with `format::dirent_size` (`DIRECTSIZ`); what is UFS2's here
 //! is the reading, which holds a foreign disk to fsck_ffs's rules.
 

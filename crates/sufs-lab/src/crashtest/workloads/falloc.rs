@@ -68,7 +68,7 @@ impl Workload for FallocWork {
             }
         };
         // UFS2 holds no block past a file's size: there, the file grows (posix_fallocate).
-        let keep_size = keep_size && (op == FallocOp::PunchHole || w.fs.sb.ufs2().is_none() || off + len <= size);
+        let keep_size = keep_size && (op == FallocOp::PunchHole || off + len <= size);
         w.fallocate(&path, off, len, FallocMode { op, keep_size })?;
         if w.rng.gen_bool(0.6) {
             w.fsync(&path)?;

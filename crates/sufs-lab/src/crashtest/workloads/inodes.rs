@@ -78,10 +78,8 @@ fn stale_inode_blocks(dev: &MemDevice, sb: &Superblock) {
     let mut header = vec![0u8; bs];
     for cg in 0..sb.ngroups {
         dev.read_block(sb.cg_header_block(cg), &mut header).expect("a header of the new image");
-        let initialized = match sb.ufs2() {
-            Some(u) => ufs2::Cg::decode(&header, u, cg, false).expect("a group of the new image").hdr.cg_initediblk,
-            None => CgHeader::decode(&header, cg).expect("a header of the new image").initialized,
-        };
+        let initialized =
+            ufs2::Cg::decode(&header, sb.ufs2(), cg, false).expect("a group of the new image").hdr.cg_initediblk;
         let first = initialized / sb.inodes_per_block();
         let last = (first + STALE_BLOCKS).min(sb.inode_table_blocks());
         let reqs: Vec<WriteReq> =

@@ -4,8 +4,8 @@
 //! or, where a neighbour's tail took the fragments after it, moved to a new run while the old
 //! one is freed; tails cut back within their block and rewritten; small directories grown past
 //! a fragment by long names and shrunk by removals; fsyncs of files and of new files in those
-//! directories make promises throughout. On sufs's earlier format (no fragments) every tail is
-//! a whole block and the workload still checks growth, truncation and fsync.
+//! directories make promises throughout. On an image of one fragment a block every tail is a
+//! whole block and the workload still checks growth, truncation and fsync.
 
 use rand::Rng;
 
@@ -32,7 +32,7 @@ pub(super) struct Tails {
 }
 
 impl Tails {
-    /// The fragment size of the image (the block size on sufs's earlier format).
+    /// The fragment size of the image.
     fn fsize(w: &Work) -> u64 {
         BS as u64 / w.fs.sb.frag().max(1)
     }
