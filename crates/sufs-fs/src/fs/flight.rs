@@ -106,6 +106,11 @@ impl Flight {
     }
 }
 
+/// How long a leader waits for the fsyncs in progress to join its group (`Group::active`):
+/// about a tenth of a flush of an image file here, so that a flight waits far less than it
+/// saves.
+const LEAD_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Group commit: fsyncs that arrive while a flight is being written wait together, and the
 /// first of them to find the device free writes all their blocks in one flight, with one
 /// device flush, as a journal's group commit does. Each waiter holds the ticket of the group
@@ -123,6 +128,14 @@ pub(super) struct Group {
     failed: u64,
     /// Members of the open group.
     members: usize,
+    /// fsyncs in progress (`Fs::fsync_shared`, from its start to its end): each is a member
+    /// of a group at each of its stages, and between them computes the next one. A leader
+    /// finding fewer members in its group than this waits a little (`LEAD_WAIT`) for the
+    /// others to join, so that the stages of fsyncs running side by side share flights instead
+    /// of taking turns.
+    pub(super) active: usize,
+    /// How long a leader waits for them (`LEAD_WAIT`; tests make it long).
+    lead_wait: std::time::Duration,
     /// Batches asked for, and the flights that wrote them (the mount's statistics).
     pub(super) batches: u64,
     pub(super) flights: u64,
@@ -130,7 +143,17 @@ pub(super) struct Group {
 
 impl Default for Group {
     fn default() -> Self {
-        Group { pending: Vec::new(), open: 1, landed: 0, failed: 0, members: 0, batches: 0, flights: 0 }
+        Group {
+            pending: Vec::new(),
+            open: 1,
+            landed: 0,
+            failed: 0,
+            members: 0,
+            active: 0,
+            lead_wait: LEAD_WAIT,
+            batches: 0,
+            flights: 0,
+        }
     }
 }
 
@@ -223,6 +246,8 @@ impl Fs {
     /// with the other fsyncs that wait meanwhile (`Group`); outside the lock of `fs`, as
     /// `write_in_flight`. Returns once a flight carrying them has landed.
     pub fn write_grouped(fs: &SharedFs, bnos: &[u64]) -> FsResult<()> {
+        // When this member, about to lead, first found fsyncs in progress missing from its group.
+        let mut waiting_since: Option<std::time::Instant> = None;
         let ticket = {
             let mut g = lock(fs);
             // Nothing dirty: all of it is on disk (a buffer in flight stays dirty until it
@@ -255,8 +280,19 @@ impl Fs {
                 g.land_flight()?;
                 continue;
             }
-            // The device is free and this group not yet written: lead it.
+            // The device is free and this group not yet written. fsyncs in progress that are
+            // not in it yet are between two of their stages, a few microseconds from joining:
+            // wait for them, without the lock, a little.
             assert_eq!(g.group.open, ticket, "a group is written before the next one opens");
+            debug_assert!(g.group.members >= 1, "this member is in its group");
+            let wait = g.group.lead_wait;
+            if g.group.members < g.group.active
+                && waiting_since.get_or_insert_with(std::time::Instant::now).elapsed() < wait
+            {
+                drop(g);
+                std::thread::yield_now();
+                continue;
+            }
             let group = std::mem::take(&mut g.group.pending);
             g.group.open += 1;
             g.group.members = 0;
@@ -530,6 +566,37 @@ mod group_tests {
         let dev = Arc::new(Gated { inner, gate: Mutex::new((true, 0)), cv: Condvar::new() });
         mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
         dev
+    }
+
+    /// A member about to lead a group while another fsync in progress has not joined it yet
+    /// (between two of its stages) waits for it, and both go in one flight.
+    #[test]
+    fn a_leader_waits_for_the_fsyncs_in_progress_to_join() {
+        let dev = gated();
+        let (fs, files) = three_dirty_files(&dev);
+        let blocks = |f: u32| vec![lock(&fs).sb.inode_location(f).0];
+        let (a, b) = (blocks(files[0]), blocks(files[1]));
+        assert_ne!(a, b, "the two inodes are in different blocks");
+        {
+            let mut g = lock(&fs);
+            g.group.lead_wait = std::time::Duration::from_secs(30);
+            g.group.active = 2;
+        }
+        let before = dev.stats().batches;
+        std::thread::scope(|s| {
+            let first = s.spawn(|| Fs::write_grouped(&fs, &a));
+            let t = std::time::Instant::now();
+            while lock(&fs).group.members < 1 && t.elapsed().as_secs() < 5 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert_eq!(dev.stats().batches, before, "the leader waits for the other fsync in progress");
+            Fs::write_grouped(&fs, &b).unwrap();
+            first.join().unwrap().unwrap();
+        });
+        assert_eq!(dev.stats().batches - before, 1, "one flight for both");
+        let g = lock(&fs);
+        assert_eq!((g.group.batches, g.group.flights, g.group.members), (2, 1, 0));
     }
 
     /// Two fsyncs that arrive while a third one's write is on the device share the next

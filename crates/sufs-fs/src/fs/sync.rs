@@ -92,14 +92,29 @@ impl Fs {
                 None => return g.sync_all(),
             }
         };
+        // Counted among the fsyncs in progress for its rounds; the count is given back (which
+        // takes the lock) once no lock of this thread is held, whatever way they end.
+        let active = ActiveFsync::new(fs);
+        let settled = Fs::fsync_rounds(fs, ino, start);
+        drop(active);
+        if settled? {
+            return Ok(());
+        }
+        log::debug!("fsync of inode {ino}: not settled after {FSYNC_ROUNDS} rounds, writing everything");
+        lock(fs).sync_all()
+    }
+
+    /// `fsync_shared`'s rounds, each batch in a group's flight: true once the file, its inode
+    /// and its names are on disk, false if `FSYNC_ROUNDS` did not settle them.
+    fn fsync_rounds(fs: &SharedFs, ino: u32, start: Epoch) -> FsResult<bool> {
         for _ in 0..FSYNC_ROUNDS {
-            let Some(batches) = lock(fs).fsync_round(ino, start)? else { return Ok(()) };
+            let round = lock(fs).fsync_round(ino, start)?;
+            let Some(batches) = round else { return Ok(true) };
             for batch in batches {
                 Fs::write_grouped(fs, &batch)?;
             }
         }
-        log::debug!("fsync of inode {ino}: not settled after {FSYNC_ROUNDS} rounds, writing everything");
-        lock(fs).sync_all()
+        Ok(false)
     }
 
     /// `fsync_shared`'s order in one thread, for the crash tester: each batch is prepared as a
@@ -204,5 +219,25 @@ impl Fs {
             i += 1;
         }
         Ok((inos, name_blocks))
+    }
+}
+
+/// An fsync in progress, counted in `Group::active` from its start to its end (whatever way it
+/// ends), so that a group's leader knows whom to wait for. Taking and dropping it take the
+/// lock: never while this thread holds it.
+struct ActiveFsync<'a>(&'a SharedFs);
+
+impl<'a> ActiveFsync<'a> {
+    fn new(fs: &'a SharedFs) -> Self {
+        lock(fs).group.active += 1;
+        ActiveFsync(fs)
+    }
+}
+
+impl Drop for ActiveFsync<'_> {
+    fn drop(&mut self) {
+        let mut g = lock(self.0);
+        assert!(g.group.active > 0, "an fsync ends that began");
+        g.group.active -= 1;
     }
 }
