@@ -1299,38 +1299,22 @@ impl PeersReport {
                 })
                 .collect();
             let _ = writeln!(s, "| {w} | device writes (4 KiB) | | {} |", writes.join(" | "));
-            let msgs: Vec<String> = peers
-                .iter()
-                .map(|p| match self.run(w, p).and_then(|r| r.writes.as_ref()?.messages) {
-                    Some(m) => thousands(m),
-                    None => "-".into(),
-                })
-                .collect();
-            if msgs.iter().any(|m| m != "-") {
-                let _ = writeln!(s, "| {w} | FUSE messages | | {} |", msgs.join(" | "));
-            }
-            let held: Vec<String> = peers
-                .iter()
-                .map(|p| match self.run(w, p).and_then(|r| r.writes.as_ref()) {
-                    Some(Writes { lock_held_ns: Some(ns), messages: Some(m), .. }) if *m > 0 => {
-                        format!("{:.2}", *ns as f64 / 1e3 / *m as f64)
-                    }
-                    _ => "-".into(),
-                })
-                .collect();
-            if held.iter().any(|m| m != "-") {
-                let _ = writeln!(s, "| {w} | lock held a message (µs) | | {} |", held.join(" | "));
-            }
-            let busy: Vec<String> = peers
-                .iter()
-                .map(|p| match self.run(w, p).and_then(|r| r.writes.as_ref()?.device_busy_secs) {
-                    Some(b) => format!("{b:.2}"),
-                    None => "-".into(),
-                })
-                .collect();
-            if busy.iter().any(|m| m != "-") {
-                let _ = writeln!(s, "| {w} | device busy (s) | | {} |", busy.join(" | "));
-            }
+            // Rows only some peers fill (sufs's counters): shown when any does.
+            let mut optional_row = |name: &str, cell: &dyn Fn(&Writes) -> Option<String>| {
+                let cells: Vec<String> = peers
+                    .iter()
+                    .map(|p| self.run(w, p).and_then(|r| cell(r.writes.as_ref()?)).unwrap_or_else(|| "-".into()))
+                    .collect();
+                if cells.iter().any(|c| c != "-") {
+                    let _ = writeln!(s, "| {w} | {name} | | {} |", cells.join(" | "));
+                }
+            };
+            optional_row("FUSE messages", &|wr| wr.messages.map(thousands));
+            optional_row("lock held a message (µs)", &|wr| match (wr.lock_held_ns, wr.messages) {
+                (Some(ns), Some(m)) if m > 0 => Some(format!("{:.2}", ns as f64 / 1e3 / m as f64)),
+                _ => None,
+            });
+            optional_row("device busy (s)", &|wr| wr.device_busy_secs.map(|b| format!("{b:.2}")));
         }
         s
     }
