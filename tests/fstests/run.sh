@@ -4,11 +4,12 @@
 # killed at the time limit; after each ./check call it unmounts and waits for the daemons, and
 # at the end runs `sufs fsck` on both images (fstests runs no fsck for FUSE).
 #
-# usage: run.sh [-g GROUP] [-l LIST] [-t SECONDS] [-c CHUNK] [-o OUTDIR] [TEST...]
+# usage: run.sh [-g GROUP] [-l LIST] [-x LIST]... [-t SECONDS] [-c CHUNK] [-o OUTDIR] [TEST...]
 #   -g GROUP    a group as ./check takes it, e.g. generic/quick (the default without -l or TESTs)
 #   -l LIST     a file of tests, one a line (# comments); "TEST xfail: REASON" marks a test the
 #               build is known to fail: its failure is reported, not counted (and its passing
 #               is reported too)
+#   -x LIST     take only the xfail marks of LIST (any number of -x), for a group's run
 #   -t SECONDS  per-test limit (default 300): the test is killed, and if it does not die the
 #               FUSE connections of its mounts are aborted
 #   -c CHUNK    tests per ./check call (default 20; ./check unmounts and remounts between calls)
@@ -31,10 +32,12 @@ set -uo pipefail
 WORK=${WORK:-/var/tmp/sufs-fstests}
 XFSTESTS=${XFSTESTS:-$WORK/xfstests}
 GROUP="" LIST="" PER_TEST=300 CHUNK=20 OUTDIR=""
-usage() { sed -n '7,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while getopts "g:l:t:c:o:h" o; do
+XLISTS=()
+usage() { sed -n '7,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while getopts "g:l:x:t:c:o:h" o; do
   case $o in
     g) GROUP=$OPTARG;; l) LIST=$OPTARG;; t) PER_TEST=$OPTARG;; c) CHUNK=$OPTARG;; o) OUTDIR=$OPTARG;;
+    x) XLISTS+=("$(realpath "$OPTARG")") || exit 2; [ -f "${XLISTS[-1]}" ] || usage;;
     *) usage;;
   esac
 done
@@ -54,14 +57,19 @@ cd "$XFSTESTS" || exit 2
 
 # The tests, and those expected to fail (test -> reason).
 declare -A XFAIL=()
-: > "$OUTDIR/list"
-if [ -n "$LIST" ]; then
+xfails() {  # xfails LIST [TESTS-FILE]: LIST's xfail marks, and its tests into TESTS-FILE
+  local t rest
   while read -r t rest; do
     t=${t%%#*}
     [ -z "$t" ] && continue
-    echo "$t" >> "$OUTDIR/list"
+    [ -n "${2:-}" ] && echo "$t" >> "$2"
     case $rest in xfail:*) XFAIL[$t]=$(echo "${rest#xfail:}" | sed 's/^ *//');; esac
-  done < "$LIST"
+  done < "$1"
+}
+for x in "${XLISTS[@]}"; do xfails "$x"; done
+: > "$OUTDIR/list"
+if [ -n "$LIST" ]; then
+  xfails "$LIST" "$OUTDIR/list"
 elif [ $# -gt 0 ]; then
   printf '%s\n' "$@" > "$OUTDIR/list"
 else
@@ -74,8 +82,9 @@ declare -A LOGAT=()  # where each image's log stood before the run
 for dev in "$TEST_DEV" "$SCRATCH_DEV"; do LOGAT[$dev]=$(stat -c %s "${dev#sufs:}.log" 2>/dev/null || echo 0); done
 log() { echo "$(date +%T) $*" | tee -a "$OUTDIR/run.log"; }
 # What in a daemon's log counts as an error (the default's parts: env_logger's ERROR level, a
-# panic, soft updates' "dependencies did not drain", `Fs::damaged`'s "damaged:").
-LOG_ERRORS=${LOG_ERRORS:-' ERROR |panicked|did not drain|damaged: '}
+# panic, soft updates' "dependencies did not drain", `Fs::damaged`'s "damaged:", a daemon whose
+# FUSE session ended other than by its unmount, e.g. its connection aborted).
+LOG_ERRORS=${LOG_ERRORS:-' ERROR |panicked|did not drain|damaged: |FUSE session ended with an error'}
 logsize() { stat -c %s "${1#sufs:}.log" 2>/dev/null || echo 0; }
 # Where both logs stood as each test began (`logmarks`: TEST OFFSET OFFSET), from the name
 # ./check prints as it starts a test; the first test of a call is marked before the call.
@@ -106,6 +115,17 @@ log "$total tests, ordering ${ORDERING:-softdep}, limit ${PER_TEST}s a test; out
 # Watchdog: a test script running past the limit is killed with what it started; if it is still
 # there 30 s later (stuck in a FUSE request), its mounts' FUSE connections are aborted.
 descendants() { local p; for p in $(ps -o pid= --ppid "$1"); do echo "$p"; descendants "$p"; done; }
+# Whether a process descends from this run (another run's tests, on other images, are its own
+# watchdog's: killing them here, and aborting this run's connections for them, aborted mounts
+# that served nothing late).
+ours() {  # ours PID
+  local p=$1
+  while [ -n "$p" ] && [ "$p" -gt 1 ]; do
+    [ "$p" = "$$" ] && return 0
+    p=$(ps -o ppid= -p "$p" 2>/dev/null | tr -d ' ')
+  done
+  return 1
+}
 MAX_RSS_MB=${MAX_RSS_MB:-2048}
 watchdog() {
   while sleep 5; do
@@ -131,6 +151,7 @@ watchdog() {
     done
     ps -eo pid=,etimes=,args= | awk '$3 ~ /(^|\/)bash$/ && $4 ~ /tests\/[a-z]+\/[0-9]+$/ {print $1, $2, $4}' |
     while read -r pid et t; do
+      ours "$pid" || continue
       t=$(echo "$t" | grep -Eo '[a-z0-9]+/[0-9]+$')
       echo "$t" > "$OUTDIR/current"
       # (ps has been seen to give a process just started an elapsed time of 130 years)

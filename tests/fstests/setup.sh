@@ -15,7 +15,7 @@
 #   IMG_SIZE      size of each image             (default: 2G)
 #   ORDERING      softdep, sync or async, for both mounts (default: softdep)
 #   FORMAT        ufs2 (FreeBSD's, as `sufs mkfs` makes it: the one format), for both images
-#                 and every scratch file system a test makes (default: sufs)
+#                 and every scratch file system a test makes (default: ufs2)
 #   SUFS          the sufs binary the helper runs (default: this checkout's target/release/sufs,
 #                 built with cargo)
 #   SKIP_APT=1    install no packages
