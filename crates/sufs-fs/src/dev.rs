@@ -627,25 +627,36 @@ impl BlockDevice for MemDevice {
 /// One logged event of a `RecordingDevice`.
 #[derive(Debug, Clone)]
 pub enum Record {
-    Write {
-        bno: u64,
-        data: Arc<[u8]>,
-    },
-    /// The end of a batch: every write before it is durable.
-    Barrier,
+    /// A write handed to the device by the batch `batch`.
+    Write { bno: u64, data: Arc<[u8]>, batch: u64 },
+    /// The end of the batch `batch`: its writes are durable.
+    Barrier { batch: u64 },
 }
 
 /// A device that logs every write and barrier in order, over an inner device, for the crash
-/// tester: any prefix of the log, plus any subset of the writes of the batch in flight, is a state
-/// the medium could be in after a power loss.
+/// tester: the writes of the batches whose barriers are logged, plus any subset of the writes
+/// of the batches in the air (logged, their barriers not yet), is a state the medium could be
+/// in after a power loss. Batches written one after another are in the air one at a time;
+/// batches written at once from several threads (flights side by side) are in the air together.
 pub struct RecordingDevice<D: BlockDevice> {
     inner: D,
     log: Mutex<Vec<Record>>,
+    /// Batches handed to it so far (each batch's number in the log).
+    next_batch: AtomicU64,
+    /// How long a write batch takes (`slow`): zero but for the concurrent crash workload, whose
+    /// threads then have batches in the air together as on a real device.
+    delay: std::time::Duration,
 }
 
 impl<D: BlockDevice> RecordingDevice<D> {
     pub fn new(inner: D) -> Self {
-        RecordingDevice { inner, log: Mutex::new(Vec::new()) }
+        let (next_batch, delay) = (AtomicU64::new(0), std::time::Duration::ZERO);
+        RecordingDevice { inner, log: Mutex::new(Vec::new()), next_batch, delay }
+    }
+    /// The same device whose write batches each take `delay` between the writes being handed
+    /// over and the barrier.
+    pub fn slow(self, delay: std::time::Duration) -> Self {
+        RecordingDevice { delay, ..self }
     }
     pub fn log(&self) -> Vec<Record> {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -675,14 +686,23 @@ impl<D: BlockDevice> BlockDevice for RecordingDevice<D> {
     fn read_run(&self, bno: u64, buf: &mut [u8]) -> DevResult<()> {
         self.inner.read_run(bno, buf)
     }
+    /// The writes are logged as they are handed to the device and the barrier once it has
+    /// answered, so that batches written at once from several threads are in the air together
+    /// in the log. (A batch that fails is logged too: its writes may have reached the medium.)
     fn write_batch(&self, reqs: &[WriteReq], kind: WriteKind) -> DevResult<()> {
-        self.inner.write_batch(reqs, kind)?;
-        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        for r in reqs {
-            log.push(Record::Write { bno: r.bno, data: r.data.into() });
+        let batch = self.next_batch.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        {
+            let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+            for r in reqs {
+                log.push(Record::Write { bno: r.bno, data: r.data.into(), batch });
+            }
         }
-        log.push(Record::Barrier);
-        Ok(())
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        let result = self.inner.write_batch(reqs, kind);
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).push(Record::Barrier { batch });
+        result
     }
     fn stats(&self) -> DevStats {
         self.inner.stats()
@@ -1169,6 +1189,6 @@ mod tests {
         d.write_batch(&[WriteReq { bno: 1, data: &a }, WriteReq { bno: 2, data: &a }], WriteKind::Async).unwrap();
         let log = d.log();
         assert_eq!(log.len(), 3);
-        assert!(matches!(log[2], Record::Barrier));
+        assert!(matches!(log[2], Record::Barrier { batch: 0 }));
     }
 }

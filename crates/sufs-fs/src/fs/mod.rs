@@ -382,9 +382,11 @@ pub struct FsStats {
     pub device: DevStats,
     pub cache: CacheStats,
     pub cache_hit_rate: f64,
-    /// Group commit: fsync batches asked for, and the flights that wrote them.
+    /// Group commit: fsync batches asked for, the flights that wrote them, and of those the
+    /// ones that went beside another flight in the air (`flight::MAX_IN_AIR`).
     pub fsync_batches: u64,
     pub fsync_flights: u64,
+    pub fsync_beside: u64,
     /// FUSE requests served by the mount, by opcode (`messages`); all zero in-process.
     pub fuse_messages: std::collections::BTreeMap<&'static str, u64>,
     /// The lock of a shared file system (a mount): taken, waited for, held.
@@ -471,8 +473,9 @@ pub struct Fs {
     shut_down: bool,
     /// The mount options it applies itself (access times, sync, remount).
     live: mountopt::Live,
-    /// A batch being written outside the lock (`flight.rs`), until it lands.
-    flight: Option<Arc<flight::Flight>>,
+    /// The batches being written outside the lock (`flight.rs`), oldest first, until they
+    /// land (in that order); at most `flight::MAX_IN_AIR`, more than one only for group commit.
+    flights: std::collections::VecDeque<Arc<flight::Flight>>,
     /// fsyncs waiting to share the next flight (`flight::Group`).
     group: flight::Group,
     /// The background flusher that serves this file system, if any (`attach_flusher`).
@@ -555,7 +558,7 @@ impl Fs {
             tasks_left_at: None,
             br_hint: None,
             snapshots: snapshot::Snapshots::default(),
-            flight: None,
+            flights: Default::default(),
             group: Default::default(),
             flusher: None,
             shut_down: false,
@@ -588,6 +591,7 @@ impl Fs {
             cache,
             fsync_batches: self.group.batches,
             fsync_flights: self.group.flights,
+            fsync_beside: self.group.beside,
             fuse_messages: self.messages.snapshot(),
             lock: self.lock_stats,
         }

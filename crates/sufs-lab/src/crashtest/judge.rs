@@ -86,6 +86,7 @@ impl Recording {
             ops: self.ops.len(),
             writes: self.writes(),
             batches: self.batches(),
+            shared: self.shared_barriers(),
             ..Default::default()
         };
         for iv in &self.promises {

@@ -147,8 +147,12 @@ pub struct Recording {
     unit: usize,
     /// The image before the workload, in address units.
     pub(super) base: Units,
-    /// The non-empty batches, in order.
+    /// At each barrier of a batch with writes, in order, the writes in the air: the batch's own,
+    /// and those of batches written beside it whose barriers come later. (Written one after
+    /// another, each is its batch's writes alone.)
     pub(super) batches: Vec<Vec<(u64, Arc<[u8]>)>>,
+    /// Which of each barrier's writes in the air it makes durable (its own batch's).
+    lands: Vec<Vec<usize>>,
     /// The operation during which each batch was written (an index in `ops`).
     pub(super) batch_op: Vec<Option<usize>>,
     pub(super) ops: Vec<String>,
@@ -233,7 +237,7 @@ impl Recording {
         ops: &[(usize, String)],
         promises: Vec<Promise>,
     ) -> Recording {
-        let Batches { batches, starts, ends } = Batches::cut(&rec.log());
+        let Batches { batches, lands, starts, ends } = Batches::cut(&rec.log());
         let batches_before = |pos: usize| ends.partition_point(|&e| e <= pos);
         let batch_op =
             starts.iter().map(|&s| ops.partition_point(|o: &(usize, String)| o.0 <= s).checked_sub(1)).collect();
@@ -250,6 +254,7 @@ impl Recording {
             unit: rec.addr_unit(),
             base: image.into_iter().map(|b| b.map(Arc::from)).collect(),
             batches,
+            lands,
             batch_op,
             ops: ops.iter().map(|o| o.1.clone()).collect(),
             promises,
@@ -294,30 +299,46 @@ pub(super) fn scaled_sweeper(policy: UpdatePolicy, fs: &mut Fs) -> Sweeper {
     Sweeper::new(o, fs)
 }
 
-/// A recording device's log cut at its barriers into the non-empty batches.
+/// A recording device's log cut at its barriers: at each barrier of a batch with writes, the
+/// writes in the air (that batch's, and those of the batches begun beside it whose barriers are
+/// not yet logged) and which of them the barrier makes durable.
 struct Batches {
+    /// The writes in the air at each barrier, in log order.
     batches: Vec<Vec<(u64, Arc<[u8]>)>>,
-    /// The log position where each batch begins (just after the barrier before it).
+    /// Which of them become durable there (positions in `batches`' entry): the barrier's own
+    /// batch's.
+    lands: Vec<Vec<usize>>,
+    /// The log position where each barrier's own batch began (its first write).
     starts: Vec<usize>,
-    /// The log position just after each batch's barrier.
+    /// The log position just after each barrier.
     ends: Vec<usize>,
 }
 
 impl Batches {
     fn cut(log: &[Record]) -> Batches {
-        let mut out = Batches { batches: Vec::new(), starts: Vec::new(), ends: Vec::new() };
-        let mut cur = Vec::new();
-        let mut start = 0;
+        let mut out = Batches { batches: Vec::new(), lands: Vec::new(), starts: Vec::new(), ends: Vec::new() };
+        // The writes in the air: batch, position in the log, block, contents.
+        let mut air: Vec<(u64, usize, u64, Arc<[u8]>)> = Vec::new();
         for (i, r) in log.iter().enumerate() {
             match r {
-                Record::Write { bno, data } => cur.push((*bno, data.clone())),
-                Record::Barrier => {
-                    if !cur.is_empty() {
-                        out.batches.push(std::mem::take(&mut cur));
-                        out.starts.push(start);
-                        out.ends.push(i + 1);
-                    }
-                    start = i + 1;
+                Record::Write { bno, data, batch } => air.push((*batch, i, *bno, data.clone())),
+                Record::Barrier { batch } => {
+                    let lands: Vec<usize> = (0..air.len()).filter(|&k| air[k].0 == *batch).collect();
+                    let Some(&first) = lands.first() else { continue };
+                    debug_assert!(
+                        {
+                            let mut b: Vec<(u64, u64)> = air.iter().map(|w| (w.2, w.0)).collect();
+                            b.sort_unstable();
+                            b.dedup();
+                            b.windows(2).all(|w| w[0].0 != w[1].0)
+                        },
+                        "a block written by two batches in the air at once"
+                    );
+                    out.starts.push(air[first].1);
+                    out.ends.push(i + 1);
+                    out.batches.push(air.iter().map(|w| (w.2, w.3.clone())).collect());
+                    out.lands.push(lands);
+                    air.retain(|w| w.0 != *batch);
                 }
             }
         }
@@ -351,7 +372,12 @@ fn subsets(n: usize, random: usize, rng: &mut SmallRng) -> Vec<Vec<usize>> {
 
 impl Recording {
     pub fn writes(&self) -> usize {
-        self.batches.iter().map(|b| b.len()).sum()
+        self.lands.iter().map(|l| l.len()).sum()
+    }
+
+    /// Barriers at which writes of other batches were in the air too (flights side by side).
+    pub fn shared_barriers(&self) -> usize {
+        self.batches.iter().zip(&self.lands).filter(|(b, l)| l.len() < b.len()).count()
     }
 
     pub fn batches(&self) -> usize {
@@ -395,9 +421,11 @@ impl Recording {
                 f(&CrashState { index, batches: k, partial: Some(s) }, image(&writes))?;
                 index += 1;
             }
-            // Every image of this state is gone, so the base is updated in place.
+            // Every image of this state is gone, so the base is updated in place, with the
+            // writes the barrier makes durable (the others stay in the air).
             let base = Arc::make_mut(&mut cur);
-            for (bno, data) in batch {
+            for &i in &self.lands[k] {
+                let (bno, data) = &batch[i];
                 apply(*bno, data, self.unit, |a, u| base[a as usize] = Some(u));
             }
         }
@@ -497,6 +525,46 @@ mod tests {
             })
             .unwrap();
         assert_eq!((states, partial), (16, 12), "4 prefixes, each 3-write batch's 6 subsets");
+    }
+
+    /// Two batches written at once from two threads are in the air together: a crash before the
+    /// first one's barrier may hold any part of either, and that barrier makes only the first
+    /// durable (the old model took every write before a barrier as durable at it).
+    #[test]
+    fn batches_in_the_air_together_land_each_at_its_own_barrier() {
+        let (bs, n) = (4096, 8u64);
+        let image = MemDevice::new(bs, n).blocks();
+        let slow = std::time::Duration::from_millis(300);
+        let rec = RecordingDevice::new(MemDevice::from_units(bs, bs, image.clone())).slow(slow);
+        let (a, b) = (vec![0xa1u8; bs], vec![0xb2u8; bs]);
+        std::thread::scope(|s| {
+            s.spawn(|| rec.write_batch(&[WriteReq { bno: 1, data: &a }], WriteKind::Sync).unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            rec.write_batch(&[WriteReq { bno: 2, data: &b }], WriteKind::Sync).unwrap();
+        });
+        let r = Recording::new("air", Ordering::Softdep, 1, image, &rec, &[], Vec::new());
+        assert_eq!((r.batches(), r.writes(), r.shared_barriers()), (2, 2, 1));
+        let mut seen = Vec::new();
+        r.for_each_state(8, |s, img| {
+            let mut buf = vec![0u8; bs];
+            let mut held = |bno| {
+                img.read_block(bno, &mut buf).unwrap();
+                buf[0] != 0
+            };
+            seen.push((s.batches, s.partial.clone(), held(1), held(2)));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                (0, None, false, false),
+                (0, Some(vec![0]), true, false),
+                (0, Some(vec![1]), false, true),
+                (1, None, true, false),
+                (2, None, true, true),
+            ]
+        );
     }
 
     #[test]

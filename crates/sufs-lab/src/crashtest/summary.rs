@@ -26,6 +26,9 @@ pub struct Summary {
     pub ops: usize,
     pub writes: usize,
     pub batches: usize,
+    /// Barriers at which other batches' writes were in the air too (flights side by side):
+    /// their crash states hold any part of all of them.
+    pub shared: usize,
     /// Promises made, by kind.
     pub promises: BTreeMap<&'static str, usize>,
     pub states: usize,
@@ -82,13 +85,17 @@ impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "crashtest {} --ordering {} --seed {}: {} operations, {} writes in {} batches, {}",
+            "crashtest {} --ordering {} --seed {}: {} operations, {} writes in {} batches{}, {}",
             self.workload,
             self.ordering,
             self.seed,
             self.ops,
             self.writes,
             self.batches,
+            match self.shared {
+                0 => String::new(),
+                n => format!(" ({n} landing with others in the air)"),
+            },
             if self.unmounted { "then unmount" } else { "stopped without unmount" }
         )?;
         let promises: Vec<String> = self.promises.iter().map(|(k, n)| format!("{n} {k}")).collect();
