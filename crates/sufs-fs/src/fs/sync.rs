@@ -162,13 +162,25 @@ impl Fs {
         if settled && !dirty(&data) && levels.iter().all(|l| !dirty(l)) {
             return Ok(None);
         }
-        let mut first = self.dirty_cg_headers();
+        let mut first = self.dirty_cg_headers_of(&inos, data.iter().chain(levels.iter().flatten()));
         first.extend(data);
         let mut batches = vec![first];
         batches.extend(levels);
         batches.push(inode_blocks);
         batches.push(name_blocks);
         Ok(Some(batches))
+    }
+
+    /// The dirty group headers (their bitmaps) of the groups holding `inos` and `blocks`: what
+    /// an fsync of them needs on disk before their pointers and inodes may go. Other groups'
+    /// headers are left to their own fsyncs and the syncer, out of the way of the fsyncs whose
+    /// flights go beside this one's.
+    fn dirty_cg_headers_of<'b>(&self, inos: &[u32], blocks: impl Iterator<Item = &'b u64>) -> Vec<u64> {
+        let mut cgs: Vec<u32> = inos.iter().map(|&x| self.sb.cg_of_inode(x)).collect();
+        cgs.extend(blocks.map(|&b| self.sb.cg_of_block(b)));
+        cgs.sort_unstable();
+        cgs.dedup();
+        cgs.into_iter().map(|cg| self.sb.cg_header_block(cg)).filter(|&b| self.cache.is_dirty(b)).collect()
     }
 
     /// The inodes an fsync of `ino` must make durable, and the directory blocks of their names
