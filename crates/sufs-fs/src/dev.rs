@@ -63,6 +63,9 @@ pub struct DevStats {
     /// (an image file's `fdatasync`): how busy the device kept its writers.
     pub write_ns: u64,
     pub flush_ns: u64,
+    /// Nanoseconds with at least one batch being written: the device's busy time, as a block
+    /// device's `io_ticks` (batches written side by side count once).
+    pub busy_ns: u64,
 }
 
 impl DevStats {
@@ -145,6 +148,25 @@ pub struct Counters {
     max_batch: AtomicU64,
     write_ns: AtomicU64,
     flush_ns: AtomicU64,
+    busy_ns: AtomicU64,
+    /// Batches being written now, and since when one has been.
+    busy: Mutex<(usize, Option<std::time::Instant>)>,
+}
+
+/// A batch being written, counted in `Counters::busy` while it lives.
+pub struct Busy<'a>(&'a Counters);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        let mut b = self.0.busy.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(b.0 > 0, "a batch ends that began");
+        b.0 -= 1;
+        if b.0 == 0 {
+            let since = b.1.take().expect("busy since the first batch began");
+            let ns = since.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+            self.0.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Counters {
@@ -168,6 +190,13 @@ impl Counters {
     pub fn flush(&self) {
         self.flushes.fetch_add(1, Ordering::Relaxed);
     }
+    /// A batch begins: the device is busy until every batch begun has ended (the guard dropped).
+    pub fn busy(&self) -> Busy<'_> {
+        let mut b = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        b.0 += 1;
+        b.1.get_or_insert_with(std::time::Instant::now);
+        Busy(self)
+    }
     /// Time spent writing one batch (`write`, flush included) and flushing it (`flush`).
     pub fn timed(&self, write: std::time::Duration, flush: std::time::Duration) {
         debug_assert!(flush <= write, "a batch's flush is part of its write");
@@ -186,6 +215,7 @@ impl Counters {
             max_batch: self.max_batch.load(Ordering::Relaxed),
             write_ns: self.write_ns.load(Ordering::Relaxed),
             flush_ns: self.flush_ns.load(Ordering::Relaxed),
+            busy_ns: self.busy_ns.load(Ordering::Relaxed),
         }
     }
 }
@@ -475,6 +505,7 @@ impl BlockDevice for FileDevice {
         for r in reqs {
             check_write(r.bno, r.data.len(), self.unit, self.nblocks)?;
         }
+        let _busy = self.counters.busy();
         let start = std::time::Instant::now();
         // Each write goes at its own bytes (a fragment run changes only its fragments), and
         // writes that follow each other byte for byte go in one `pwritev`.
@@ -1180,6 +1211,27 @@ mod tests {
         d2.write_batch(&reqs, WriteKind::Async).unwrap();
         d2.read_block(5, &mut b).unwrap();
         assert_eq!(c2.now_ns(), clock.now_ns());
+    }
+
+    /// Busy time is the time with any batch being written: two batches side by side count once
+    /// (their sum would exceed the wall-clock time they spanned).
+    #[test]
+    fn busy_time_counts_batches_side_by_side_once() {
+        let c = Counters::default();
+        let ms = std::time::Duration::from_millis(20);
+        let t = std::time::Instant::now();
+        let a = c.busy();
+        std::thread::sleep(ms);
+        let b = c.busy();
+        std::thread::sleep(ms);
+        drop(a);
+        std::thread::sleep(ms);
+        drop(b);
+        let wall = t.elapsed().as_nanos() as u64;
+        let busy = c.snapshot().busy_ns;
+        assert!(busy >= 3 * ms.as_nanos() as u64 && busy <= wall, "busy {busy} ns of {wall}");
+        drop(c.busy());
+        assert!(c.snapshot().busy_ns >= busy, "a later batch adds");
     }
 
     #[test]

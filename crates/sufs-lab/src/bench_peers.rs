@@ -274,7 +274,8 @@ pub struct Writes {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_held_ns: Option<u64>,
     /// Seconds the device was busy in the workload: sufs's writes and flushes of its image
-    /// (`--stats`' `write_ns`), a loop device's time with any request in flight (`io_ticks`).
+    /// (`--stats`' `busy_ns`: time with any batch being written), a loop device's time with
+    /// any request in flight (`io_ticks`).
     /// Set against the phases' times, it says how much of them was the disk's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_busy_secs: Option<f64>,
@@ -615,7 +616,7 @@ impl Mounted {
             blocks: count("sync_writes") + count("async_writes"),
             requests: count("write_requests"),
             sync: count("sync_writes"),
-            busy_ns: count("write_ns"),
+            busy_ns: count("busy_ns"),
         })
     }
 
