@@ -309,6 +309,51 @@ fn sigterm_stops_the_mount(remove_socket: bool) {
     m.umount();
 }
 
+/// A connection the kernel shuts down while a daemon thread holds a request it is reading (an
+/// unmount racing that read, or its `abort` file written) makes the read fail with
+/// ECONNABORTED, not ENODEV: the mount ends as at an unmount, everything written and the image
+/// clean, and exits 0 (it said "FUSE session ended with an error" and exited 1).
+#[test]
+fn an_aborted_connection_ends_the_mount_as_an_unmount_does() {
+    let conns = Path::new("/sys/fs/fuse/connections");
+    if !fuse_available() || !conns.is_dir() || unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: needs /dev/fuse, root and {}", conns.display());
+        return;
+    }
+    // (the connections' control files are a file system of their own, fusectl, not always
+    // mounted)
+    if !is_mounted(conns)
+        && !Command::new("mount").args(["-t", "fusectl", "fusectl"]).arg(conns).status().unwrap().success()
+    {
+        eprintln!("SKIPPED: fusectl cannot be mounted on {}", conns.display());
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("img");
+    let mnt = t.path().join("mnt");
+    assert!(sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M"]).status.success());
+    let mut m = mount_fg(&img, &mnt, &[]);
+    fs::write(mnt.join("f"), pattern(7, 50_000)).unwrap();
+    let minor = libc::minor(fs::metadata(&mnt).unwrap().dev());
+    fs::write(conns.join(minor.to_string()).join("abort"), "1").unwrap();
+    let start = std::time::Instant::now();
+    let st = loop {
+        if let Some(st) = m.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(start.elapsed().as_secs() < 30, "the mount did not end within 30 s of the abort");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    m.done = true;
+    assert!(st.success(), "{st}: the mount took its aborted connection for an error");
+    assert!(dumpfs_says_clean(&img));
+    fsck_clean(&img);
+    let m = mount_fg(&img, &mnt, &[]);
+    assert!(fs::read(mnt.join("f")).unwrap() == pattern(7, 50_000));
+    m.umount();
+}
+
 #[test]
 fn sigterm_unmounts_cleanly() {
     sigterm_stops_the_mount(false);

@@ -622,7 +622,11 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                         ));
                     }
                 },
-                Err(nix::errno::Errno::ENODEV) => return Ok(()),
+                // The connection is over: unmounted (ENODEV), or shut down while this read
+                // held a request it had taken (Linux's fuse_dev_do_read answers ECONNABORTED
+                // then, whatever ended the connection: an unmount racing the read, or an
+                // abort). Local change for sufs: both end the session as an unmount does.
+                Err(nix::errno::Errno::ENODEV | nix::errno::Errno::ECONNABORTED) => return Ok(()),
                 Err(err) => return Err(err.into()),
             }
         }
