@@ -290,14 +290,7 @@ fn sigterm_stops_the_mount(remove_socket: bool) {
         fs::remove_file(t.path().join("img.ctl")).unwrap();
     }
     unsafe { libc::kill(m.child.id() as i32, libc::SIGTERM) };
-    let start = std::time::Instant::now();
-    let st = loop {
-        if let Some(st) = m.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(start.elapsed().as_secs() < 30, "the mount did not stop within 30 s of SIGTERM");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let st = exit_within_30s(&mut m, "SIGTERM");
     m.done = true;
     assert!(st.success(), "{st}");
     assert!(!is_mounted(&mnt));
@@ -307,6 +300,18 @@ fn sigterm_stops_the_mount(remove_socket: bool) {
     let m = mount_fg(&img, &mnt, &[]);
     assert!(fs::read(mnt.join("f")).unwrap() == pattern(5, 100_000));
     m.umount();
+}
+
+/// The mount's exit status, which must come within 30 s of `what`.
+fn exit_within_30s(m: &mut Mounted, what: &str) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(st) = m.child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(start.elapsed().as_secs() < 30, "the mount did not end within 30 s of {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// A connection the kernel shuts down while a daemon thread holds a request it is reading (an
@@ -336,14 +341,7 @@ fn an_aborted_connection_ends_the_mount_as_an_unmount_does() {
     fs::write(mnt.join("f"), pattern(7, 50_000)).unwrap();
     let minor = libc::minor(fs::metadata(&mnt).unwrap().dev());
     fs::write(conns.join(minor.to_string()).join("abort"), "1").unwrap();
-    let start = std::time::Instant::now();
-    let st = loop {
-        if let Some(st) = m.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(start.elapsed().as_secs() < 30, "the mount did not end within 30 s of the abort");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let st = exit_within_30s(&mut m, "the abort");
     let _ = Command::new("umount").arg("-l").arg(&mnt).status();
     m.done = true;
     assert!(st.success(), "{st}: the mount took its aborted connection for an error");
