@@ -326,9 +326,9 @@ fn an_aborted_connection_ends_the_mount_as_an_unmount_does() {
         return;
     }
     // (the connections' control files are a file system of their own, fusectl, not always
-    // mounted)
-    if !is_mounted(conns)
-        && !Command::new("mount").args(["-t", "fusectl", "fusectl"]).arg(conns).status().unwrap().success()
+    // mounted: mounted for the test then, and unmounted after it)
+    let mounted_here = !is_mounted(conns);
+    if mounted_here && !Command::new("mount").args(["-t", "fusectl", "fusectl"]).arg(conns).status().unwrap().success()
     {
         eprintln!("SKIPPED: fusectl cannot be mounted on {}", conns.display());
         return;
@@ -340,7 +340,11 @@ fn an_aborted_connection_ends_the_mount_as_an_unmount_does() {
     let mut m = mount_fg(&img, &mnt, &[]);
     fs::write(mnt.join("f"), pattern(7, 50_000)).unwrap();
     let minor = libc::minor(fs::metadata(&mnt).unwrap().dev());
-    fs::write(conns.join(minor.to_string()).join("abort"), "1").unwrap();
+    let aborted = fs::write(conns.join(minor.to_string()).join("abort"), "1");
+    if mounted_here {
+        let _ = Command::new("umount").arg(conns).status();
+    }
+    aborted.unwrap();
     let st = exit_within_30s(&mut m, "the abort");
     let _ = Command::new("umount").arg("-l").arg(&mnt).status();
     m.done = true;
