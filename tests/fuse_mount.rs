@@ -280,12 +280,7 @@ fn sigterm_stops_the_mount(remove_socket: bool) {
     if !fuse_available() {
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    let img = t.path().join("img");
-    let mnt = t.path().join("mnt");
-    assert!(sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M"]).status.success());
-    let mut m = mount_fg(&img, &mnt, &[]);
-    fs::write(mnt.join("f"), pattern(5, 100_000)).unwrap();
+    let (t, img, mnt, mut m) = mounted_with_f();
     if remove_socket {
         fs::remove_file(t.path().join("img.ctl")).unwrap();
     }
@@ -294,10 +289,28 @@ fn sigterm_stops_the_mount(remove_socket: bool) {
     m.done = true;
     assert!(st.success(), "{st}");
     assert!(!is_mounted(&mnt));
+    f_kept_and_image_clean(&img, &mnt);
+}
+
+/// A new 64 MiB image mounted in the foreground, with the file `f` written through the mount:
+/// the directory holding both, the image, the mount point, the mount.
+fn mounted_with_f() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, Mounted) {
+    let t = tempfile::tempdir().unwrap();
+    let img = t.path().join("img");
+    let mnt = t.path().join("mnt");
+    assert!(sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M"]).status.success());
+    let m = mount_fg(&img, &mnt, &[]);
+    fs::write(mnt.join("f"), pattern(5, 100_000)).unwrap();
+    (t, img, mnt, m)
+}
+
+/// After a mount of `mounted_with_f` ended: the image marked clean and fsck-clean, and `f` there
+/// again after a remount.
+fn f_kept_and_image_clean(img: &Path, mnt: &Path) {
     let dump = String::from_utf8(sufs(&["dumpfs", img.to_str().unwrap()]).stdout).unwrap();
     assert!(dump.contains("clean     yes"), "{dump}");
-    fsck_clean(&img);
-    let m = mount_fg(&img, &mnt, &[]);
+    fsck_clean(img);
+    let m = mount_fg(img, mnt, &[]);
     assert!(fs::read(mnt.join("f")).unwrap() == pattern(5, 100_000));
     m.umount();
 }
@@ -333,12 +346,7 @@ fn an_aborted_connection_ends_the_mount_as_an_unmount_does() {
         eprintln!("SKIPPED: fusectl cannot be mounted on {}", conns.display());
         return;
     }
-    let t = tempfile::tempdir().unwrap();
-    let img = t.path().join("img");
-    let mnt = t.path().join("mnt");
-    assert!(sufs(&["mkfs", img.to_str().unwrap(), "--size", "64M"]).status.success());
-    let mut m = mount_fg(&img, &mnt, &[]);
-    fs::write(mnt.join("f"), pattern(7, 50_000)).unwrap();
+    let (_t, img, mnt, mut m) = mounted_with_f();
     let minor = libc::minor(fs::metadata(&mnt).unwrap().dev());
     let aborted = fs::write(conns.join(minor.to_string()).join("abort"), "1");
     if mounted_here {
@@ -350,10 +358,7 @@ fn an_aborted_connection_ends_the_mount_as_an_unmount_does() {
     m.done = true;
     assert!(st.success(), "{st}: the mount took its aborted connection for an error");
     assert!(dumpfs_says_clean(&img));
-    fsck_clean(&img);
-    let m = mount_fg(&img, &mnt, &[]);
-    assert!(fs::read(mnt.join("f")).unwrap() == pattern(7, 50_000));
-    m.umount();
+    f_kept_and_image_clean(&img, &mnt);
 }
 
 #[test]
