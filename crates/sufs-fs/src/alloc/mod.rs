@@ -109,6 +109,10 @@ impl Alloc {
     pub fn free_whole_blocks(&self) -> u64 {
         self.sums.iter().map(|s| s.nbfree as u64).sum()
     }
+    /// Free inodes of group `cg`.
+    pub fn free_inodes_in(&self, cg: u32) -> u64 {
+        self.sums[cg as usize].free_inodes as u64
+    }
     pub fn free_inodes(&self) -> u64 {
         self.sums.iter().map(|s| s.free_inodes as u64).sum()
     }

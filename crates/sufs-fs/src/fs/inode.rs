@@ -140,9 +140,27 @@ impl Fs {
     /// Allocates and initialises an inode near `parent`.
     pub(super) fn new_inode(&mut self, parent: u32, mode: u16, uid: u32, gid: u32) -> FsResult<(u32, Dinode)> {
         let is_dir = mode & S_IFMT == S_IFDIR;
-        let (ino, old) = self.alloc_inode(parent, is_dir)?;
-        if let Some(sd) = self.sd() {
-            sd.new_inode(ino, is_dir);
+        let ahead = if is_dir { None } else { self.take_ahead(parent)? };
+        let (ino, old) = match ahead {
+            Some((ino, old)) => {
+                // Its bit's record has been kept since it was allocated ahead.
+                self.sd().expect("soft updates").adopt_inode(ino);
+                (ino, old)
+            }
+            None => {
+                let (ino, old) = self.alloc_inode(parent, is_dir)?;
+                if let Some(sd) = self.sd() {
+                    sd.new_inode(ino, is_dir);
+                }
+                (ino, old)
+            }
+        };
+        if !is_dir {
+            // The file is made whatever comes of it: a failure here (a damaged map, say) is
+            // the next allocation's to meet and report.
+            if let Err(e) = self.fill_ahead(self.sb.cg_of_inode(ino)) {
+                log::warn!("inodes allocated ahead for group {}: {e}", self.sb.cg_of_inode(ino));
+            }
         }
         let (s, ns) = self.now();
         let d = Dinode::new(mode, 0, uid, gid, (s, ns), self.next_generation(old.generation));
@@ -173,7 +191,7 @@ impl Fs {
     pub(super) fn alloc_inode(&mut self, parent: u32, is_dir: bool) -> FsResult<(u32, Dinode)> {
         for _ in 0..MAX_BAD_ALLOCS {
             let ino = match self.alloc.alloc_inode(&mut self.cache, &self.sb, parent, is_dir, self.spread_dirs) {
-                Err(AllocError::NoSpace) if self.reclaim()? => {
+                Err(AllocError::NoSpace) if self.release_ahead()? > 0 || self.reclaim()? => {
                     self.alloc.alloc_inode(&mut self.cache, &self.sb, parent, is_dir, self.spread_dirs)?
                 }
                 r => r?,

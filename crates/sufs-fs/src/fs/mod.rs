@@ -201,6 +201,7 @@ use hidden::{HiddenName, HiddenNames, Namesakes};
 pub mod shutdown;
 
 // The operations, one file per concern; each adds methods to `Fs`.
+mod ahead;
 mod bmap;
 mod data;
 mod dir;
@@ -487,6 +488,9 @@ pub struct Fs {
     messages: Arc<messages::Messages>,
     /// How long the lock of a shared file system was waited for and held (`lockstat.rs`).
     lock_stats: LockStats,
+    /// Inodes allocated ahead, their bits on their way to disk before any file needs them
+    /// (`ahead.rs`; soft updates only).
+    ahead: ahead::Ahead,
 }
 
 /// What a mount (or a remount) read-write asks of the superblock first: an image sufs may write
@@ -566,6 +570,7 @@ impl Fs {
             privileged: true,
             messages: Default::default(),
             lock_stats: LockStats::default(),
+            ahead: Default::default(),
         };
         // The root inode's block, checked as it comes in (`read_inode_block`): the blocks of the
         // first directories are known to be in use before anything is allocated.
@@ -763,6 +768,8 @@ impl Fs {
     pub fn sync_all(&mut self) -> FsResult<()> {
         self.check_live()?;
         self.land_flight()?;
+        // A synced image holds no inode allocated ahead: their bits go back with these writes.
+        self.release_ahead()?;
         // A round can retire one level of a chain of dependencies (a removed tree drains one
         // directory per level), so the rounds go on while they have something to write; the
         // chain is never longer than the number of inodes.

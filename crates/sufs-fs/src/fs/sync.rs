@@ -20,7 +20,7 @@ impl Fs {
             // The minfree reserve is root's: others see the space past it.
             bavail: bfree.saturating_sub(self.reserved_blocks()),
             files: self.sb.total_inodes() - FIRST_INO as u64,
-            ffree: self.alloc.free_inodes() + pi,
+            ffree: self.alloc.free_inodes() + pi + self.ahead.len() as u64,
             bsize: self.sb.block_size,
             frsize: self.sb.addr_unit(),
             namelen: MAXNAMLEN as u32,
@@ -164,10 +164,29 @@ impl Fs {
         }
         let mut first = self.dirty_cg_headers_of(&inos, data.iter().chain(levels.iter().flatten()));
         first.extend(data);
+        // With every inode's bit on disk (none new, or new and allocated ahead: `ahead.rs`) the
+        // inodes go with the headers and data, their new pointers rolled back, and so are on
+        // disk allocated when the inode blocks go again with the entries naming them: one
+        // ordered write less than the inodes and then the entries.
+        let sd = self.hooks.softdep.as_ref().expect("softdep");
+        let early = inos.iter().all(|&x| sd.bitmap_on_disk(x));
+        if early {
+            first.extend(&inode_blocks);
+        }
         let mut batches = vec![first];
         batches.extend(levels);
-        batches.push(inode_blocks);
-        batches.push(name_blocks);
+        if early {
+            let mut last = inode_blocks;
+            last.extend(name_blocks);
+            batches.push(last);
+        } else {
+            batches.push(inode_blocks);
+            batches.push(name_blocks);
+        }
+        for b in &mut batches {
+            b.sort_unstable();
+            b.dedup();
+        }
         Ok(Some(batches))
     }
 

@@ -203,6 +203,46 @@ impl Softdep {
         self.bmsafemap.entry(cg).or_default().inodedeps.push(ino);
     }
 
+    /// Whether the bitmap bit of allocated inode `ino` is on disk (no record: nothing pending).
+    pub fn bitmap_on_disk(&self, ino: u32) -> bool {
+        self.inodedeps.get(&ino).is_none_or(InodeDep::bitmap_done)
+    }
+
+    /// An inode allocated ahead (`new_inode` then) becomes a file's: its record, if its bit is
+    /// still on its way to disk, is the one a new inode gets; nothing else was ever recorded.
+    pub fn adopt_inode(&mut self, ino: u32) {
+        let d = self.inodedep(ino);
+        assert!(
+            !d.is_dir
+                && d.pending.is_empty()
+                && d.bufwait.is_empty()
+                && d.inowait.is_empty()
+                && d.allocdirects().next().is_none(),
+            "inode {ino} allocated ahead has work recorded: {d:?}"
+        );
+    }
+
+    /// An inode allocated ahead and never used goes back to the free map: its records go (its
+    /// dinode is free on disk, so its bit may clear in any order with it).
+    pub fn forget_ahead(&mut self, ino: u32) {
+        if let Some(d) = self.inodedeps.remove(&ino) {
+            assert!(
+                d.pending.is_empty()
+                    && d.bufwait.is_empty()
+                    && d.inowait.is_empty()
+                    && d.allocdirects().next().is_none(),
+                "inode {ino} allocated ahead has work recorded: {d:?}"
+            );
+        }
+        let cg = self.sb.cg_of_inode(ino);
+        if let Some(m) = self.bmsafemap.get_mut(&cg) {
+            m.inodedeps.retain(|&i| i != ino);
+            if m.inodedeps.is_empty() && m.newblks.is_empty() {
+                self.bmsafemap.remove(&cg);
+            }
+        }
+    }
+
     /// A newly allocated block pointed to from the in-memory dinode (incore update, until the
     /// dinode is copied into its buffer).
     pub fn alloc_direct(&mut self, ino: u32, is_dir: bool, slot: PtrSlot, lbn: u64, bno: u64) {
