@@ -212,6 +212,53 @@ fn check(w: u64, dir: &Path) {
     }
 }
 
+/// On io_uring each queue's threads (`sufs-ringQ.N`) may run only on their queue's CPU Q, the
+/// one whose callers' requests the kernel puts on that queue (where this process may run on
+/// it: a thread of another queue is left as the process was).
+#[test]
+fn ring_threads_run_on_their_queues_cpu() {
+    if !fuse_available() {
+        return;
+    }
+    if !uring_on() {
+        eprintln!("SKIPPED: the io_uring transport (FUSE over io_uring is off: {PARAMETER})");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (img, mnt, log) = (t.path().join("img"), t.path().join("mnt"), t.path().join("log"));
+    mkfs(&img, "64M");
+    let m = mount_on(&img, &mnt, "uring", &log);
+    assert!(transport_said(&log).contains("io_uring"));
+    let ours = cpus_allowed(&fs::read_to_string("/proc/self/status").unwrap());
+    let mut rings = 0;
+    for task in fs::read_dir(format!("/proc/{}/task", m.child.id())).unwrap() {
+        let task = task.unwrap().path();
+        let comm = fs::read_to_string(task.join("comm")).unwrap();
+        let Some(qid) = comm.trim().strip_prefix("sufs-ring").and_then(|q| q.split('.').next()) else {
+            continue;
+        };
+        let qid: usize = qid.parse().unwrap();
+        let allowed = cpus_allowed(&fs::read_to_string(task.join("status")).unwrap());
+        let want = if ours.contains(&qid) { vec![qid] } else { ours.clone() };
+        assert_eq!(allowed, want, "{}", comm.trim());
+        rings += 1;
+    }
+    assert!(rings >= 2, "two threads a queue by default, {rings} found");
+    m.umount();
+    fsck_clean(&img);
+}
+
+/// The CPUs of a /proc status's `Cpus_allowed_list` ("0-3,6").
+fn cpus_allowed(status: &str) -> Vec<usize> {
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim();
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        cpus.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+    }
+    cpus
+}
+
 /// `--transport uring` where the kernel does not offer it is refused with the way to switch
 /// it on; `auto` then takes the classic transport and says why.
 #[test]

@@ -8,13 +8,13 @@
 //! requests to fuser's dispatcher (README.md says how to use it).
 //!
 //! The kernel keeps one queue per possible CPU and puts a request on the queue of the CPU its
-//! caller runs on. Each queue is served here by one or more threads, and each thread owns its
-//! own io_uring (128-byte SQEs, for the 80-byte command area) and one ring entry: a header
-//! buffer and a payload buffer registered with `FUSE_IO_URING_CMD_REGISTER`. A request arrives
-//! as the completion of that entry's command; the thread rebuilds the request, the handler
-//! serves it, and the reply goes back with `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`, which also
-//! hands the entry back for the next request: one `io_uring_enter` per request, where /dev/fuse
-//! costs a read and a write. A thread with one entry is never held up by a request another
+//! caller runs on. Each queue is served here by one or more threads, bound to that CPU
+//! (`transport::run` says why), and each thread owns its own io_uring (128-byte SQEs, for the
+//! 80-byte command area) and one ring entry: a header buffer and a payload buffer registered
+//! with `FUSE_IO_URING_CMD_REGISTER`. A request arrives as the completion of that entry's
+//! command; the thread rebuilds the request, the handler serves it, and the reply goes back
+//! with `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`, which also hands the entry back for the next
+//! request: one `io_uring_enter` per request, where /dev/fuse costs a read and a write. A thread with one entry is never held up by a request another
 //! thread serves: a slow request (a device read under the file system's lock) delays only the
 //! requests that would have had to wait for its thread anyway.
 //!
@@ -49,7 +49,7 @@ pub struct Config {
     /// Bytes of each payload buffer: at least the kernel's largest request or reply payload,
     /// `max(8192, max_write, max_pages * page size)` of the INIT negotiation.
     pub payload_size: usize,
-    /// Bind each queue's threads to its CPU (as libfuse does).
+    /// Bind each queue's threads to its CPU (as libfuse does), where the process may run there.
     pub pin: bool,
 }
 
@@ -455,17 +455,26 @@ fn with_len(sqe: squeue::Entry128, len: u32) -> squeue::Entry128 {
     unsafe { std::mem::transmute(raw) }
 }
 
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays inside it for cpu < 1024.
+/// Binds the calling thread to `cpu`, if it may run there now: a server started with fewer
+/// CPUs (taskset, a cpuset) keeps to them, its threads of the other queues left unbound.
+/// Returns whether it did.
+fn pin_to_cpu(cpu: usize) -> bool {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: a zeroed cpu_set_t is an empty set; the CPU_* macros stay inside it for
+    // cpu < 1024, and the affinity calls read or write exactly `size` bytes of it.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu < 1024 {
-            libc::CPU_SET(cpu, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                log::warn!("binding a ring thread to CPU {cpu}: {}", io::Error::last_os_error());
-            }
+        if cpu >= 1024 || libc::sched_getaffinity(0, size, &mut set) != 0 || !libc::CPU_ISSET(cpu, &set) {
+            return false;
+        }
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, size, &set) != 0 {
+            log::warn!("binding a ring thread to CPU {cpu}: {}", io::Error::last_os_error());
+            return false;
         }
     }
+    true
 }
 
 #[cfg(test)]
@@ -595,6 +604,33 @@ mod tests {
         assert!(old.send(&[IoSlice::new(&h)]).is_err());
         drop(old);
         assert!(!slot.lock().replied, "request 2 is still to be answered");
+    }
+
+    /// The CPUs the calling thread may run on.
+    fn allowed() -> Vec<usize> {
+        // SAFETY: as in `pin_to_cpu`.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+            (0..1024).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+        }
+    }
+
+    /// A thread is bound to a CPU it may run on, and left as it is for one it may not.
+    #[test]
+    fn a_ring_thread_is_bound_only_to_a_cpu_it_may_use() {
+        std::thread::spawn(|| {
+            let cpus = allowed();
+            assert!(pin_to_cpu(cpus[0]));
+            assert_eq!(allowed(), [cpus[0]]);
+            if let Some(&other) = cpus.get(1) {
+                assert!(!pin_to_cpu(other), "CPU {other} is no longer allowed");
+                assert_eq!(allowed(), [cpus[0]]);
+            }
+            assert!(!pin_to_cpu(1024));
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

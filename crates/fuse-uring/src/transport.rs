@@ -151,13 +151,7 @@ pub fn run<FS: fuser::Filesystem>(
         log(&format!("transport: classic /dev/fuse ({why})"));
         return session.run();
     }
-    let config = uring::Config {
-        queues: uring::Config::possible_cpus(),
-        threads_per_queue: 0,
-        payload_size: negotiated.payload_size.load(Ordering::Relaxed),
-        pin: false,
-    };
-    let config = uring::Config { threads_per_queue: threads.max(1), ..config };
+    let config = ring_config(negotiated, threads);
     let dev = session.as_fd().try_clone_to_owned()?;
     session.run_with(|dispatcher| {
         let handler = Arc::new(Dispatch(dispatcher));
@@ -180,6 +174,21 @@ pub fn run<FS: fuser::Filesystem>(
     })
 }
 
+/// The ring `run` starts: a queue per possible CPU, `threads` threads each, bound to the
+/// queue's CPU. The kernel queues a request on its caller's CPU; a thread free to run anywhere
+/// is woken where it last ran, so a queue's second thread, which takes a request while the
+/// first still serves the RELEASE that close(2) sent without waiting, settles on the idle CPU
+/// and every round trip it serves then wakes the other CPU twice. Bound, a queue's threads
+/// share their callers' CPU.
+fn ring_config(negotiated: &Negotiated, threads: usize) -> uring::Config {
+    uring::Config {
+        queues: uring::Config::possible_cpus(),
+        threads_per_queue: threads.max(1),
+        payload_size: negotiated.payload_size.load(Ordering::Relaxed),
+        pin: true,
+    }
+}
+
 /// The ring's requests, dispatched by fuser as /dev/fuse's are.
 struct Dispatch<FS: fuser::Filesystem>(fuser::Dispatcher<FS>);
 
@@ -200,6 +209,15 @@ impl fuser::ReplySink for uring::Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each queue's threads serve on its CPU, as libfuse's do.
+    #[test]
+    fn the_ring_binds_its_threads_to_their_queues_cpus() {
+        let c = ring_config(&Negotiated::default(), 0);
+        assert!(c.pin);
+        assert_eq!(c.threads_per_queue, 1);
+        assert_eq!(c.queues, uring::Config::possible_cpus());
+    }
 
     #[test]
     fn transports_parse_and_print() {
