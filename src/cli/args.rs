@@ -466,6 +466,10 @@ pub(crate) struct PeersArgs {
     /// Size of every image.
     #[arg(long, value_parser = parse_size, default_value = "4G")]
     pub(crate) image_size: u64,
+    /// Write every image file whole before its mkfs, as a disk holds every block (a sparse
+    /// image pays for the host file system's allocation at each flush of a new region).
+    #[arg(long)]
+    pub(crate) written_images: bool,
     /// Where the images and mount points go.
     #[arg(long, default_value = "/var/tmp")]
     pub(crate) dir: PathBuf,

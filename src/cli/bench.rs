@@ -99,12 +99,13 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         coldread_secs: a.coldread_secs,
         coldread_rate: a.coldread_rate,
         rounds: a.rounds as usize,
+        written_images: a.written_images,
         ..Default::default()
     }
     .scaled(a.scale);
     println!(
         "sufs bench peers: {} empty files; trees {} (at most {} files); Andrew-like over {} (at most {} files); \
-         PostMark {} files, {} transactions, seed {}; fio on {} MiB, {} s a job; {} MiB images in {}",
+         PostMark {} files, {} transactions, seed {}; fio on {} MiB, {} s a job; {} MiB images{} in {}",
         o.files,
         o.trees.iter().map(|t| t.display().to_string()).collect::<Vec<_>>().join(" and "),
         o.tree_files,
@@ -116,6 +117,7 @@ pub(crate) fn cmd_bench_peers(a: PeersArgs) -> Result<(), Fail> {
         o.fio_size >> 20,
         o.fio_runtime,
         o.image_size >> 20,
+        if o.written_images { " (written whole)" } else { "" },
         o.dir.display()
     );
     let has = |w: &str| o.workloads.iter().any(|x| x == w);

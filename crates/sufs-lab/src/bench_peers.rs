@@ -162,6 +162,11 @@ pub struct PeersOptions {
     /// mount after a pause pays for a cold CPU and cold kernel paths, which one round charges
     /// to whichever peer goes first.
     pub rounds: usize,
+    /// Every image file is written whole (zeros) before its mkfs, as a disk partition holds
+    /// every block: an image made sparse pays, at each flush of a region written for the
+    /// first time, for the host file system's allocation of it, which is the host's cost and
+    /// falls on whichever peer writes more new regions between flushes.
+    pub written_images: bool,
 }
 
 impl Default for PeersOptions {
@@ -196,6 +201,7 @@ impl Default for PeersOptions {
             coldread_secs: 60.0,
             coldread_rate: 2.0,
             rounds: 1,
+            written_images: false,
         }
     }
 }
@@ -442,6 +448,21 @@ struct Mounted {
     exe: PathBuf,
 }
 
+/// A new image file of `size` bytes, every byte written (zeros) and on disk
+/// (`PeersOptions::written_images`).
+fn write_whole(img: &Path, size: u64) -> Result<(), BenchError> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(img).map_err(|e| run_err("image", e))?;
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        file.write_all(&zeros[..n]).map_err(|e| run_err("image", e))?;
+        left -= n as u64;
+    }
+    file.sync_all().map_err(|e| run_err("image", e))
+}
+
 /// A fresh image of `peer` mounted; with `tree`, the tree is on it (copied in through the mount,
 /// or made into fuse-ufs's image by makefs), every cache is cold (`remount`) and the writes and
 /// messages of putting it there are not counted.
@@ -470,6 +491,9 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
         // Nothing to make: the floor starts empty at each mount.
     } else if sufs_peer(peer).is_some() {
         let size = o.image_size.to_string();
+        if o.written_images {
+            write_whole(&img, o.image_size)?;
+        }
         cmd("sufs mkfs", Command::new(&o.exe).arg("mkfs").arg(&img).args(["--size", &size]))?;
     } else if peer == "fuse-ufs" {
         let tree = tree.ok_or_else(|| run_err("fuse-ufs", "runs only on a tree made by makefs"))?;
@@ -479,9 +503,12 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
         let before = loop_writes(&lp.0)?;
         m.lp = Some((lp, before));
     } else {
-        let file = std::fs::File::create(&img).map_err(|e| run_err("image", e))?;
-        file.set_len(o.image_size).map_err(|e| run_err("image", e))?;
-        drop(file);
+        if o.written_images {
+            write_whole(&img, o.image_size)?;
+        } else {
+            let file = std::fs::File::create(&img).map_err(|e| run_err("image", e))?;
+            file.set_len(o.image_size).map_err(|e| run_err("image", e))?;
+        }
         // Inode tables and journal written now, not by ext4lazyinit while the workload runs.
         cmd(
             "mkfs.ext4",
@@ -1457,6 +1484,21 @@ impl PeersReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An image written whole has every byte allocated in the host file system (no hole for a
+    /// flush to allocate), and reads as zeros.
+    #[test]
+    fn a_written_image_has_no_holes() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().unwrap();
+        let img = t.path().join("w.img");
+        let size = (3 << 20) + 4096;
+        write_whole(&img, size).unwrap();
+        let m = std::fs::metadata(&img).unwrap();
+        assert_eq!(m.len(), size);
+        assert!(m.blocks() * 512 >= size, "{} bytes allocated of {size}", m.blocks() * 512);
+        assert!(std::fs::read(&img).unwrap().iter().all(|&b| b == 0));
+    }
 
     #[test]
     fn scaled_sizes_and_thousands() {
