@@ -127,14 +127,37 @@ impl FuseUfs {
 /// Whether some file system is mounted on `dir` (fuse-ufs names itself in no way `is_mounted`
 /// knows).
 fn mounted_at(dir: &Path) -> bool {
-    let dir = std::fs::canonicalize(dir).unwrap();
+    let Ok(dir) = std::fs::canonicalize(dir) else { return false };
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     info.lines().any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
 }
 
 impl Drop for FuseUfs {
+    /// Unmounts and waits for fuse-ufs to end: an unmount refused for a moment (a reader's last
+    /// release still on its way) is tried again, then done lazily, and a fuse-ufs that outlives
+    /// its mount is killed, so that the test never waits forever.
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.1).status();
+        use std::time::{Duration, Instant};
+        for _ in 0..50 {
+            if !mounted_at(&self.1) {
+                break;
+            }
+            let _ = std::process::Command::new("umount").arg(&self.1).status();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if mounted_at(&self.1) {
+            eprintln!("fuse-ufs: {} still busy after 5 s: unmounted lazily", self.1.display());
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.1).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.0.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                eprintln!("fuse-ufs: did not end after its unmount: killed");
+                let _ = self.0.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.wait();
     }
 }
