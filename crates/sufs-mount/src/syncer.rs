@@ -8,27 +8,46 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use sufs_fs::fs::flight::FlushRequest;
 use sufs_fs::fs::{lock, FsResult, SharedFs};
 use sufs_fs::policy::{Sweeper, SyncerOptions};
 
 /// A running syncer thread for a mount; dropping it (or `stop`) ends the thread.
 pub struct Syncer {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    wanted: Arc<FlushRequest>,
+    thread: Option<JoinHandle<u64>>,
+    /// Waits that ran out their whole period, counted when the thread ends (tests).
+    pub timed_out: u64,
 }
+
+/// How often the syncer looks whether a sweep is due.
+const PERIOD: Duration = Duration::from_millis(50);
 
 impl Syncer {
     pub fn start(fs: SharedFs, opts: SyncerOptions) -> Syncer {
+        Self::start_every(fs, opts, PERIOD)
+    }
+
+    fn start_every(fs: SharedFs, opts: SyncerOptions, period: Duration) -> Syncer {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let mut sweeper = Sweeper::new(opts, &mut lock(&fs));
         let wanted = lock(&fs).attach_flusher();
+        let wish = wanted.clone();
         let thread = std::thread::Builder::new()
             .name("sufs-syncer".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    if wanted.wait(Duration::from_millis(50)) {
+                let mut timed_out = 0;
+                while !flag.load(Ordering::Acquire) {
+                    let asked = wish.wait(period);
+                    if flag.load(Ordering::Acquire) {
+                        break;
+                    }
+                    if asked {
                         report("background flush", Sweeper::flush_shared(&fs, 8));
+                    } else {
+                        timed_out += 1;
                     }
                     let due = {
                         let g = lock(&fs);
@@ -38,15 +57,19 @@ impl Syncer {
                         report("sweep", sweeper.tick_shared(&fs));
                     }
                 }
+                timed_out
             })
             .ok();
-        Syncer { stop, thread }
+        Syncer { stop, wanted, thread, timed_out: 0 }
     }
 
+    /// Ends the thread, woken at once: waiting out its period held up every unmount (up to
+    /// 50 ms, before `sufs umount` returns).
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Release);
+        self.wanted.request();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            self.timed_out = t.join().unwrap_or(0);
         }
     }
 }
@@ -66,5 +89,26 @@ fn report(what: &str, r: FsResult<()>) {
 impl Drop for Syncer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `stop` wakes the thread rather than waiting for its period to run out: with a period of
+    /// an hour, the thread ends having timed out never.
+    #[test]
+    fn stop_wakes_the_syncer() {
+        let dev = Arc::new(sufs_fs::dev::MemDevice::new(4096, 4096));
+        sufs_fs::fs::mkfs(dev.clone(), &Default::default(), (1, 0)).unwrap();
+        let clock = Arc::new(sufs_fs::clock::SimClock::new());
+        let fs = sufs_fs::fs::Fs::mount(dev, Default::default(), clock).unwrap();
+        let shared: SharedFs = Arc::new(std::sync::Mutex::new(fs));
+        let mut s = Syncer::start_every(shared.clone(), SyncerOptions::default(), Duration::from_secs(3600));
+        std::thread::sleep(Duration::from_millis(20));
+        s.stop();
+        assert_eq!(s.timed_out, 0);
+        lock(&shared).unmount().unwrap();
     }
 }

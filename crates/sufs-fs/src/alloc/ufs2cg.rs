@@ -37,7 +37,7 @@ impl Alloc {
             s.take_counts(&g, u);
             sums.push(s);
         }
-        Ok(Alloc { sums, frees: 0, counts_only: !writable, ufs2: fs })
+        Ok(Alloc { sums, frees: 0, counts_only: !writable, ufs2: fs, spare: Vec::new(), group_bufs: 0 })
     }
 
     /// The UFS2 superblock as the allocator keeps it: `fs_cstotal` is the groups' totals now.
@@ -72,6 +72,22 @@ impl Alloc {
         Cg::decode(buf, u, cg, check_hash).map_err(|e| bad_cg(cg, e.to_string()))
     }
 
+    /// Group `cg` as the cache holds it, decoded into the spare buffer (`give_back` returns
+    /// it): a new buffer of `fs_cgsize` bytes for every allocation cost the request threads a
+    /// heap grown and its pages faulted in each time.
+    fn take_cg(&mut self, cache: &mut Cache, sb: &Superblock, cg: u32) -> Result<Cg, AllocError> {
+        let spare = std::mem::take(&mut self.spare);
+        if spare.capacity() < self.ufs2.fs_cgsize as usize {
+            self.group_bufs += 1;
+        }
+        let buf = cache.read(sb.cg_header_block(cg))?;
+        Cg::decode_in(buf, &self.ufs2, cg, false, spare).map_err(|e| bad_cg(cg, e.to_string()))
+    }
+
+    fn give_back(&mut self, g: Cg) {
+        self.spare = g.into_buf();
+    }
+
     /// Runs `f` on group `cg`'s allocator; when it succeeds, the group goes back into its
     /// buffer (dirtied) and its summary is taken again. A refusal changes nothing.
     pub(super) fn with_cg<T>(
@@ -81,17 +97,30 @@ impl Alloc {
         cg: u32,
         f: impl FnOnce(&mut CgAlloc) -> Result<T, CgAllocError>,
     ) -> Result<T, AllocError> {
+        let mut g = self.take_cg(cache, sb, cg)?;
+        let r = self.change_cg(cache, sb, cg, &mut g, f);
+        self.give_back(g);
+        r
+    }
+
+    fn change_cg<T>(
+        &mut self,
+        cache: &mut Cache,
+        sb: &Superblock,
+        cg: u32,
+        g: &mut Cg,
+        f: impl FnOnce(&mut CgAlloc) -> Result<T, CgAllocError>,
+    ) -> Result<T, AllocError> {
         let u = &mut *self.ufs2;
-        let mut g = Self::decode_cg(cache, sb, u, cg, false)?;
         let total = u.fs_cstotal;
-        let r = f(&mut CgAlloc::resume(u, &mut g));
+        let r = f(&mut CgAlloc::resume(u, g));
         let Ok(v) = r else {
             u.fs_cstotal = total;
             return Err(r.err().map(cg_error).expect("an error"));
         };
         // Unsealed: the write hooks reseal the check hash as the block goes to the disk.
         g.encode_into(cache.modify(sb.cg_header_block(cg))?, u);
-        self.sums[cg as usize].take_counts(&g, u);
+        self.sums[cg as usize].take_counts(g, u);
         Ok(v)
     }
 
@@ -205,11 +234,12 @@ impl Alloc {
         cg: u32,
         n: u32,
     ) -> Result<(), AllocError> {
-        let u = &*self.ufs2;
-        let mut g = Self::decode_cg(cache, sb, u, cg, false)?;
+        let mut g = self.take_cg(cache, sb, cg)?;
         assert!(n >= g.hdr.cg_initediblk, "group {cg}: cg_initediblk {} lowered to {n}", g.hdr.cg_initediblk);
         g.hdr.cg_initediblk = n;
-        g.encode_into(cache.modify(sb.cg_header_block(cg))?, u);
+        let r = cache.modify(sb.cg_header_block(cg)).map(|b| g.encode_into(b, &self.ufs2));
+        self.give_back(g);
+        r?;
         self.sums[cg as usize].initialized = n;
         Ok(())
     }
@@ -224,10 +254,11 @@ impl Alloc {
     }
 
     pub(super) fn frag_free_ufs2(&mut self, cache: &mut Cache, sb: &Superblock, bno: u64) -> Result<bool, AllocError> {
-        let u = &*self.ufs2;
         let cg = sb.cg_of_block(bno);
-        let g = Self::decode_cg(cache, sb, u, cg, false)?;
-        Ok(g.frag_free((bno - sb.cg_start(cg)) as u32))
+        let g = self.take_cg(cache, sb, cg)?;
+        let free = g.frag_free((bno - sb.cg_start(cg)) as u32);
+        self.give_back(g);
+        Ok(free)
     }
 }
 

@@ -152,6 +152,12 @@ impl Cg {
     /// index, counts and map offsets against the superblock, and its check hash if the file
     /// system keeps them and `check_hash` is set.
     pub fn decode(buf: &[u8], fs: &Fs, cgx: u32, check_hash: bool) -> Result<Cg, Ufs2Error> {
+        Self::decode_in(buf, fs, cgx, check_hash, Vec::new())
+    }
+
+    /// `decode` into `spare`, a group's bytes given back by `into_buf`: once it has held a
+    /// group, no allocation is made (the allocator decodes a group for every allocation).
+    pub fn decode_in(buf: &[u8], fs: &Fs, cgx: u32, check_hash: bool, mut spare: Vec<u8>) -> Result<Cg, Ufs2Error> {
         let cgsize = fs.fs_cgsize as usize;
         let bad = |what: String| Err(Ufs2Error::Cg { cg: cgx, what });
         if buf.len() < cgsize {
@@ -211,7 +217,14 @@ impl Cg {
                 return bad(format!("cluster map at {} does not fit", hdr.cg_clusteroff));
             }
         }
-        Ok(Cg { hdr, buf: buf.to_vec(), ipg, fpg, frag, contigsumsize })
+        spare.clear();
+        spare.extend_from_slice(buf);
+        Ok(Cg { hdr, buf: spare, ipg, fpg, frag, contigsumsize })
+    }
+
+    /// The group's bytes, for the next `decode_in`.
+    pub fn into_buf(self) -> Vec<u8> {
+        self.buf
     }
 
     /// `cg_ndblk` as group block `buf` says it, before anything is checked (fsck's look at an
