@@ -14,9 +14,10 @@
 //! with `FUSE_IO_URING_CMD_REGISTER`. A request arrives as the completion of that entry's
 //! command; the thread rebuilds the request, the handler serves it, and the reply goes back
 //! with `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`, which also hands the entry back for the next
-//! request: one `io_uring_enter` per request, where /dev/fuse costs a read and a write. A thread with one entry is never held up by a request another
-//! thread serves: a slow request (a device read under the file system's lock) delays only the
-//! requests that would have had to wait for its thread anyway.
+//! request: one `io_uring_enter` per request, where /dev/fuse costs a read and a write. A
+//! thread with one entry is never held up by a request another thread serves: a slow request
+//! (a device read under the file system's lock) delays only the requests that would have had
+//! to wait for its thread anyway.
 //!
 //! What the kernel still sends through /dev/fuse (FORGET, INTERRUPT), the requests sent before
 //! every queue has an entry, and notifications stay with the classic reader.

@@ -265,8 +265,12 @@ impl InodeDep {
 
     /// Nothing to track: allocated on disk, no new pointers, no work waiting on it.
     pub(crate) fn idle(&self) -> bool {
-        self.bitmap_done()
-            && self.inoupdt.is_empty()
+        self.bitmap_done() && self.records_nothing()
+    }
+
+    /// No new pointers and no work waiting on it (its bit may still be on its way to disk).
+    pub(crate) fn records_nothing(&self) -> bool {
+        self.inoupdt.is_empty()
             && self.newinoupdt.is_empty()
             && self.pending.is_empty()
             && self.bufwait.is_empty()

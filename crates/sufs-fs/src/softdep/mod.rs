@@ -212,27 +212,14 @@ impl Softdep {
     /// still on its way to disk, is the one a new inode gets; nothing else was ever recorded.
     pub fn adopt_inode(&mut self, ino: u32) {
         let d = self.inodedep(ino);
-        assert!(
-            !d.is_dir
-                && d.pending.is_empty()
-                && d.bufwait.is_empty()
-                && d.inowait.is_empty()
-                && d.allocdirects().next().is_none(),
-            "inode {ino} allocated ahead has work recorded: {d:?}"
-        );
+        assert!(!d.is_dir && d.records_nothing(), "inode {ino} allocated ahead has work recorded: {d:?}");
     }
 
     /// An inode allocated ahead and never used goes back to the free map: its records go (its
     /// dinode is free on disk, so its bit may clear in any order with it).
     pub fn forget_ahead(&mut self, ino: u32) {
         if let Some(d) = self.inodedeps.remove(&ino) {
-            assert!(
-                d.pending.is_empty()
-                    && d.bufwait.is_empty()
-                    && d.inowait.is_empty()
-                    && d.allocdirects().next().is_none(),
-                "inode {ino} allocated ahead has work recorded: {d:?}"
-            );
+            assert!(d.records_nothing(), "inode {ino} allocated ahead has work recorded: {d:?}");
         }
         let cg = self.sb.cg_of_inode(ino);
         if let Some(m) = self.bmsafemap.get_mut(&cg) {
