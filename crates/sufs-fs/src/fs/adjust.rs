@@ -246,7 +246,7 @@ impl Fs {
                         if d.nlink == 0 {
                             self.incore.orphans.insert(l.ino);
                         }
-                        self.iput(l.ino, &d)?;
+                        self.iput_links(l.ino, &d)?;
                     }
                 }
                 _ => done.refuse(format!(

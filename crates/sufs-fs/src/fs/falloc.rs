@@ -82,13 +82,14 @@ impl Fs {
             // Before a growth on UFS2 (`grow_for_range`) takes a last block for nothing.
             self.room_for(&d, off, end)?;
         }
-        let d = match mode.op {
+        match mode.op {
             FallocOp::Allocate => self.retry_nospace(|fs| fs.preallocate(ino, off, end, mode.keep_size))?,
             FallocOp::ZeroRange => self.retry_nospace(|fs| fs.zero_range(ino, off, end, mode.keep_size))?,
             FallocOp::PunchHole => self.punch_hole(ino, off, end)?,
         };
         self.balance()?;
-        Ok(self.eff(ino, d))
+        // As it is now: the tasks `balance` ran may have dropped a link.
+        self.getattr(ino)
     }
 
     /// Allocates zeroed blocks for the holes of `off..end`; the size grows to `end` unless

@@ -186,6 +186,10 @@ impl Fs {
         }
         if is_dir {
             self.settle_dir_block(old)?;
+            // A full sync ran the task list: the directory's link count may have dropped (a
+            // subdirectory's ".." gone), which the caller's copy does not hold yet.
+            let now = self.iget(ino)?;
+            (d.nlink, d.ctime, d.ctime_ns) = (now.nlink, now.ctime, now.ctime_ns);
         }
         let new = self.alloc_run(nfr, old)?;
         self.cache.move_frags(old, have, new, want)?;
@@ -258,6 +262,8 @@ impl Fs {
         if self.hooks.softdep.as_ref().is_some_and(|sd| !sd.inode_settled(ino)) {
             self.iput(ino, d)?;
             self.fsync(ino)?;
+            // The fsync ran the task list: a link drop may have changed the dinode since.
+            *d = self.iget(ino)?;
         }
         let bno = d.db[lbn as usize];
         let (kept, gone) = (self.frags_in(want), self.frags_in(have - want));

@@ -79,7 +79,32 @@ impl Fs {
         Ok(d)
     }
 
+    /// Copies dinode `d` of `ino` into its buffer, with the link count the buffer holds: only
+    /// the operations that add or remove links change it (`iput_links`). A copy taken before
+    /// the task list ran (an fsync or a full sync inside an operation lets link drops run)
+    /// would otherwise put an old count back, and a clean unmount would leave a file with no
+    /// name allocated, or a count too high. Such a copy is a bug (a debug build stops on it);
+    /// the count on the buffer is kept.
     pub(super) fn iput(&mut self, ino: u32, d: &Dinode) -> FsResult<u64> {
+        let cur = self.iget_raw(ino)?;
+        // A free dinode (a new inode) or one going (no link left) has no count to keep.
+        if !cur.is_free() && !d.is_free() && d.nlink != 0 && cur.nlink != d.nlink {
+            debug_assert!(false, "inode {ino}: a copy with link count {} written over {}", d.nlink, cur.nlink);
+            log::error!(
+                "inode {ino}: a copy with link count {} written over {}: {} kept",
+                d.nlink,
+                cur.nlink,
+                cur.nlink
+            );
+            let kept = Dinode { nlink: cur.nlink, ..d.clone() };
+            return self.iput_links(ino, &kept);
+        }
+        self.iput_links(ino, d)
+    }
+
+    /// `iput` for an operation that changes the link count of `ino` (link, rename, mkdir's
+    /// parent, a link drop): `d`'s count is written as it is.
+    pub(super) fn iput_links(&mut self, ino: u32, d: &Dinode) -> FsResult<u64> {
         let (bno, off) = self.sb.inode_location(ino);
         let buf = self.cache.modify(bno)?;
         self.sb.encode_dinode(d, &mut buf[off..off + DINODE_SIZE]);
@@ -316,7 +341,7 @@ impl Fs {
             }
             self.incore.orphans.insert(ino);
         }
-        self.iput(ino, &d)?;
+        self.iput_links(ino, &d)?;
         Ok(())
     }
 

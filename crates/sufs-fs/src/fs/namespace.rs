@@ -175,13 +175,13 @@ impl Fs {
         }
         // The parent's raised link count (for the new "..") goes first.
         dd.nlink += 1;
-        let pb = self.iput(dir, &dd)?;
+        let pb = self.iput_links(dir, &dd)?;
         self.order_write(&[pb])?;
         let (ino, mut d) = match self.new_inode(dir, S_IFDIR | (mode as u16 & 0o7777), uid, gid) {
             Ok(x) => x,
             Err(e) => {
                 dd.nlink -= 1;
-                self.iput(dir, &dd)?;
+                self.iput_links(dir, &dd)?;
                 return Err(e);
             }
         };
@@ -195,7 +195,7 @@ impl Fs {
             Err(e) => {
                 self.abandon_inode(ino, d)?;
                 dd.nlink -= 1;
-                self.iput(dir, &dd)?;
+                self.iput_links(dir, &dd)?;
                 return Err(e);
             }
         };
@@ -212,7 +212,7 @@ impl Fs {
                 self.abandon_inode(ino, d)?;
                 let mut dd = self.iget(dir)?;
                 dd.nlink -= 1;
-                self.iput(dir, &dd)?;
+                self.iput_links(dir, &dd)?;
                 return Err(e);
             }
         }
@@ -300,7 +300,7 @@ impl Fs {
         // The raised count before the new name.
         d.nlink += 1;
         self.touch_c(&mut d);
-        let ib = self.iput(ino, &d)?;
+        let ib = self.iput_links(ino, &d)?;
         self.order_write(&[ib])?;
         match self.add_entry(newdir, &mut dd, newname, ino, dtype_of_mode(d.mode)) {
             Ok((db, off)) => {
@@ -315,12 +315,13 @@ impl Fs {
             }
             Err(e) => {
                 d.nlink -= 1;
-                self.iput(ino, &d)?;
+                self.iput_links(ino, &d)?;
                 return Err(e);
             }
         }
         self.balance()?;
-        Ok(self.eff(ino, d))
+        // As it is now: the tasks `balance` ran may have dropped a link.
+        self.getattr(ino)
     }
 
     pub fn unlink(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {

@@ -395,7 +395,7 @@ impl Fs {
         }
         si.nlink += 1;
         self.touch_c(&mut si);
-        let ib = self.iput(src.ino, &si)?;
+        let ib = self.iput_links(src.ino, &si)?;
         self.order_write(&[ib])?;
         // 2. A moved directory's new parent gains a link before ".." names it. Over a directory
         //    victim too: the victim's ".." names newdir until the victim is freed (step 7), so for
@@ -403,7 +403,7 @@ impl Fs {
         if moving_dir && dir != newdir {
             let mut nd2 = self.iget(newdir)?;
             nd2.nlink += 1;
-            let b = self.iput(newdir, &nd2)?;
+            let b = self.iput_links(newdir, &nd2)?;
             self.order_write(&[b])?;
         }
         // 3. The new name; a replaced inode loses its link once the new name is on disk. With
@@ -435,11 +435,11 @@ impl Fs {
                     }
                     Err(e) => {
                         si.nlink -= 1;
-                        self.iput(src.ino, &si)?;
+                        self.iput_links(src.ino, &si)?;
                         if across {
                             let mut nd3 = self.iget(newdir)?;
                             nd3.nlink -= 1;
-                            self.iput(newdir, &nd3)?;
+                            self.iput_links(newdir, &nd3)?;
                         }
                         return Err(e);
                     }
@@ -637,13 +637,13 @@ impl Fs {
         for (ino, mut d) in [(a.ino, ai.clone()), (b.ino, bi.clone())] {
             d.nlink += 1;
             self.touch_c(&mut d);
-            let ib = self.iput(ino, &d)?;
+            let ib = self.iput_links(ino, &d)?;
             self.order_write(&[ib])?;
         }
         for &(_, _, to) in &moves {
             let mut g = self.iget(to)?;
             g.nlink += 1;
-            let gb = self.iput(to, &g)?;
+            let gb = self.iput_links(to, &g)?;
             self.order_write(&[gb])?;
         }
         // Each entry now names the other inode; the inode it named loses its extra link once

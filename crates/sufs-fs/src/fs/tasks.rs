@@ -148,7 +148,7 @@ impl Fs {
                 self.touch_c(&mut d);
                 let then: Vec<Task> = parent.into_iter().map(Task::DropLink).collect();
                 if d.nlink > 0 {
-                    self.iput(child, &d)?;
+                    self.iput_links(child, &d)?;
                     self.incore.removed_dirs.insert(child);
                     if let Some(p) = parent {
                         self.incore.parent_drop.insert(child, p);
