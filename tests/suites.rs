@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io::ErrorKind;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -348,7 +348,12 @@ fn worker(root: &Path, id: usize, seed: u64, ops: usize) -> HashMap<PathBuf, Vec
                         // A second name, then the first one goes.
                         n += 1;
                         let to = own_dir(&mut rng).join(format!("t{id}-{n}"));
-                        fs::hard_link(&p, &to).unwrap_or_else(|e| panic!("link {} {}: {e}", p.display(), to.display()));
+                        if let Err(e) = fs::hard_link(&p, &to) {
+                            // What the kernel holds of the file tells a lookup that failed from
+                            // a link count it took for 0.
+                            let now = fs::symlink_metadata(&p).map(|m| m.nlink());
+                            panic!("link {} {}: {e} (the file now: {now:?})", p.display(), to.display());
+                        }
                         fs::remove_file(&p).unwrap_or_else(|e| panic!("unlink {}: {e}", p.display()));
                         let data = model.remove(&p).unwrap();
                         model.insert(to, data);
