@@ -51,6 +51,22 @@ fn softdep_leaves_no_violation_in_any_workload() {
     assert_eq!(s.violations, 0, "{s}");
 }
 
+/// A clean unmount leaves nothing for fsck, not even what a crash may leave: the judge calls a
+/// final state with an allowed finding (a leak, a count too high) a violation when the run
+/// ended with an unmount. A run stopped without one (its inodes allocated ahead leaked, at
+/// least) is judged as if it had unmounted, to show the check at work; the same run unmounted
+/// leaves nothing.
+#[test]
+fn a_clean_unmount_that_leaves_findings_is_a_violation() {
+    let mut stopped = crashtest::record(Ordering::Softdep, "mix", 2, &small(40, End::Crash)).unwrap();
+    stopped.unmounted = true;
+    let s = stopped.check(0).unwrap();
+    assert_eq!(s.violations_by_kind.get("UncleanUnmount"), Some(&1), "{s}");
+    assert_eq!(s.violations, 1, "only the final state: {s}");
+    let s = crashtest::run(Ordering::Softdep, "mix", 2, &small(40, End::Unmount)).unwrap();
+    assert_eq!(s.violations, 0, "{s}");
+}
+
 /// Directories (and files) removed while the kernel still holds them, as through a mount: they
 /// stay allocated without a name until forgotten, and a crash there must not leave the parent's
 /// link count below the orphan's "..", which fsck counts. (Before the fix every one of these
