@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -269,6 +270,21 @@ fn racy(r: std::io::Result<impl Sized>, what: &str) {
     }
 }
 
+/// The link count of `p` as sufs gives it, not as the kernel keeps it: statx with
+/// AT_STATX_FORCE_SYNC makes FUSE ask the server (and keep its answer).
+fn nlink_asking_the_server(p: &Path) -> std::io::Result<u32> {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).expect("a path without NUL");
+    // SAFETY: statx writes only into `sx`, a plain struct zeroed here, and reads the path `c`.
+    let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_FORCE_SYNC;
+    // SAFETY: as above; `c` lives across the call.
+    let r = unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), flags, libc::STATX_NLINK, &mut sx) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(sx.stx_nlink)
+}
+
 /// One fsstress-style worker. Its own files (`own/tN-*`, moved among `own/0..3`) are checked
 /// against a model of their contents after every read and at the end; the shared names
 /// (`shared/fK` and `shared/dK/fK`) are created, written, renamed over each other and removed by
@@ -349,10 +365,26 @@ fn worker(root: &Path, id: usize, seed: u64, ops: usize) -> HashMap<PathBuf, Vec
                         n += 1;
                         let to = own_dir(&mut rng).join(format!("t{id}-{n}"));
                         if let Err(e) = fs::hard_link(&p, &to) {
-                            // What the kernel holds of the file tells a lookup that failed from
-                            // a link count it took for 0.
-                            let now = fs::symlink_metadata(&p).map(|m| m.nlink());
-                            panic!("link {} {}: {e} (the file now: {now:?})", p.display(), to.display());
+                            // The name is there, but the kernel's cached link count may be 0:
+                            // FUSE took the count from another request's reply, made after the
+                            // unlink of this file's other name, and then dropped it once more
+                            // for that unlink, and the kernel links no file it counts no link
+                            // of. A stat that asks sufs puts sufs's count back; the link then
+                            // goes. Anything else fails.
+                            let cached = fs::symlink_metadata(&p).map(|m| m.nlink());
+                            let asked = nlink_asking_the_server(&p);
+                            let race = e.kind() == ErrorKind::NotFound
+                                && matches!(cached, Ok(0))
+                                && matches!(asked, Ok(n) if n >= 1);
+                            assert!(
+                                race,
+                                "link {} {}: {e} (cached count {cached:?}, sufs's {asked:?})",
+                                p.display(),
+                                to.display()
+                            );
+                            eprintln!("link {}: the kernel's cached link count was 0, sufs's {asked:?}", p.display());
+                            fs::hard_link(&p, &to)
+                                .unwrap_or_else(|e| panic!("link {} {} again: {e}", p.display(), to.display()));
                         }
                         fs::remove_file(&p).unwrap_or_else(|e| panic!("unlink {}: {e}", p.display()));
                         let data = model.remove(&p).unwrap();
