@@ -263,17 +263,19 @@ impl SufsFuse {
 
     /// Answers a change of extended attributes. Under the writeback cache the kernel then
     /// drops only the change time it keeps itself, so a `stat` would show the block count
-    /// from before (an attribute block added or freed): its attributes are dropped whole.
+    /// from before (an attribute block added or freed): its attributes are dropped whole,
+    /// before the reply, as `mode_changed` drops them. (Dropped after it, the caller's next
+    /// stat(2) could come first on a busy machine and show the old count.)
     fn reply_xattr_change(&self, ino: INodeNo, r: Result<(), Errno>, reply: ReplyEmpty) {
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => return reply.error(e),
+        if let Err(e) = r {
+            return reply.error(e);
         }
         if let (true, Some(n)) = (self.writeback, self.notifier.get()) {
             if let Err(e) = n.inval_inode(ino, -1, 0) {
                 log::warn!("telling the kernel of inode {}'s attributes: {e}", ino.0);
             }
         }
+        reply.ok();
     }
 
     /// Has the kernel drop its attributes of `ino` (not its pages), after a change of mode it
