@@ -174,10 +174,10 @@ impl Softdep {
 
     /// One dinode's direct and indirect pointers (initiate_write_inodeblock_ufs2): each whose
     /// new run is not ready goes back to the old run (0 for a new pointer; a directory's size
-    /// then stops before it). At the first direct block rolled back to a fragment, the size
-    /// goes back to that fragment's end and every later pointer is cleared: the inode on disk
-    /// never claims more than the last fragment written, nor a fragment that is not its last
-    /// block. On UFS2, a file whose last blocks were rolled back to nothing ends at the last
+    /// then stops before it, and every later pointer is cleared). At the first direct block
+    /// rolled back to a fragment, the size goes back to that fragment's end and every later
+    /// pointer is cleared: the inode on disk never claims more than the last fragment written,
+    /// nor a fragment that is not its last block. On UFS2, a file whose last blocks were rolled back to nothing ends at the last
     /// block it holds. The pointers the copy carries are noted, to retire with the write.
     fn roll_back_pointers(&self, ino: u32, id: &InodeDep, dd: &mut Dinode, inf: &mut Inflight) {
         let bs = self.sb.block_size;
@@ -224,7 +224,12 @@ impl Softdep {
                 PtrSlot::Ext(_) => unreachable!(),
             }
             if a.old_bno == 0 && id.is_dir {
+                // A directory ends before a new block not yet written (it has no holes), and
+                // every pointer past it is newer: none goes to disk with this copy, or a ready
+                // indirect block would lie past the size (fsck's BAD INODE).
                 dd.size = dd.size.min(a.lbn * bs as u64);
+                cut = Some(order(a));
+                break;
             }
             if let PtrSlot::Direct(i) = a.slot {
                 if a.old_is_fragment(bs) {
@@ -235,19 +240,20 @@ impl Softdep {
             }
         }
         let pending = |s: PtrSlot| ads.iter().any(|(a, _)| a.slot == s);
-        if let Some(i) = cut {
-            // Every pointer past the fragment is new: none of them is on disk.
-            for j in i + 1..NDADDR {
+        if let Some(k) = cut {
+            // Every pointer past the cut (a fragment rolled back, or a directory's new block)
+            // is new: none of them is on disk.
+            for j in (k + 1).min(NDADDR)..NDADDR {
                 assert!(
                     dd.db[j] == 0 || pending(PtrSlot::Direct(j)),
-                    "inode {ino}: block {j} past a rolled-back fragment has no dependency"
+                    "inode {ino}: block {j} past a rolled-back block has no dependency"
                 );
                 dd.db[j] = 0;
             }
-            for l in 0..NIADDR {
+            for l in (k + 1).saturating_sub(NDADDR)..NIADDR {
                 assert!(
                     dd.ib[l] == 0 || pending(PtrSlot::Indirect(l)),
-                    "inode {ino}: indirect {l} past a rolled-back fragment has no dependency"
+                    "inode {ino}: indirect {l} past a rolled-back block has no dependency"
                 );
                 dd.ib[l] = 0;
             }
