@@ -177,8 +177,9 @@ impl Softdep {
     /// then stops before it, and every later pointer is cleared). At the first direct block
     /// rolled back to a fragment, the size goes back to that fragment's end and every later
     /// pointer is cleared: the inode on disk never claims more than the last fragment written,
-    /// nor a fragment that is not its last block. On UFS2, a file whose last blocks were rolled back to nothing ends at the last
-    /// block it holds. The pointers the copy carries are noted, to retire with the write.
+    /// nor a fragment that is not its last block. On UFS2, a file whose last blocks were rolled
+    /// back to nothing ends at the last block it holds. The pointers the copy carries are
+    /// noted, to retire with the write.
     fn roll_back_pointers(&self, ino: u32, id: &InodeDep, dd: &mut Dinode, inf: &mut Inflight) {
         let bs = self.sb.block_size;
         let order = |a: &AllocDirect| match a.slot {
