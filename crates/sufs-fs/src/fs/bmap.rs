@@ -64,8 +64,9 @@ impl Fs {
                 self.alloc_indirect(ino, pref)?
             };
             ind_set(self.cache.modify(ptr)?, idx, nb);
+            let is_dir = d.is_dir();
             if let Some(sd) = self.sd() {
-                sd.alloc_indir(ptr, idx, nb);
+                sd.alloc_indir(ptr, idx, nb, is_dir);
             }
             d.blocks += self.sb.frag();
             if span == 1 {

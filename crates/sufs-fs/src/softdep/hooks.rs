@@ -106,6 +106,9 @@ impl Softdep {
         if self.inodedeps.len() > 4096 && self.writes_seen.is_multiple_of(1024) {
             self.inodedeps.retain(|_, d| !d.idle());
         }
+        if self.writes_seen.is_multiple_of(1024) {
+            self.prune_dir_parents();
+        }
         inf.rolled_back
     }
 
@@ -205,9 +208,11 @@ impl Softdep {
                 PtrSlot::Ext(_) => unreachable!(),
             };
             if self.allocdirect_ready(a) {
-                // Carried; a moved or extended run only if this copy holds it (its freefrag
-                // goes with the write). A new pointer retires once ready, as it always did.
-                if a.old_bno == 0 || held {
+                // Carried, so retired with this write, only if this copy holds it (a moved
+                // run's freefrag goes with it). A ready pointer the copy does not hold yet (a
+                // change still only in memory) waits for the write that carries it: until then
+                // it is not on disk, and a cut before it must still find it pending.
+                if held {
                     inf.direct_done.push((ino, a.seq, a.bno));
                 }
                 continue;
@@ -294,7 +299,7 @@ impl Softdep {
         // entries wait for that too (FreeBSD's newdirblk), or a rename's old name could go
         // while the new one is still unreachable. So do its removals: a moved run's old run,
         // which the disk's inode still names, holds the removed names.
-        let reachable = !self.newblks.contains_key(&bno);
+        let reachable = self.dir_block_reachable(bno);
         inf.unreachable = !reachable;
         if !reachable && !pd.dirrems.is_empty() {
             inf.rolled_back = true;

@@ -83,6 +83,12 @@ pub struct Softdep {
     dir_names: HashSet<u32>,
     /// The directory each block with entries belongs to (for fsync's walk up to the root).
     block_dir: HashMap<u64, u32>,
+    /// A directory's blocks under its indirect blocks, and those indirect blocks below the
+    /// top one: the indirect block pointing to each. A directory block's entries are on disk
+    /// only once every pointer on the way to it is: its own in the indirect block, and the
+    /// indirect block's in the inode (or in the indirect block above). Kept until the whole
+    /// way is on disk (`dir_block_reachable`), or the block is freed.
+    dir_parent: HashMap<u64, u64>,
     /// Inode blocks initialized (zeroed in the cache) but not yet written, per group, with the
     /// epoch of their initialization: the group header's copy counts no inode from the first
     /// of them on (UFS2's barrier write of a newly initialized inode block, as a roll-back).
@@ -112,6 +118,7 @@ impl Softdep {
             name_blocks: BTreeMap::new(),
             dir_names: HashSet::new(),
             block_dir: HashMap::new(),
+            dir_parent: HashMap::new(),
             inits: HashMap::new(),
             freefrags: HashSet::new(),
         }
@@ -127,6 +134,7 @@ impl Softdep {
     pub fn count(&mut self) -> usize {
         // Records with nothing left to track are not counted against the bound: they go now.
         self.inodedeps.retain(|_, d| !d.idle());
+        self.prune_dir_parents();
         let n = self.count_now();
         self.stats.max_deps = self.stats.max_deps.max(n);
         n
@@ -143,6 +151,7 @@ impl Softdep {
             + self.newblks.len()
             + self.indirdeps.values().map(|i| 1 + i.allocindirs.len()).sum::<usize>()
             + self.pagedeps.values().map(|p| p.diradds.len() + p.dirrems.len()).sum::<usize>()
+            + self.dir_parent.len()
             + self.outside_records
     }
 
@@ -469,9 +478,13 @@ impl Softdep {
         self.newblk_ready(a.bno) && a.parent.is_none()
     }
 
-    /// A newly allocated block pointed to from an indirect block.
-    pub fn alloc_indir(&mut self, indir: u64, idx: usize, bno: u64) {
+    /// A newly allocated block pointed to from an indirect block (of a directory: `is_dir`).
+    pub fn alloc_indir(&mut self, indir: u64, idx: usize, bno: u64, is_dir: bool) {
         self.new_block(bno);
+        if is_dir {
+            let before = self.dir_parent.insert(bno, indir);
+            assert!(before.is_none(), "directory block {bno} already under indirect block {before:?}");
+        }
         let id = self.indirdeps.entry(indir).or_insert_with(|| IndirDep {
             wk: WorkList::new(DepKind::IndirDep, DepState::ATTACHED),
             allocindirs: HashMap::new(),
@@ -729,6 +742,7 @@ impl Softdep {
         }
         for b in freed {
             self.indirdeps.remove(b);
+            self.dir_parent.remove(b);
             // A block an indirect block points to has its `NewBlk` until the pointer is on
             // disk, and that records where the pointer is.
             if let Some(NewBlk { indir: Some((ib, idx)), .. }) = self.newblks.remove(b) {
@@ -935,6 +949,33 @@ impl Softdep {
 
     // ------------------------------------------------------------ readiness
 
+    /// True if every pointer on the way from the inode to block `bno` is on disk: its own
+    /// (no `NewBlk`) and, for a directory's block under an indirect block, each indirect
+    /// block's above it (FreeBSD syncs a directory that grows into its indirect blocks; here
+    /// its entries wait, rolled back, until the way to them is on disk).
+    fn dir_block_reachable(&self, bno: u64) -> bool {
+        let mut b = bno;
+        for _ in 0..=NIADDR + 1 {
+            if self.newblks.contains_key(&b) {
+                return false;
+            }
+            match self.dir_parent.get(&b) {
+                Some(&up) => b = up,
+                None => return true,
+            }
+        }
+        panic!("directory block {bno}: more indirect blocks above it than UFS2 has levels");
+    }
+
+    /// The directory blocks whose way from the inode is all on disk stay so (a directory's
+    /// blocks never move once under an indirect block): their records go.
+    fn prune_dir_parents(&mut self) {
+        let settled: Vec<u64> = self.dir_parent.keys().copied().filter(|&b| self.dir_block_reachable(b)).collect();
+        for b in settled {
+            self.dir_parent.remove(&b);
+        }
+    }
+
     fn newblk_ready(&self, bno: u64) -> bool {
         self.newblks.get(&bno).is_none_or(|n| n.wk.state.contains(DepState::ALLCOMPLETE))
     }
@@ -1123,7 +1164,7 @@ mod tests {
     fn an_indirect_block_goes_out_as_its_safe_copy() {
         let (sb, mut sd) = setup();
         let (indir, child) = (sb.cg_data_start(0) + 30, sb.cg_data_start(0) + 31);
-        sd.alloc_indir(indir, 3, child);
+        sd.alloc_indir(indir, 3, child, false);
         let mut blk = vec![0u8; 4096];
         ind_set(&mut blk, 3, child);
         let (copy, again) = write(&mut sd, indir, &blk);
@@ -1141,9 +1182,9 @@ mod tests {
     #[test]
     fn freeing_indirectly_pointed_blocks_cancels_their_dependencies() {
         let (_, mut sd) = setup();
-        sd.alloc_indir(500, 0, 600);
-        sd.alloc_indir(500, 1, 601);
-        sd.alloc_indir(700, 3, 800);
+        sd.alloc_indir(500, 0, 600, false);
+        sd.alloc_indir(500, 1, 601, false);
+        sd.alloc_indir(700, 3, 800, false);
         sd.cancel_blocks(40, &[600]);
         assert_eq!(sd.indirdeps[&500].allocindirs.len(), 1);
         sd.cancel_blocks(40, &[601, 800]);
