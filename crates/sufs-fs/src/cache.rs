@@ -16,10 +16,14 @@
 //! methods (FreeBSD's `bread` of a short size, `ffs_fragextend`, `ffs_realloccg`); its write
 //! carries only the run, so the neighbouring fragments are never written.
 //!
+//! A buffer holds its run's bytes only, and the capacity counts bytes: a file's tail of one 4 KiB
+//! fragment takes 4 KiB of the cache, not the 32 KiB of its block (a cache of whole blocks held
+//! an eighth of the small files it could, and the rest were read again from the device).
+//!
 //! Invariants: a buffer is on the clean LRU list if and only if it is clean, and in `dirty` with
-//! its first-dirtied time if and only if it is dirty. A buffer's bytes past its run are zeros
-//! (never another file's bytes), and its run changes length only when asked (`resize_frags`,
-//! `move_frags`).
+//! its first-dirtied time if and only if it is dirty. A buffer's bytes are its run's, never
+//! another file's; its run changes length only when asked (`resize_frags`, `move_frags`); `bytes`
+//! is the sum of the buffers' lengths.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -57,7 +61,7 @@ impl WriteHooks for NoHooks {
 
 /// One cached block: a whole block, or a run of fragments at the block's start.
 struct Buf {
-    /// A whole block, zeros past `len`.
+    /// The run's bytes: `len` of them.
     data: Box<[u8]>,
     /// The run's length in bytes: a multiple of the device's address unit, at most the block
     /// size (the block size but for a file's last fragments).
@@ -103,7 +107,12 @@ pub struct Cache {
     bs: usize,
     /// Bytes between block numbers: `bs`, or a UFS2 image's fragment.
     unit: usize,
+    /// In blocks: the cache holds at most `capacity * bs` bytes of clean buffers.
     capacity: usize,
+    /// The bytes of every buffer, clean and dirty.
+    bytes: usize,
+    /// A block read from the device, of which a run's bytes are kept.
+    scratch: Box<[u8]>,
     clock: Arc<dyn Clock>,
     bufs: HashMap<u64, Buf>,
     /// The run length of every address last used as a fragment run (shorter than a block),
@@ -142,8 +151,8 @@ impl Prepared {
 }
 
 impl Cache {
-    /// A cache of at most `capacity` clean buffers over `dev` (dirty buffers are bounded by the
-    /// caller, which must flush them; see `over_capacity`).
+    /// A cache of at most `capacity` blocks' bytes of clean buffers over `dev` (dirty buffers
+    /// are bounded by the caller, which must flush them; see `over_capacity`).
     pub fn new(dev: Arc<dyn BlockDevice>, capacity: usize, clock: Arc<dyn Clock>) -> Cache {
         let (bs, unit) = (dev.block_size(), dev.addr_unit());
         Cache {
@@ -151,6 +160,8 @@ impl Cache {
             bs,
             unit,
             capacity: capacity.max(16),
+            bytes: 0,
+            scratch: vec![0u8; bs].into_boxed_slice(),
             clock,
             bufs: HashMap::new(),
             runs: HashMap::new(),
@@ -188,9 +199,9 @@ impl Cache {
     }
 
     /// The buffer of `bno`, read from the device on a miss: a whole block, or with `run` a run
-    /// of that many bytes (zeros past it). A cached buffer is taken as it is, but for one whose
-    /// run differs from `run`: a clean one is read again at the new length, a dirty one is the
-    /// caller's mistake (its length changes only through `resize_frags` and `move_frags`).
+    /// of that many bytes. A cached buffer is taken as it is, but for one whose run differs
+    /// from `run`: a clean one is read again at the new length, a dirty one is the caller's
+    /// mistake (its length changes only through `resize_frags` and `move_frags`).
     fn load(&mut self, bno: u64, run: Option<usize>) -> Result<&mut Buf, DevError> {
         let run = run.or_else(|| self.runs.get(&bno).copied());
         if let Some(len) = run {
@@ -213,19 +224,20 @@ impl Cache {
                 );
                 // Clean: the device holds the run; read it again at the length asked.
                 self.stats.misses += 1;
-                self.dev.read_block(bno, &mut b.data)?;
-                b.data[len..].fill(0);
+                self.dev.read_block(bno, &mut self.scratch)?;
+                let b = self.bufs.get_mut(&bno).expect("cached");
+                self.bytes = self.bytes - b.len + len;
+                b.data = self.scratch[..len].into();
                 b.len = len;
                 self.clean.promote(&bno);
             }
             None => {
                 self.stats.misses += 1;
-                let mut data = vec![0u8; self.bs].into_boxed_slice();
-                self.dev.read_block(bno, &mut data)?;
+                self.dev.read_block(bno, &mut self.scratch)?;
                 let len = run.unwrap_or(self.bs);
-                data[len..].fill(0);
-                self.evict_clean(1);
-                self.bufs.insert(bno, Buf { data, len, dirty_since: None, is_data: false });
+                let data = self.scratch[..len].into();
+                self.evict_clean(len);
+                self.insert(bno, Buf { data, len, dirty_since: None, is_data: false });
                 self.clean.put(bno, ());
             }
         }
@@ -252,8 +264,8 @@ impl Cache {
         );
     }
 
-    /// The contents of a block, read from the device on a miss; for a fragment run, the whole
-    /// block with zeros past the run.
+    /// The contents of a block, read from the device on a miss; for a fragment run, the run's
+    /// bytes.
     pub fn read(&mut self, bno: u64) -> Result<&[u8], DevError> {
         Ok(&self.load(bno, None)?.data)
     }
@@ -291,8 +303,22 @@ impl Cache {
     /// Marks a cached buffer dirty and hands out its run.
     fn dirtied(&mut self, bno: u64) -> &mut [u8] {
         self.mark_dirty(bno);
-        let b = self.bufs.get_mut(&bno).expect("cached");
-        &mut b.data[..b.len]
+        &mut self.bufs.get_mut(&bno).expect("cached").data
+    }
+
+    /// A new buffer in the map, counted.
+    fn insert(&mut self, bno: u64, b: Buf) {
+        debug_assert_eq!(b.data.len(), b.len, "block {bno}: a buffer of another length than its run");
+        self.bytes += b.len;
+        let before = self.bufs.insert(bno, b);
+        assert!(before.is_none(), "block {bno} cached twice");
+    }
+
+    /// A buffer out of the map, uncounted.
+    fn remove(&mut self, bno: u64) -> Option<Buf> {
+        let b = self.bufs.remove(&bno)?;
+        self.bytes -= b.len;
+        Some(b)
     }
 
     /// A newly allocated block: zeroed without reading it, and dirty.
@@ -301,29 +327,29 @@ impl Cache {
         self.dirtied(bno)
     }
 
-    /// Puts at `bno` a buffer of `data` (zeros if `None`) with a run of `len` bytes, in place
-    /// of any cached there: what a newly allocated address holds. Not yet dirty.
+    /// Puts at `bno` a buffer of `data` (zeros if `None`; `len` bytes) with a run of `len`
+    /// bytes, in place of any cached there: what a newly allocated address holds. Not yet dirty.
     fn install(&mut self, bno: u64, data: Option<Box<[u8]>>, len: usize, is_data: bool) {
         self.note_run(bno, len);
-        debug_assert!(data.as_ref().is_none_or(|d| d.len() == self.bs && d[len..].iter().all(|&x| x == 0)));
+        assert!(data.as_ref().is_none_or(|d| d.len() == len), "block {bno}: a run of {len} bytes given other bytes");
         match self.bufs.get_mut(&bno) {
             Some(b) => {
+                let old = b.len;
+                let zeroed = if data.is_none() { old } else { 0 };
                 match data {
                     Some(d) => b.data = d,
-                    // Bytes past the old run are zeros already: zeroing the whole block
-                    // touched (and faulted in) 32 KiB for every new file's fragment.
-                    None => {
-                        b.data[..b.len].fill(0);
-                        self.stats.zeroed += b.len as u64;
-                    }
+                    None if old == len => b.data.fill(0),
+                    None => b.data = vec![0u8; len].into_boxed_slice(),
                 }
                 b.len = len;
                 b.is_data = is_data;
+                self.bytes = self.bytes - old + len;
+                self.stats.zeroed += zeroed as u64;
             }
             None => {
-                self.evict_clean(1);
-                let data = data.unwrap_or_else(|| vec![0u8; self.bs].into_boxed_slice());
-                self.bufs.insert(bno, Buf { data, len, dirty_since: None, is_data });
+                self.evict_clean(len);
+                let data = data.unwrap_or_else(|| vec![0u8; len].into_boxed_slice());
+                self.insert(bno, Buf { data, len, dirty_since: None, is_data });
                 self.clean.put(bno, ());
             }
         }
@@ -382,7 +408,7 @@ impl Cache {
     pub fn forget(&mut self, bno: u64) {
         self.note_change_in_flight(bno);
         self.runs.remove(&bno);
-        if let Some(b) = self.bufs.remove(&bno) {
+        if let Some(b) = self.remove(bno) {
             match b.dirty_since {
                 Some(t) => {
                     self.dirty.remove(&(t, bno));
@@ -399,18 +425,18 @@ impl Cache {
         self.dirty.iter().copied()
     }
 
-    /// True when the cache holds more buffers than its capacity and dirty ones must be written
-    /// before they can be evicted.
+    /// True when the cache holds more bytes than its capacity and dirty buffers must be
+    /// written before they can be evicted.
     pub fn over_capacity(&self) -> bool {
-        self.bufs.len() > self.capacity
+        self.bytes > self.capacity * self.bs
     }
 
-    /// Evicts clean buffers until `room` more fit within the capacity.
+    /// Evicts clean buffers until `room` more bytes fit within the capacity.
     fn evict_clean(&mut self, room: usize) {
-        while self.bufs.len() + room > self.capacity {
+        while self.bytes + room > self.capacity * self.bs {
             match self.clean.pop_lru() {
                 Some((bno, ())) => {
-                    self.bufs.remove(&bno);
+                    self.remove(bno);
                     self.stats.evictions += 1;
                 }
                 None => break,
@@ -450,8 +476,7 @@ impl Cache {
                 continue;
             }
             // The run only: a fragment run's neighbours on disk are other files'.
-            debug_assert!(b.data[b.len..].iter().all(|&x| x == 0), "block {bno}: bytes past its run");
-            let mut copy: Box<[u8]> = b.data[..b.len].into();
+            let mut copy: Box<[u8]> = b.data.clone();
             hooks.before_write(bno, &mut copy);
             self.inflight.insert(bno, false);
             copies.push((bno, copy));
@@ -515,8 +540,8 @@ impl Cache {
 /// Fragment runs: a UFS2 file's last block kept in fragments.
 impl Cache {
     /// The fragment run of `len` bytes at `bno` (a file's last block, below the direct
-    /// blocks' end, in `len / addr_unit` fragments): the whole block, zeros past the run (never
-    /// the bytes of the files whose fragments follow it). Read from the device on a miss.
+    /// blocks' end, in `len / addr_unit` fragments): its bytes (never those of the files whose
+    /// fragments follow it). Read from the device on a miss.
     pub fn read_frags(&mut self, bno: u64, len: usize) -> Result<&[u8], DevError> {
         Ok(&self.load(bno, Some(len))?.data)
     }
@@ -553,10 +578,12 @@ impl Cache {
         self.load(bno, Some(old_len))?;
         self.note_run(bno, new_len);
         let b = self.bufs.get_mut(&bno).expect("just loaded");
-        if new_len < old_len {
-            b.data[new_len..old_len].fill(0);
-        }
+        let mut data = vec![0u8; new_len].into_boxed_slice();
+        let kept = old_len.min(new_len);
+        data[..kept].copy_from_slice(&b.data[..kept]);
+        b.data = data;
         b.len = new_len;
+        self.bytes = self.bytes - old_len + new_len;
         Ok(self.dirtied(bno))
     }
 
@@ -573,7 +600,9 @@ impl Cache {
             "run at {old} of {old_len} bytes moved onto itself at {new}"
         );
         let b = self.load(old, Some(old_len))?;
-        let (data, is_data) = (std::mem::take(&mut b.data), b.is_data);
+        let (old_data, is_data) = (std::mem::take(&mut b.data), b.is_data);
+        let mut data = vec![0u8; new_len].into_boxed_slice();
+        data[..old_len].copy_from_slice(&old_data);
         self.forget(old);
         self.install(new, Some(data), new_len, is_data);
         Ok(self.dirtied(new))
@@ -673,6 +702,25 @@ mod tests {
         }
     }
 
+    /// The capacity counts bytes: runs of one fragment (an eighth of a block) fit eight to a
+    /// block's room, and a whole block read past the capacity evicts as many bytes.
+    #[test]
+    fn small_runs_take_their_bytes_of_the_capacity() {
+        let dev = Arc::new(MemDevice::new_frags(32768, 4096, 4096));
+        let mut c = Cache::new(dev.clone(), 16, Arc::new(SimClock::new()));
+        for i in 0..128 {
+            c.read_frags(i * 8, 4096).unwrap();
+        }
+        assert_eq!((c.bufs.len(), c.stats().evictions), (128, 0), "16 blocks' room holds 128 fragments");
+        assert!(!c.over_capacity());
+        c.read(2048).unwrap();
+        assert_eq!(c.stats().evictions, 8, "a whole block makes room for itself");
+        assert_eq!(c.bytes, 16 * 32768);
+        c.resize_frags(8 * 127, 4096, 8192).unwrap();
+        assert!(c.over_capacity(), "a dirty run grown past the room");
+        assert_eq!(c.bytes, 16 * 32768 + 4096);
+    }
+
     /// A cache over 64 fragments of 1 KiB, blocks of 4 KiB, whose block at fragment 8 holds
     /// file A's run (fragments 8-9, 0xaa), file B's (10, 0xbb) and a freed fragment's stale
     /// bytes (11, 0xcc).
@@ -712,7 +760,7 @@ mod tests {
     fn a_fragment_run_is_read_and_written_alone() {
         let (mut c, dev) = frag_cache();
         let a = c.read_frags(8, 2048).unwrap();
-        assert!(holds(a, &[(0, 2048, 0xaa), (2048, 4096, 0)]), "the run's bytes, zeros past it");
+        assert!(a.len() == 2048 && holds(a, &[(0, 2048, 0xaa)]), "the run's bytes only");
         assert_eq!(c.buf_len(8), Some(2048));
         let a = c.modify_frags(8, 2048).unwrap();
         assert_eq!(a.len(), 2048);
@@ -731,8 +779,10 @@ mod tests {
         assert!(holds(&b, &[(0, 2048, 0x11), (2048, 3072, 0x22), (3072, 4096, 0xcc)]), "neighbours kept");
         assert!(holds(&on_disk(&dev, 30), &[(0, 2048, 0x55), (2048, 3072, 0xee), (3072, 4096, 0)]));
         // A clean run read at another length is read again: zeros past the new run.
-        assert!(holds(c.read_frags(8, 1024).unwrap(), &[(0, 1024, 0x11), (1024, 4096, 0)]));
-        assert!(holds(c.read_frags(8, 3072).unwrap(), &[(0, 2048, 0x11), (2048, 3072, 0x22), (3072, 4096, 0)]));
+        let a = c.read_frags(8, 1024).unwrap();
+        assert!(a.len() == 1024 && holds(a, &[(0, 1024, 0x11)]));
+        let a = c.read_frags(8, 3072).unwrap();
+        assert!(a.len() == 3072 && holds(a, &[(0, 2048, 0x11), (2048, 3072, 0x22)]));
     }
 
     #[test]
@@ -760,7 +810,8 @@ mod tests {
         let b = c.resize_frags(20, 4096, 1024).unwrap();
         assert_eq!(b.len(), 1024);
         b[0] = 0x44;
-        assert!(holds(c.read(20).unwrap(), &[(1, 1024, 0xbb), (1024, 4096, 0)]));
+        let b = c.read(20).unwrap();
+        assert!(b.len() == 1024 && holds(b, &[(1, 1024, 0xbb)]));
         c.write(&[20], WriteKind::Async, &mut NoHooks).unwrap();
         assert!(holds(&on_disk(&dev, 20), &[(0, 1, 0x44), (1, 1024, 0xbb), (1024, 4096, 0xdd)]));
     }
