@@ -393,21 +393,42 @@ impl<'a> CgAlloc<'a> {
     fn mapsearch(&mut self, start: u32, size: u32) -> Result<u32, CgAllocError> {
         let nblk = self.ndblk.div_ceil(self.frag);
         let first = start / self.frag;
-        for b in (first..nblk).chain(0..first) {
-            // FreeBSD's `scanc` over `fragtbl`: a table lookup per block passes the blocks
-            // without such a run (most of them, in a group filling up) at a byte's cost.
-            let map = self.blkmap(b);
-            if RUN_LENGTHS[map as usize] & (1 << size) == 0 {
-                continue;
+        let found = self.scan(first, nblk, size).or_else(|| self.scan(0, first, size));
+        let Some(f) = found else {
+            let what = format!("the counts promise a run of {size} free fragments the map does not have");
+            return Err(CgAllocError::Inconsistent { cg: self.cgx, what });
+        };
+        self.cg.hdr.cg_frotor = f - f % self.frag;
+        Ok(f)
+    }
+
+    /// The first run of exactly `size` free fragments in blocks `lo..hi` (group-relative
+    /// fragment), if any. FreeBSD's `scanc` over `fragtbl`: a table lookup per block passes
+    /// the blocks without such a run at a byte's cost; and the map's 64-bit words with no free
+    /// fragment at all (a group's full part, which a search from its start crosses for every
+    /// new file's tail) are passed a word at a time.
+    fn scan(&self, lo: u32, hi: u32, size: u32) -> Option<u32> {
+        let map = self.cg.free_map();
+        let per_word = 64 / self.frag;
+        let mut b = lo;
+        while b < hi {
+            let f = b * self.frag;
+            if f.is_multiple_of(64) && b + per_word <= hi {
+                let at = f as usize / 8;
+                if map.get(at..at + 8).is_some_and(|w| w == [0u8; 8]) {
+                    b += per_word;
+                    continue;
+                }
             }
-            let found = runs(map, self.frag).find(|&(_, len)| len == size);
-            if let Some((at, _)) = found {
-                self.cg.hdr.cg_frotor = b * self.frag;
-                return Ok(b * self.frag + at);
+            let m = self.blkmap(b);
+            if RUN_LENGTHS[m as usize] & (1 << size) != 0 {
+                if let Some((at, _)) = runs(m, self.frag).find(|&(_, len)| len == size) {
+                    return Some(f + at);
+                }
             }
+            b += 1;
         }
-        let what = format!("the counts promise a run of {size} free fragments the map does not have");
-        Err(CgAllocError::Inconsistent { cg: self.cgx, what })
+        None
     }
 
     /// `ffs_alloccgblk`: takes a whole free block, the one at the start point if it is free,
@@ -702,6 +723,13 @@ mod tests {
             g.set_inode_used(0, true);
             g.set_inode_used(1, true);
         }
+        recount(&mut g);
+        g.hdr.cg_initediblk = sb.fs_inopb;
+        g
+    }
+
+    /// The header's counts and cluster summary taken from the maps.
+    fn recount(g: &mut Cg) {
         let m = g.map_counts();
         for (len, &n) in m.clustersum.iter().enumerate().skip(1) {
             g.set_clustersum(len, n);
@@ -709,8 +737,6 @@ mod tests {
         g.hdr.cg_cs =
             Csum { cs_ndir: 0, cs_nbfree: m.nbfree as i32, cs_nifree: m.nifree as i32, cs_nffree: m.nffree as i32 };
         g.hdr.cg_frsum = m.frsum;
-        g.hdr.cg_initediblk = sb.fs_inopb;
-        g
     }
 
     /// The group's bytes with the rotors and `cg_initediblk` taken out: what must come back
@@ -924,6 +950,39 @@ mod tests {
             blocks += 1;
         }
         assert_eq!(blocks, 28 - 4, "the whole blocks but the 4 of the superblock copy to the inodes");
+    }
+
+    /// The search passes the map's words without a free fragment whole: on maps nearly full
+    /// (a free fragment in 0-2% of the data area), from several starts, it finds for every
+    /// size the same first run as a look at each block in turn.
+    #[test]
+    fn a_search_that_passes_full_words_finds_the_first_run_of_each_size() {
+        let mut sb = sample();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..300u64 {
+            let mut g = fresh(&sb, 1);
+            for f in sb.fs_dblkno as u32..g.hdr.cg_ndblk {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                g.set_frag_free(f, x % 100 < round % 3);
+            }
+            for b in 0..g.hdr.cg_ndblk / 8 {
+                let free = g.block_free(b);
+                g.set_cluster_free(b, free);
+            }
+            recount(&mut g);
+            let a = CgAlloc::new(&mut sb, &mut g).unwrap();
+            let nblk = a.ndblk.div_ceil(a.frag);
+            for size in 1..=a.frag {
+                for lo in [0, 3, 8, 9, 16] {
+                    let one_by_one = (lo..nblk).find_map(|b| {
+                        runs(a.blkmap(b), a.frag).find(|&(_, len)| len == size).map(|(at, _)| b * a.frag + at)
+                    });
+                    assert_eq!(a.scan(lo, nblk, size), one_by_one, "round {round}, size {size}, from block {lo}");
+                }
+            }
+        }
     }
 
     #[test]
