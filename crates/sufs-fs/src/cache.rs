@@ -778,7 +778,7 @@ mod tests {
         let b = on_disk(&dev, 8);
         assert!(holds(&b, &[(0, 2048, 0x11), (2048, 3072, 0x22), (3072, 4096, 0xcc)]), "neighbours kept");
         assert!(holds(&on_disk(&dev, 30), &[(0, 2048, 0x55), (2048, 3072, 0xee), (3072, 4096, 0)]));
-        // A clean run read at another length is read again: zeros past the new run.
+        // A clean run read at another length is read again, at that length.
         let a = c.read_frags(8, 1024).unwrap();
         assert!(a.len() == 1024 && holds(a, &[(0, 1024, 0x11)]));
         let a = c.read_frags(8, 3072).unwrap();

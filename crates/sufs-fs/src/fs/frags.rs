@@ -57,8 +57,7 @@ impl Fs {
         }
     }
 
-    /// Block `lbn` of a file of `size` bytes, at `bno`: its run (the whole block, zeros past
-    /// the run), read on a miss.
+    /// Block `lbn` of a file of `size` bytes, at `bno`: its run's bytes, read on a miss.
     pub(super) fn read_run(&mut self, bno: u64, size: u64, lbn: u64) -> FsResult<&[u8]> {
         let len = self.run_len(size, lbn);
         Ok(self.cache.read_frags(bno, len)?)
