@@ -106,9 +106,6 @@ impl Softdep {
         if self.inodedeps.len() > 4096 && self.writes_seen.is_multiple_of(1024) {
             self.inodedeps.retain(|_, d| !d.idle());
         }
-        if self.writes_seen.is_multiple_of(1024) {
-            self.prune_dir_parents();
-        }
         inf.rolled_back
     }
 

@@ -87,7 +87,8 @@ pub struct Softdep {
     /// top one: the indirect block pointing to each. A directory block's entries are on disk
     /// only once every pointer on the way to it is: its own in the indirect block, and the
     /// indirect block's in the inode (or in the indirect block above). Kept until the whole
-    /// way is on disk (`dir_block_reachable`), or the block is freed.
+    /// way is on disk (`dir_block_reachable`; pruned with the count the memory bound takes),
+    /// or the block is freed.
     dir_parent: HashMap<u64, u64>,
     /// Inode blocks initialized (zeroed in the cache) but not yet written, per group, with the
     /// epoch of their initialization: the group header's copy counts no inode from the first
