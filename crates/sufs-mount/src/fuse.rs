@@ -5,7 +5,8 @@
 //! Several threads take requests from the kernel (`--threads`). A read does its device reads
 //! and an fsync its writes with the lock released (`Fs::read_shared`, `Fs::fsync_shared`), and
 //! a removal or truncation, which lands the flight in progress, waits for its write without
-//! the lock (`lock_landing`); every other request holds the lock throughout. Even so, two
+//! the lock (`lock_landing`), as a rename does when the flight carries a block it looks at
+//! (`lock_landing_if`); every other request holds the lock throughout. Even so, two
 //! threads help: while one sends its reply and goes back for the next request, the other is
 //! already waiting in the kernel for it. Where an idle CPU halts rather than polls
 //! (a VM with `guest_halt_poll_ns` 0, as the development machine), waking the one thread was
@@ -136,7 +137,7 @@ pub fn config(fsname: String, ro: bool, o: &FuseOptions) -> fuser::Config {
 
 // The shared handle lives with the file system (the syncer, the control channel and snapshots
 // use it without the FUSE adapter); re-exported for the adapter's users.
-pub use sufs_fs::fs::{lock, lock_landing, SharedFs};
+pub use sufs_fs::fs::{lock, lock_landing, lock_landing_if, SharedFs};
 
 /// Tells the kernel of a mount what its control channel changed (`ctl::Stale`): a name gone is
 /// dropped from its cache (and the inode, once nobody uses it, forgotten), an inode's
@@ -1007,9 +1008,12 @@ impl Filesystem for SufsFuse {
             noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
         };
-        let mut fs = lock(&self.fs);
-        let r = from_fuse(parent).and_then(|p| {
-            let np = from_fuse(newparent)?;
+        // A rename that meets the flight in the air lands it: wait for its write unlocked.
+        let ids = from_fuse(parent).and_then(|p| Ok((p, from_fuse(newparent)?)));
+        let mut fs = lock_landing_if(&self.fs, |fs| {
+            ids.is_ok_and(|(p, np)| fs.rename_lands_flight(p, name.as_bytes(), np, newname.as_bytes()))
+        });
+        let r = ids.and_then(|(p, np)| {
             let (from, to) = ((p, name.as_bytes()), (np, newname.as_bytes()));
             self.check(&mut fs, req, |fs, c| fs.may_rename(from, to, f.exchange, c))?;
             if whiteout {

@@ -39,6 +39,25 @@ pub fn lock_landing(fs: &SharedFs) -> FsGuard<'_> {
     lock(fs)
 }
 
+/// Takes the lock of `fs` for a request that lands the flight in the air only when `lands`
+/// says so (a rename that meets it, `Fs::rename_lands_flight`): while it does and the flight's
+/// device write has not answered, that write is waited for without the lock (trying a few
+/// times), as `lock_landing` does; once written, the request lands it at once.
+pub fn lock_landing_if(fs: &SharedFs, mut lands: impl FnMut(&mut Fs) -> bool) -> FsGuard<'_> {
+    for _ in 0..4 {
+        let mut g = lock(fs);
+        let unwritten = if lands(&mut g) { g.unwritten_flight() } else { None };
+        match unwritten {
+            None => return g,
+            Some(f) => {
+                drop(g);
+                f.issue();
+            }
+        }
+    }
+    lock(fs)
+}
+
 /// Where a flight's device write stands.
 #[derive(Debug)]
 enum State {
@@ -760,6 +779,49 @@ mod group_tests {
             assert!(g.flights.is_empty());
             assert_eq!((g.group.flights, g.group.beside), (2, u64::from(!shares)));
             assert_eq!((g.group.members, g.group.in_air_members, g.group.landed, g.group.open), (0, 0, 2, 3));
+        }
+    }
+
+    /// A rename that meets the flight in the air (the source's inode block is in it) waits for
+    /// the flight's write without the lock, so other requests go on meanwhile, and then lands
+    /// it and renames; a rename that meets no flight goes at once.
+    #[test]
+    fn a_rename_that_meets_a_flight_waits_for_its_write_without_the_lock() {
+        let dev = gated();
+        let (fs, files) = three_dirty_files(&dev);
+        let dirs: Vec<u32> =
+            (0..3).map(|k| lock(&fs).lookup(ROOT_INO, format!("d{k}").as_bytes()).unwrap().0).collect();
+        let inode_block = vec![lock(&fs).sb.inode_location(files[0]).0];
+        let rename = |d: u32| {
+            let mut g = lock_landing_if(&fs, |fs| fs.rename_lands_flight(d, b"f", d, b"g"));
+            g.rename(d, b"f", d, b"g", RenameFlags::default())
+        };
+        dev.set(false);
+        std::thread::scope(|s| {
+            let fsync = s.spawn(|| Fs::write_grouped(&fs, &inode_block));
+            dev.wait_for_writer();
+            assert!(lock(&fs).rename_lands_flight(dirs[0], b"f", dirs[0], b"g"), "the flight holds the source's inode");
+            let waiting = s.spawn(|| rename(dirs[0]));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let seen = fs.try_lock().ok().map(|mut g| (g.lookup(dirs[0], b"g").ok(), g.lookup(dirs[0], b"f").ok()));
+            // Elsewhere a rename goes while the flight is still in the air.
+            let elsewhere = seen.as_ref().map(|_| rename(dirs[1]));
+            let in_air = (dev.writers(), fs.try_lock().map(|g| g.flights.len()).ok());
+            dev.set(true); // (before any assertion: a failed one must not leave the writers waiting)
+            let (renamed, source) = seen.expect("the lock is free while the rename waits for the device");
+            assert!(renamed.is_none(), "the rename waits for the flight");
+            assert_eq!(source.map(|x| x.0), Some(files[0]));
+            elsewhere.unwrap().unwrap();
+            assert_eq!(in_air, (1, Some(1)), "the flight was still in the air");
+            fsync.join().unwrap().unwrap();
+            waiting.join().unwrap().unwrap();
+        });
+        let mut g = lock(&fs);
+        assert!(g.flights.is_empty(), "the waiting rename landed the flight");
+        for (k, d) in dirs.iter().enumerate() {
+            let renamed = k < 2;
+            assert_eq!(g.lookup(*d, b"g").map(|x| x.0).ok(), renamed.then_some(files[k]), "d{k}");
+            assert_eq!(g.lookup(*d, b"f").is_ok(), !renamed, "d{k}");
         }
     }
 

@@ -215,7 +215,7 @@ pub use lockstat::{lock, FsGuard, LockStats};
 pub mod messages;
 pub mod perm;
 pub mod trim;
-pub use flight::lock_landing;
+pub use flight::{lock_landing, lock_landing_if};
 mod inode;
 mod minfree;
 mod namespace;

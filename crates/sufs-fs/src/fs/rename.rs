@@ -221,6 +221,13 @@ impl Fs {
         self.retry_nospace(|fs| fs.rename_once(dir, name, newdir, newname, flags))
     }
 
+    /// True if a rename of `name` in `dir` to `newname` in `newdir` would land the flight in
+    /// the air (`rename`): a caller sharing the file system waits for that flight's write
+    /// without the lock first (`lock_landing_if`).
+    pub fn rename_lands_flight(&mut self, dir: u32, name: &[u8], newdir: u32, newname: &[u8]) -> bool {
+        self.has_flight() && self.rename_meets_flight(dir, name, newdir, newname)
+    }
+
     /// True if the flight in progress carries a block a rename looks at: the inode blocks of
     /// both directories, of the source and of what it replaces, and the blocks of every
     /// directory among them (their entries, hidden names and ".."). A directory too large to
