@@ -56,6 +56,8 @@ pub struct Alloc {
     spare: Vec<u8>,
     /// Group buffers made since the mount: one, once the first group was decoded.
     group_bufs: u64,
+    /// Each group's `SearchHints` (where its allocator's searches may start), in memory only.
+    hints: Vec<crate::format::ufs2::SearchHints>,
 }
 
 impl Alloc {

@@ -37,7 +37,8 @@ impl Alloc {
             s.take_counts(&g, u);
             sums.push(s);
         }
-        Ok(Alloc { sums, frees: 0, counts_only: !writable, ufs2: fs, spare: Vec::new(), group_bufs: 0 })
+        let hints = vec![Default::default(); sums.len()];
+        Ok(Alloc { sums, frees: 0, counts_only: !writable, ufs2: fs, spare: Vec::new(), group_bufs: 0, hints })
     }
 
     /// The UFS2 superblock as the allocator keeps it: `fs_cstotal` is the groups' totals now.
@@ -113,8 +114,12 @@ impl Alloc {
     ) -> Result<T, AllocError> {
         let u = &mut *self.ufs2;
         let total = u.fs_cstotal;
-        let r = f(&mut CgAlloc::resume(u, g));
+        let hints = &mut self.hints[cg as usize];
+        let before = *hints;
+        let r = f(&mut CgAlloc::resume(u, g).with_hints(hints));
         let Ok(v) = r else {
+            // (what its searches learned was of a map that stays as it was)
+            *hints = before;
             u.fs_cstotal = total;
             return Err(r.err().map(cg_error).expect("an error"));
         };
