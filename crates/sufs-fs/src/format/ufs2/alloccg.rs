@@ -467,8 +467,49 @@ impl<'a> CgAlloc<'a> {
     /// fragment), if any. FreeBSD's `scanc` over `fragtbl`: a table lookup per block passes
     /// the blocks without such a run at a byte's cost; and the map's 64-bit words with no free
     /// fragment at all (a group's full part, which a search from its start crosses for every
-    /// new file's tail) are passed a word at a time.
+    /// new file's tail) are passed a word at a time. With 8 fragments to a block (UFS2's
+    /// default) each whole block is a byte of the map, read as such (`scan_bytes`).
     fn scan(&self, lo: u32, hi: u32, size: u32) -> Option<u32> {
+        if self.frag == 8 {
+            let whole = (self.ndblk / 8).min(hi);
+            if lo < whole {
+                if let Some(f) = self.scan_bytes(lo, whole, size) {
+                    return Some(f);
+                }
+            }
+            return self.scan_blocks(lo.max(whole), hi, size);
+        }
+        self.scan_blocks(lo, hi, size)
+    }
+
+    /// `scan` over whole blocks `lo..hi` of a group of 8 fragments to a block: block `b`'s
+    /// map is byte `b` of the free map.
+    fn scan_bytes(&self, lo: u32, hi: u32, size: u32) -> Option<u32> {
+        debug_assert!(self.frag == 8 && hi <= self.ndblk / 8, "whole blocks of 8 fragments");
+        let map = &self.cg.free_map()[..hi as usize];
+        let mut b = lo as usize;
+        while b < map.len() {
+            if b.is_multiple_of(8) {
+                if let Some(w) = map.get(b..b + 8) {
+                    if w == [0u8; 8] {
+                        b += 8;
+                        continue;
+                    }
+                }
+            }
+            let m = map[b];
+            if RUN_LENGTHS[m as usize] & (1 << size) != 0 {
+                let (at, _) = runs(m as u32, 8).find(|&(_, len)| len == size).expect("the table lists the run");
+                debug_assert_eq!(m as u32, self.blkmap(b as u32));
+                return Some(b as u32 * 8 + at);
+            }
+            b += 1;
+        }
+        None
+    }
+
+    /// `scan` a block at a time (`blkmap`), for any fragments to a block.
+    fn scan_blocks(&self, lo: u32, hi: u32, size: u32) -> Option<u32> {
         let map = self.cg.free_map();
         let per_word = 64 / self.frag;
         let mut b = lo;
@@ -1015,13 +1056,15 @@ mod tests {
 
     /// The search passes the map's words without a free fragment whole: on maps nearly full
     /// (a free fragment in 0-2% of the data area), from several starts, it finds for every
-    /// size the same first run as a look at each block in turn.
+    /// size the same first run as a look at each block in turn, reading blocks as bytes of the
+    /// map (8 fragments to a block) or not.
     #[test]
     fn a_search_that_passes_full_words_finds_the_first_run_of_each_size() {
         let mut sb = sample();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for round in 0..300u64 {
-            let mut g = fresh(&sb, 1);
+            // (the last group too, which may end inside a block)
+            let mut g = fresh(&sb, if round % 2 == 0 { 1 } else { sb.fs_ncg - 1 });
             for f in sb.fs_dblkno as u32..g.hdr.cg_ndblk {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -1041,6 +1084,11 @@ mod tests {
                         runs(a.blkmap(b), a.frag).find(|&(_, len)| len == size).map(|(at, _)| b * a.frag + at)
                     });
                     assert_eq!(a.scan(lo, nblk, size), one_by_one, "round {round}, size {size}, from block {lo}");
+                    assert_eq!(
+                        a.scan_blocks(lo, nblk, size),
+                        one_by_one,
+                        "round {round}, size {size}, from block {lo}"
+                    );
                 }
             }
         }
