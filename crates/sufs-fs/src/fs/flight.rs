@@ -26,23 +26,12 @@ use crate::cache::Prepared;
 /// wait for the flight's device write holding the lock, and every other request with it (the
 /// fsyncs that could join the next group among them). A flight written it lands at once.
 pub fn lock_landing(fs: &SharedFs) -> FsGuard<'_> {
-    for _ in 0..4 {
-        let g = lock(fs);
-        match g.unwritten_flight() {
-            None => return g,
-            Some(f) => {
-                drop(g);
-                f.issue();
-            }
-        }
-    }
-    lock(fs)
+    lock_landing_if(fs, |_| true)
 }
 
-/// Takes the lock of `fs` for a request that lands the flight in the air only when `lands`
-/// says so (a rename that meets it, `Fs::rename_lands_flight`): while it does and the flight's
-/// device write has not answered, that write is waited for without the lock (trying a few
-/// times), as `lock_landing` does; once written, the request lands it at once.
+/// `lock_landing` for a request that lands the flight in the air only when `lands` says so (a
+/// rename that meets it, `Fs::rename_lands_flight`): only then is its device write waited for
+/// without the lock.
 pub fn lock_landing_if(fs: &SharedFs, mut lands: impl FnMut(&mut Fs) -> bool) -> FsGuard<'_> {
     for _ in 0..4 {
         let mut g = lock(fs);
