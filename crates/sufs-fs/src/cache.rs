@@ -38,8 +38,9 @@ use crate::dev::{BlockDevice, DevError, WriteKind, WriteReq};
 
 /// Called around every write of a buffer.
 pub trait WriteHooks {
-    /// May change `copy` (what goes to the device) but not the buffer itself.
-    fn before_write(&mut self, bno: u64, copy: &mut [u8]);
+    /// May change `copy` (what goes to the device) but not the buffer itself: `copy` shares
+    /// the buffer's bytes, and a change goes to a copy of its own (`Arc::make_mut`).
+    fn before_write(&mut self, bno: u64, copy: &mut Arc<[u8]>);
     /// Called once the write of `bno` is durable. Returns true if the copy written was rolled
     /// back somewhere, so the buffer still holds changes that are not on disk and stays dirty.
     fn after_write(&mut self, bno: u64) -> bool;
@@ -53,7 +54,7 @@ pub trait WriteHooks {
 pub struct NoHooks;
 #[cfg(test)]
 impl WriteHooks for NoHooks {
-    fn before_write(&mut self, _: u64, _: &mut [u8]) {}
+    fn before_write(&mut self, _: u64, _: &mut Arc<[u8]>) {}
     fn after_write(&mut self, _: u64) -> bool {
         false
     }
@@ -61,8 +62,11 @@ impl WriteHooks for NoHooks {
 
 /// One cached block: a whole block, or a run of fragments at the block's start.
 struct Buf {
-    /// The run's bytes: `len` of them.
-    data: Box<[u8]>,
+    /// The run's bytes: `len` of them. Shared with the writes in flight that carry them as
+    /// they are (`prepare_write`): a change while they are in the air copies them first
+    /// (`Arc::make_mut`, in `dirtied`), so a write never carries bytes changed after it was
+    /// prepared.
+    data: Arc<[u8]>,
     /// The run's length in bytes: a multiple of the device's address unit, at most the block
     /// size (the block size but for a file's last fragments).
     len: usize,
@@ -134,7 +138,9 @@ pub struct Cache {
 /// A batch of buffers prepared for writing (their hooks' roll-backs applied to the copies):
 /// what `Cache::write` writes at once, or a writer writes outside the file system's lock.
 pub struct Prepared {
-    pub copies: Vec<(u64, Box<[u8]>)>,
+    /// Each block's bytes as they go to the device: the buffer's own, shared, or a copy the
+    /// hooks rolled back.
+    pub copies: Vec<(u64, Arc<[u8]>)>,
 }
 
 impl Prepared {
@@ -227,7 +233,7 @@ impl Cache {
                 self.dev.read_block(bno, &mut self.scratch)?;
                 let b = self.bufs.get_mut(&bno).expect("cached");
                 self.bytes = self.bytes - b.len + len;
-                b.data = self.scratch[..len].into();
+                b.data = Arc::from(&self.scratch[..len]);
                 b.len = len;
                 self.clean.promote(&bno);
             }
@@ -235,7 +241,7 @@ impl Cache {
                 self.stats.misses += 1;
                 self.dev.read_block(bno, &mut self.scratch)?;
                 let len = run.unwrap_or(self.bs);
-                let data = self.scratch[..len].into();
+                let data = Arc::from(&self.scratch[..len]);
                 self.evict_clean(len);
                 self.insert(bno, Buf { data, len, dirty_since: None, is_data: false });
                 self.clean.put(bno, ());
@@ -300,10 +306,16 @@ impl Cache {
         Ok(self.dirtied(bno))
     }
 
-    /// Marks a cached buffer dirty and hands out its run.
+    /// Marks a cached buffer dirty and hands out its run: its own bytes, copied first if a
+    /// write in flight shares them.
     fn dirtied(&mut self, bno: u64) -> &mut [u8] {
         self.mark_dirty(bno);
-        &mut self.bufs.get_mut(&bno).expect("cached").data
+        let b = self.bufs.get_mut(&bno).expect("cached");
+        debug_assert!(
+            Arc::strong_count(&b.data) == 1 || self.inflight.contains_key(&bno),
+            "block {bno}: bytes shared but not in flight"
+        );
+        Arc::make_mut(&mut b.data)
     }
 
     /// A new buffer in the map, counted.
@@ -329,26 +341,29 @@ impl Cache {
 
     /// Puts at `bno` a buffer of `data` (zeros if `None`; `len` bytes) with a run of `len`
     /// bytes, in place of any cached there: what a newly allocated address holds. Not yet dirty.
-    fn install(&mut self, bno: u64, data: Option<Box<[u8]>>, len: usize, is_data: bool) {
+    fn install(&mut self, bno: u64, data: Option<Arc<[u8]>>, len: usize, is_data: bool) {
         self.note_run(bno, len);
         assert!(data.as_ref().is_none_or(|d| d.len() == len), "block {bno}: a run of {len} bytes given other bytes");
         match self.bufs.get_mut(&bno) {
             Some(b) => {
                 let old = b.len;
-                let zeroed = if data.is_none() { old } else { 0 };
+                let cleared = if data.is_none() { old } else { 0 };
                 match data {
                     Some(d) => b.data = d,
-                    None if old == len => b.data.fill(0),
-                    None => b.data = vec![0u8; len].into_boxed_slice(),
+                    // The buffer's own bytes, unless a write in flight shares them.
+                    None if old == len && Arc::strong_count(&b.data) == 1 => {
+                        Arc::get_mut(&mut b.data).expect("unshared").fill(0)
+                    }
+                    None => b.data = zeroed(len),
                 }
                 b.len = len;
                 b.is_data = is_data;
                 self.bytes = self.bytes - old + len;
-                self.stats.zeroed += zeroed as u64;
+                self.stats.zeroed += cleared as u64;
             }
             None => {
                 self.evict_clean(len);
-                let data = data.unwrap_or_else(|| vec![0u8; len].into_boxed_slice());
+                let data = data.unwrap_or_else(|| zeroed(len));
                 self.insert(bno, Buf { data, len, dirty_since: None, is_data });
                 self.clean.put(bno, ());
             }
@@ -455,15 +470,16 @@ impl Cache {
         self.finish_write(&batch, result, hooks)
     }
 
-    /// The first half of a write: copies of the dirty buffers among `bnos` (clean or uncached
-    /// ones skipped), each rolled back by `hooks.before_write`, and the blocks marked in flight
-    /// until `finish_write`. The buffers may change meanwhile; a block in flight is not
+    /// The first half of a write: the dirty buffers among `bnos` (clean or uncached ones
+    /// skipped), each as `hooks.before_write` leaves it (shared with the buffer, or a copy
+    /// rolled back), and the blocks marked in flight until `finish_write`. The buffers may
+    /// change meanwhile (into copies of their own: `dirtied`); a block in flight is not
     /// prepared again (its writes would race on the device).
     pub fn prepare_write(&mut self, bnos: &[u64], hooks: &mut dyn WriteHooks) -> Result<Prepared, DevError> {
         if self.down {
             return Err(DevError::ShutDown);
         }
-        let mut copies: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(bnos.len());
+        let mut copies: Vec<(u64, Arc<[u8]>)> = Vec::with_capacity(bnos.len());
         for &bno in bnos {
             let Some(b) = self.bufs.get(&bno) else {
                 continue;
@@ -476,7 +492,7 @@ impl Cache {
                 continue;
             }
             // The run only: a fragment run's neighbours on disk are other files'.
-            let mut copy: Box<[u8]> = b.data.clone();
+            let mut copy = Arc::clone(&b.data);
             hooks.before_write(bno, &mut copy);
             self.inflight.insert(bno, false);
             copies.push((bno, copy));
@@ -537,6 +553,11 @@ impl Cache {
     }
 }
 
+/// A new run of `len` zero bytes, owned by whoever takes it.
+fn zeroed(len: usize) -> Arc<[u8]> {
+    std::iter::repeat_n(0u8, len).collect()
+}
+
 /// Fragment runs: a UFS2 file's last block kept in fragments.
 impl Cache {
     /// The fragment run of `len` bytes at `bno` (a file's last block, below the direct
@@ -578,9 +599,9 @@ impl Cache {
         self.load(bno, Some(old_len))?;
         self.note_run(bno, new_len);
         let b = self.bufs.get_mut(&bno).expect("just loaded");
-        let mut data = vec![0u8; new_len].into_boxed_slice();
+        let mut data = zeroed(new_len);
         let kept = old_len.min(new_len);
-        data[..kept].copy_from_slice(&b.data[..kept]);
+        Arc::get_mut(&mut data).expect("a new run")[..kept].copy_from_slice(&b.data[..kept]);
         b.data = data;
         b.len = new_len;
         self.bytes = self.bytes - old_len + new_len;
@@ -601,8 +622,8 @@ impl Cache {
         );
         let b = self.load(old, Some(old_len))?;
         let (old_data, is_data) = (std::mem::take(&mut b.data), b.is_data);
-        let mut data = vec![0u8; new_len].into_boxed_slice();
-        data[..old_len].copy_from_slice(&old_data);
+        let mut data = zeroed(new_len);
+        Arc::get_mut(&mut data).expect("a new run")[..old_len].copy_from_slice(&old_data);
         self.forget(old);
         self.install(new, Some(data), new_len, is_data);
         Ok(self.dirtied(new))
@@ -670,8 +691,8 @@ mod tests {
     fn hooks_change_the_copy_not_the_buffer() {
         struct Zero;
         impl WriteHooks for Zero {
-            fn before_write(&mut self, _: u64, copy: &mut [u8]) {
-                copy[0] = 0;
+            fn before_write(&mut self, _: u64, copy: &mut Arc<[u8]>) {
+                Arc::make_mut(copy)[0] = 0;
             }
             fn after_write(&mut self, _: u64) -> bool {
                 false
@@ -684,6 +705,51 @@ mod tests {
         let mut b = vec![1u8; 4096];
         dev.read_block(7, &mut b).unwrap();
         assert_eq!(b[0], 0);
+    }
+
+    /// A write in the air shares the bytes of the buffers it carries unchanged (no copy when
+    /// prepared), and every way of changing a buffer meanwhile (a modification, a new block
+    /// zeroed in its place, a run resized or moved) changes a copy of the buffer's own: the
+    /// write carries the bytes as they were when it was prepared, and each changed buffer
+    /// stays dirty with its new bytes.
+    #[test]
+    fn a_write_in_the_air_shares_the_bytes_and_never_sees_a_later_change() {
+        // Addressed in fragments of 1 KiB: whole blocks at 0, 4, 8 and 12, runs at 16 and 20.
+        let dev = Arc::new(MemDevice::new_frags(4096, 1024, 64));
+        let mut c = Cache::new(dev.clone(), 64, Arc::new(SimClock::new()));
+        for bno in [0, 4, 8, 12] {
+            c.create(bno).fill(bno as u8 + 1);
+        }
+        c.create_frags(16, 2048).fill(17);
+        c.create_frags(20, 1024).fill(21);
+        let all = [0, 4, 8, 12, 16, 20];
+        let batch = c.prepare_write(&all, &mut NoHooks).unwrap();
+        for (bno, copy) in &batch.copies {
+            assert!(Arc::ptr_eq(copy, &c.bufs[bno].data), "block {bno}: copied although no hook changed it");
+        }
+        c.modify(0).unwrap()[0] = 0xa0;
+        c.create(4)[1] = 0xa4;
+        c.resize_frags(16, 2048, 3072).unwrap()[0] = 0xb0;
+        c.move_frags(20, 1024, 24, 2048).unwrap()[0] = 0xb4;
+        for (bno, copy) in &batch.copies {
+            let len = match bno {
+                16 => 2048,
+                20 => 1024,
+                _ => 4096,
+            };
+            assert_eq!(copy.len(), len, "block {bno}");
+            assert!(copy.iter().all(|&x| x == *bno as u8 + 1), "block {bno}: the write in the air changed");
+        }
+        let result = dev.write_batch(&batch.requests(), WriteKind::Async);
+        assert_eq!(c.finish_write(&batch, result, &mut NoHooks).unwrap(), all.len());
+        for (bno, first) in [(0, 0xa0), (4, 0), (16, 0xb0), (24, 0xb4)] {
+            assert!(c.is_dirty(bno), "block {bno} changed in flight and stays dirty");
+            assert_eq!(c.read(bno).unwrap()[0], first, "block {bno}");
+        }
+        assert!(!c.is_dirty(8) && !c.is_dirty(12) && c.read(8).unwrap()[0] == 9);
+        let mut b = vec![0u8; 4096];
+        dev.read_block(0, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 1), "the device got the bytes prepared");
     }
 
     #[test]
@@ -748,7 +814,7 @@ mod tests {
     /// Hooks that note the length of every copy written.
     struct Lens(Vec<(u64, usize)>);
     impl WriteHooks for Lens {
-        fn before_write(&mut self, bno: u64, copy: &mut [u8]) {
+        fn before_write(&mut self, bno: u64, copy: &mut Arc<[u8]>) {
             self.0.push((bno, copy.len()));
         }
         fn after_write(&mut self, _: u64) -> bool {

@@ -403,12 +403,12 @@ struct Hooks {
 }
 
 impl WriteHooks for Hooks {
-    fn before_write(&mut self, bno: u64, copy: &mut [u8]) {
+    fn before_write(&mut self, bno: u64, copy: &mut Arc<[u8]>) {
         if let Some(sd) = self.softdep.as_mut() {
             sd.before_write(bno, copy);
         }
         if self.geometry.is_cg_header(bno) {
-            ufs2::Cg::reseal(copy, self.geometry.ufs2());
+            ufs2::Cg::reseal(Arc::make_mut(copy), self.geometry.ufs2());
         }
     }
     fn after_write(&mut self, bno: u64) -> bool {

@@ -2,6 +2,8 @@
 //! entry whose prerequisites are not on disk (FreeBSD's initiate_write); `after_write` retires
 //! what the write made durable and puts the work it allows on the work list (handle_written_*).
 
+use std::sync::Arc;
+
 use crate::fixed_hash::HashSet;
 
 use super::*;
@@ -10,26 +12,28 @@ impl Softdep {
     // ------------------------------------------------------------ the write hooks
 
     /// Rolls back, in the copy about to be written, everything whose prerequisites are not on
-    /// disk, and notes what the write will carry.
-    pub fn before_write(&mut self, bno: u64, copy: &mut [u8]) {
+    /// disk, and notes what the write will carry. `copy` shares the buffer's bytes until a
+    /// roll-back may change them: only metadata blocks with dependencies (a group's header,
+    /// inode blocks, indirect blocks, directory blocks) are copied; file data goes as it is.
+    pub fn before_write(&mut self, bno: u64, copy: &mut Arc<[u8]>) {
         let epoch = self.tick();
         let mut inf = Inflight { epoch, ..Default::default() };
         if self.sb.is_cg_header(bno) {
             let cg = self.sb.cg_of_block(bno);
             inf.bmsafe = self.bmsafemap.get(&cg).map(|m| (m.inodedeps.clone(), m.newblks.clone()));
             if let Some(durable) = self.durable_initialized(cg) {
-                self.roll_back_inits(cg, durable, copy, &mut inf);
+                self.roll_back_inits(cg, durable, Arc::make_mut(copy), &mut inf);
             }
         }
         inf.first_contents = self.newblks.get(&bno).map(|n| n.epoch);
         if self.is_inode_block(bno) {
-            self.roll_back_inodes(bno, copy, &mut inf);
+            self.roll_back_inodes(bno, Arc::make_mut(copy), &mut inf);
         }
         if self.indirdeps.contains_key(&bno) {
-            self.roll_back_indir(bno, copy, &mut inf);
+            self.roll_back_indir(bno, Arc::make_mut(copy), &mut inf);
         }
         if self.pagedeps.contains_key(&bno) {
-            self.roll_back_entries(bno, copy, &mut inf);
+            self.roll_back_entries(bno, Arc::make_mut(copy), &mut inf);
         }
         if inf.rolled_back {
             self.stats.rollbacks += 1;

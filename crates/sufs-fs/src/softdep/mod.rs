@@ -1011,10 +1011,10 @@ mod tests {
     /// Hands a copy of `buf` to the device as the cache does; returns the copy and whether the
     /// buffer stays dirty.
     fn write(sd: &mut Softdep, bno: u64, buf: &[u8]) -> (Vec<u8>, bool) {
-        let mut copy = buf.to_vec();
+        let mut copy: std::sync::Arc<[u8]> = buf.into();
         sd.before_write(bno, &mut copy);
         let again = sd.after_write(bno);
-        (copy, again)
+        (copy.to_vec(), again)
     }
 
     fn dirent_ino(block: &[u8], off: usize) -> u32 {
@@ -1335,9 +1335,9 @@ mod tests {
         assert!(sd.tasks.is_empty(), "the disk still names the old run");
         make_ready(&sb, &mut sd, y);
         assert!(sd.tasks.is_empty());
-        let mut copy = itable.clone();
+        let mut copy: std::sync::Arc<[u8]> = itable.as_slice().into();
         sd.before_write(ib, &mut copy);
-        assert!(copy == itable && sd.tasks.is_empty(), "in flight: not yet durable");
+        assert!(*copy == itable[..] && sd.tasks.is_empty(), "in flight: not yet durable");
         assert!(!sd.after_write(ib));
         assert_eq!(sd.take_free_tasks(), vec![Task::FreeFrag(FreeFrag { ino, bno: w + 1, frags: 2 })]);
         assert!(sd.freefrags.is_empty() && sd.is_idle() && sd.pending_frees() == (0, 0));
@@ -1433,7 +1433,7 @@ mod tests {
         sd.inode_update(ino);
         write(&mut sd, x, &[0u8; 4096]);
         let hb = sb.cg_header_block(0);
-        let mut header = vec![0u8; 4096];
+        let mut header: std::sync::Arc<[u8]> = vec![0u8; 4096].into();
         sd.before_write(hb, &mut header);
         sd.alloc_direct_frags(ino, false, 0, (x, 2048), (x, 1024));
         sd.inode_update(ino);
