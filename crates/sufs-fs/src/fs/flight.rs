@@ -814,6 +814,55 @@ mod group_tests {
         }
     }
 
+    /// An unlink whose entry's block is in the flight in the air waits for the flight's write
+    /// without the lock, then lands it and unlinks; an unlink elsewhere (its entry on disk, its
+    /// block not in the air) goes at once while the flight is in the air.
+    #[test]
+    fn only_an_unlink_that_meets_the_flight_waits_for_its_write() {
+        let dev = gated();
+        let (fs, files) = three_dirty_files(&dev);
+        let dirs: Vec<u32> =
+            (0..3).map(|k| lock(&fs).lookup(ROOT_INO, format!("d{k}").as_bytes()).unwrap().0).collect();
+        let dir_block = {
+            let mut g = lock(&fs);
+            g.sync_all().unwrap();
+            g.create(dirs[0], b"h", 0o644, 0, 0).unwrap();
+            let mut dd = g.dir_inode(dirs[0]).unwrap();
+            g.find_entry(dirs[0], &mut dd, b"f").unwrap().expect("f in d0").bno
+        };
+        let unlink = |d: u32| {
+            let mut g = lock_landing_if(&fs, |fs| fs.unlink_lands_flight(d, b"f"));
+            g.unlink(d, b"f")
+        };
+        dev.set(false);
+        std::thread::scope(|s| {
+            let fsync = s.spawn(|| Fs::write_grouped(&fs, &[dir_block]));
+            dev.wait_for_writer();
+            let lands: Vec<bool> = dirs.iter().map(|&d| lock(&fs).unlink_lands_flight(d, b"f")).collect();
+            let waiting = s.spawn(|| unlink(dirs[0]));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let seen = fs.try_lock().ok().map(|mut g| g.lookup(dirs[0], b"f").ok().map(|x| x.0));
+            // Elsewhere an unlink goes while the flight is still in the air (one that would
+            // wait for it is not tried: the device is held until the assertions).
+            let elsewhere = (seen.is_some() && !lands[1]).then(|| unlink(dirs[1]));
+            let in_air = (dev.writers(), fs.try_lock().map(|g| g.flights.len()).ok());
+            dev.set(true); // (before any assertion: a failed one must not leave the writers waiting)
+            assert_eq!(lands, [true, false, false], "only d0's entry is in the flight");
+            let seen = seen.expect("the lock is free while the unlink waits for the device");
+            assert_eq!(seen, Some(files[0]), "the unlink waits for the flight");
+            elsewhere.expect("an unlink elsewhere does not wait").unwrap();
+            assert_eq!(in_air, (1, Some(1)), "the flight was still in the air");
+            fsync.join().unwrap().unwrap();
+            waiting.join().unwrap().unwrap();
+        });
+        let mut g = lock(&fs);
+        assert!(g.flights.is_empty(), "the waiting unlink landed the flight");
+        for (k, d) in dirs.iter().enumerate() {
+            assert_eq!(g.lookup(*d, b"f").is_ok(), k == 2, "d{k}");
+        }
+        g.sync_all().unwrap();
+    }
+
     /// A group with nothing left to write, its turn come while an earlier group is in the air,
     /// is done at once; the earlier one still lands in order.
     #[test]
