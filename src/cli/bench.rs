@@ -217,6 +217,7 @@ pub(crate) fn cmd_bench_floor_serve(
     use sufs_mount::floor::{stats_json, Floor, StatsServer};
     use sufs_mount::fuse::{config, FuseOptions};
     let o = FuseOptions { transport, threads, ..Default::default() };
+    let abs_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let floor = Floor::new(&o);
     let (negotiated, msgs) = (floor.negotiated(), floor.messages());
     let mut session = fuser::Session::new(floor, dir, &config(sufs_mount::floor::SOURCE.into(), false, &o))
@@ -228,7 +229,7 @@ pub(crate) fn cmd_bench_floor_serve(
     if let Some(why) = fuse_uring::refusal(transport, &negotiated) {
         return Err(Fail(format!("cannot mount the floor with --transport uring: {why}"), 32));
     }
-    let handle = unmount_on_signals(session.unmount_callable())?;
+    let handle = unmount_on_signals(session.unmount_callable(), &abs_dir)?;
     let run = fuse_uring::run(session, transport, &negotiated, threads, &mut |m| eprintln!("floor: {m}"))
         .map_err(|e| Fail(format!("FUSE session ended with an error: {e}"), 1));
     handle.close();

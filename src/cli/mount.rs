@@ -211,7 +211,7 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     // it), but the file system is unmounted cleanly all the same.
     let refused = fuse_uring::refusal(fuse.transport, &negotiated);
     ctl.on_stale(fusemount::stale_sink(session.notifier()));
-    let handle = unmount_on_signals(session.unmount_callable())?;
+    let handle = unmount_on_signals(session.unmount_callable(), &mounted_on)?;
     let mut syncer = Syncer::start(shared.clone(), sync);
     let bgfsck = (recovery == Recovery::Background && !snapshot && refused.is_none())
         .then(|| start_background_fsck(image.to_path_buf(), shared.clone()))
@@ -259,20 +259,65 @@ pub(crate) fn cmd_mount(image: &Path, dir: &Path, args: MountArgs) -> Result<(),
     run
 }
 
-/// SIGINT, SIGTERM and SIGHUP unmount (the session then ends); the handle stops the watch.
+/// SIGINT, SIGTERM and SIGHUP unmount `dir` (the session then ends); the handle stops the
+/// watch. A busy mount point (a file just closed still held by the kernel) is tried again as
+/// `sufs umount` does, then detached lazily (the session ends once its last user lets go):
+/// a signal whose unmount found it busy once left the mount running for good.
 pub(crate) fn unmount_on_signals(
     mut unmounter: fuser::SessionUnmounter,
+    dir: &Path,
 ) -> Result<signal_hook::iterator::Handle, Fail> {
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
     let handle = signals.handle();
+    let dir = dir.to_path_buf();
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
-            if let Err(e) = unmounter.unmount() {
+            let r = kernel_unmount(&dir, false).or_else(|busy| {
+                eprintln!("sufs: unmount of {}: {busy}; detached instead", dir.display());
+                kernel_unmount(&dir, true)
+            });
+            // (fuser's own unmount, the last resort: it knows how it mounted)
+            if let Err(e) = r.or_else(|_| unmounter.unmount()) {
                 eprintln!("sufs: unmount: {e}");
             }
         }
     });
     Ok(handle)
+}
+
+/// The kernel's unmount of the FUSE mount on `dir` (`umount2` as root, `fusermount3 -u`
+/// otherwise; with `lazy`, detached: gone from the tree at once, ended once unused). A file
+/// just closed may still hold the mount for an instant (the kernel sends RELEASE in the
+/// background and keeps its reference until the daemon answers), so busy is tried again for
+/// about two seconds.
+pub(crate) fn kernel_unmount(dir: &Path, lazy: bool) -> std::io::Result<()> {
+    let root = unsafe { libc::geteuid() } == 0;
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
+    let mut tries = 0;
+    loop {
+        let err = if root {
+            let flags = if lazy { libc::MNT_DETACH } else { 0 };
+            if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+                return Ok(());
+            }
+            std::io::Error::last_os_error()
+        } else {
+            let mut cmd = std::process::Command::new("fusermount3");
+            cmd.arg(if lazy { "-uz" } else { "-u" }).arg(dir).stderr(std::process::Stdio::null());
+            match cmd.status() {
+                Ok(st) if st.success() => return Ok(()),
+                Ok(st) => std::io::Error::other(format!("fusermount3 -u: {st}")),
+                Err(e) => return Err(e),
+            }
+        };
+        // Root learns that the mount is busy; fusermount3 says only that it failed.
+        let busy = !root || err.raw_os_error() == Some(libc::EBUSY);
+        if !busy || tries == 100 {
+            return Err(err);
+        }
+        tries += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Mounted already (and root): the same file system at `dir` too, as Linux does for a block
@@ -620,27 +665,8 @@ pub(crate) fn cmd_umount(dir: &Path) -> Result<(), Fail> {
         let sock = ctl::socket_path(Path::new(image));
         CtlClient::connect(&sock).and_then(|mut c| c.await_unmount().map(|()| c))
     });
-    let ok = if unsafe { libc::geteuid() } == 0 {
-        let c = std::ffi::CString::new(abs.as_os_str().as_encoded_bytes())?;
-        // A file just closed may still hold the mount for an instant: where files are opened
-        // through OPEN (a strictatime mount, say), the kernel sends RELEASE in the background
-        // and keeps its reference until sufs answers. Busy is tried again for a while.
-        let mut tries = 0;
-        loop {
-            if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-                break true;
-            }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EBUSY) || tries == 100 {
-                break false;
-            }
-            tries += 1;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    } else {
-        std::process::Command::new("fusermount3").arg("-u").arg(&abs).status().is_ok_and(|s| s.success())
-    };
-    if !ok {
-        return Err(Fail(format!("cannot unmount {}: {}", dir.display(), std::io::Error::last_os_error()), 1));
+    if let Err(e) = kernel_unmount(&abs, false) {
+        return Err(Fail(format!("cannot unmount {}: {e}", dir.display()), 1));
     }
     let Some(image) = image else { return Ok(()) };
     // Still shown elsewhere (a second mount of the image): its daemon goes on serving.
