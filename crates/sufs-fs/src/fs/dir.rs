@@ -212,8 +212,11 @@ impl Fs {
     pub(super) fn unlink_name(&mut self, dir: u32, slot: &Slot, name: &[u8], tasks: Vec<Task>) -> FsResult<()> {
         log::trace!("unlink {:?} from directory {dir} at {slot:?}: then {tasks:?}", String::from_utf8_lossy(name));
         // Whether the name is on disk decides what its removal waits for: a write in flight
-        // may be putting it there.
-        if self.cache.in_flight(slot.bno) {
+        // may be putting it there, while its add is pending (and, without soft updates'
+        // records to tell, always). A name on disk before the flight was prepared stays in the
+        // flight's copy, and its removal, made after that copy, waits for a later write of the
+        // block (its dirrem's epoch is past the write's: `entries_written`).
+        if self.cache.in_flight(slot.bno) && self.name_add_pending(slot) {
             self.land_flight()?;
         }
         self.remove_entry(dir, slot, name)?;
@@ -232,6 +235,12 @@ impl Fs {
             self.run_task(t)?;
         }
         Ok(())
+    }
+
+    /// True if the entry at `slot` may not be on disk yet: soft updates hold its add
+    /// (`diradd`); without soft updates, always (nothing records it).
+    pub(super) fn name_add_pending(&self, slot: &Slot) -> bool {
+        self.hooks.softdep.as_ref().is_none_or(|sd| sd.diradd_at(slot.bno, slot.off))
     }
 
     /// The inode of a root directory the file system keeps for itself (`/.br`, `/.snap`): made,

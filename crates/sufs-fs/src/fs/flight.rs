@@ -814,9 +814,10 @@ mod group_tests {
         }
     }
 
-    /// An unlink whose entry's block is in the flight in the air waits for the flight's write
-    /// without the lock, then lands it and unlinks; an unlink elsewhere (its entry on disk, its
-    /// block not in the air) goes at once while the flight is in the air.
+    /// An unlink of a name whose add may be in the flight in the air (its entry not yet on
+    /// disk, its block in the flight) waits for the flight's write without the lock, then lands
+    /// it and unlinks; an unlink of a name on disk goes at once while the flight is in the air,
+    /// its block in the flight or not, and its removal waits for a later write of the block.
     #[test]
     fn only_an_unlink_that_meets_the_flight_waits_for_its_write() {
         let dev = gated();
@@ -830,37 +831,52 @@ mod group_tests {
             let mut dd = g.dir_inode(dirs[0]).unwrap();
             g.find_entry(dirs[0], &mut dd, b"f").unwrap().expect("f in d0").bno
         };
-        let unlink = |d: u32| {
-            let mut g = lock_landing_if(&fs, |fs| fs.unlink_lands_flight(d, b"f"));
-            g.unlink(d, b"f")
+        let unlink = |d: u32, name: &[u8]| {
+            let mut g = lock_landing_if(&fs, |fs| fs.unlink_lands_flight(d, name));
+            g.unlink(d, name)
         };
         dev.set(false);
         std::thread::scope(|s| {
             let fsync = s.spawn(|| Fs::write_grouped(&fs, &[dir_block]));
             dev.wait_for_writer();
-            let lands: Vec<bool> = dirs.iter().map(|&d| lock(&fs).unlink_lands_flight(d, b"f")).collect();
-            let waiting = s.spawn(|| unlink(dirs[0]));
+            let lands: Vec<bool> = [(dirs[0], &b"h"[..]), (dirs[0], b"f"), (dirs[1], b"f")]
+                .iter()
+                .map(|&(d, n)| lock(&fs).unlink_lands_flight(d, n))
+                .collect();
+            let waiting = s.spawn(|| unlink(dirs[0], b"h"));
             std::thread::sleep(std::time::Duration::from_millis(50));
-            let seen = fs.try_lock().ok().map(|mut g| g.lookup(dirs[0], b"f").ok().map(|x| x.0));
-            // Elsewhere an unlink goes while the flight is still in the air (one that would
-            // wait for it is not tried: the device is held until the assertions).
-            let elsewhere = (seen.is_some() && !lands[1]).then(|| unlink(dirs[1]));
-            let in_air = (dev.writers(), fs.try_lock().map(|g| g.flights.len()).ok());
+            let seen = fs.try_lock().ok().map(|mut g| g.lookup(dirs[0], b"h").is_ok());
+            // The names on disk go while the flight is still in the air, d0's in the block the
+            // flight carries.
+            let others = s.spawn(|| (unlink(dirs[0], b"f"), unlink(dirs[1], b"f")));
+            let t = std::time::Instant::now();
+            while !others.is_finished() && t.elapsed() < std::time::Duration::from_secs(2) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let went = others.is_finished();
+            let in_air = (dev.writers(), fs.try_lock().map(|g| (g.flights.len(), g.cache.in_flight(dir_block))).ok());
             dev.set(true); // (before any assertion: a failed one must not leave the writers waiting)
-            assert_eq!(lands, [true, false, false], "only d0's entry is in the flight");
-            let seen = seen.expect("the lock is free while the unlink waits for the device");
-            assert_eq!(seen, Some(files[0]), "the unlink waits for the flight");
-            elsewhere.expect("an unlink elsewhere does not wait").unwrap();
-            assert_eq!(in_air, (1, Some(1)), "the flight was still in the air");
+            assert_eq!(lands, [true, false, false], "only h's add may be in the flight");
+            assert_eq!(seen, Some(true), "the lock is free while the unlink of h waits for the device");
+            assert!(went, "the unlinks of names on disk went while the flight was in the air");
+            let (a, b) = others.join().unwrap();
+            a.unwrap();
+            b.unwrap();
+            assert_eq!(in_air, (1, Some((1, true))), "the flight, with d0's block, was still in the air");
             fsync.join().unwrap().unwrap();
             waiting.join().unwrap().unwrap();
         });
         let mut g = lock(&fs);
         assert!(g.flights.is_empty(), "the waiting unlink landed the flight");
+        assert!(g.cache.is_dirty(dir_block), "f's removal, made in flight, is still to be written");
         for (k, d) in dirs.iter().enumerate() {
-            assert_eq!(g.lookup(*d, b"f").is_ok(), k == 2, "d{k}");
+            assert_eq!(g.lookup(*d, b"f").map(|x| x.0).ok(), (k == 2).then_some(files[k]), "d{k}");
         }
-        g.sync_all().unwrap();
+        assert!(g.lookup(dirs[0], b"h").is_err());
+        g.unmount().unwrap();
+        drop(g);
+        let report = crate::fsck::check(dev.as_ref()).unwrap();
+        assert!(report.findings.is_empty(), "{:?}", report.findings);
     }
 
     /// A group with nothing left to write, its turn come while an earlier group is in the air,

@@ -346,12 +346,13 @@ impl Fs {
         self.balance()
     }
 
-    /// True if an unlink of `name` in `dir` would land the flight in the air: the block of its
-    /// entry is in it (`unlink_name` lands it), or the entry has not reached the disk (its
-    /// removal then drops the link at once, which may free the file and so land the flight). A
-    /// lookup that fails counts as true. A caller sharing the file system waits for the
-    /// flight's write without the lock first when it does (`lock_landing_if`); any other
-    /// unlink goes while the flight is in the air.
+    /// True if an unlink of `name` in `dir` would land the flight in the air: its entry may not
+    /// have reached the disk (`name_add_pending`): `unlink_name` lands the flight when it
+    /// carries the entry's block, and under soft updates the removal then drops the link at
+    /// once, which may free the file and so land the flight. A lookup that fails counts as
+    /// true. A caller sharing the file system waits for the flight's write without the lock
+    /// first when it does (`lock_landing_if`); any other unlink goes while the flight is in the
+    /// air, its entry's block in it or not.
     pub fn unlink_lands_flight(&mut self, dir: u32, name: &[u8]) -> bool {
         if !self.has_flight() {
             return false;
@@ -361,8 +362,7 @@ impl Fs {
             let Some(slot) = fs.find_entry(dir, &mut dd, name)? else {
                 return Ok(false);
             };
-            let unwritten = fs.hooks.softdep.as_ref().is_some_and(|sd| sd.diradd_at(slot.bno, slot.off));
-            Ok(unwritten || fs.cache.in_flight(slot.bno))
+            Ok(fs.name_add_pending(&slot) && (fs.hooks.softdep.is_some() || fs.cache.in_flight(slot.bno)))
         };
         look(self).unwrap_or(true)
     }
