@@ -220,11 +220,14 @@ pub(crate) fn cmd_bench_floor_serve(
     let abs_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let floor = Floor::new(&o);
     let (negotiated, msgs) = (floor.negotiated(), floor.messages());
-    let mut session = fuser::Session::new(floor, dir, &config(sufs_mount::floor::SOURCE.into(), false, &o))
-        .map_err(|e| Fail(format!("cannot mount the floor on {}: {e}", dir.display()), 32))?;
+    // Answering before the mount shows: `sufs bench peers` asks for the counts as soon as it
+    // sees the mount (asked before, under load, the first phase found no socket and every
+    // phase of the run went uncounted).
     let _server = ctl
         .map(|p| StatsServer::start(&p, msgs.clone()).map_err(|e| Fail(format!("{}: {e}", p.display()), 1)))
         .transpose()?;
+    let mut session = fuser::Session::new(floor, dir, &config(sufs_mount::floor::SOURCE.into(), false, &o))
+        .map_err(|e| Fail(format!("cannot mount the floor on {}: {e}", dir.display()), 32))?;
     // io_uring asked for and not offered: the session's end unmounts it again.
     if let Some(why) = fuse_uring::refusal(transport, &negotiated) {
         return Err(Fail(format!("cannot mount the floor with --transport uring: {why}"), 32));
