@@ -4,9 +4,9 @@
 //!
 //! Several threads take requests from the kernel (`--threads`). A read does its device reads
 //! and an fsync its writes with the lock released (`Fs::read_shared`, `Fs::fsync_shared`), and
-//! an rmdir or truncation, which lands the flight in progress, waits for its write without
-//! the lock (`lock_landing`), as an unlink or a rename does when the flight carries a block it
-//! looks at (`lock_landing_if`); every other request holds the lock throughout. Even so, two
+//! a truncation, which lands the flight in progress, waits for its write without the lock
+//! (`lock_landing`), as an unlink, an rmdir or a rename does when it would land the flight
+//! (`lock_landing_if`); every other request holds the lock throughout. Even so, two
 //! threads help: while one sends its reply and goes back for the next request, the other is
 //! already waiting in the kernel for it. Where an idle CPU halts rather than polls
 //! (a VM with `guest_halt_poll_ns` 0, as the development machine), waking the one thread was
@@ -954,8 +954,10 @@ impl Filesystem for SufsFuse {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.msgs.count(Op::Rmdir);
-        let mut fs = lock_landing(&self.fs);
-        let r = from_fuse(parent).and_then(|p| {
+        // An rmdir that would land the flight in the air waits for its write unlocked.
+        let dir = from_fuse(parent);
+        let mut fs = lock_landing_if(&self.fs, |fs| dir.is_ok_and(|p| fs.rmdir_lands_flight(p, name.as_bytes())));
+        let r = dir.and_then(|p| {
             self.check(&mut fs, req, |fs, c| fs.may_delete(p, name.as_bytes(), c))?;
             fs.rmdir(p, name.as_bytes()).map_err(errno)?;
             settle(&mut fs, Change::Names, &[p])

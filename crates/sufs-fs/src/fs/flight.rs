@@ -816,8 +816,9 @@ mod group_tests {
 
     /// An unlink of a name whose add may be in the flight in the air (its entry not yet on
     /// disk, its block in the flight) waits for the flight's write without the lock, then lands
-    /// it and unlinks; an unlink of a name on disk goes at once while the flight is in the air,
-    /// its block in the flight or not, and its removal waits for a later write of the block.
+    /// it and unlinks; an unlink or rmdir of a name on disk goes at once while the flight is in
+    /// the air, its block in the flight or not, and its removal waits for a later write of the
+    /// block.
     #[test]
     fn only_an_unlink_that_meets_the_flight_waits_for_its_write() {
         let dev = gated();
@@ -826,6 +827,7 @@ mod group_tests {
             (0..3).map(|k| lock(&fs).lookup(ROOT_INO, format!("d{k}").as_bytes()).unwrap().0).collect();
         let dir_block = {
             let mut g = lock(&fs);
+            g.mkdir(dirs[0], b"e", 0o755, 0, 0).unwrap();
             g.sync_all().unwrap();
             g.create(dirs[0], b"h", 0o644, 0, 0).unwrap();
             let mut dd = g.dir_inode(dirs[0]).unwrap();
@@ -839,16 +841,22 @@ mod group_tests {
         std::thread::scope(|s| {
             let fsync = s.spawn(|| Fs::write_grouped(&fs, &[dir_block]));
             dev.wait_for_writer();
-            let lands: Vec<bool> = [(dirs[0], &b"h"[..]), (dirs[0], b"f"), (dirs[1], b"f")]
+            let mut lands: Vec<bool> = [(dirs[0], &b"h"[..]), (dirs[0], b"f"), (dirs[1], b"f")]
                 .iter()
                 .map(|&(d, n)| lock(&fs).unlink_lands_flight(d, n))
                 .collect();
+            lands.push(lock(&fs).rmdir_lands_flight(dirs[0], b"e"));
             let waiting = s.spawn(|| unlink(dirs[0], b"h"));
             std::thread::sleep(std::time::Duration::from_millis(50));
             let seen = fs.try_lock().ok().map(|mut g| g.lookup(dirs[0], b"h").is_ok());
             // The names on disk go while the flight is still in the air, d0's in the block the
             // flight carries.
-            let others = s.spawn(|| (unlink(dirs[0], b"f"), unlink(dirs[1], b"f")));
+            let others = s.spawn(|| {
+                let mut g = lock_landing_if(&fs, |fs| fs.rmdir_lands_flight(dirs[0], b"e"));
+                let gone = g.rmdir(dirs[0], b"e");
+                drop(g);
+                (unlink(dirs[0], b"f"), unlink(dirs[1], b"f"), gone)
+            });
             let t = std::time::Instant::now();
             while !others.is_finished() && t.elapsed() < std::time::Duration::from_secs(2) {
                 std::thread::sleep(std::time::Duration::from_millis(1));
@@ -856,12 +864,13 @@ mod group_tests {
             let went = others.is_finished();
             let in_air = (dev.writers(), fs.try_lock().map(|g| (g.flights.len(), g.cache.in_flight(dir_block))).ok());
             dev.set(true); // (before any assertion: a failed one must not leave the writers waiting)
-            assert_eq!(lands, [true, false, false], "only h's add may be in the flight");
+            assert_eq!(lands, [true, false, false, false], "only h's add may be in the flight");
             assert_eq!(seen, Some(true), "the lock is free while the unlink of h waits for the device");
             assert!(went, "the unlinks of names on disk went while the flight was in the air");
-            let (a, b) = others.join().unwrap();
+            let (a, b, c) = others.join().unwrap();
             a.unwrap();
             b.unwrap();
+            c.unwrap();
             assert_eq!(in_air, (1, Some((1, true))), "the flight, with d0's block, was still in the air");
             fsync.join().unwrap().unwrap();
             waiting.join().unwrap().unwrap();
@@ -872,7 +881,7 @@ mod group_tests {
         for (k, d) in dirs.iter().enumerate() {
             assert_eq!(g.lookup(*d, b"f").map(|x| x.0).ok(), (k == 2).then_some(files[k]), "d{k}");
         }
-        assert!(g.lookup(dirs[0], b"h").is_err());
+        assert!(g.lookup(dirs[0], b"h").is_err() && g.lookup(dirs[0], b"e").is_err());
         g.unmount().unwrap();
         drop(g);
         let report = crate::fsck::check(dev.as_ref()).unwrap();

@@ -367,6 +367,28 @@ impl Fs {
         look(self).unwrap_or(true)
     }
 
+    /// True if an rmdir of `name` in `dir` would land the flight in the air: without soft
+    /// updates (its drops run at once, freeing the directory's blocks), while the directory
+    /// holds renames' hidden old names (their removal decides by what is on disk), or while its
+    /// entry may not have reached the disk (as `unlink_lands_flight`). A lookup that fails
+    /// counts as true.
+    pub fn rmdir_lands_flight(&mut self, dir: u32, name: &[u8]) -> bool {
+        if !self.has_flight() {
+            return false;
+        }
+        if self.hooks.softdep.is_none() {
+            return true;
+        }
+        let look = |fs: &mut Fs| -> FsResult<bool> {
+            let mut dd = fs.dir_inode(dir)?;
+            let Some(slot) = fs.find_entry(dir, &mut dd, name)? else {
+                return Ok(false);
+            };
+            Ok(fs.renames.hidden.in_dir(slot.ino) || fs.name_add_pending(&slot))
+        };
+        look(self).unwrap_or(true)
+    }
+
     pub fn rmdir(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
         self.check_writable()?;
         if name == b"." {
