@@ -302,16 +302,20 @@ pub(crate) fn kernel_unmount(dir: &Path, lazy: bool) -> std::io::Result<()> {
             }
             std::io::Error::last_os_error()
         } else {
-            let mut cmd = std::process::Command::new("fusermount3");
-            cmd.arg(if lazy { "-uz" } else { "-u" }).arg(dir).stderr(std::process::Stdio::null());
-            match cmd.status() {
-                Ok(st) if st.success() => return Ok(()),
-                Ok(st) => std::io::Error::other(format!("fusermount3 -u: {st}")),
-                Err(e) => return Err(e),
+            let out =
+                std::process::Command::new("fusermount3").arg(if lazy { "-uz" } else { "-u" }).arg(dir).output()?;
+            if out.status.success() {
+                return Ok(());
             }
+            // fusermount3 tells why only in words: "Device or resource busy".
+            let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            let busy = why.contains("busy");
+            if !busy {
+                return Err(std::io::Error::other(why));
+            }
+            std::io::Error::from_raw_os_error(libc::EBUSY)
         };
-        // Root learns that the mount is busy; fusermount3 says only that it failed.
-        let busy = !root || err.raw_os_error() == Some(libc::EBUSY);
+        let busy = err.raw_os_error() == Some(libc::EBUSY);
         if !busy || tries == 100 {
             return Err(err);
         }
