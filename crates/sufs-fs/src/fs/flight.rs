@@ -724,6 +724,11 @@ mod group_tests {
         (Arc::new(Mutex::new(fs)), files)
     }
 
+    /// The directories `three_dirty_files` made, d0 to d2.
+    fn three_dirs(fs: &SharedFs) -> Vec<u32> {
+        (0..3).map(|k| lock(fs).lookup(ROOT_INO, format!("d{k}").as_bytes()).unwrap().0).collect()
+    }
+
     fn gated() -> Arc<Gated> {
         let inner = MemDevice::new(4096, 1 << 16);
         let dev = Arc::new(Gated { inner, gate: Mutex::new((true, 0)), cv: Condvar::new() });
@@ -778,8 +783,7 @@ mod group_tests {
     fn a_rename_that_meets_a_flight_waits_for_its_write_without_the_lock() {
         let dev = gated();
         let (fs, files) = three_dirty_files(&dev);
-        let dirs: Vec<u32> =
-            (0..3).map(|k| lock(&fs).lookup(ROOT_INO, format!("d{k}").as_bytes()).unwrap().0).collect();
+        let dirs = three_dirs(&fs);
         let inode_block = vec![lock(&fs).sb.inode_location(files[0]).0];
         let rename = |d: u32| {
             let mut g = lock_landing_if(&fs, |fs| fs.rename_lands_flight(d, b"f", d, b"g"));
@@ -823,8 +827,7 @@ mod group_tests {
     fn only_an_unlink_that_meets_the_flight_waits_for_its_write() {
         let dev = gated();
         let (fs, files) = three_dirty_files(&dev);
-        let dirs: Vec<u32> =
-            (0..3).map(|k| lock(&fs).lookup(ROOT_INO, format!("d{k}").as_bytes()).unwrap().0).collect();
+        let dirs = three_dirs(&fs);
         let dir_block = {
             let mut g = lock(&fs);
             g.mkdir(dirs[0], b"e", 0o755, 0, 0).unwrap();

@@ -354,17 +354,9 @@ impl Fs {
     /// first when it does (`lock_landing_if`); any other unlink goes while the flight is in the
     /// air, its entry's block in it or not.
     pub fn unlink_lands_flight(&mut self, dir: u32, name: &[u8]) -> bool {
-        if !self.has_flight() {
-            return false;
-        }
-        let look = |fs: &mut Fs| -> FsResult<bool> {
-            let mut dd = fs.dir_inode(dir)?;
-            let Some(slot) = fs.find_entry(dir, &mut dd, name)? else {
-                return Ok(false);
-            };
-            Ok(fs.name_add_pending(&slot) && (fs.hooks.softdep.is_some() || fs.cache.in_flight(slot.bno)))
-        };
-        look(self).unwrap_or(true)
+        self.entry_lands_flight(dir, name, |fs, slot| {
+            fs.name_add_pending(slot) && (fs.hooks.softdep.is_some() || fs.cache.in_flight(slot.bno))
+        })
     }
 
     /// True if an rmdir of `name` in `dir` would land the flight in the air: without soft
@@ -373,20 +365,23 @@ impl Fs {
     /// entry may not have reached the disk (as `unlink_lands_flight`). A lookup that fails
     /// counts as true.
     pub fn rmdir_lands_flight(&mut self, dir: u32, name: &[u8]) -> bool {
+        self.entry_lands_flight(dir, name, |fs, slot| {
+            fs.hooks.softdep.is_none() || fs.renames.hidden.in_dir(slot.ino) || fs.name_add_pending(slot)
+        })
+    }
+
+    /// With a flight in the air, whether a removal of the entry `name` of `dir` lands it
+    /// (`lands`); none in the air, or no such entry, false; a lookup that fails, true.
+    fn entry_lands_flight(&mut self, dir: u32, name: &[u8], lands: impl Fn(&Fs, &Slot) -> bool) -> bool {
         if !self.has_flight() {
             return false;
         }
-        if self.hooks.softdep.is_none() {
-            return true;
+        let slot = self.dir_inode(dir).and_then(|mut dd| self.find_entry(dir, &mut dd, name));
+        match slot {
+            Ok(Some(slot)) => lands(self, &slot),
+            Ok(None) => false,
+            Err(_) => true,
         }
-        let look = |fs: &mut Fs| -> FsResult<bool> {
-            let mut dd = fs.dir_inode(dir)?;
-            let Some(slot) = fs.find_entry(dir, &mut dd, name)? else {
-                return Ok(false);
-            };
-            Ok(fs.renames.hidden.in_dir(slot.ino) || fs.name_add_pending(&slot))
-        };
-        look(self).unwrap_or(true)
     }
 
     pub fn rmdir(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
