@@ -52,21 +52,11 @@ pub struct Alloc {
     /// The image's superblock, whose totals (`fs_cstotal`) move with its groups' counts
     /// (`ufs2cg.rs`).
     ufs2: Box<ufs2::Superblock>,
-    /// A group's bytes kept between changes (`take_cg`).
-    spare: Vec<u8>,
-    /// Group buffers made since the mount: one, once the first group was decoded.
-    group_bufs: u64,
     /// Each group's `SearchHints` (where its allocator's searches may start), in memory only.
     hints: Vec<crate::format::ufs2::SearchHints>,
 }
 
 impl Alloc {
-    /// Group buffers made since the mount (`take_cg`).
-    #[cfg(test)]
-    pub fn group_bufs(&self) -> u64 {
-        self.group_bufs
-    }
-
     /// Inodes of group `cg` whose blocks are initialized.
     pub fn initialized(&self, cg: u32) -> u32 {
         self.sums[cg as usize].initialized

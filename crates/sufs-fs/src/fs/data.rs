@@ -442,24 +442,6 @@ mod tests {
         assert!(found.is_empty(), "{what}: {found:?}");
     }
 
-    /// Files' inodes and fragments allocated one after another decode their group into the one
-    /// buffer the allocator keeps, not into a new one each time (a heap grown and its pages
-    /// faulted in, for every allocation), and the groups come out right.
-    #[test]
-    fn allocations_reuse_one_group_buffer() {
-        let dev = Arc::new(MemDevice::new(4096, 8192));
-        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
-        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
-        let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
-        let made = fs.alloc.group_bufs();
-        for i in 0..50 {
-            let (f, _) = fs.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
-            fs.write(f, 0, &[7; 100]).unwrap();
-        }
-        assert!(fs.alloc.group_bufs() <= made + 1, "{} group buffers made", fs.alloc.group_bufs() - made);
-        unmount_clean(&dev, fs, "50 files");
-    }
-
     /// A truncation within a file's last fragment run first writes the file's new pointers and
     /// names (an fsync inside the operation), which lets the task list run: the link drop that
     /// an unlink of the file's other name, in the same directory block, queued runs then. The truncation's copy of the dinode, taken

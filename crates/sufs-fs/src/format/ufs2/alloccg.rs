@@ -89,9 +89,9 @@ pub type SearchHints = [u32; MAXFRAG as usize + 1];
 
 /// One cylinder group under allocation: the group, decoded, and the superblock whose totals
 /// move with it. Made by `new`, which checks the invariant of the module doc.
-pub struct CgAlloc<'a> {
+pub struct CgAlloc<'a, B = Vec<u8>> {
     fs: &'a mut Fs,
-    cg: &'a mut Cg,
+    cg: &'a mut Cg<B>,
     cgx: u32,
     /// `fs_frag`.
     frag: u32,
@@ -116,10 +116,10 @@ const FULL_CHECK_EVERY: u64 = 64;
 /// Changes checked so far, for `FULL_CHECK_EVERY`.
 static SETTLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-impl<'a> CgAlloc<'a> {
+impl<'a, B: AsRef<[u8]> + AsMut<[u8]>> CgAlloc<'a, B> {
     /// The allocator over group `cg` (decoded with `fs`), refused if the group breaks the
     /// invariant of the module doc. Reads every map bit once.
-    pub fn new(fs: &'a mut Fs, cg: &'a mut Cg) -> Result<CgAlloc<'a>, CgAllocError> {
+    pub fn new(fs: &'a mut Fs, cg: &'a mut Cg<B>) -> Result<CgAlloc<'a, B>, CgAllocError> {
         let a = Self::frame(fs, cg);
         match a.inconsistency() {
             None => Ok(a),
@@ -130,7 +130,7 @@ impl<'a> CgAlloc<'a> {
     /// The allocator over a group that `new` accepted before and that only an allocator has
     /// changed since (a mounted file system's group, checked once at mount): not read again
     /// whole, but in debug builds, where every change checks the invariant anyway.
-    pub fn resume(fs: &'a mut Fs, cg: &'a mut Cg) -> CgAlloc<'a> {
+    pub fn resume(fs: &'a mut Fs, cg: &'a mut Cg<B>) -> CgAlloc<'a, B> {
         let a = Self::frame(fs, cg);
         a.settled();
         a
@@ -138,13 +138,13 @@ impl<'a> CgAlloc<'a> {
 
     /// The allocator, its searches guided by `hints` (the group's `SearchHints`, all 0 when
     /// nothing is known yet), which it keeps up to date.
-    pub fn with_hints(mut self, hints: &'a mut SearchHints) -> CgAlloc<'a> {
+    pub fn with_hints(mut self, hints: &'a mut SearchHints) -> CgAlloc<'a, B> {
         self.hints = Some(hints);
         self
     }
 
     /// The allocator's view of group `cg`, unchecked.
-    fn frame(fs: &'a mut Fs, cg: &'a mut Cg) -> CgAlloc<'a> {
+    fn frame(fs: &'a mut Fs, cg: &'a mut Cg<B>) -> CgAlloc<'a, B> {
         let cgx = cg.hdr.cg_cgx;
         let frag = fs.fs_frag as u32;
         let ndblk = cg.hdr.cg_ndblk;
@@ -251,7 +251,7 @@ impl<'a> CgAlloc<'a> {
     }
 
     /// The group this allocator changes.
-    pub fn cg(&self) -> &Cg {
+    pub fn cg(&self) -> &Cg<B> {
         self.cg
     }
 

@@ -54,20 +54,24 @@ le_struct! {
 const CG_CKHASH_OFF: usize = 132;
 
 /// A decoded cylinder group: the header and the whole `fs_cgsize`-byte block it came from, in
-/// which the maps are read and changed in place. Bytes no map covers are kept as read.
+/// which the maps are read and changed in place. Bytes no map covers are kept as read. The bytes
+/// are the group's own (`Vec<u8>`, from `decode`: fsck, growfs, newfs) or the cache's block
+/// itself (`in_place` over `&mut [u8]`, `view` over `&[u8]`: the mount's allocator, which so
+/// copies no group to change a bit of it); `hdr` goes back into them with `put_header`
+/// (or `encode`).
 #[derive(Clone)]
-pub struct Cg {
+pub struct Cg<B = Vec<u8>> {
     pub hdr: CgHeader,
-    buf: Vec<u8>,
+    buf: B,
     ipg: u32,
     fpg: u32,
     frag: u32,
     contigsumsize: u32,
 }
 
-impl std::fmt::Debug for Cg {
+impl<B: AsRef<[u8]>> std::fmt::Debug for Cg<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cg").field("hdr", &self.hdr).field("cgsize", &self.buf.len()).finish_non_exhaustive()
+        f.debug_struct("Cg").field("hdr", &self.hdr).field("cgsize", &self.buf.as_ref().len()).finish_non_exhaustive()
     }
 }
 
@@ -152,79 +156,7 @@ impl Cg {
     /// index, counts and map offsets against the superblock, and its check hash if the file
     /// system keeps them and `check_hash` is set.
     pub fn decode(buf: &[u8], fs: &Fs, cgx: u32, check_hash: bool) -> Result<Cg, Ufs2Error> {
-        Self::decode_in(buf, fs, cgx, check_hash, Vec::new())
-    }
-
-    /// `decode` into `spare`, a group's bytes given back by `into_buf`: once it has held a
-    /// group, no allocation is made (the allocator decodes a group for every allocation).
-    pub fn decode_in(buf: &[u8], fs: &Fs, cgx: u32, check_hash: bool, mut spare: Vec<u8>) -> Result<Cg, Ufs2Error> {
-        let cgsize = fs.fs_cgsize as usize;
-        let bad = |what: String| Err(Ufs2Error::Cg { cg: cgx, what });
-        if buf.len() < cgsize {
-            return Err(Ufs2Error::Short { what: "cylinder group", need: cgsize, got: buf.len() });
-        }
-        let buf = &buf[..cgsize];
-        let hdr = CgHeader::read_fields(buf);
-        if hdr.cg_magic != CG_MAGIC {
-            return bad(format!("bad magic {:#x}", hdr.cg_magic));
-        }
-        if hdr.cg_cgx != cgx {
-            return bad(format!("says it is group {}", hdr.cg_cgx));
-        }
-        if check_hash && fs.has_ckhash(CK_CYLGRP) {
-            let computed = ffs_ckhash(buf, CG_CKHASH_OFF);
-            if computed != hdr.cg_ckhash {
-                return Err(Ufs2Error::CheckHash {
-                    what: format!("cylinder group {cgx}"),
-                    stored: hdr.cg_ckhash,
-                    computed,
-                });
-            }
-        }
-        let (ipg, fpg, frag) = (fs.fs_ipg, fs.fs_fpg as u32, fs.fs_frag as u32);
-        let ndblk = (fs.fs_size - fs.cgbase(cgx)).min(fpg as i64);
-        if hdr.cg_ndblk as i64 != ndblk {
-            return bad(format!("cg_ndblk {} (expected {ndblk})", hdr.cg_ndblk));
-        }
-        if hdr.cg_niblk != ipg || hdr.cg_initediblk > ipg {
-            return bad(format!("cg_niblk {}, cg_initediblk {} (fs_ipg {ipg})", hdr.cg_niblk, hdr.cg_initediblk));
-        }
-        let cs = hdr.cg_cs;
-        if cs.cs_ndir < 0
-            || cs.cs_nifree < 0
-            || cs.cs_nbfree < 0
-            || cs.cs_nffree < 0
-            || cs.cs_ndir as u32 > ipg
-            || cs.cs_nifree as u32 > ipg
-            || cs.cs_nbfree as u32 > fpg / frag
-            || cs.cs_nffree as u32 > fpg
-        {
-            return bad(format!("counts out of range: {cs:?}"));
-        }
-        let fits = |off: u32, len: u32| off as usize >= CG_STRUCT_SIZE && off as usize + len as usize <= cgsize;
-        if !fits(hdr.cg_iusedoff, ipg.div_ceil(8)) {
-            return bad(format!("used-inode map at {} does not fit", hdr.cg_iusedoff));
-        }
-        if !fits(hdr.cg_freeoff, fpg.div_ceil(8)) {
-            return bad(format!("free-fragment map at {} does not fit", hdr.cg_freeoff));
-        }
-        let contigsumsize = fs.fs_contigsumsize as u32;
-        if contigsumsize > 0 {
-            if !hdr.cg_clustersumoff.is_multiple_of(4) || !fits(hdr.cg_clustersumoff, (contigsumsize + 1) * 4) {
-                return bad(format!("cluster summary at {} does not fit", hdr.cg_clustersumoff));
-            }
-            if !fits(hdr.cg_clusteroff, (fpg / frag).div_ceil(8)) {
-                return bad(format!("cluster map at {} does not fit", hdr.cg_clusteroff));
-            }
-        }
-        spare.clear();
-        spare.extend_from_slice(buf);
-        Ok(Cg { hdr, buf: spare, ipg, fpg, frag, contigsumsize })
-    }
-
-    /// The group's bytes, for the next `decode_in`.
-    pub fn into_buf(self) -> Vec<u8> {
-        self.buf
+        Ok(check(buf, fs, cgx, check_hash)?.over(buf[..fs.fs_cgsize as usize].to_vec()))
     }
 
     /// `cg_ndblk` as group block `buf` says it, before anything is checked (fsck's look at an
@@ -303,13 +235,111 @@ impl Cg {
         hdr.write_fields(buf);
         freed
     }
+}
 
-    fn map(&self, off: u32, bits: u32) -> &[u8] {
-        &self.buf[off as usize..off as usize + bits.div_ceil(8) as usize]
+impl<'b> Cg<&'b mut [u8]> {
+    /// Group `cgx` over its block `buf` itself (at least `fs_cgsize` bytes), checked as
+    /// `decode` checks it (not its check hash, which the cache's block, changed since it was
+    /// read, need not match): its maps change in `buf`, its header when `put_header` writes it.
+    pub fn in_place(buf: &'b mut [u8], fs: &Fs, cgx: u32) -> Result<Self, Ufs2Error> {
+        let shape = check(buf, fs, cgx, false)?;
+        Ok(shape.over(&mut buf[..fs.fs_cgsize as usize]))
     }
 
-    fn map_mut(&mut self, off: u32, bits: u32) -> &mut [u8] {
-        &mut self.buf[off as usize..off as usize + bits.div_ceil(8) as usize]
+    /// The block's bytes as they are now (a debug check that a refusal changed none).
+    pub fn clone_bytes(&self) -> Vec<u8> {
+        self.buf.to_vec()
+    }
+
+    /// Writes `hdr` into the block (its check hash left to the write path's `reseal`).
+    pub fn put_header(&mut self) {
+        self.hdr.write_fields(self.buf);
+    }
+}
+
+impl<'b> Cg<&'b [u8]> {
+    /// Group `cgx` over its block `buf` itself, read only, checked as `in_place`.
+    pub fn view(buf: &'b [u8], fs: &Fs, cgx: u32) -> Result<Self, Ufs2Error> {
+        Ok(check(buf, fs, cgx, false)?.over(&buf[..fs.fs_cgsize as usize]))
+    }
+}
+
+impl Cg<()> {
+    /// This shape over the bytes `buf`.
+    fn over<B>(self, buf: B) -> Cg<B> {
+        let Cg { hdr, buf: (), ipg, fpg, frag, contigsumsize } = self;
+        Cg { hdr, buf, ipg, fpg, frag, contigsumsize }
+    }
+}
+
+/// `Cg::decode`'s checks of group `cgx`'s block `buf`: its header, and the group's shape
+/// (over no bytes yet) for the caller to put them in.
+fn check(buf: &[u8], fs: &Fs, cgx: u32, check_hash: bool) -> Result<Cg<()>, Ufs2Error> {
+    let cgsize = fs.fs_cgsize as usize;
+    let bad = |what: String| Err(Ufs2Error::Cg { cg: cgx, what });
+    if buf.len() < cgsize {
+        return Err(Ufs2Error::Short { what: "cylinder group", need: cgsize, got: buf.len() });
+    }
+    let buf = &buf[..cgsize];
+    let hdr = CgHeader::read_fields(buf);
+    if hdr.cg_magic != CG_MAGIC {
+        return bad(format!("bad magic {:#x}", hdr.cg_magic));
+    }
+    if hdr.cg_cgx != cgx {
+        return bad(format!("says it is group {}", hdr.cg_cgx));
+    }
+    if check_hash && fs.has_ckhash(CK_CYLGRP) {
+        let computed = ffs_ckhash(buf, CG_CKHASH_OFF);
+        if computed != hdr.cg_ckhash {
+            return Err(Ufs2Error::CheckHash {
+                what: format!("cylinder group {cgx}"),
+                stored: hdr.cg_ckhash,
+                computed,
+            });
+        }
+    }
+    let (ipg, fpg, frag) = (fs.fs_ipg, fs.fs_fpg as u32, fs.fs_frag as u32);
+    let ndblk = (fs.fs_size - fs.cgbase(cgx)).min(fpg as i64);
+    if hdr.cg_ndblk as i64 != ndblk {
+        return bad(format!("cg_ndblk {} (expected {ndblk})", hdr.cg_ndblk));
+    }
+    if hdr.cg_niblk != ipg || hdr.cg_initediblk > ipg {
+        return bad(format!("cg_niblk {}, cg_initediblk {} (fs_ipg {ipg})", hdr.cg_niblk, hdr.cg_initediblk));
+    }
+    let cs = hdr.cg_cs;
+    if cs.cs_ndir < 0
+        || cs.cs_nifree < 0
+        || cs.cs_nbfree < 0
+        || cs.cs_nffree < 0
+        || cs.cs_ndir as u32 > ipg
+        || cs.cs_nifree as u32 > ipg
+        || cs.cs_nbfree as u32 > fpg / frag
+        || cs.cs_nffree as u32 > fpg
+    {
+        return bad(format!("counts out of range: {cs:?}"));
+    }
+    let fits = |off: u32, len: u32| off as usize >= CG_STRUCT_SIZE && off as usize + len as usize <= cgsize;
+    if !fits(hdr.cg_iusedoff, ipg.div_ceil(8)) {
+        return bad(format!("used-inode map at {} does not fit", hdr.cg_iusedoff));
+    }
+    if !fits(hdr.cg_freeoff, fpg.div_ceil(8)) {
+        return bad(format!("free-fragment map at {} does not fit", hdr.cg_freeoff));
+    }
+    let contigsumsize = fs.fs_contigsumsize as u32;
+    if contigsumsize > 0 {
+        if !hdr.cg_clustersumoff.is_multiple_of(4) || !fits(hdr.cg_clustersumoff, (contigsumsize + 1) * 4) {
+            return bad(format!("cluster summary at {} does not fit", hdr.cg_clustersumoff));
+        }
+        if !fits(hdr.cg_clusteroff, (fpg / frag).div_ceil(8)) {
+            return bad(format!("cluster map at {} does not fit", hdr.cg_clusteroff));
+        }
+    }
+    Ok(Cg { hdr, buf: (), ipg, fpg, frag, contigsumsize })
+}
+
+impl<B: AsRef<[u8]>> Cg<B> {
+    fn map(&self, off: u32, bits: u32) -> &[u8] {
+        &self.buf.as_ref()[off as usize..off as usize + bits.div_ceil(8) as usize]
     }
 
     /// The used-inode map's bytes (`cg_inosused`, `fs_ipg` bits, inode `i` at bit `i % 8` of
@@ -335,51 +365,10 @@ impl Cg {
         bit(self.map(self.hdr.cg_iusedoff, self.ipg), i as usize)
     }
 
-    pub fn set_inode_used(&mut self, i: u32, used: bool) {
-        assert!(i < self.ipg, "inode {i} of a group of {}", self.ipg);
-        let (off, n) = (self.hdr.cg_iusedoff, self.ipg);
-        set_bit(self.map_mut(off, n), i as usize, used);
-    }
-
     /// `cg_blksfree`: whether fragment `f` of the group is free.
     pub fn frag_free(&self, f: u32) -> bool {
         assert!(f < self.fpg, "fragment {f} of a group of {}", self.fpg);
         bit(self.map(self.hdr.cg_freeoff, self.fpg), f as usize)
-    }
-
-    pub fn set_frag_free(&mut self, f: u32, free: bool) {
-        assert!(f < self.fpg, "fragment {f} of a group of {}", self.fpg);
-        let (off, n) = (self.hdr.cg_freeoff, self.fpg);
-        set_bit(self.map_mut(off, n), f as usize, free);
-    }
-
-    /// Marks fragments `first..first + n` of the group free (or in use), as `ffs_setblock` and
-    /// newfs's loops do a run at a time.
-    pub fn set_frags_free(&mut self, first: u32, n: u32, free: bool) {
-        assert!(first + n <= self.fpg, "fragments {first}+{n} of a group of {}", self.fpg);
-        let (off, bits) = (self.hdr.cg_freeoff, self.fpg);
-        set_bits(self.map_mut(off, bits), first as usize, n as usize, free);
-    }
-
-    /// Sets the free-cluster map's bits of blocks `first..first + n` (`setbit(cg_clustersfree)`);
-    /// the group must keep cluster maps.
-    pub fn set_clusters_free(&mut self, first: u32, n: u32, free: bool) {
-        let nblk = self.fpg / self.frag;
-        assert!(self.contigsumsize > 0, "a group without cluster maps");
-        assert!(first + n <= nblk, "blocks {first}+{n} of a group of {nblk}");
-        let off = self.hdr.cg_clusteroff;
-        set_bits(self.map_mut(off, nblk), first as usize, n as usize, free);
-    }
-
-    /// Writes the cluster summary's entries `1..=fs_contigsumsize` from `sum` (indexed as the
-    /// summary, `sum[0]` ignored). Entry 0 is never written: newfs places the summary at the
-    /// last whole word of the free map (`roundup(cg_nextfreeoff, 4) - 4`), so that entry shares
-    /// its bytes with the map.
-    pub fn set_clustersum_all(&mut self, sum: &[u32]) {
-        assert_eq!(sum.len(), self.contigsumsize as usize + 1, "a cluster summary of {} entries", sum.len());
-        for (len, &v) in sum.iter().enumerate().skip(1) {
-            self.set_clustersum(len, v);
-        }
     }
 
     /// `ffs_isblock`: whether every fragment of block `b` of the group is free.
@@ -395,75 +384,12 @@ impl Cg {
         (self.contigsumsize > 0).then(|| bit(self.map(self.hdr.cg_clusteroff, nblk), b as usize))
     }
 
-    /// Sets block `b`'s free-cluster bit (`ffs_clusteracct`'s `setbit`/`clrbit`). The group
-    /// must have cluster maps (`fs_contigsumsize > 0`).
-    pub fn set_cluster_free(&mut self, b: u32, free: bool) {
-        let nblk = self.fpg / self.frag;
-        assert!(b < nblk, "block {b} of a group of {nblk}");
-        assert!(self.contigsumsize > 0, "a group without cluster maps");
-        let off = self.hdr.cg_clusteroff;
-        set_bit(self.map_mut(off, nblk), b as usize, free);
-    }
-
-    /// Sets `cg_clustersum[len]`, `len` in `1..=fs_contigsumsize` (with cluster maps only).
-    /// Entry 0 is never written: newfs places the summary 4 bytes before the end of the map
-    /// before it (`cg_clustersumoff` rounded up, less 4), so entry 0 is that map's last bytes.
-    /// The other counts of the header (`cg_cs`, `cg_frsum`, the rotors, `cg_initediblk`) are
-    /// fields of `hdr`, set there.
-    pub fn set_clustersum(&mut self, len: usize, count: u32) {
-        assert!(
-            self.contigsumsize > 0 && (1..=self.contigsumsize as usize).contains(&len),
-            "cluster summary entry {len} of {}",
-            self.contigsumsize
-        );
-        count.put(&mut self.buf, self.hdr.cg_clustersumoff as usize + 4 * len);
-    }
-
     /// `cg_clustersum`: entries `0..=fs_contigsumsize` (empty without cluster maps).
     pub fn clustersum(&self) -> Vec<u32> {
         let off = self.hdr.cg_clustersumoff as usize;
         (0..self.contigsumsize as usize + usize::from(self.contigsumsize > 0))
-            .map(|i| u32::get(&self.buf, off + 4 * i))
+            .map(|i| u32::get(self.buf.as_ref(), off + 4 * i))
             .collect()
-    }
-
-    /// Resizes the group to `ndblk` fragments (growfs extends the old last group; fsck cuts an
-    /// interrupted growfs's back): growing frees the fragments from the old end to the new one,
-    /// shrinking clears every bit past the new end (bits past a group's end are zero), and the
-    /// cluster map and counts are then recomputed from the free map (`recount`).
-    pub fn resize(&mut self, ndblk: u32) {
-        assert!(ndblk > 0 && ndblk <= self.fpg, "group {}: {ndblk} fragments of at most {}", self.hdr.cg_cgx, self.fpg);
-        let old = self.hdr.cg_ndblk;
-        if ndblk > old {
-            self.set_frags_free(old, ndblk - old, true);
-        } else {
-            self.set_frags_free(ndblk, self.fpg - ndblk, false);
-        }
-        self.hdr.cg_ndblk = ndblk;
-        if self.contigsumsize > 0 {
-            self.hdr.cg_nclusterblks = ndblk / self.frag;
-        }
-        self.recount();
-    }
-
-    /// Makes the cluster map (a bit per wholly free block inside the group), the free counts
-    /// of `cg_cs`, `cg_frsum` and the cluster summary agree with the free-fragment map, as
-    /// growfs leaves a group whose map it changed. `cs_ndir` and `cs_nifree` are not touched.
-    pub fn recount(&mut self) {
-        if self.contigsumsize > 0 {
-            let whole = self.hdr.cg_ndblk / self.frag;
-            for b in 0..self.fpg / self.frag {
-                let free = b < whole && self.block_free(b);
-                self.set_cluster_free(b, free);
-            }
-        }
-        let m = self.map_counts();
-        self.hdr.cg_cs.cs_nbfree = m.nbfree as i32;
-        self.hdr.cg_cs.cs_nffree = m.nffree as i32;
-        self.hdr.cg_frsum = m.frsum;
-        if self.contigsumsize > 0 {
-            self.set_clustersum_all(&m.clustersum);
-        }
     }
 
     /// The counts, fragment summary and cluster summary recomputed from the maps, as fsck_ffs
@@ -507,6 +433,116 @@ impl Cg {
             }
         }
         c
+    }
+}
+
+impl<B: AsRef<[u8]> + AsMut<[u8]>> Cg<B> {
+    fn map_mut(&mut self, off: u32, bits: u32) -> &mut [u8] {
+        &mut self.buf.as_mut()[off as usize..off as usize + bits.div_ceil(8) as usize]
+    }
+
+    pub fn set_inode_used(&mut self, i: u32, used: bool) {
+        assert!(i < self.ipg, "inode {i} of a group of {}", self.ipg);
+        let (off, n) = (self.hdr.cg_iusedoff, self.ipg);
+        set_bit(self.map_mut(off, n), i as usize, used);
+    }
+
+    pub fn set_frag_free(&mut self, f: u32, free: bool) {
+        assert!(f < self.fpg, "fragment {f} of a group of {}", self.fpg);
+        let (off, n) = (self.hdr.cg_freeoff, self.fpg);
+        set_bit(self.map_mut(off, n), f as usize, free);
+    }
+
+    /// Marks fragments `first..first + n` of the group free (or in use), as `ffs_setblock` and
+    /// newfs's loops do a run at a time.
+    pub fn set_frags_free(&mut self, first: u32, n: u32, free: bool) {
+        assert!(first + n <= self.fpg, "fragments {first}+{n} of a group of {}", self.fpg);
+        let (off, bits) = (self.hdr.cg_freeoff, self.fpg);
+        set_bits(self.map_mut(off, bits), first as usize, n as usize, free);
+    }
+
+    /// Sets the free-cluster map's bits of blocks `first..first + n` (`setbit(cg_clustersfree)`);
+    /// the group must keep cluster maps.
+    pub fn set_clusters_free(&mut self, first: u32, n: u32, free: bool) {
+        let nblk = self.fpg / self.frag;
+        assert!(self.contigsumsize > 0, "a group without cluster maps");
+        assert!(first + n <= nblk, "blocks {first}+{n} of a group of {nblk}");
+        let off = self.hdr.cg_clusteroff;
+        set_bits(self.map_mut(off, nblk), first as usize, n as usize, free);
+    }
+
+    /// Writes the cluster summary's entries `1..=fs_contigsumsize` from `sum` (indexed as the
+    /// summary, `sum[0]` ignored). Entry 0 is never written: newfs places the summary at the
+    /// last whole word of the free map (`roundup(cg_nextfreeoff, 4) - 4`), so that entry shares
+    /// its bytes with the map.
+    pub fn set_clustersum_all(&mut self, sum: &[u32]) {
+        assert_eq!(sum.len(), self.contigsumsize as usize + 1, "a cluster summary of {} entries", sum.len());
+        for (len, &v) in sum.iter().enumerate().skip(1) {
+            self.set_clustersum(len, v);
+        }
+    }
+
+    /// Sets block `b`'s free-cluster bit (`ffs_clusteracct`'s `setbit`/`clrbit`). The group
+    /// must have cluster maps (`fs_contigsumsize > 0`).
+    pub fn set_cluster_free(&mut self, b: u32, free: bool) {
+        let nblk = self.fpg / self.frag;
+        assert!(b < nblk, "block {b} of a group of {nblk}");
+        assert!(self.contigsumsize > 0, "a group without cluster maps");
+        let off = self.hdr.cg_clusteroff;
+        set_bit(self.map_mut(off, nblk), b as usize, free);
+    }
+
+    /// Sets `cg_clustersum[len]`, `len` in `1..=fs_contigsumsize` (with cluster maps only).
+    /// Entry 0 is never written: newfs places the summary 4 bytes before the end of the map
+    /// before it (`cg_clustersumoff` rounded up, less 4), so entry 0 is that map's last bytes.
+    /// The other counts of the header (`cg_cs`, `cg_frsum`, the rotors, `cg_initediblk`) are
+    /// fields of `hdr`, set there.
+    pub fn set_clustersum(&mut self, len: usize, count: u32) {
+        assert!(
+            self.contigsumsize > 0 && (1..=self.contigsumsize as usize).contains(&len),
+            "cluster summary entry {len} of {}",
+            self.contigsumsize
+        );
+        count.put(self.buf.as_mut(), self.hdr.cg_clustersumoff as usize + 4 * len);
+    }
+
+    /// Resizes the group to `ndblk` fragments (growfs extends the old last group; fsck cuts an
+    /// interrupted growfs's back): growing frees the fragments from the old end to the new one,
+    /// shrinking clears every bit past the new end (bits past a group's end are zero), and the
+    /// cluster map and counts are then recomputed from the free map (`recount`).
+    pub fn resize(&mut self, ndblk: u32) {
+        assert!(ndblk > 0 && ndblk <= self.fpg, "group {}: {ndblk} fragments of at most {}", self.hdr.cg_cgx, self.fpg);
+        let old = self.hdr.cg_ndblk;
+        if ndblk > old {
+            self.set_frags_free(old, ndblk - old, true);
+        } else {
+            self.set_frags_free(ndblk, self.fpg - ndblk, false);
+        }
+        self.hdr.cg_ndblk = ndblk;
+        if self.contigsumsize > 0 {
+            self.hdr.cg_nclusterblks = ndblk / self.frag;
+        }
+        self.recount();
+    }
+
+    /// Makes the cluster map (a bit per wholly free block inside the group), the free counts
+    /// of `cg_cs`, `cg_frsum` and the cluster summary agree with the free-fragment map, as
+    /// growfs leaves a group whose map it changed. `cs_ndir` and `cs_nifree` are not touched.
+    pub fn recount(&mut self) {
+        if self.contigsumsize > 0 {
+            let whole = self.hdr.cg_ndblk / self.frag;
+            for b in 0..self.fpg / self.frag {
+                let free = b < whole && self.block_free(b);
+                self.set_cluster_free(b, free);
+            }
+        }
+        let m = self.map_counts();
+        self.hdr.cg_cs.cs_nbfree = m.nbfree as i32;
+        self.hdr.cg_cs.cs_nffree = m.nffree as i32;
+        self.hdr.cg_frsum = m.frsum;
+        if self.contigsumsize > 0 {
+            self.set_clustersum_all(&m.clustersum);
+        }
     }
 }
 
