@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use crate::dev::WriteKind;
-use crate::fs::{lock, SharedFs};
+use crate::fs::{lock, SharedFs, TASK_SLICE};
 use crate::fs::{Fs, FsResult, Ordering as Ordered};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -144,7 +144,19 @@ impl Sweeper {
         for chunk in plan {
             Fs::write_in_flight(fs, &chunk, WriteKind::Async)?;
         }
-        lock(fs).run_tasks_bounded().map(|_| ())
+        Self::run_tasks_shared(fs)
+    }
+
+    /// Runs the task list a slice at a time (`TASK_SLICE`), the lock taken for each slice only:
+    /// after a sweep's writes, and at each of the syncer's wake-ups for what the requests left
+    /// (each runs one slice).
+    pub fn run_tasks_shared(fs: &SharedFs) -> FsResult<()> {
+        loop {
+            let mut g = lock(fs);
+            if g.is_shut_down() || !g.run_tasks_upto(TASK_SLICE)?.more {
+                return Ok(());
+            }
+        }
     }
 
     /// The background flush (`FlushRequest`): every dirty buffer, in flights outside the lock,

@@ -56,6 +56,7 @@ impl Syncer {
                     if due {
                         report("sweep", sweeper.tick_shared(&fs));
                     }
+                    report("tasks", Sweeper::run_tasks_shared(&fs));
                 }
                 timed_out
             })

@@ -223,6 +223,7 @@ mod paths;
 mod rename;
 mod sync;
 mod tasks;
+pub use tasks::{TaskSlice, TASK_SLICE};
 // Extended attributes (UFS2's attribute area) and the POSIX ACLs kept in them.
 pub mod acl;
 pub mod xattr;

@@ -10,6 +10,19 @@ const TASK_DEPS: usize = 3;
 /// A list this short runs at once, without counting: the bound's slack.
 const TASK_CHUNK_MIN: usize = 64;
 
+/// The tasks a shared file system's syncer runs under one taking of the lock
+/// (`run_tasks_upto`): a task frees an inode or a file's blocks, some microseconds each.
+pub const TASK_SLICE: usize = 64;
+
+/// What a slice of the task list left (`Fs::run_tasks_upto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskSlice {
+    /// Tasks still queued.
+    pub left: usize,
+    /// The slice ended at its length with tasks that could run now: take another.
+    pub more: bool,
+}
+
 impl Fs {
     /// Runs the task list: work that completed writes made possible (soft updates' dirrem,
     /// freeblks and freefile).
@@ -41,30 +54,43 @@ impl Fs {
     /// list runs at once, uncounted. Returns the tasks left queued. Callers that need the list
     /// drained (fsync, sync, unmount, snapshots) use `run_tasks`.
     pub fn run_tasks_bounded(&mut self) -> FsResult<usize> {
+        self.run_tasks_upto(usize::MAX).map(|s| s.left)
+    }
+
+    /// `run_tasks_bounded`, at most `most` tasks: a shared file system's syncer runs the list a
+    /// slice at a time (`TASK_SLICE`), the lock let go between slices, so that a long list (the
+    /// removals of a whole tree, thousands of tasks) does not hold every request for tens of
+    /// milliseconds.
+    pub fn run_tasks_upto(&mut self, most: usize) -> FsResult<TaskSlice> {
         let limit = self.softdep_limit;
+        let mut budget = most;
         loop {
-            let Some(sd) = self.hooks.softdep.as_mut() else { return Ok(0) };
+            let Some(sd) = self.hooks.softdep.as_mut() else { return Ok(TaskSlice { left: 0, more: false }) };
             let queued = sd.tasks.len();
-            if queued <= TASK_CHUNK_MIN {
+            if queued <= TASK_CHUNK_MIN && queued <= budget {
                 self.run_tasks()?;
-                return Ok(self.tasks_queued());
+                return Ok(TaskSlice { left: self.tasks_queued(), more: false });
+            }
+            if budget == 0 {
+                return Ok(TaskSlice { left: queued, more: true });
             }
             // Nothing retired since the list was last left for want of room: counting again
             // would find none (structures retire only when writes complete).
             let stamp = sd.writes_completed();
             if self.tasks_left_at == Some(stamp) {
-                return Ok(queued);
+                return Ok(TaskSlice { left: queued, more: false });
             }
             let room = limit.saturating_sub(sd.count()) / TASK_DEPS;
             if room < TASK_CHUNK_MIN {
                 self.tasks_left_at = Some(stamp);
-                return Ok(queued);
+                return Ok(TaskSlice { left: queued, more: false });
             }
             self.tasks_left_at = None;
-            for _ in 0..room.min(queued) {
+            for _ in 0..room.min(queued).min(budget) {
                 if !self.run_next_task()? {
                     break;
                 }
+                budget -= 1;
             }
         }
     }
@@ -226,7 +252,12 @@ impl Fs {
 
     /// Keeps the cache within its size: when it is full of dirty buffers, the oldest are written.
     pub(super) fn balance(&mut self) -> FsResult<()> {
-        if self.run_tasks_bounded()? > 0 {
+        // A mount's request runs a slice of the list, not all of it: the removals of a tree
+        // queue thousands of tasks as a flight lands, and the request that met them held every
+        // other for tens of milliseconds. The syncer runs what is left, a slice at a time.
+        let most = if self.flusher.is_some() { TASK_SLICE } else { usize::MAX };
+        let tasks = self.run_tasks_upto(most)?;
+        if tasks.left > 0 && !tasks.more {
             // Tasks wait for room under the bound: writes retire what the last chunk made, by
             // the flusher (outside the lock) or, without one, here.
             match &self.flusher {
