@@ -337,6 +337,46 @@ mod tests {
     use crate::dev::MemDevice;
     use crate::fs::{mkfs, MkfsOptions, MountOptions};
 
+    /// On a mount (a flusher attached), a request runs one slice of the task list, not all of
+    /// it, and asks no flush for the rest (it is not waiting for room); the syncer's
+    /// `run_tasks_shared` runs the rest, a slice under each taking of the lock.
+    #[test]
+    fn a_request_runs_a_slice_of_the_task_list_and_the_syncer_the_rest() {
+        let dev = Arc::new(MemDevice::new(4096, 16384));
+        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 4096, readonly: false };
+        let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();
+        let flusher = fs.attach_flusher();
+        let free0 = fs.statfs().ffree;
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        for i in 0..400 {
+            fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        fs.sync_all().unwrap();
+        for i in 0..400 {
+            fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+        }
+        // The directory's write completes the removals: their tasks queue, none run yet.
+        let dirty: Vec<u64> = fs.cache.dirty_oldest_first().map(|(_, b)| b).collect();
+        fs.write_delayed(dirty, 1024).unwrap();
+        let queued = fs.tasks_queued();
+        assert!(queued > 4 * TASK_SLICE, "{queued} tasks queued");
+        let ran = |fs: &Fs| fs.hooks.softdep.as_ref().unwrap().stats.tasks_run;
+        let before = ran(&fs);
+        fs.create(ROOT_INO, b"x", 0o644, 0, 0).unwrap();
+        assert_eq!(ran(&fs) - before, TASK_SLICE as u64, "a request runs one slice");
+        assert_eq!(fs.tasks_queued(), queued - TASK_SLICE);
+        assert!(!flusher.wait(std::time::Duration::ZERO), "no flush asked for runnable tasks");
+        let shared: SharedFs = Arc::new(std::sync::Mutex::new(fs));
+        crate::policy::Sweeper::run_tasks_shared(&shared).unwrap();
+        let mut fs = lock(&shared);
+        assert_eq!(fs.tasks_queued(), 0, "the syncer ran the rest");
+        fs.unlink(ROOT_INO, b"x").unwrap();
+        fs.rmdir(ROOT_INO, b"d").unwrap();
+        fs.sync_all().unwrap();
+        assert_eq!(fs.statfs().ffree, free0, "every inode freed");
+    }
+
     /// A directory block's write completes hundreds of removals at once: their tasks run a
     /// chunk at a time within the bound, the rest left queued for after the next write, and
     /// `sync_all` still drains them all.
