@@ -391,13 +391,20 @@ pub struct DirRem {
 pub struct PageDep {
     #[allow(dead_code)] // the header every dependency carries (its kind and state), shown by Debug
     pub wk: WorkList,
-    pub diradds: Vec<DirAdd>,
+    /// The block's new entries not yet on disk, by offset (at most one at each: FreeBSD hashes
+    /// a pagedep's diradds by offset, `pd_diraddhd`; a list searched for each new entry cost a
+    /// directory of 100,000 names an eighth of each create).
+    pub diradds: std::collections::BTreeMap<usize, DirAdd>,
     pub dirrems: Vec<DirRem>,
 }
 
 impl Default for PageDep {
     fn default() -> PageDep {
-        PageDep { wk: WorkList::new(DepKind::PageDep, DepState::ATTACHED), diradds: Vec::new(), dirrems: Vec::new() }
+        PageDep {
+            wk: WorkList::new(DepKind::PageDep, DepState::ATTACHED),
+            diradds: Default::default(),
+            dirrems: Vec::new(),
+        }
     }
 }
 

@@ -305,7 +305,7 @@ impl Softdep {
         if !reachable && !pd.dirrems.is_empty() {
             inf.rolled_back = true;
         }
-        for da in &pd.diradds {
+        for da in pd.diradds.values() {
             if reachable && da.ready() {
                 inf.diradds_done.push((da.off, da.epoch));
             } else {
@@ -365,8 +365,13 @@ impl Softdep {
     /// the disk's inode did not name: no removal is on disk).
     fn entries_written(&mut self, bno: u64, mut pd: PageDep, mut written: Vec<(usize, Epoch)>, epoch: Epoch) {
         written.sort_unstable();
-        let done: Vec<DirAdd> =
-            pd.diradds.extract_if(.., |d| written.binary_search(&(d.off, d.epoch)).is_ok()).collect();
+        let done: Vec<DirAdd> = written
+            .iter()
+            .filter_map(|&(off, epoch)| match pd.diradds.get(&off) {
+                Some(d) if d.epoch == epoch => pd.diradds.remove(&off),
+                _ => None,
+            })
+            .collect();
         for mut da in done {
             da.wk.state |= DepState::COMPLETE;
             assert!(da.ready() && da.wk.state.contains(DepState::ALLCOMPLETE), "diradd written too early: {da:?}");
@@ -438,7 +443,7 @@ impl Softdep {
             let Some(da) = self
                 .pagedeps
                 .get_mut(&r.dirblk)
-                .and_then(|pd| pd.diradds.iter_mut().find(|da| da.off == r.off && da.epoch == r.epoch))
+                .and_then(|pd| pd.diradds.get_mut(&r.off).filter(|da| da.epoch == r.epoch))
             else {
                 continue;
             };

@@ -571,21 +571,20 @@ impl Softdep {
         }
         let wk = WorkList::new(DepKind::DirAdd, state);
         let pd = self.pagedeps.entry(dirblk).or_default();
-        debug_assert!(pd.diradds.iter().all(|d| d.off != off), "two diradds at {off} of block {dirblk}");
-        pd.diradds.push(DirAdd { wk, off, ino, old_ino, old_dtype, epoch, parent, on_complete: carried });
+        let da = DirAdd { wk, off, ino, old_ino, old_dtype, epoch, parent, on_complete: carried };
+        let twice = pd.diradds.insert(off, da).is_some();
+        assert!(!twice, "two diradds at {off} of block {dirblk}");
     }
 
     /// Removes the pending entry at `off` of `dirblk`, if any, with the pending ops that name it.
     /// True if the entry at `off` of `dirblk` is a new or changed one not yet on disk.
     pub fn diradd_at(&self, dirblk: u64, off: usize) -> bool {
-        self.pagedeps.get(&dirblk).is_some_and(|pd| pd.diradds.iter().any(|d| d.off == off))
+        self.pagedeps.get(&dirblk).is_some_and(|pd| pd.diradds.contains_key(&off))
     }
 
     fn take_diradd(&mut self, dirblk: u64, off: usize) -> Option<DirAdd> {
         let pd = self.pagedeps.get_mut(&dirblk)?;
-        // At most one DirAdd per offset (`dir_add` takes the old one), so order is free.
-        let i = pd.diradds.iter().position(|d| d.off == off)?;
-        let da = pd.diradds.swap_remove(i);
+        let da = pd.diradds.remove(&off)?;
         self.forget_diradd(dirblk, &da);
         Some(da)
     }
@@ -611,7 +610,7 @@ impl Softdep {
 
     /// The new entry at `off` of `dirblk` waits for its hidden namesake's removal (NAMESAKE).
     pub fn wait_for_namesake(&mut self, dirblk: u64, off: usize) {
-        if let Some(da) = self.pagedeps.get_mut(&dirblk).and_then(|pd| pd.diradds.iter_mut().find(|d| d.off == off)) {
+        if let Some(da) = self.pagedeps.get_mut(&dirblk).and_then(|pd| pd.diradds.get_mut(&off)) {
             da.wk.state |= DepState::NAMESAKE;
         }
     }
@@ -620,7 +619,7 @@ impl Softdep {
     /// was waiting for it (and may now be written).
     pub fn namesake_gone(&mut self, dirblk: u64, off: usize) -> bool {
         let pd = self.pagedeps.get_mut(&dirblk);
-        match pd.and_then(|pd| pd.diradds.iter_mut().find(|d| d.off == off)) {
+        match pd.and_then(|pd| pd.diradds.get_mut(&off)) {
             Some(da) if da.wk.state.contains(DepState::NAMESAKE) => {
                 da.wk.state.remove(DepState::NAMESAKE);
                 true
@@ -633,7 +632,7 @@ impl Softdep {
     /// old-name removal, when the rename is undone before its new name reached the disk).
     pub fn take_on_complete(&mut self, dirblk: u64, off: usize, pick: impl Fn(&Task) -> bool) -> Option<Task> {
         let pd = self.pagedeps.get_mut(&dirblk)?;
-        let da = pd.diradds.iter_mut().find(|d| d.off == off)?;
+        let da = pd.diradds.get_mut(&off)?;
         let i = da.on_complete.iter().position(pick)?;
         Some(da.on_complete.remove(i))
     }
@@ -655,7 +654,7 @@ impl Softdep {
         if let Some(dir) = self.block_dir.remove(&old) {
             self.block_dir.insert(new, dir);
         }
-        for da in &pd.diradds {
+        for da in pd.diradds.values() {
             let keys = [(da.ino, old), (da.ino, new)];
             if let Some(n) = self.name_blocks.remove(&keys[0]) {
                 *self.name_blocks.entry(keys[1]).or_insert(0) += n;
@@ -762,7 +761,7 @@ impl Softdep {
             }
             self.block_dir.remove(b);
             if let Some(pd) = self.pagedeps.remove(b) {
-                for da in pd.diradds {
+                for da in pd.diradds.into_values() {
                     self.forget_diradd(*b, &da);
                     orphans.extend(da.on_complete);
                 }
@@ -829,7 +828,7 @@ impl Softdep {
     pub fn pending_entries_naming(&self, ino: u32) -> Vec<(u64, usize, DepState)> {
         let mut out = Vec::new();
         for (&b, pd) in &self.pagedeps {
-            out.extend(pd.diradds.iter().filter(|d| d.ino == ino).map(|d| (b, d.off, d.wk.state)));
+            out.extend(pd.diradds.values().filter(|d| d.ino == ino).map(|d| (b, d.off, d.wk.state)));
         }
         out
     }
@@ -1022,7 +1021,7 @@ mod tests {
     }
 
     fn diradd_state(sd: &Softdep, dirblk: u64) -> DepState {
-        sd.pagedeps[&dirblk].diradds[0].wk.state
+        sd.pagedeps[&dirblk].diradds.values().next().expect("a diradd").wk.state
     }
 
     #[test]
