@@ -643,17 +643,7 @@ fn a_crash_leaves_unnamed_o_tmpfile_files_as_allowed_leaks() {
     fsck_clean(&img);
 }
 
-const FS_IOC_GETFSLABEL: libc::c_ulong = 0x8100_9431;
 const FS_IOC_SETFSLABEL: libc::c_ulong = 0x4100_9432;
-
-/// FS_IOC_GETFSLABEL on `path`: the label.
-fn get_label(path: &Path) -> Vec<u8> {
-    let f = fs::File::open(path).unwrap();
-    let mut buf = [0u8; 256];
-    let r = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_GETFSLABEL, buf.as_mut_ptr()) };
-    assert_eq!(r, 0, "FS_IOC_GETFSLABEL: {}", std::io::Error::last_os_error());
-    buf.iter().take_while(|&&b| b != 0).copied().collect()
-}
 
 /// FS_IOC_SETFSLABEL on `path` with `label` (NUL-ended when shorter than the buffer's 256
 /// bytes): Ok or the errno.

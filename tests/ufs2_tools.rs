@@ -12,7 +12,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use common::fuse::{external_tool, fuse_available, mount_fg};
+use common::fuse::{external_tool, fuse_available, get_label, mount_fg};
 use common::ufs2::{statvfs, FuseUfs};
 use common::{ok, sufs};
 use sufs_fs::format::ufs2::{Superblock, SBLOCK_UFS2};
@@ -56,10 +56,9 @@ fn as_nobody(script: &str) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-/// `xfs_io -c label`: the label a mount reports (FS_IOC_GETFSLABEL).
+/// The label a mount reports (FS_IOC_GETFSLABEL).
 fn mount_label(mnt: &Path) -> String {
-    let out = Command::new("xfs_io").args(["-c", "label"]).arg(mnt).output().expect("xfs_io");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    String::from_utf8_lossy(&get_label(mnt)).into_owned()
 }
 
 /// tunefs on a newfs image: dumpfs, every copy, the checker, a mount and fuse-ufs see the change;

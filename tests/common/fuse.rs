@@ -193,3 +193,16 @@ pub fn external_tool(name: &str, install: &str) -> Option<PathBuf> {
     }
     found
 }
+
+/// FS_IOC_GETFSLABEL (as `xfs_io -c label` calls it).
+pub const FS_IOC_GETFSLABEL: libc::c_ulong = 0x8100_9431;
+
+/// FS_IOC_GETFSLABEL on `path`: the label of the file system holding it.
+pub fn get_label(path: &Path) -> Vec<u8> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    let mut buf = [0u8; 256];
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_GETFSLABEL, buf.as_mut_ptr()) };
+    assert_eq!(r, 0, "FS_IOC_GETFSLABEL: {}", std::io::Error::last_os_error());
+    buf.iter().take_while(|&&b| b != 0).copied().collect()
+}
