@@ -337,6 +337,19 @@ mod tests {
     use crate::dev::MemDevice;
     use crate::fs::{mkfs, MkfsOptions, MountOptions};
 
+    /// Directory "d" made with `n` files, synced, and the files unlinked: their removals wait
+    /// for the directory's next write.
+    fn names_made_and_removed(fs: &mut Fs, n: usize) {
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        for i in 0..n {
+            fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+        }
+        fs.sync_all().unwrap();
+        for i in 0..n {
+            fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+        }
+    }
+
     /// On a mount (a flusher attached), a request runs one slice of the task list, not all of
     /// it, and asks no flush for the rest (it is not waiting for room); the syncer's
     /// `run_tasks_shared` runs the rest, a slice under each taking of the lock.
@@ -348,14 +361,7 @@ mod tests {
         let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();
         let flusher = fs.attach_flusher();
         let free0 = fs.statfs().ffree;
-        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
-        for i in 0..400 {
-            fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
-        }
-        fs.sync_all().unwrap();
-        for i in 0..400 {
-            fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
-        }
+        names_made_and_removed(&mut fs, 400);
         // The directory's write completes the removals: their tasks queue, none run yet.
         let dirty: Vec<u64> = fs.cache.dirty_oldest_first().map(|(_, b)| b).collect();
         fs.write_delayed(dirty, 1024).unwrap();
@@ -391,14 +397,7 @@ mod tests {
         // Served by nobody: the bound only asks for writes, which this test makes itself.
         fs.attach_flusher();
         let free0 = fs.statfs().ffree;
-        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
-        for i in 0..500 {
-            fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
-        }
-        fs.sync_all().unwrap();
-        for i in 0..500 {
-            fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
-        }
+        names_made_and_removed(&mut fs, 500);
         // The flusher's rounds: each write lets the last chunk's structures retire and the
         // next chunk run.
         let mut deferred = 0;
