@@ -159,6 +159,11 @@ impl Namesakes {
     /// namesakes on disk now, if any; false if there are none. A waiter left at that place by an
     /// entry since removed is replaced: the place's entry is this one now.
     pub fn wait(&mut self, dir: u32, name: &[u8], at: Place, ino: u32) -> bool {
+        // Every create asks; nearly always nothing is hidden, and the key would cost a copy.
+        if self.queues.is_empty() {
+            assert!(self.waiting.is_empty(), "every waiter has its name's queue");
+            return false;
+        }
         let key = (dir, name.to_vec());
         let Some(&seq) = self.queues.get(&key).and_then(|q| q.hidden.last()) else {
             return false;

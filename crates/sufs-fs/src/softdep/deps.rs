@@ -263,6 +263,13 @@ impl InodeDep {
         self.allocdirects().any(|a| matches!(a.slot, PtrSlot::Ext(_)))
     }
 
+    /// What it counts against soft updates' memory bound: itself, each pending op and each
+    /// waiting task, and each new pointer holding a fragment to free.
+    pub(crate) fn records(&self) -> usize {
+        let attached = self.allocdirects().filter(|a| a.freefrag.is_some()).count();
+        1 + self.pending.len() + self.bufwait.len() + self.inowait.len() + self.extwait.len() + attached
+    }
+
     /// Nothing to track: allocated on disk, no new pointers, no work waiting on it.
     pub(crate) fn idle(&self) -> bool {
         self.bitmap_done() && self.records_nothing()

@@ -133,23 +133,30 @@ impl Softdep {
     /// Dependency structures alive (the quantity the memory bound limits); a scan, so callers
     /// check it now and then.
     pub fn count(&mut self) -> usize {
-        // Records with nothing left to track are not counted against the bound: they go now.
-        self.inodedeps.retain(|_, d| !d.idle());
+        // Records with nothing left to track are not counted against the bound: they go now,
+        // in the same pass that counts the rest (the table is the largest thing scanned).
+        let mut inodes = 0;
+        self.inodedeps.retain(|_, d| {
+            let keep = !d.idle();
+            if keep {
+                inodes += d.records();
+            }
+            keep
+        });
         self.prune_dir_parents();
-        let n = self.count_now();
+        let n = inodes + self.count_others();
+        debug_assert_eq!(n, self.count_now(), "the one pass counts what a scan of everything counts");
         self.stats.max_deps = self.stats.max_deps.max(n);
         n
     }
 
     fn count_now(&self) -> usize {
-        self.inodedeps
-            .values()
-            .map(|d| {
-                let attached = d.allocdirects().filter(|a| a.freefrag.is_some()).count();
-                1 + d.pending.len() + d.bufwait.len() + d.inowait.len() + d.extwait.len() + attached
-            })
-            .sum::<usize>()
-            + self.newblks.len()
+        self.inodedeps.values().map(InodeDep::records).sum::<usize>() + self.count_others()
+    }
+
+    /// The records outside the inode table.
+    fn count_others(&self) -> usize {
+        self.newblks.len()
             + self.indirdeps.values().map(|i| 1 + i.allocindirs.len()).sum::<usize>()
             + self.pagedeps.values().map(|p| p.diradds.len() + p.dirrems.len()).sum::<usize>()
             + self.dir_parent.len()
