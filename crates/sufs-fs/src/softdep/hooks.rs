@@ -26,14 +26,16 @@ impl Softdep {
             }
         }
         inf.first_contents = self.newblks.get(&bno).map(|n| n.epoch);
+        // The others are copied only when something is rolled back (`Arc::make_mut` at the
+        // change): a block whose every dependency is satisfied goes as the buffer holds it.
         if self.is_inode_block(bno) {
-            self.roll_back_inodes(bno, Arc::make_mut(copy), &mut inf);
+            self.roll_back_inodes(bno, copy, &mut inf);
         }
         if self.indirdeps.contains_key(&bno) {
-            self.roll_back_indir(bno, Arc::make_mut(copy), &mut inf);
+            self.roll_back_indir(bno, copy, &mut inf);
         }
         if self.pagedeps.contains_key(&bno) {
-            self.roll_back_entries(bno, Arc::make_mut(copy), &mut inf);
+            self.roll_back_entries(bno, copy, &mut inf);
         }
         if inf.rolled_back {
             self.stats.rollbacks += 1;
@@ -132,18 +134,18 @@ impl Softdep {
     /// An inode block's copy (FreeBSD's initiate_write_inodeblock): a dinode not yet allocated
     /// on disk goes out free, and each new block pointer whose block is not ready is rolled back
     /// (`roll_back_pointers`).
-    fn roll_back_inodes(&self, bno: u64, copy: &mut [u8], inf: &mut Inflight) {
+    fn roll_back_inodes(&self, bno: u64, copy: &mut Arc<[u8]>, inf: &mut Inflight) {
         let cg = self.sb.cg_of_block(bno);
         let ipb = self.sb.inodes_per_block();
         let nth = (bno - self.sb.cg_itable_block(cg)) / self.sb.frag();
         let first = cg * self.sb.inodes_per_group + nth as u32 * ipb;
         for ino in first..first + ipb {
             let Some(id) = self.inodedeps.get(&ino) else { continue };
-            let off = (ino - first) as usize * DINODE_SIZE;
-            let raw = &mut copy[off..off + DINODE_SIZE];
+            let at = (ino - first) as usize * DINODE_SIZE..(ino - first + 1) as usize * DINODE_SIZE;
+            let raw = &copy[at.clone()];
             if !id.bitmap_done() {
                 // Not allocated on disk yet: the dinode goes out as a free one.
-                raw.fill(0);
+                Arc::make_mut(copy)[at].fill(0);
                 inf.rolled_back = true;
                 continue;
             }
@@ -169,7 +171,7 @@ impl Softdep {
             }
             // Written back only if something was rolled back: the buffer's bytes are the copy's.
             if let Some(dd) = d.filter(|_| inf.rolled_back) {
-                self.sb.encode_dinode(&dd, raw);
+                self.sb.encode_dinode(&dd, &mut Arc::make_mut(copy)[at]);
             }
             inf.rolled_back |= rolled;
             inf.inodes_written.push(ino);
@@ -275,14 +277,14 @@ impl Softdep {
 
     /// An indirect block's copy (initiate_write_indirdep): each new pointer whose block is not
     /// ready is cleared, and the copy kept as the block's safe copy.
-    fn roll_back_indir(&mut self, bno: u64, copy: &mut [u8], inf: &mut Inflight) {
+    fn roll_back_indir(&mut self, bno: u64, copy: &mut Arc<[u8]>, inf: &mut Inflight) {
         let id = &self.indirdeps[&bno];
         let mut rolled = false;
         for a in id.allocindirs.values() {
             if self.newblk_ready(a.bno) {
                 inf.indir_done.push(a.bno);
             } else if ind_get(copy, a.idx) == a.bno {
-                ind_set(copy, a.idx, 0);
+                ind_set(Arc::make_mut(copy), a.idx, 0);
                 rolled = true;
             }
         }
@@ -294,7 +296,7 @@ impl Softdep {
     /// A directory block's copy (initiate_write_filepage): each new entry whose inode is not
     /// ready, or whose block is not yet reachable, goes back to what it named before; removals
     /// in a block not yet reachable keep the buffer dirty, to be written again once it is.
-    fn roll_back_entries(&self, bno: u64, copy: &mut [u8], inf: &mut Inflight) {
+    fn roll_back_entries(&self, bno: u64, copy: &mut Arc<[u8]>, inf: &mut Inflight) {
         let pd = &self.pagedeps[&bno];
         // A new directory block is not reachable until the pointer to it is on disk: its
         // entries wait for that too (FreeBSD's newdirblk), or a rename's old name could go
@@ -309,9 +311,10 @@ impl Softdep {
             if reachable && da.ready() {
                 inf.diradds_done.push((da.off, da.epoch));
             } else {
-                dirent_set_ino(copy, da.off, da.old_ino);
+                let bytes = Arc::make_mut(copy);
+                dirent_set_ino(bytes, da.off, da.old_ino);
                 if da.wk.state.contains(DepState::DIRCHG) {
-                    dirent_set_type(copy, da.off, da.old_dtype);
+                    dirent_set_type(bytes, da.off, da.old_dtype);
                 }
                 inf.rolled_back = true;
             }

@@ -1031,20 +1031,28 @@ mod tests {
         sd.pagedeps[&dirblk].diradds.values().next().expect("a diradd").wk.state
     }
 
-    #[test]
-    fn a_new_entry_waits_for_the_bitmap_then_the_inode() {
-        let (sb, mut sd) = setup();
+    /// A new file, inode 40 named "f" at offset 0 of a root directory block, recorded as a
+    /// create records it (`then` runs once the entry is on disk). Returns the inode, the
+    /// directory block and its bytes, the inode's block, its offset there and the block's bytes.
+    fn new_file_entry(sb: &Superblock, sd: &mut Softdep, then: Vec<Task>) -> (u32, u64, Vec<u8>, u64, usize, Vec<u8>) {
         let ino = 40;
         let dirblk = sb.cg_data_start(0) + 10;
         let mut dir = vec![0u8; 4096];
         dir_init_block(&mut dir);
         dirent_put(&mut dir, 0, ino, 512, DT_REG, b"f");
         sd.new_inode(ino, false);
-        sd.dir_add(ROOT_INO, dirblk, 0, ino, None, None, false, vec![Task::DropLink(7)]);
-        assert_eq!(diradd_state(&sd, dirblk), DepState::ATTACHED);
+        sd.dir_add(ROOT_INO, dirblk, 0, ino, None, None, false, then);
         let (ib, ioff) = sb.inode_location(ino);
         let mut itable = vec![0u8; 4096];
         sb.encode_dinode(&Dinode::new(S_IFREG | 0o644, 1, 0, 0, (1, 0), 1), &mut itable[ioff..ioff + DINODE_SIZE]);
+        (ino, dirblk, dir, ib, ioff, itable)
+    }
+
+    #[test]
+    fn a_new_entry_waits_for_the_bitmap_then_the_inode() {
+        let (sb, mut sd) = setup();
+        let (ino, dirblk, dir, ib, ioff, itable) = new_file_entry(&sb, &mut sd, vec![Task::DropLink(7)]);
+        assert_eq!(diradd_state(&sd, dirblk), DepState::ATTACHED);
 
         // Nothing is safe yet: the entry goes out as 0, the dinode as a free one.
         let (copy, again) = write(&mut sd, dirblk, &dir);
@@ -1063,6 +1071,40 @@ mod tests {
         let (copy, again) = write(&mut sd, dirblk, &dir);
         assert!(!again && dirent_ino(&copy, 0) == ino);
         assert_eq!(sd.tasks, vec![Task::DropLink(7)]);
+        sd.tasks.clear();
+        assert!(sd.is_idle());
+    }
+
+    /// Hands the buffer's bytes to the device as the cache does (the write shares them);
+    /// returns whether they went as they are, not copied, and the bytes written.
+    fn write_shared(sd: &mut Softdep, bno: u64, buf: &std::sync::Arc<[u8]>) -> (bool, Vec<u8>) {
+        let mut copy = std::sync::Arc::clone(buf);
+        sd.before_write(bno, &mut copy);
+        sd.after_write(bno);
+        (std::sync::Arc::ptr_eq(&copy, buf), copy.to_vec())
+    }
+
+    /// A block is copied for its write only when something in it is rolled back; the buffer
+    /// keeps every change either way.
+    #[test]
+    fn only_a_block_with_something_rolled_back_is_copied() {
+        let (sb, mut sd) = setup();
+        let (ino, dirblk, dir, ib, ioff, itable) = new_file_entry(&sb, &mut sd, vec![]);
+        let (dir, itable): (std::sync::Arc<[u8]>, std::sync::Arc<[u8]>) = (dir.into(), itable.into());
+
+        // The entry and the dinode are rolled back, in copies.
+        let (shared, bytes) = write_shared(&mut sd, dirblk, &dir);
+        assert!(!shared && dirent_ino(&bytes, 0) == 0 && dirent_ino(&dir, 0) == ino);
+        let (shared, bytes) = write_shared(&mut sd, ib, &itable);
+        assert!(!shared && bytes[ioff..ioff + DINODE_SIZE].iter().all(|&b| b == 0));
+        assert!(itable[ioff..ioff + DINODE_SIZE].iter().any(|&b| b != 0), "the buffer keeps the dinode");
+
+        // Once the bitmap is on disk nothing is rolled back: the buffers' bytes go as they are.
+        write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
+        let (shared, bytes) = write_shared(&mut sd, ib, &itable);
+        assert!(shared && bytes == itable[..]);
+        let (shared, bytes) = write_shared(&mut sd, dirblk, &dir);
+        assert!(shared && dirent_ino(&bytes, 0) == ino);
         sd.tasks.clear();
         assert!(sd.is_idle());
     }
