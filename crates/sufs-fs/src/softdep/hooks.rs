@@ -141,7 +141,8 @@ impl Softdep {
         let first = cg * self.sb.inodes_per_group + nth as u32 * ipb;
         for ino in first..first + ipb {
             let Some(id) = self.inodedeps.get(&ino) else { continue };
-            let at = (ino - first) as usize * DINODE_SIZE..(ino - first + 1) as usize * DINODE_SIZE;
+            let off = (ino - first) as usize * DINODE_SIZE;
+            let at = off..off + DINODE_SIZE;
             let raw = &copy[at.clone()];
             if !id.bitmap_done() {
                 // Not allocated on disk yet: the dinode goes out as a free one.

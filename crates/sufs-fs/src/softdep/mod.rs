@@ -1017,10 +1017,17 @@ mod tests {
     /// Hands a copy of `buf` to the device as the cache does; returns the copy and whether the
     /// buffer stays dirty.
     fn write(sd: &mut Softdep, bno: u64, buf: &[u8]) -> (Vec<u8>, bool) {
-        let mut copy: std::sync::Arc<[u8]> = buf.into();
+        let (_, bytes, again) = write_shared(sd, bno, &buf.into());
+        (bytes, again)
+    }
+
+    /// `write` of a buffer's bytes, which the write shares as the cache's does; also returns
+    /// whether they went as they are, not copied.
+    fn write_shared(sd: &mut Softdep, bno: u64, buf: &std::sync::Arc<[u8]>) -> (bool, Vec<u8>, bool) {
+        let mut copy = std::sync::Arc::clone(buf);
         sd.before_write(bno, &mut copy);
         let again = sd.after_write(bno);
-        (copy.to_vec(), again)
+        (std::sync::Arc::ptr_eq(&copy, buf), copy.to_vec(), again)
     }
 
     fn dirent_ino(block: &[u8], off: usize) -> u32 {
@@ -1075,15 +1082,6 @@ mod tests {
         assert!(sd.is_idle());
     }
 
-    /// Hands the buffer's bytes to the device as the cache does (the write shares them);
-    /// returns whether they went as they are, not copied, and the bytes written.
-    fn write_shared(sd: &mut Softdep, bno: u64, buf: &std::sync::Arc<[u8]>) -> (bool, Vec<u8>) {
-        let mut copy = std::sync::Arc::clone(buf);
-        sd.before_write(bno, &mut copy);
-        sd.after_write(bno);
-        (std::sync::Arc::ptr_eq(&copy, buf), copy.to_vec())
-    }
-
     /// A block is copied for its write only when something in it is rolled back; the buffer
     /// keeps every change either way.
     #[test]
@@ -1093,17 +1091,17 @@ mod tests {
         let (dir, itable): (std::sync::Arc<[u8]>, std::sync::Arc<[u8]>) = (dir.into(), itable.into());
 
         // The entry and the dinode are rolled back, in copies.
-        let (shared, bytes) = write_shared(&mut sd, dirblk, &dir);
+        let (shared, bytes, _) = write_shared(&mut sd, dirblk, &dir);
         assert!(!shared && dirent_ino(&bytes, 0) == 0 && dirent_ino(&dir, 0) == ino);
-        let (shared, bytes) = write_shared(&mut sd, ib, &itable);
+        let (shared, bytes, _) = write_shared(&mut sd, ib, &itable);
         assert!(!shared && bytes[ioff..ioff + DINODE_SIZE].iter().all(|&b| b == 0));
         assert!(itable[ioff..ioff + DINODE_SIZE].iter().any(|&b| b != 0), "the buffer keeps the dinode");
 
         // Once the bitmap is on disk nothing is rolled back: the buffers' bytes go as they are.
         write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
-        let (shared, bytes) = write_shared(&mut sd, ib, &itable);
+        let (shared, bytes, _) = write_shared(&mut sd, ib, &itable);
         assert!(shared && bytes == itable[..]);
-        let (shared, bytes) = write_shared(&mut sd, dirblk, &dir);
+        let (shared, bytes, _) = write_shared(&mut sd, dirblk, &dir);
         assert!(shared && dirent_ino(&bytes, 0) == ino);
         sd.tasks.clear();
         assert!(sd.is_idle());
