@@ -62,9 +62,28 @@ impl Fs {
     /// preparation and its write (`fsync_interleaved`).
     fn fsync_with(&mut self, ino: u32, mut between: Option<&mut Between<'_>>) -> FsResult<()> {
         // (a start only with soft updates: never under sync ordering, whose writes go in order)
-        let Some(start) = self.fsync_start(ino)? else { return self.sync_all() };
+        let mut held = HashSet::new();
+        let Some(start) = self.fsync_start(ino, &mut held)? else { return self.sync_all() };
+        let settled = self.fsync_rounds_here(ino, start, &mut held, &mut between);
+        self.release_held(held);
+        if settled? {
+            return Ok(());
+        }
+        // Something keeps it busy (another inode in its block, say): write everything.
+        log::debug!("fsync of inode {ino}: not settled after {FSYNC_ROUNDS} rounds, writing everything");
+        self.sync_all()
+    }
+
+    /// `fsync_with`'s rounds in this thread: true once settled.
+    fn fsync_rounds_here(
+        &mut self,
+        ino: u32,
+        start: Epoch,
+        held: &mut HashSet<u32>,
+        between: &mut Option<&mut Between<'_>>,
+    ) -> FsResult<bool> {
         for _ in 0..FSYNC_ROUNDS {
-            let Some(batches) = self.fsync_round(ino, start)? else { return Ok(()) };
+            let Some(batches) = self.fsync_round(ino, start, held)? else { return Ok(true) };
             for batch in batches {
                 match between.as_mut() {
                     None => self.write_bufs(&batch, WriteKind::Sync)?,
@@ -77,26 +96,36 @@ impl Fs {
                 }
             }
         }
-        // Something keeps it busy (another inode in its block, say): write everything.
-        log::debug!("fsync of inode {ino}: not settled after {FSYNC_ROUNDS} rounds, writing everything");
-        self.sync_all()
+        Ok(false)
+    }
+
+    /// Gives back an fsync's holds on soft updates' records (`Softdep::hold_for_fsync`).
+    fn release_held(&mut self, held: HashSet<u32>) {
+        if let Some(sd) = self.hooks.softdep.as_mut() {
+            for x in held {
+                sd.release_for_fsync(x);
+            }
+        }
     }
 
     /// `fsync` on a shared file system, its writes outside the lock (flights): other requests
     /// go on while its batches and their device flushes are written.
     pub fn fsync_shared(fs: &SharedFs, ino: u32) -> FsResult<()> {
+        let mut held = HashSet::new();
         let start = {
             let mut g = lock(fs);
-            match g.fsync_start(ino)? {
+            match g.fsync_start(ino, &mut held)? {
                 Some(start) => start,
                 None => return g.sync_all(),
             }
         };
         // Counted among the fsyncs in progress for its rounds; the count is given back (which
-        // takes the lock) once no lock of this thread is held, whatever way they end.
+        // takes the lock) once no lock of this thread is held, whatever way they end. So are
+        // the holds on the records it asks about.
         let active = ActiveFsync::new(fs);
-        let settled = Fs::fsync_rounds(fs, ino, start);
+        let settled = Fs::fsync_rounds(fs, ino, start, &mut held);
         drop(active);
+        lock(fs).release_held(held);
         if settled? {
             return Ok(());
         }
@@ -106,9 +135,9 @@ impl Fs {
 
     /// `fsync_shared`'s rounds, each batch in a group's flight: true once the file, its inode
     /// and its names are on disk, false if `FSYNC_ROUNDS` did not settle them.
-    fn fsync_rounds(fs: &SharedFs, ino: u32, start: Epoch) -> FsResult<bool> {
+    fn fsync_rounds(fs: &SharedFs, ino: u32, start: Epoch, held: &mut HashSet<u32>) -> FsResult<bool> {
         for _ in 0..FSYNC_ROUNDS {
-            let round = lock(fs).fsync_round(ino, start)?;
+            let round = lock(fs).fsync_round(ino, start, held)?;
             let Some(batches) = round else { return Ok(true) };
             for batch in batches {
                 Fs::write_grouped(fs, &batch)?;
@@ -125,16 +154,20 @@ impl Fs {
     }
 
     /// Where an fsync of `ino` starts: the epoch its inodes are tracked from (None without soft
-    /// updates: everything is written then).
-    fn fsync_start(&mut self, ino: u32) -> FsResult<Option<Epoch>> {
+    /// updates: everything is written then). The record of `ino` is held (`held`) until the
+    /// fsync ends.
+    fn fsync_start(&mut self, ino: u32, held: &mut HashSet<u32>) -> FsResult<Option<Epoch>> {
         self.iget(ino)?;
-        Ok(self.hooks.softdep.as_mut().map(|sd| sd.track(&[ino])))
+        let Some(sd) = self.hooks.softdep.as_mut() else { return Ok(None) };
+        sd.hold_for_fsync(ino);
+        held.insert(ino);
+        Ok(Some(sd.track(&[ino])))
     }
 
     /// One round of an fsync: the batches to write, in order (the group headers and data, the
     /// indirect blocks level by level, the inode blocks, the directory blocks of the names not
     /// on disk), or None once the file, its inode and its names are all on disk.
-    fn fsync_round(&mut self, ino: u32, start: Epoch) -> FsResult<Option<Vec<Vec<u64>>>> {
+    fn fsync_round(&mut self, ino: u32, start: Epoch, held: &mut HashSet<u32>) -> FsResult<Option<Vec<Vec<u64>>>> {
         self.run_tasks()?;
         let (inos, name_blocks) = self.fsync_closure(ino)?;
         let mut data = Vec::new();
@@ -147,7 +180,15 @@ impl Fs {
             data.extend(d.ext_blocks());
         }
         let inode_blocks: Vec<u64> = inos.iter().map(|&x| self.sb.inode_location(x).0).collect();
-        self.sd().expect("softdep").track(&inos);
+        let sd = self.sd().expect("softdep");
+        sd.track(&inos);
+        // Each record asked about below stays until the fsync ends (an idle one would go at
+        // its inode's write).
+        for &x in &inos {
+            if held.insert(x) {
+                sd.hold_for_fsync(x);
+            }
+        }
         let settled = {
             let sd = self.hooks.softdep.as_ref().expect("softdep");
             // Each inode on disk as it is now: written since fsync began, or in a clean block

@@ -232,6 +232,9 @@ pub struct InodeDep {
     /// Ext wait: the old area's blocks, freed once the inode is on disk with its new area
     /// (FreeBSD hangs them on the allocdirect as its freefrag).
     pub extwait: Vec<Task>,
+    /// fsyncs in progress that hold this record (`Softdep::hold_for_fsync`): they ask
+    /// `written_since` of it, so it stays, idle or not, until the last of them ends.
+    pub fsyncs: u32,
 }
 
 impl InodeDep {
@@ -247,6 +250,7 @@ impl InodeDep {
             newinoupdt: Vec::new(),
             ext_old: None,
             extwait: Vec::new(),
+            fsyncs: 0,
         }
     }
 
@@ -273,6 +277,12 @@ impl InodeDep {
     /// Nothing to track: allocated on disk, no new pointers, no work waiting on it.
     pub(crate) fn idle(&self) -> bool {
         self.bitmap_done() && self.records_nothing()
+    }
+
+    /// Idle and held by no fsync: the record may go (FreeBSD's `free_inodedep`); a later
+    /// dependency makes a new one.
+    pub(crate) fn removable(&self) -> bool {
+        self.idle() && self.fsyncs == 0
     }
 
     /// No new pointers and no work waiting on it (its bit may still be on its way to disk).

@@ -95,7 +95,7 @@ impl Softdep {
                 self.freefrag_now(f);
             }
         }
-        for ino in inf.inodes_written {
+        for &ino in &inf.inodes_written {
             self.inode_written(ino, inf.epoch);
         }
         if !inf.indir_done.is_empty() {
@@ -107,10 +107,18 @@ impl Softdep {
             let removals_before = if inf.unreachable { 0 } else { inf.epoch };
             self.entries_written(bno, pd, inf.diradds_done, removals_before);
         }
-        // Inode records with nothing left to track go (checked now and then: it is a scan).
+        // The records this write left with nothing to track go now (FreeBSD frees an inodedep
+        // once its inode block's write completes it): the table keeps only live records, and
+        // the next write of the block looks at those alone.
+        for ino in inf.inodes_written {
+            if self.inodedeps.get(&ino).is_some_and(InodeDep::removable) {
+                self.inodedeps.remove(&ino);
+            }
+        }
+        // Records idle by other ways go now and then (a scan).
         self.writes_seen += 1;
         if self.inodedeps.len() > 4096 && self.writes_seen.is_multiple_of(1024) {
-            self.inodedeps.retain(|_, d| !d.idle());
+            self.inodedeps.retain(|_, d| !d.removable());
         }
         inf.rolled_back
     }

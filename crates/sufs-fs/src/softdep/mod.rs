@@ -137,7 +137,7 @@ impl Softdep {
         // in the same pass that counts the rest (the table is the largest thing scanned).
         let mut inodes = 0;
         self.inodedeps.retain(|_, d| {
-            let keep = !d.idle();
+            let keep = !d.removable();
             if keep {
                 inodes += d.records();
             }
@@ -213,10 +213,13 @@ impl Softdep {
     /// A newly allocated inode: written as free until its bitmap bit is on disk.
     pub fn new_inode(&mut self, ino: u32, is_dir: bool) {
         let cg = self.sb.cg_of_inode(ino);
+        let mut d = InodeDep::new(DepState::ATTACHED, is_dir);
         if let Some(old) = self.inodedeps.get(&ino) {
             assert!(old.bufwait.is_empty() && old.inowait.is_empty(), "inode {ino} reallocated before it was freed");
+            // An fsync of the freed file still running holds the record it asks about.
+            d.fsyncs = old.fsyncs;
         }
-        self.inodedeps.insert(ino, InodeDep::new(DepState::ATTACHED, is_dir));
+        self.inodedeps.insert(ino, d);
         self.bmsafemap.entry(cg).or_default().inodedeps.push(ino);
     }
 
@@ -821,7 +824,29 @@ impl Softdep {
         self.tick()
     }
 
-    /// True if the inode was written, as it is in memory, after `epoch`.
+    /// An fsync holds the record of `ino` (made if missing) until `release_for_fsync`: an idle
+    /// record goes at its inode's write, and `written_since` must find it.
+    pub fn hold_for_fsync(&mut self, ino: u32) {
+        let d = self.inodedep(ino);
+        d.fsyncs += 1;
+    }
+
+    /// An fsync that held the record of `ino` ends; the record goes if it is idle now.
+    pub fn release_for_fsync(&mut self, ino: u32) {
+        let Some(d) = self.inodedeps.get_mut(&ino) else {
+            // No path removes a held record: a bug, not damage; the hold is gone with it.
+            debug_assert!(false, "inode {ino}: a record held by an fsync went");
+            return;
+        };
+        assert!(d.fsyncs > 0, "inode {ino}: released by an fsync that did not hold it");
+        d.fsyncs -= 1;
+        if d.removable() {
+            self.inodedeps.remove(&ino);
+        }
+    }
+
+    /// True if the inode was written, as it is in memory, after `epoch` (its record held by the
+    /// asking fsync: `hold_for_fsync`).
     pub fn written_since(&self, ino: u32, epoch: Epoch) -> bool {
         self.inodedeps.get(&ino).is_some_and(|d| d.disk_epoch > epoch)
     }
@@ -1053,6 +1078,41 @@ mod tests {
         let mut itable = vec![0u8; 4096];
         sb.encode_dinode(&Dinode::new(S_IFREG | 0o644, 1, 0, 0, (1, 0), 1), &mut itable[ioff..ioff + DINODE_SIZE]);
         (ino, dirblk, dir, ib, ioff, itable)
+    }
+
+    /// A record its inode's write leaves with nothing to track goes with that write (FreeBSD's
+    /// `free_inodedep`), so the next write of the block looks at live records only; one an fsync
+    /// holds stays, for `written_since`, until the fsync lets it go.
+    #[test]
+    fn an_idle_record_goes_with_its_inodes_write_unless_an_fsync_holds_it() {
+        let (sb, mut sd) = setup();
+        let (ino, dirblk, dir, ib, _, itable) = new_file_entry(&sb, &mut sd, vec![]);
+        let held = ino + 1;
+        assert_eq!(sb.inode_location(held).0, ib, "both in one inode block");
+        sd.new_inode(held, false);
+        write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
+        sd.hold_for_fsync(held);
+        let start = sd.track(&[held]);
+        let (_, again) = write(&mut sd, ib, &itable);
+        assert!(!again);
+        assert!(!sd.inodedeps.contains_key(&ino), "idle after its write: gone with it");
+        assert!(sd.written_since(held, start), "held by an fsync: still there, written");
+        sd.release_for_fsync(held);
+        assert!(!sd.inodedeps.contains_key(&held), "idle and let go: gone");
+        write(&mut sd, dirblk, &dir);
+        assert!(sd.is_idle() && sd.inodedeps.is_empty());
+    }
+
+    /// An inode freed and allocated again while an fsync holds its record (another request
+    /// removed the file and made one): the new record keeps the hold the fsync gives back.
+    #[test]
+    fn a_record_made_again_for_a_new_inode_keeps_an_fsyncs_hold() {
+        let (_, mut sd) = setup();
+        sd.hold_for_fsync(40);
+        sd.new_inode(40, false);
+        assert_eq!(sd.inodedeps[&40].fsyncs, 1);
+        sd.release_for_fsync(40);
+        assert_eq!(sd.inodedeps[&40].fsyncs, 0);
     }
 
     #[test]
