@@ -240,6 +240,12 @@ impl Softdep {
     pub fn forget_ahead(&mut self, ino: u32) {
         if let Some(d) = self.inodedeps.remove(&ino) {
             assert!(d.records_nothing(), "inode {ino} allocated ahead has work recorded: {d:?}");
+            if d.fsyncs > 0 {
+                // An fsync of the file this inode was before still holds its record.
+                let mut held = InodeDep::new(DepState::ATTACHED | DepState::DEPCOMPLETE, false);
+                held.fsyncs = d.fsyncs;
+                self.inodedeps.insert(ino, held);
+            }
         }
         let cg = self.sb.cg_of_inode(ino);
         if let Some(m) = self.bmsafemap.get_mut(&cg) {
@@ -1104,7 +1110,8 @@ mod tests {
     }
 
     /// An inode freed and allocated again while an fsync holds its record (another request
-    /// removed the file and made one): the new record keeps the hold the fsync gives back.
+    /// removed the file and made one, or took it ahead and gave it back): the new record keeps
+    /// the hold the fsync gives back.
     #[test]
     fn a_record_made_again_for_a_new_inode_keeps_an_fsyncs_hold() {
         let (_, mut sd) = setup();
@@ -1113,6 +1120,13 @@ mod tests {
         assert_eq!(sd.inodedeps[&40].fsyncs, 1);
         sd.release_for_fsync(40);
         assert_eq!(sd.inodedeps[&40].fsyncs, 0);
+
+        sd.hold_for_fsync(41);
+        sd.new_inode(41, false);
+        sd.forget_ahead(41);
+        assert_eq!(sd.inodedeps[&41].fsyncs, 1, "given back unused, still held");
+        sd.release_for_fsync(41);
+        assert!(!sd.inodedeps.contains_key(&41));
     }
 
     #[test]
