@@ -235,6 +235,10 @@ pub struct InodeDep {
     /// fsyncs in progress that hold this record (`Softdep::hold_for_fsync`): they ask
     /// `written_since` of it, so it stays, idle or not, until the last of them ends.
     pub fsyncs: u32,
+    /// What the table counted for it at its last count (`InodeTable`), and whether it changed
+    /// since.
+    pub(crate) counted: usize,
+    pub(crate) touched: bool,
 }
 
 impl InodeDep {
@@ -251,6 +255,8 @@ impl InodeDep {
             ext_old: None,
             extwait: Vec::new(),
             fsyncs: 0,
+            counted: 0,
+            touched: false,
         }
     }
 

@@ -118,7 +118,7 @@ impl Softdep {
         // Records idle by other ways go now and then (a scan).
         self.writes_seen += 1;
         if self.inodedeps.len() > 4096 && self.writes_seen.is_multiple_of(1024) {
-            self.inodedeps.retain(|_, d| !d.removable());
+            self.inodedeps.retain(|d| !d.removable());
         }
         inf.rolled_back
     }

@@ -44,6 +44,7 @@
 
 mod deps;
 mod hooks;
+mod table;
 
 pub use deps::*;
 
@@ -56,7 +57,7 @@ use crate::format::*;
 pub struct Softdep {
     sb: Superblock,
     epoch: Epoch,
-    inodedeps: HashMap<u32, InodeDep>,
+    inodedeps: table::InodeTable,
     newblks: HashMap<u64, NewBlk>,
     indirdeps: HashMap<u64, IndirDep>,
     pagedeps: HashMap<u64, PageDep>,
@@ -104,7 +105,7 @@ impl Softdep {
         Softdep {
             sb: sb.clone(),
             epoch: 1,
-            inodedeps: HashMap::new(),
+            inodedeps: table::InodeTable::new(),
             newblks: HashMap::new(),
             indirdeps: HashMap::new(),
             pagedeps: HashMap::new(),
@@ -130,22 +131,17 @@ impl Softdep {
         self.epoch
     }
 
-    /// Dependency structures alive (the quantity the memory bound limits); a scan, so callers
-    /// check it now and then.
+    /// Dependency structures alive (the quantity the memory bound limits): the inode records'
+    /// part kept as they change (`InodeTable`), the rest a scan of the smaller maps, so callers
+    /// still check it only now and then.
     pub fn count(&mut self) -> usize {
-        // Records with nothing left to track are not counted against the bound: they go now,
-        // in the same pass that counts the rest (the table is the largest thing scanned).
-        let mut inodes = 0;
-        self.inodedeps.retain(|_, d| {
-            let keep = !d.removable();
-            if keep {
-                inodes += d.records();
-            }
-            keep
-        });
+        // The inode records changed since the last count are counted again, and those with
+        // nothing left to track go (the table keeps the sum).
+        let inodes = self.inodedeps.recount();
         self.prune_dir_parents();
         let n = inodes + self.count_others();
-        debug_assert_eq!(n, self.count_now(), "the one pass counts what a scan of everything counts");
+        debug_assert_eq!(n, self.count_now(), "the count kept counts what a scan of everything counts");
+        debug_assert!(self.inodedeps.values().all(|d| !d.removable()), "an idle inode record stayed");
         self.stats.max_deps = self.stats.max_deps.max(n);
         n
     }
@@ -174,7 +170,7 @@ impl Softdep {
     }
 
     fn inodedep(&mut self, ino: u32) -> &mut InodeDep {
-        self.inodedeps.entry(ino).or_insert_with(|| InodeDep::new(DepState::ATTACHED | DepState::DEPCOMPLETE, false))
+        self.inodedeps.get_or_insert_with(ino, || InodeDep::new(DepState::ATTACHED | DepState::DEPCOMPLETE, false))
     }
 
     // ------------------------------------------------------------ recording dependencies
