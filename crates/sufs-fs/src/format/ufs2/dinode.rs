@@ -85,12 +85,14 @@ impl Dinode {
     }
 
     /// The 256 bytes with `di_ckhash` updated as `ffs_update_dinode_ckhash` does.
+    /// Encoded once: the hash skips its own field, which is then written in place.
     pub fn encode_for(&self, fs: &Fs) -> [u8; UFS2_DINODE_SIZE] {
-        let mut d = self.clone();
-        if let Some(h) = d.ckhash_due(fs) {
-            d.di_ckhash = h;
+        let mut b = self.encode();
+        if self.di_mode != 0 && fs.has_ckhash(CK_INODE) {
+            let h = ffs_ckhash(&b, DI_CKHASH_OFF);
+            h.put(&mut b, DI_CKHASH_OFF);
         }
-        d.encode()
+        b
     }
 
     /// The check hash this inode should carry, if it carries one.
