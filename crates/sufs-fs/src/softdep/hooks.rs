@@ -115,11 +115,9 @@ impl Softdep {
                 self.inodedeps.remove(&ino);
             }
         }
-        // Records idle by other ways go now and then (a scan).
+        // Records left idle by other ways were noted when they changed and go at the next
+        // count (`InodeTable::recount`; the operations' `balance` counts at least every 4,096).
         self.writes_seen += 1;
-        if self.inodedeps.len() > 4096 && self.writes_seen.is_multiple_of(1024) {
-            self.inodedeps.retain(|d| !d.removable());
-        }
         inf.rolled_back
     }
 
