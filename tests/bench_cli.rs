@@ -230,6 +230,8 @@ fn peers_bench_measures_the_floor_and_counts_requests_per_phase() {
         "2 rounds, the peers' order rotated each round",
         "| files | lock held a message (µs) | | ",
         "| files | device busy (s) | | ",
+        "| files | server CPU (s) | | ",
+        "| files | server CPU | ",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
@@ -257,6 +259,8 @@ fn peers_bench_measures_the_floor_and_counts_requests_per_phase() {
             assert!(count("read all", "read") >= 5, "{r}");
         }
         assert!(r["writes"]["messages"].as_u64().unwrap() >= 60, "{r}");
+        // Both servers' CPU time, from their exit: each served the requests above.
+        assert!(r["writes"]["server_cpu_secs"].as_f64().unwrap() > 0.0, "{r}");
         if r["peer"] == "floor-classic" {
             assert_eq!(r["writes"]["blocks"], 0, "the floor writes nothing: {r}");
             assert!(r["writes"].get("lock_held_ns").is_none(), "the floor has no lock: {r}");

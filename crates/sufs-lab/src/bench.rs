@@ -719,8 +719,9 @@ impl FuseMount {
         Ok(m)
     }
 
-    /// Unmounts and waits for the server to exit (after it has written everything).
-    pub(crate) fn unmount(mut self) -> Result<(), BenchError> {
+    /// Unmounts and waits for the server to exit (after it has written everything); returns
+    /// the CPU seconds the server used, mount to exit.
+    pub(crate) fn unmount(mut self) -> Result<f64, BenchError> {
         let what = self.umount.join(std::ffi::OsStr::new(" ")).to_string_lossy().into_owned();
         let out = std::process::Command::new(&self.umount[0])
             .args(&self.umount[1..])
@@ -730,12 +731,46 @@ impl FuseMount {
         if !out.status.success() {
             return Err(BenchError::Run(format!("{what}: {}", String::from_utf8_lossy(&out.stderr))));
         }
-        let st = self.child.take().expect("running").wait().map_err(|e| run_err("FUSE server", e))?;
-        if !st.success() {
-            return Err(BenchError::Run(format!("the FUSE server exited with {st}")));
+        let r = reap(self.child.as_ref().expect("running")).map_err(|e| run_err("FUSE server", e))?;
+        // Reaped: nothing left for the drop to stop.
+        self.child = None;
+        if r.code != 0 {
+            return Err(BenchError::Run(format!("the FUSE server exited with code {}", r.code)));
         }
-        Ok(())
+        Ok(r.cpu_secs)
     }
+}
+
+/// What a finished child process cost, from `wait4` (the rusage of that child alone, every
+/// thread of it).
+pub(crate) struct Reaped {
+    /// Its exit code; -1 if a signal ended it.
+    pub(crate) code: i32,
+    /// User and system CPU seconds.
+    pub(crate) cpu_secs: f64,
+    /// Peak resident set, KiB.
+    pub(crate) rss_kb: u64,
+}
+
+/// Waits for `child` to end and says what it cost.
+pub(crate) fn reap(child: &std::process::Child) -> std::io::Result<Reaped> {
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value, and wait4 writes only into the two places
+    // given; the pid is this process's own unwaited child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+        if pid >= 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };
+    Ok(Reaped { code, cpu_secs: secs(ru.ru_utime) + secs(ru.ru_stime), rss_kb: ru.ru_maxrss as u64 })
 }
 
 impl Drop for FuseMount {

@@ -285,6 +285,12 @@ pub struct Writes {
     /// Set against the phases' times, it says how much of them was the disk's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_busy_secs: Option<f64>,
+    /// A FUSE peer's CPU seconds in the workload, user and system, every thread of its server
+    /// from mount to exit (`wait4`'s rusage; the kernel's share of a request done in the
+    /// server's threads, as io_uring's, is in it). Against the floor's, what the server's own
+    /// work costs, with less of the machine's noise than the phases' times.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_secs: Option<f64>,
 }
 
 /// One workload on one file system.
@@ -439,6 +445,8 @@ struct Mounted {
     earlier: DevCount,
     earlier_messages: u64,
     earlier_lock_ns: u64,
+    /// The CPU seconds of the FUSE servers of this image's mounts so far (`FuseMount::unmount`).
+    server_cpu: f64,
     /// The options of `sufs mount` or `sufs bench floor-serve` (empty for the other peers).
     options: Vec<String>,
     /// The control channel that answers the FUSE requests served so far (sufs's and the
@@ -483,6 +491,7 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
         earlier: DevCount::default(),
         earlier_messages: 0,
         earlier_lock_ns: 0,
+        server_cpu: 0.0,
         options: Vec::new(),
         ctl: None,
         exe: o.exe.clone(),
@@ -595,7 +604,7 @@ impl Mounted {
     /// Unmounts, waiting until everything is written.
     fn unmount(&mut self) -> Result<(), BenchError> {
         if let Some(f) = self.fuse.take() {
-            f.unmount()?;
+            self.server_cpu += f.unmount()?;
         }
         if self.kernel {
             cmd("umount", Command::new("umount").arg(&self.dir))?;
@@ -627,6 +636,7 @@ impl Mounted {
         self.earlier = DevCount::default();
         self.earlier_messages = 0;
         self.earlier_lock_ns = 0;
+        self.server_cpu = 0.0;
         if let Some((lp, before)) = &mut self.lp {
             *before = loop_writes(&lp.0)?;
         }
@@ -662,8 +672,10 @@ impl Mounted {
     /// Unmounts (timed, as the "unmount" phase) and counts the device writes.
     fn finish(mut self, phases: &mut Vec<Phase>) -> Result<Writes, BenchError> {
         let t = Instant::now();
+        let fuse = self.fuse.is_some();
         self.unmount()?;
         phases.push(Phase::new("unmount", 0, t.elapsed().as_secs_f64()));
+        let server_cpu_secs = fuse.then_some(self.server_cpu);
         if let Some((lp, before)) = &self.lp {
             let d = loop_writes(&lp.0)? - *before;
             return Ok(Writes {
@@ -673,6 +685,7 @@ impl Mounted {
                 messages: None,
                 lock_held_ns: None,
                 device_busy_secs: Some(d.busy_ns as f64 / 1e9),
+                server_cpu_secs,
             });
         }
         if floor_peer(&self.peer).is_some() {
@@ -683,6 +696,7 @@ impl Mounted {
                 messages: Some(self.sufs_messages()?.0),
                 lock_held_ns: None,
                 device_busy_secs: None,
+                server_cpu_secs,
             });
         }
         let d = self.earlier + self.sufs_writes()?;
@@ -704,6 +718,7 @@ impl Mounted {
             messages: Some(messages),
             lock_held_ns: Some(lock_ns),
             device_busy_secs: Some(d.busy_ns as f64 / 1e9),
+            server_cpu_secs,
         })
     }
 }
@@ -1343,6 +1358,7 @@ impl PeersReport {
                 _ => None,
             });
             optional_row("device busy (s)", &|wr| wr.device_busy_secs.map(|b| format!("{b:.2}")));
+            optional_row("server CPU (s)", &|wr| wr.server_cpu_secs.map(|c| format!("{c:.2}")));
         }
         s
     }
@@ -1550,6 +1566,7 @@ mod tests {
                 messages: None,
                 lock_held_ns: None,
                 device_busy_secs: None,
+                server_cpu_secs: None,
             }),
             mount_options: Vec::new(),
         };

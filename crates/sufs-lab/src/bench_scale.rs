@@ -320,10 +320,6 @@ struct Ran {
     stdout: String,
 }
 
-fn cpu_secs(t: libc::timeval) -> f64 {
-    t.tv_sec as f64 + t.tv_usec as f64 * 1e-6
-}
-
 /// Runs `c` to its end; its cost from `wait4` (the rusage of that child alone). A failure
 /// (an exit code outside `ok`) is an error carrying its stderr.
 fn measured(what: &str, mut c: Command, ok: &[i32]) -> Result<Ran, BenchError> {
@@ -343,21 +339,14 @@ fn measured(what: &str, mut c: Command, ok: &[i32]) -> Result<Ran, BenchError> {
     if let Some(o) = out.as_mut() {
         o.read_to_string(&mut stdout).map_err(|e| run_err(what, e))?;
     }
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value, and wait4 writes only into the two places
-    // given; the pid is this process's own unwaited child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    let reaped = crate::bench::reap(&child);
     let secs = t.elapsed().as_secs_f64();
     let stderr = errs.join().unwrap_or_default();
-    if pid < 0 {
-        return Err(run_err(what, std::io::Error::last_os_error()));
+    let r = reaped.map_err(|e| run_err(what, e))?;
+    if !ok.contains(&r.code) {
+        return Err(BenchError::Run(format!("{what}: exit {}: {}", r.code, stderr.trim())));
     }
-    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };
-    if !ok.contains(&code) {
-        return Err(BenchError::Run(format!("{what}: exit {code}: {}", stderr.trim())));
-    }
-    let cost = Cost { secs, cpu_secs: cpu_secs(ru.ru_utime) + cpu_secs(ru.ru_stime), rss_kb: ru.ru_maxrss as u64 };
+    let cost = Cost { secs, cpu_secs: r.cpu_secs, rss_kb: r.rss_kb };
     Ok(Ran { cost, stdout })
 }
 

@@ -86,7 +86,8 @@ impl PeersReport {
 
     /// Markdown: each peer's time per operation over the floor's on the same transport, per
     /// phase, and its total time over the floor's where both did the same work (1: FUSE's own
-    /// cost is all there is; kernel ext4 below 1: FUSE costs more than ext4's whole work).
+    /// cost is all there is; kernel ext4 below 1: FUSE costs more than ext4's whole work), and
+    /// a FUSE peer's server CPU seconds over the floor's ("server CPU").
     pub fn floor_ratios(&self) -> String {
         let mut s = String::new();
         let pairs = self.floor_pairs();
@@ -118,6 +119,19 @@ impl PeersReport {
                 })
                 .collect();
             let _ = writeln!(s, "| {w} | **total** | {} |", cells.join(" | "));
+            // The servers' own CPU time over the same work: sufs's work a request against the
+            // least any server does, without the wait for the client and the disk.
+            let cpu = |p: &str| self.run(w, p).and_then(|r| r.writes.as_ref()?.server_cpu_secs);
+            let cells: Vec<String> = pairs
+                .iter()
+                .map(|(p, f)| match (self.run(w, p), self.run(w, f), cpu(p), cpu(f)) {
+                    (Some(a), Some(b), Some(x), Some(y)) if same(a, b) => format!("{:.2}x", x / y.max(1e-12)),
+                    _ => "-".into(),
+                })
+                .collect();
+            if cells.iter().any(|c| c != "-") {
+                let _ = writeln!(s, "| {w} | server CPU | {} |", cells.join(" | "));
+            }
         }
         s
     }
