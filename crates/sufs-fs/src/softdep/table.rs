@@ -1,9 +1,10 @@
 //! The inode records (`InodeDep`s) by inode number, with their count kept as they change
 //! (FreeBSD keeps `dep_current[D_INODEDEP]` and the others the same way). The memory bound
 //! counts every record; a scan of the table for it cost a tenth of an unlink near the bound
-//! (the table then holds about as many records as the bound). Here every change of a record goes
-//! through `get_mut`, `entry`, `insert` or `remove`, which note it (`touched`); a count looks
-//! at the records noted since the last one only, recounts them and lets the idle ones go.
+//! (the table then holds about as many records as the bound). Here every change of a record
+//! goes through `get_mut`, `get_or_insert_with`, `insert` or `remove`, which note it
+//! (`touched`); a count looks at the records noted since the last one only, recounts them and
+//! lets the idle ones go.
 //!
 //! Invariant (checked by `Softdep::count` in debug builds against a full scan): after `recount`,
 //! `total` is the sum of `InodeDep::records` over the table, and no record left in it is
