@@ -13,6 +13,15 @@ mod common;
 use common::fuse::*;
 use common::{dumpfs_says_clean, pattern, sufs, SUFS};
 
+/// Dropping the kernel's caches (`a_batch_of_forgets_gives_back_every_lookup`) drops every
+/// mount's dentries, this test binary's other mounts' too: a test that counts its lookups
+/// holds this while it counts, and the dropping test holds it while it drops.
+static KERNEL_CACHES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn kernel_caches() -> std::sync::MutexGuard<'static, ()> {
+    KERNEL_CACHES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
     r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
 }
@@ -124,6 +133,7 @@ fn operations_survive_unmount_and_fsck_in_both_orderings() {
 /// unmount (`fuse_messages`): 100 creates, stats and unlinks in a directory of their own.
 #[test]
 fn fuse_messages_are_counted_by_opcode() {
+    let _caches = kernel_caches();
     let Some((t, _img, mnt, m)) = small_mount() else { return };
     m.umount();
     let stats = t.path().join("stats.json");
@@ -176,6 +186,7 @@ fn a_batch_of_forgets_gives_back_every_lookup() {
     // The server stopped while the kernel drops its inodes: their forgets queue up and come as
     // BATCH_FORGET once it goes on (a running server may keep up and take them one by one).
     let pid = m.child.id() as libc::pid_t;
+    let caches = kernel_caches();
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     let dropping = std::thread::spawn(|| fs::write("/proc/sys/vm/drop_caches", "2"));
     let start = std::time::Instant::now();
@@ -184,6 +195,7 @@ fn a_batch_of_forgets_gives_back_every_lookup() {
     }
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
     dropping.join().unwrap().unwrap();
+    drop(caches);
     for i in 0..500 {
         assert_eq!(fs::read_to_string(dir.join(format!("f{i}"))).unwrap(), format!("{i}"));
     }
