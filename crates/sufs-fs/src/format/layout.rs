@@ -203,6 +203,13 @@ impl Superblock {
 }
 
 impl Dinode {
+    /// The mode and link count of the inode in UFS2's 256 bytes `raw`, as `decode` gives them
+    /// (a negative count as 0), without decoding the rest.
+    pub fn mode_and_nlink(raw: &[u8]) -> (u16, u32) {
+        let (mode, nlink) = ufs2::Dinode::mode_and_nlink(raw);
+        (mode, nlink.max(0) as u32)
+    }
+
     /// The inode in UFS2's 256 bytes `raw`, on the file system `u`: `blocks` in fragments, the
     /// device number kept in `di_db[0]`, FreeBSD's flags as sufs's. A short symbolic link keeps
     /// its target in the block pointers, as on disk (`Dinode::short_symlink`).

@@ -192,6 +192,10 @@ impl Fs {
     /// The attributes of `ino` (its dinode `d`): every value from disk is checked, and a
     /// damaged area fails the request with EIO and asks for fsck.
     pub(super) fn read_ext_area(&mut self, ino: u32, d: &Dinode) -> FsResult<Vec<ExtAttr>> {
+        if d.extsize == 0 && d.extb == [0; NXADDR] {
+            // No area (most files): nothing to decode (every create asks its directory).
+            return Ok(Vec::new());
+        }
         let area = self.read_ext_bytes(ino, d)?;
         match decode_ext_area(&area) {
             Ok(attrs) => match acl::acls_from_freebsd(crate::format::ufs2::from_freebsd(attrs), d.mode) {

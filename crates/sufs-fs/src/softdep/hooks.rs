@@ -314,7 +314,7 @@ impl Softdep {
         if !reachable && !pd.dirrems.is_empty() {
             inf.rolled_back = true;
         }
-        for da in pd.diradds.values() {
+        for da in pd.diradds.in_order() {
             if reachable && da.ready() {
                 inf.diradds_done.push((da.off, da.epoch));
             } else {

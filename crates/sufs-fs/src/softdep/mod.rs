@@ -584,7 +584,7 @@ impl Softdep {
         let wk = WorkList::new(DepKind::DirAdd, state);
         let pd = self.pagedeps.entry(dirblk).or_default();
         let da = DirAdd { wk, off, ino, old_ino, old_dtype, epoch, parent, on_complete: carried };
-        let twice = pd.diradds.insert(off, da).is_some();
+        let twice = pd.diradds.insert(da).is_some();
         assert!(!twice, "two diradds at {off} of block {dirblk}");
     }
 
@@ -666,7 +666,7 @@ impl Softdep {
         if let Some(dir) = self.block_dir.remove(&old) {
             self.block_dir.insert(new, dir);
         }
-        for da in pd.diradds.values() {
+        for da in pd.diradds.in_order() {
             let keys = [(da.ino, old), (da.ino, new)];
             if let Some(n) = self.name_blocks.remove(&keys[0]) {
                 *self.name_blocks.entry(keys[1]).or_insert(0) += n;
@@ -773,7 +773,7 @@ impl Softdep {
             }
             self.block_dir.remove(b);
             if let Some(pd) = self.pagedeps.remove(b) {
-                for da in pd.diradds.into_values() {
+                for da in pd.diradds.into_in_order() {
                     self.forget_diradd(*b, &da);
                     orphans.extend(da.on_complete);
                 }
@@ -862,7 +862,7 @@ impl Softdep {
     pub fn pending_entries_naming(&self, ino: u32) -> Vec<(u64, usize, DepState)> {
         let mut out = Vec::new();
         for (&b, pd) in &self.pagedeps {
-            out.extend(pd.diradds.values().filter(|d| d.ino == ino).map(|d| (b, d.off, d.wk.state)));
+            out.extend(pd.diradds.in_order().into_iter().filter(|d| d.ino == ino).map(|d| (b, d.off, d.wk.state)));
         }
         out
     }
@@ -1062,7 +1062,7 @@ mod tests {
     }
 
     fn diradd_state(sd: &Softdep, dirblk: u64) -> DepState {
-        sd.pagedeps[&dirblk].diradds.values().next().expect("a diradd").wk.state
+        sd.pagedeps[&dirblk].diradds.in_order()[0].wk.state
     }
 
     /// A new file, inode 40 named "f" at offset 0 of a root directory block, recorded as a

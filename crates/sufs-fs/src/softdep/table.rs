@@ -15,7 +15,10 @@ use crate::fixed_hash::{HashMap, HashMapExt};
 
 #[derive(Debug)]
 pub(crate) struct InodeTable {
-    map: HashMap<u32, InodeDep>,
+    /// Each record in a box of its own: a create makes one and most go at the next count, so
+    /// the map grows and fills with tombstones and is rehashed often; it moves a pointer, not
+    /// the record's couple of hundred bytes (the moves were a tenth of a create's time).
+    map: HashMap<u32, Box<InodeDep>>,
     /// Records changed since the last `recount`, each once (`InodeDep::touched`).
     touched: Vec<u32>,
     /// The records of the table as of the last `recount` (the sum of each one's `counted`).
@@ -35,7 +38,7 @@ impl InodeTable {
     }
 
     pub(crate) fn get(&self, ino: &u32) -> Option<&InodeDep> {
-        self.map.get(ino)
+        self.map.get(ino).map(|d| &**d)
     }
 
     #[cfg(test)]
@@ -52,7 +55,7 @@ impl InodeTable {
 
     /// The record of `ino`, made by `new` if there is none: noted for the next count.
     pub(crate) fn get_or_insert_with(&mut self, ino: u32, new: impl FnOnce() -> InodeDep) -> &mut InodeDep {
-        let d = self.map.entry(ino).or_insert_with(new);
+        let d = self.map.entry(ino).or_insert_with(|| Box::new(new()));
         Self::note(&mut self.touched, ino, d);
         d
     }
@@ -61,25 +64,30 @@ impl InodeTable {
     pub(crate) fn insert(&mut self, ino: u32, mut d: InodeDep) {
         d.counted = 0;
         d.touched = false;
-        if let Some(old) = self.map.remove(&ino) {
-            self.total -= old.counted;
-        }
-        let d = self.map.entry(ino).or_insert(d);
-        Self::note(&mut self.touched, ino, d);
+        let slot = match self.map.get_mut(&ino) {
+            Some(old) => {
+                // In place: its box and its slot serve again (no tombstone left behind).
+                self.total -= old.counted;
+                **old = d;
+                old
+            }
+            None => self.map.entry(ino).or_insert_with(|| Box::new(d)),
+        };
+        Self::note(&mut self.touched, ino, slot);
     }
 
     pub(crate) fn remove(&mut self, ino: &u32) -> Option<InodeDep> {
         let d = self.map.remove(ino)?;
         self.total -= d.counted;
-        Some(d)
+        Some(*d)
     }
 
     pub(crate) fn values(&self) -> impl Iterator<Item = &InodeDep> {
-        self.map.values()
+        self.map.values().map(|d| &**d)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&u32, &InodeDep)> {
-        self.map.iter()
+        self.map.iter().map(|(ino, d)| (ino, &**d))
     }
 
     #[cfg(test)]

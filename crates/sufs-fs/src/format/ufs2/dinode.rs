@@ -77,6 +77,13 @@ impl Dinode {
         Ok(d)
     }
 
+    /// `di_mode` and `di_nlink` of the 256 bytes `raw`, without decoding the rest (a write's
+    /// check of the link count it would replace).
+    pub fn mode_and_nlink(raw: &[u8]) -> (u16, i16) {
+        assert!(raw.len() >= UFS2_DINODE_SIZE, "a dinode is {UFS2_DINODE_SIZE} bytes, not {}", raw.len());
+        (u16::from_le_bytes([raw[0], raw[1]]), i16::from_le_bytes([raw[2], raw[3]]))
+    }
+
     /// The 256 bytes, as they are (no check hash computed: see `encode_for`).
     pub fn encode(&self) -> [u8; UFS2_DINODE_SIZE] {
         let mut b = [0u8; UFS2_DINODE_SIZE];
@@ -152,6 +159,7 @@ mod tests {
         let d = Dinode::decode(&raw).unwrap();
         assert_eq!(d.encode(), raw);
         assert_eq!(d.di_mode, u16::from_le_bytes([raw[0], raw[1]]));
+        assert_eq!(Dinode::mode_and_nlink(&raw), (d.di_mode, d.di_nlink));
         assert_eq!(d.di_ib[2], i64::from_le_bytes(raw[224..232].try_into().unwrap()));
         let sealed = d.encode_for(&sb);
         assert_ne!(sealed[244..248], raw[244..248]);
