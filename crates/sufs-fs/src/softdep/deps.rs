@@ -538,3 +538,33 @@ pub struct SoftdepStats {
     pub tasks_run: u64,
     pub max_deps: usize,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(off: usize, ino: u32) -> DirAdd {
+        let wk = WorkList::new(DepKind::DirAdd, DepState::ATTACHED);
+        DirAdd { wk, off, ino, old_ino: 0, old_dtype: 0, epoch: ino as Epoch, parent: None, on_complete: Vec::new() }
+    }
+
+    /// Entries made at offsets in any order are walked lowest offset first, taken or not; one
+    /// made again at an offset replaces the first and gives it back.
+    #[test]
+    fn a_blocks_entries_are_walked_by_offset() {
+        let mut d = DirAdds::default();
+        let offs = [4096usize, 12, 0, 700, 24, 32_000, 512];
+        for (i, &off) in offs.iter().enumerate() {
+            assert!(d.insert(entry(off, i as u32 + 10)).is_none());
+        }
+        let mut sorted = offs.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(d.in_order().iter().map(|e| e.off).collect::<Vec<_>>(), sorted);
+        assert_eq!(d.insert(entry(700, 99)).map(|e| e.ino), Some(13), "the entry replaced");
+        assert_eq!(d.remove(&12).map(|e| e.ino), Some(11));
+        assert!(!d.contains_key(&12) && d.get(&700).is_some_and(|e| e.ino == 99));
+        sorted.retain(|&o| o != 12);
+        assert_eq!(d.len(), sorted.len());
+        assert_eq!(d.into_in_order().iter().map(|e| e.off).collect::<Vec<_>>(), sorted);
+    }
+}
