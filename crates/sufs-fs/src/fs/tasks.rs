@@ -47,11 +47,11 @@ impl Fs {
     /// Runs the task list within soft updates' memory bound, as FreeBSD's
     /// `softdep_process_worklist` takes its work list in bounded batches: a written directory
     /// block completes all its removals at once, and each removal that runs makes about
-    /// `TASK_DEPS` structures (the released inode's record, its freeblks and freefile) that only
-    /// a later write retires. So a long list runs in chunks, each as long as the room left under
-    /// the bound allows, the structures counted afresh before each; what does not fit stays
-    /// queued (tasks are delayed work) until a write lets the chunk's structures retire. A short
-    /// list runs at once, uncounted. Returns the tasks left queued. Callers that need the list
+    /// `TASK_DEPS` structures (the released inode's record, its freeblks and freefile; no
+    /// freeblks for a file that holds no block) that only a later write retires. So a long list
+    /// runs in chunks, each as long as the room left under the bound allows, the structures
+    /// counted afresh before each; what does not fit stays queued (tasks are delayed work) until
+    /// a write lets the chunk's structures retire. A short list runs at once, uncounted. Returns the tasks left queued. Callers that need the list
     /// drained (fsync, sync, unmount, snapshots) use `run_tasks`.
     pub fn run_tasks_bounded(&mut self) -> FsResult<usize> {
         self.run_tasks_upto(usize::MAX).map(|s| s.left)
@@ -342,7 +342,10 @@ mod tests {
     fn names_made_and_removed(fs: &mut Fs, n: usize) {
         let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
         for i in 0..n {
-            fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+            // A byte each: a file that holds a block is freed with a freeblks as well as its
+            // freefile (`TASK_DEPS`); an empty one makes one structure fewer.
+            let (ino, _) = fs.create(d, format!("f{i}").as_bytes(), 0o644, 0, 0).unwrap();
+            fs.write(ino, 0, b"x").unwrap();
         }
         fs.sync_all().unwrap();
         for i in 0..n {
