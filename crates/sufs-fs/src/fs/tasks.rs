@@ -51,8 +51,9 @@ impl Fs {
     /// freeblks for a file that holds no block) that only a later write retires. So a long list
     /// runs in chunks, each as long as the room left under the bound allows, the structures
     /// counted afresh before each; what does not fit stays queued (tasks are delayed work) until
-    /// a write lets the chunk's structures retire. A short list runs at once, uncounted. Returns the tasks left queued. Callers that need the list
-    /// drained (fsync, sync, unmount, snapshots) use `run_tasks`.
+    /// a write lets the chunk's structures retire. A short list runs at once, uncounted. Returns
+    /// the tasks left queued. Callers that need the list drained (fsync, sync, unmount,
+    /// snapshots) use `run_tasks`.
     pub fn run_tasks_bounded(&mut self) -> FsResult<usize> {
         self.run_tasks_upto(usize::MAX).map(|s| s.left)
     }
