@@ -57,17 +57,24 @@ impl Fs {
 
     /// Reads an inode, allocated or not.
     pub(super) fn iget_raw(&mut self, ino: u32) -> FsResult<Dinode> {
+        let copy = |b: &[u8]| <[u8; DINODE_SIZE]>::try_from(b).expect("a dinode's bytes");
+        match self.dinode_bytes(ino, copy)? {
+            Some(raw) => Ok(self.sb.decode_dinode(&raw)),
+            None => Ok(Dinode::default()),
+        }
+    }
+
+    /// `f` of the 256 bytes of `ino` in its inode block, or `None` past its group's initialized
+    /// inode blocks (a free inode, whatever the block holds).
+    fn dinode_bytes<T>(&mut self, ino: u32, f: impl FnOnce(&[u8]) -> T) -> FsResult<Option<T>> {
         // Every operation reads an inode: after a shutdown, this is where each one fails.
         self.check_live()?;
         self.check_ino(ino)?;
         if ino % self.sb.inodes_per_group >= self.alloc.initialized(self.sb.cg_of_inode(ino)) {
-            // Past the group's initialized inode blocks: free, whatever the block holds.
-            return Ok(Dinode::default());
+            return Ok(None);
         }
         let (bno, off) = self.sb.inode_location(ino);
-        let mut raw = [0u8; DINODE_SIZE];
-        raw.copy_from_slice(&self.read_inode_block(bno)?[off..off + DINODE_SIZE]);
-        Ok(self.sb.decode_dinode(&raw))
+        Ok(Some(f(&self.read_inode_block(bno)?[off..off + DINODE_SIZE])))
     }
 
     /// Reads an allocated inode.
@@ -101,14 +108,8 @@ impl Fs {
     /// The link count the buffer of `ino` holds, or `None` for a free dinode: `iget_raw`'s
     /// answer for these two fields, without decoding the other 252 bytes.
     fn links_on_buffer(&mut self, ino: u32) -> FsResult<Option<u32>> {
-        self.check_live()?;
-        self.check_ino(ino)?;
-        if ino % self.sb.inodes_per_group >= self.alloc.initialized(self.sb.cg_of_inode(ino)) {
-            return Ok(None);
-        }
-        let (bno, off) = self.sb.inode_location(ino);
-        let (mode, nlink) = Dinode::mode_and_nlink(&self.read_inode_block(bno)?[off..off + DINODE_SIZE]);
-        Ok((mode != 0).then_some(nlink))
+        let fields = self.dinode_bytes(ino, Dinode::mode_and_nlink)?;
+        Ok(fields.and_then(|(mode, nlink)| (mode != 0).then_some(nlink)))
     }
 
     /// `iput` for an operation that changes the link count of `ino` (link, rename, mkdir's
