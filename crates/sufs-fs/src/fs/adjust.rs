@@ -239,7 +239,7 @@ impl Fs {
                     d.nlink = t;
                     self.touch_c(&mut d);
                     done.links_lowered += 1;
-                    if d.nlink == 0 && !self.incore.open.contains_key(&l.ino) {
+                    if d.nlink == 0 && !self.incore.held(l.ino) {
                         self.release_inode(l.ino, d, vec![])?;
                         done.inodes_freed += 1;
                     } else {
@@ -387,7 +387,7 @@ impl Fs {
             Some(format!("generation {} is not the snapshot's {generation}", d.generation))
         } else if unreferenced && (d.is_dir() || d.flags & DI_SNAPSHOT != 0) {
             Some("a directory or snapshot".to_string())
-        } else if unreferenced && self.incore.open.contains_key(&ino) {
+        } else if unreferenced && self.incore.held(ino) {
             Some("open".to_string())
         } else if self.incore.orphans.contains(&ino)
             || self.incore.removed_dirs.contains(&ino)
@@ -423,7 +423,7 @@ impl Fs {
             "in use".to_string()
         } else if d.generation != r.generation {
             format!("generation {} is not the snapshot's {}", d.generation, r.generation)
-        } else if self.incore.open.contains_key(&r.ino) {
+        } else if self.incore.held(r.ino) {
             "held".to_string()
         } else {
             return Ok(true);

@@ -11,8 +11,10 @@ const INIT_AHEAD: u32 = 2;
 /// who holds an inode open, which inodes lost their last name while open, where generations
 /// come from, and the link drops that removed directories still wait for.
 pub(super) struct InCore {
-    /// Open handles per inode: an unlinked inode is freed at its last close.
-    pub(super) open: HashMap<u32, u32>,
+    /// The inodes held or named (`InCoreInode`): one record each for both, so that a lookup,
+    /// which takes a hold and notes the name's directory, finds one entry. Gone when neither
+    /// is left.
+    inodes: HashMap<u32, InCoreInode>,
     /// Inodes whose last link went while they were held (`open`): freed at the last `unhold`
     /// or at unmount, as FFS frees an unlinked open file at its last close.
     pub(super) orphans: crate::fixed_hash::HashSet<u32>,
@@ -26,22 +28,87 @@ pub(super) struct InCore {
     pub(super) parent_drop: HashMap<u32, u32>,
     /// Directories whose last name is gone but which other pending link drops still hold.
     pub(super) removed_dirs: crate::fixed_hash::HashSet<u32>,
-    /// With soft updates, a directory holding a name of each file looked up or named in this
-    /// mount (the latest): fsync walks its path to the root, so that a renamed ancestor's new
-    /// name is made durable too. At most one entry per inode.
-    pub(super) name_dir: HashMap<u32, u32>,
+}
+
+/// What the mount keeps of an inode beside its dinode and soft updates' records (a part of
+/// FreeBSD's in-core `struct inode`). A map of a hundred thousand files misses the processor's
+/// cache at each entry it touches: what a lookup changes is in one.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct InCoreInode {
+    /// References an unlink must not free the inode under (`Fs::hold`): open handles, the
+    /// kernel's lookup counts. An unlinked inode is freed when the last goes.
+    holds: u32,
+    /// With soft updates, a directory holding a name of the file, looked up or named in this
+    /// mount (the latest), 0 if none: fsync walks its path to the root, so that a renamed
+    /// ancestor's new name is made durable too.
+    name_dir: u32,
 }
 
 impl InCore {
     pub(super) fn new() -> InCore {
         InCore {
-            open: HashMap::new(),
+            inodes: HashMap::new(),
             orphans: crate::fixed_hash::HashSet::default(),
             linkable: crate::fixed_hash::HashSet::default(),
             next_gen: 1,
             parent_drop: HashMap::new(),
             removed_dirs: crate::fixed_hash::HashSet::default(),
-            name_dir: HashMap::new(),
+        }
+    }
+
+    /// True while something holds `ino` (`hold`).
+    pub(super) fn held(&self, ino: u32) -> bool {
+        self.inodes.get(&ino).is_some_and(|i| i.holds > 0)
+    }
+
+    fn hold(&mut self, ino: u32, n: u32) {
+        let i = self.inodes.entry(ino).or_default();
+        i.holds = i.holds.checked_add(n).expect("holds on an inode overflow");
+    }
+
+    /// Drops `n` holds on `ino` (no more than it has): true if they were its last.
+    fn unhold(&mut self, ino: u32, n: u32) -> bool {
+        let Some(i) = self.inodes.get_mut(&ino) else { return false };
+        if i.holds == 0 {
+            return false;
+        }
+        i.holds = i.holds.saturating_sub(n);
+        let last = i.holds == 0;
+        self.tidy(ino);
+        last
+    }
+
+    /// Every hold dropped at once (unmount), the names' directories kept.
+    pub(super) fn drop_holds(&mut self) {
+        self.inodes.retain(|_, i| {
+            i.holds = 0;
+            i.name_dir != 0
+        });
+    }
+
+    /// The directory `set_name_dir` last noted for `ino`.
+    pub(super) fn name_dir(&self, ino: u32) -> Option<u32> {
+        self.inodes.get(&ino).map(|i| i.name_dir).filter(|&d| d != 0)
+    }
+
+    pub(super) fn set_name_dir(&mut self, ino: u32, dir: u32) {
+        assert!(dir >= ROOT_INO, "inode {ino} named in directory {dir}");
+        self.inodes.entry(ino).or_default().name_dir = dir;
+    }
+
+    /// `ino` is freed: its name's directory goes with it (else a million files looked up and
+    /// removed would leave a million records behind).
+    fn drop_name_dir(&mut self, ino: u32) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.name_dir = 0;
+            self.tidy(ino);
+        }
+    }
+
+    /// Drops `ino`'s record once it keeps nothing.
+    fn tidy(&mut self, ino: u32) {
+        if self.inodes.get(&ino).is_some_and(|i| *i == InCoreInode::default()) {
+            self.inodes.remove(&ino);
         }
     }
 }
@@ -239,9 +306,7 @@ impl Fs {
             let old = self.iget_raw(ino)?;
             if !old.is_free() {
                 self.damaged(format!("inode bitmap shows inode {ino} free while it is in use"));
-            } else if self.incore.open.contains_key(&ino)
-                || self.hooks.softdep.as_ref().is_some_and(|s| s.inode_busy(ino))
-            {
+            } else if self.incore.held(ino) || self.hooks.softdep.as_ref().is_some_and(|s| s.inode_busy(ino)) {
                 self.damaged(format!("inode bitmap shows inode {ino} free before its freeing completed"));
             } else {
                 return Ok((ino, old));
@@ -293,9 +358,7 @@ impl Fs {
         // Whether the inode is on disk decides what its freeing waits for.
         self.land_flight()?;
         let is_dir = d.is_dir();
-        // Its name's directory goes with it (else a million files looked up and removed leave
-        // a million entries behind).
-        self.incore.name_dir.remove(&ino);
+        self.incore.drop_name_dir(ino);
         self.incore.linkable.remove(&ino);
         let mut then = then;
         if is_dir {
@@ -350,7 +413,7 @@ impl Fs {
         }
         self.touch_c(&mut d);
         if d.nlink == 0 {
-            if !self.incore.open.contains_key(&ino) {
+            if !self.incore.held(ino) {
                 return self.release_inode(ino, d, vec![]);
             }
             self.incore.orphans.insert(ino);
@@ -392,7 +455,7 @@ impl Fs {
     /// Takes `n` references on an inode that an unlink must not free while they last: an open
     /// handle, or the kernel's knowledge of the inode through a mount (a FUSE lookup count).
     pub fn hold(&mut self, ino: u32, n: u32) {
-        *self.incore.open.entry(ino).or_insert(0) += n;
+        self.incore.hold(ino, n);
     }
 
     /// Closes a handle; the last close of an unlinked inode frees it.
@@ -405,12 +468,7 @@ impl Fs {
         if self.shut_down {
             return Ok(()); // nothing is freed any more
         }
-        let Some(held) = self.incore.open.get_mut(&ino) else {
-            return Ok(());
-        };
-        *held = held.saturating_sub(n);
-        if *held == 0 {
-            self.incore.open.remove(&ino);
+        if self.incore.unhold(ino, n) {
             // Only an inode whose last link this mount removed is freed: one found with no
             // links on disk is damage, left for fsck (lookup refuses it).
             if !self.incore.orphans.remove(&ino) {
@@ -434,6 +492,32 @@ mod tests {
     use crate::dev::MemDevice;
     use crate::fs::{mkfs, MkfsOptions, MountOptions, Ordering};
     use std::sync::Arc;
+
+    #[test]
+    fn an_inode_record_lasts_while_it_is_held_or_named() {
+        let mut c = InCore::new();
+        c.hold(10, 2);
+        c.set_name_dir(10, ROOT_INO);
+        assert!(c.held(10));
+        assert!(!c.unhold(10, 1), "one hold of two dropped");
+        assert!(c.unhold(10, 1), "the last hold dropped");
+        assert!(!c.held(10));
+        assert_eq!(c.name_dir(10), Some(ROOT_INO), "the name's directory outlasts the holds");
+        assert!(!c.unhold(10, 1), "an inode no one holds has no hold to drop");
+        c.drop_name_dir(10);
+        assert!(c.inodes.is_empty(), "a record keeping nothing is gone");
+        // Held, never named: gone with its last hold. Named, never held: gone when freed.
+        c.hold(11, 1);
+        assert!(c.unhold(11, 5));
+        c.set_name_dir(12, 7);
+        c.hold(13, 1);
+        c.set_name_dir(13, 7);
+        c.drop_holds();
+        assert_eq!((c.held(13), c.name_dir(13), c.name_dir(12)), (false, Some(7), Some(7)));
+        c.drop_name_dir(12);
+        c.drop_name_dir(13);
+        assert!(c.inodes.is_empty());
+    }
 
     /// A copy of a dinode taken before a link was added and written back after it keeps the
     /// count the buffer holds (a debug build stops on such a copy); a free dinode has none.

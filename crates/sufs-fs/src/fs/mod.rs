@@ -645,7 +645,7 @@ impl Fs {
         }
         // Inodes unlinked while open are freed now that nobody holds them.
         let orphans: Vec<u32> = self.incore.orphans.drain().collect();
-        self.incore.open.clear();
+        self.incore.drop_holds();
         for ino in orphans {
             let d = self.iget(ino)?;
             if d.nlink == 0 {

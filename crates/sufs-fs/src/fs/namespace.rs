@@ -143,7 +143,7 @@ impl Fs {
     /// A file `ino` has a name in `dir` (see `name_dir`); a directory's own ".." says where it is.
     pub(super) fn note_name_dir(&mut self, dir: u32, ino: u32, d: &Dinode) {
         if self.hooks.softdep.is_some() && !d.is_dir() {
-            self.incore.name_dir.insert(ino, dir);
+            self.incore.set_name_dir(ino, dir);
         }
     }
 

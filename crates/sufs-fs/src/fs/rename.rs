@@ -178,7 +178,7 @@ impl Fs {
         if self.hooks.softdep.is_none() {
             return;
         }
-        self.incore.name_dir.insert(ino, dir);
+        self.incore.set_name_dir(ino, dir);
         if self.renames.namesakes.wait(dir, name, (bno, off), ino) {
             self.note_namesake_records();
             if let Some(sd) = self.sd() {

@@ -40,7 +40,7 @@ impl Fs {
             .unwrap_or_default();
         for (ino, n) in going {
             if let Ok(d) = self.iget(ino) {
-                if d.nlink <= n && !self.incore.open.contains_key(&ino) {
+                if d.nlink <= n && !self.incore.held(ino) {
                     pb += d.blocks;
                     pi += 1;
                 }
@@ -264,7 +264,7 @@ impl Fs {
             // ancestor named by an entry not yet on disk joins, so that its new name (a
             // rename's, say) is written with the rest.
             if dirs_named {
-                let from = if self.iget(x)?.is_dir() { Some(x) } else { self.incore.name_dir.get(&x).copied() };
+                let from = if self.iget(x)?.is_dir() { Some(x) } else { self.incore.name_dir(x) };
                 for a in self.ancestors(from, &mut walked)? {
                     let named = self.hooks.softdep.as_ref().is_some_and(|s| s.has_pending_name(a));
                     if named && listed.insert(a) {

@@ -181,7 +181,7 @@ impl Fs {
                         self.incore.parent_drop.insert(child, p);
                     }
                     Ok(())
-                } else if self.incore.open.contains_key(&child) {
+                } else if self.incore.held(child) {
                     // Held (open, or known to the kernel), it stays allocated without a name
                     // until its last close; its "." and ".." go now with its blocks, as FreeBSD's
                     // rmdir truncates the directory. The parent's link goes once the truncated
