@@ -145,6 +145,11 @@ impl Fs {
     /// `/.br` and `/.snap` do not come this way.
     pub(super) fn check_entries(&mut self, dir: u32, change: Entries) -> FsResult<()> {
         let d = self.iget(dir)?;
+        Self::check_entries_of(&d, change)
+    }
+
+    /// `check_entries` of a directory's dinode `d` already read.
+    pub(super) fn check_entries_of(d: &Dinode, change: Entries) -> FsResult<()> {
         let refused = match change {
             Entries::Add => DI_IMMUTABLE,
             Entries::Remove => DI_IMMUTABLE | DI_APPEND,
@@ -200,6 +205,37 @@ impl Fs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An append-only directory takes new names and gives none up; an immutable one neither.
+    #[test]
+    fn flagged_directories_keep_their_entries() {
+        use crate::clock::SimClock;
+        use crate::dev::MemDevice;
+        use crate::fs::{mkfs, MkfsOptions, MountOptions, Ordering};
+        use std::sync::Arc;
+        let dev = Arc::new(MemDevice::new(4096, 8192));
+        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
+        let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();
+        let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        fs.create(d, b"f", 0o644, 0, 0).unwrap();
+        fs.mkdir(d, b"s", 0o755, 0, 0).unwrap();
+        fs.set_flags(d, FS_APPEND_FL, 0).unwrap();
+        assert!(matches!(fs.unlink(d, b"f"), Err(FsError::Perm)));
+        assert!(matches!(fs.rmdir(d, b"s"), Err(FsError::Perm)));
+        fs.create(d, b"g", 0o644, 0, 0).unwrap();
+        fs.set_flags(d, FS_IMMUTABLE_FL, 0).unwrap();
+        assert!(matches!(fs.create(d, b"h", 0o644, 0, 0), Err(FsError::Perm)));
+        assert!(matches!(fs.unlink(d, b"g"), Err(FsError::Perm)));
+        fs.set_flags(d, 0, 0).unwrap();
+        fs.unlink(d, b"f").unwrap();
+        fs.unlink(d, b"g").unwrap();
+        fs.rmdir(d, b"s").unwrap();
+        // A file is no directory: its flags do not stand in the way of the error that says so.
+        let (f, _) = fs.create(d, b"f", 0o644, 0, 0).unwrap();
+        fs.set_flags(f, FS_IMMUTABLE_FL, 0).unwrap();
+        assert!(matches!(fs.unlink(f, b"x"), Err(FsError::NotDir)));
+    }
 
     #[test]
     fn linux_flags_map_both_ways() {

@@ -326,8 +326,8 @@ impl Fs {
 
     pub fn unlink(&mut self, dir: u32, name: &[u8]) -> FsResult<()> {
         self.check_writable()?;
-        self.check_entries(dir, Entries::Remove)?;
         let mut dd = self.dir_inode(dir)?;
+        Self::check_entries_of(&dd, Entries::Remove)?;
         let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
         let mut d = self.iget(slot.ino)?;
         if d.is_dir() {
@@ -392,8 +392,8 @@ impl Fs {
         if name == b".." {
             return Err(FsError::NotEmpty);
         }
-        self.check_entries(dir, Entries::Remove)?;
         let mut dd = self.dir_inode(dir)?;
+        Self::check_entries_of(&dd, Entries::Remove)?;
         let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
         let mut d = self.iget(slot.ino)?;
         if !d.is_dir() {
