@@ -209,14 +209,7 @@ mod tests {
     /// An append-only directory takes new names and gives none up; an immutable one neither.
     #[test]
     fn flagged_directories_keep_their_entries() {
-        use crate::clock::SimClock;
-        use crate::dev::MemDevice;
-        use crate::fs::{mkfs, MkfsOptions, MountOptions, Ordering};
-        use std::sync::Arc;
-        let dev = Arc::new(MemDevice::new(4096, 8192));
-        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
-        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
-        let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();
+        let mut fs = crate::fs::mem_mount(8192, Ordering::Softdep);
         let (d, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
         fs.create(d, b"f", 0o644, 0, 0).unwrap();
         fs.mkdir(d, b"s", 0o755, 0, 0).unwrap();

@@ -488,10 +488,7 @@ impl Fs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::SimClock;
-    use crate::dev::MemDevice;
-    use crate::fs::{mkfs, MkfsOptions, MountOptions, Ordering};
-    use std::sync::Arc;
+    use crate::fs::Ordering;
 
     #[test]
     fn an_inode_record_lasts_while_it_is_held_or_named() {
@@ -524,10 +521,7 @@ mod tests {
     #[test]
     #[cfg_attr(debug_assertions, should_panic(expected = "a copy with link count 1 written over 2"))]
     fn a_stale_copy_keeps_the_link_count_on_its_buffer() {
-        let dev = Arc::new(MemDevice::new(4096, 8192));
-        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
-        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
-        let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();
+        let mut fs = crate::fs::mem_mount(8192, Ordering::Softdep);
         let (ino, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
         assert_eq!(fs.links_on_buffer(ino).unwrap(), Some(1));
         assert_eq!(fs.links_on_buffer(ino + 1).unwrap(), None, "the next inode is free");

@@ -223,6 +223,16 @@ mod paths;
 mod rename;
 mod sync;
 mod tasks;
+
+/// A new file system of `blocks` 4 KiB blocks in memory, made and mounted with `ordering` (a
+/// cache of 256 blocks, the simulated clock): the unit tests' mount.
+#[cfg(test)]
+pub(crate) fn mem_mount(blocks: u64, ordering: Ordering) -> Fs {
+    let dev = Arc::new(crate::dev::MemDevice::new(4096, blocks));
+    mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
+    let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
+    Fs::mount(dev, opts, Arc::new(crate::clock::SimClock::new())).unwrap()
+}
 pub use tasks::{TaskSlice, TASK_SLICE};
 // Extended attributes (UFS2's attribute area) and the POSIX ACLs kept in them.
 pub mod acl;
