@@ -454,6 +454,83 @@ impl DirAdds {
     }
 }
 
+/// The entries (`DirAdd`s) not yet on disk that name one inode, counted by the directory block
+/// holding them, so that fsync finds an inode's pending names without a scan of every
+/// directory block's dependencies. Nearly always one block, kept inline: a sorted tree of
+/// (inode, block) split a node, with an allocation, every few creates.
+///
+/// Invariant: `one` counts at least one entry while any is pending, and each block is counted
+/// once, in `one` or in `rest`, with a count above zero.
+#[derive(Debug, Default)]
+pub struct PendingNames {
+    one: (u64, u32),
+    rest: Vec<(u64, u32)>,
+}
+
+impl PendingNames {
+    /// One more entry in block `blk`.
+    pub fn add(&mut self, blk: u64) {
+        self.add_n(blk, 1);
+    }
+
+    fn add_n(&mut self, blk: u64, n: u32) {
+        assert!(n > 0, "no entry added in block {blk}");
+        if self.one.1 == 0 {
+            debug_assert!(self.rest.is_empty(), "pending names past an empty first block");
+            self.one = (blk, n);
+        } else if self.one.0 == blk {
+            self.one.1 += n;
+        } else if let Some(e) = self.rest.iter_mut().find(|e| e.0 == blk) {
+            e.1 += n;
+        } else {
+            self.rest.push((blk, n));
+        }
+    }
+
+    /// One entry of block `blk` fewer (it must count one); true if none is left at all.
+    pub fn remove(&mut self, blk: u64) -> bool {
+        self.take(blk, Some(1));
+        self.is_empty()
+    }
+
+    /// Takes `n` (all, if None) of block `blk`'s entries off its count; how many it took.
+    fn take(&mut self, blk: u64, n: Option<u32>) -> u32 {
+        let e = if self.one.0 == blk && self.one.1 > 0 {
+            &mut self.one
+        } else {
+            self.rest.iter_mut().find(|e| e.0 == blk).unwrap_or_else(|| panic!("no pending entry in block {blk}"))
+        };
+        let took = n.unwrap_or(e.1);
+        assert!(took <= e.1, "{took} entries taken off block {blk}'s {}", e.1);
+        e.1 -= took;
+        if e.1 == 0 {
+            if self.one.1 == 0 {
+                self.one = self.rest.pop().unwrap_or_default();
+            } else {
+                self.rest.retain(|e| e.1 > 0);
+            }
+        }
+        took
+    }
+
+    /// The entries in block `old` are in block `new` now (a directory's run moved).
+    pub fn moved(&mut self, old: u64, new: u64) {
+        if old != new && self.blocks().any(|b| b == old) {
+            let n = self.take(old, None);
+            self.add_n(new, n);
+        }
+    }
+
+    /// The blocks holding the entries.
+    pub fn blocks(&self) -> impl Iterator<Item = u64> + '_ {
+        std::iter::once(self.one).filter(|e| e.1 > 0).chain(self.rest.iter().copied()).map(|e| e.0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.one.1 == 0
+    }
+}
+
 /// A removed entry: its work items run once a write after the removal is on disk, made while
 /// the disk's inode names the block (FreeBSD's newdirblk: in a directory block whose pointer is
 /// not on disk yet, a moved run's say, the disk still holds the name in the old run).
@@ -546,6 +623,38 @@ mod tests {
     fn entry(off: usize, ino: u32) -> DirAdd {
         let wk = WorkList::new(DepKind::DirAdd, DepState::ATTACHED);
         DirAdd { wk, off, ino, old_ino: 0, old_dtype: 0, epoch: ino as Epoch, parent: None, on_complete: Vec::new() }
+    }
+
+    #[test]
+    fn pending_names_count_entries_by_block() {
+        let mut p = PendingNames::default();
+        assert!(p.is_empty());
+        p.add(10);
+        p.add(10);
+        p.add(20);
+        p.add(30);
+        assert_eq!(p.blocks().collect::<Vec<_>>(), [10, 20, 30]);
+        assert!(!p.remove(10), "one of block 10's two entries gone");
+        assert!(!p.remove(10));
+        assert_eq!(p.blocks().collect::<Vec<_>>(), [30, 20], "the first block taken by another");
+        // A run moved onto a block already counted adds to its count.
+        p.moved(20, 30);
+        assert_eq!(p.blocks().collect::<Vec<_>>(), [30]);
+        p.moved(99, 40);
+        assert_eq!(p.blocks().collect::<Vec<_>>(), [30], "no entry in a block moved from elsewhere");
+        assert!(!p.remove(30));
+        assert!(p.remove(30), "the last entry gone");
+        assert_eq!(p.blocks().count(), 0);
+        p.add(50);
+        assert_eq!(p.blocks().collect::<Vec<_>>(), [50], "counted again from nothing");
+    }
+
+    #[test]
+    #[should_panic(expected = "no pending entry in block 7")]
+    fn a_name_removed_from_a_block_holding_none_stops() {
+        let mut p = PendingNames::default();
+        p.add(5);
+        p.remove(7);
     }
 
     /// Entries made at offsets in any order are walked lowest offset first, taken or not; one

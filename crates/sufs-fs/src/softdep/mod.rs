@@ -48,8 +48,6 @@ mod table;
 
 pub use deps::*;
 
-use std::collections::BTreeMap;
-
 use crate::fixed_hash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use crate::format::*;
@@ -73,12 +71,11 @@ pub struct Softdep {
     pub pending_unlinks: HashMap<u32, u32>,
     pub stats: SoftdepStats,
     writes_seen: u64,
-    /// Entries (DirAdds) not yet on disk, per inode they name.
-    pending_names: HashMap<u32, u32>,
-    /// The directory blocks holding them: (inode named, block) -> entries, so that fsync finds
-    /// an inode's pending names without a scan of every directory block's dependencies (a scan
-    /// per inode of a chain of new directories made fsync quadratic in the chain's depth).
-    name_blocks: BTreeMap<(u32, u64), u32>,
+    /// Entries (DirAdds) not yet on disk, per inode they name, by the blocks holding them: so
+    /// that fsync finds an inode's pending names without a scan of every directory block's
+    /// dependencies (a scan per inode of a chain of new directories made fsync quadratic in the
+    /// chain's depth).
+    pending_names: HashMap<u32, PendingNames>,
     /// The directories among those (`names_dir`): with none, no path to the root has a name
     /// pending, and a walk up the tree can be spared.
     dir_names: HashSet<u32>,
@@ -117,7 +114,6 @@ impl Softdep {
             stats: SoftdepStats::default(),
             writes_seen: 0,
             pending_names: HashMap::new(),
-            name_blocks: BTreeMap::new(),
             dir_names: HashSet::new(),
             block_dir: HashMap::new(),
             dir_parent: HashMap::new(),
@@ -556,8 +552,7 @@ impl Softdep {
             None => old.map(|(i, t)| (i, t, Vec::new())).unwrap_or((0, DT_UNKNOWN, Vec::new())),
         };
         carried.extend(on_complete);
-        *self.pending_names.entry(ino).or_insert(0) += 1;
-        *self.name_blocks.entry((ino, dirblk)).or_insert(0) += 1;
+        self.pending_names.entry(ino).or_default().add(dirblk);
         let r = DirAddRef { dirblk, off, epoch };
         let mut state = DepState::ATTACHED;
         if old_ino != 0 {
@@ -603,13 +598,9 @@ impl Softdep {
 
     /// A DirAdd leaves its page: its name is no longer pending and no inode waits for it.
     fn forget_diradd(&mut self, dirblk: u64, da: &DirAdd) {
-        Self::name_done(&mut self.pending_names, da.ino);
-        let n = self.name_blocks.get_mut(&(da.ino, dirblk)).expect("a pending entry's block is indexed");
-        *n -= 1;
-        if *n == 0 {
-            self.name_blocks.remove(&(da.ino, dirblk));
-        }
-        if !self.pending_names.contains_key(&da.ino) {
+        let names = self.pending_names.get_mut(&da.ino).expect("a pending entry's inode is indexed");
+        if names.remove(dirblk) {
+            self.pending_names.remove(&da.ino);
             self.dir_names.remove(&da.ino);
         }
         let r = DirAddRef { dirblk, off: da.off, epoch: da.epoch };
@@ -667,9 +658,8 @@ impl Softdep {
             self.block_dir.insert(new, dir);
         }
         for da in pd.diradds.in_order() {
-            let keys = [(da.ino, old), (da.ino, new)];
-            if let Some(n) = self.name_blocks.remove(&keys[0]) {
-                *self.name_blocks.entry(keys[1]).or_insert(0) += n;
+            if let Some(names) = self.pending_names.get_mut(&da.ino) {
+                names.moved(old, new);
             }
             for ino in std::iter::once(da.ino).chain(da.parent) {
                 if let Some(d) = self.inodedeps.get_mut(&ino) {
@@ -783,22 +773,13 @@ impl Softdep {
         orphans
     }
 
-    fn name_done(names: &mut HashMap<u32, u32>, ino: u32) {
-        if let Some(n) = names.get_mut(&ino) {
-            *n -= 1;
-            if *n == 0 {
-                names.remove(&ino);
-            }
-        }
-    }
-
     /// Directory blocks holding entries naming `ino` that are not on disk yet, with their
     /// directories.
     pub fn pending_name_blocks(&self, ino: u32) -> Vec<(u64, u32)> {
-        self.name_blocks
-            .range((ino, 0)..=(ino, u64::MAX))
-            .filter_map(|(&(_, b), _)| self.block_dir.get(&b).map(|&d| (b, d)))
-            .collect()
+        let Some(names) = self.pending_names.get(&ino) else { return Vec::new() };
+        let mut v: Vec<(u64, u32)> = names.blocks().filter_map(|b| self.block_dir.get(&b).map(|&d| (b, d))).collect();
+        v.sort_unstable();
+        v
     }
 
     /// Whether the dinode `d` of `ino`, about to be copied into its buffer, names every run
