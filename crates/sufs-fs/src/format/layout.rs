@@ -33,6 +33,13 @@ const FLAG_MAP: &[(u32, u32)] = &[
 /// finds it and checks nowhere.
 const SUFS_SPARE_FLAGS: u32 = DI_NOATIME | DI_UNMOVABLE | DI_SYNC;
 
+/// sufs's flags of a dinode whose FreeBSD flags are `di_flags`: FreeBSD's bits mapped, and sufs's
+/// own (`SUFS_SPARE_FLAGS`, which FreeBSD has no bit for) from `di_spare[0]`.
+fn sufs_flags(di_flags: u32, spare: u32) -> u32 {
+    let mapped = FLAG_MAP.iter().filter(|&&(_, theirs)| di_flags & theirs != 0).fold(0, |f, &(ours, _)| f | ours);
+    mapped | (spare & SUFS_SPARE_FLAGS)
+}
+
 /// Sectors of `DEV_BSIZE` bytes in a fragment: the unit of `di_blocks` over sufs's.
 fn sectors_per_frag(u: &ufs2::Superblock) -> u64 {
     (u.fs_fsize as u64 / ufs2::DEV_BSIZE as u64).max(1)
@@ -210,20 +217,20 @@ impl Dinode {
         (mode, nlink.max(0) as u32)
     }
 
+    /// The mode and sufs's flags of the inode in UFS2's 256 bytes `raw`, as `decode` gives them,
+    /// without decoding the rest.
+    pub fn mode_and_flags(raw: &[u8]) -> (u16, u32) {
+        let (mode, _) = ufs2::Dinode::mode_and_nlink(raw);
+        let (flags, spare) = ufs2::Dinode::flags_and_spare(raw);
+        (mode, sufs_flags(flags, spare))
+    }
+
     /// The inode in UFS2's 256 bytes `raw`, on the file system `u`: `blocks` in fragments, the
     /// device number kept in `di_db[0]`, FreeBSD's flags as sufs's. A short symbolic link keeps
     /// its target in the block pointers, as on disk (`Dinode::short_symlink`).
     pub fn decode(raw: &[u8], u: &ufs2::Superblock) -> Dinode {
         let d = ufs2::Dinode::decode(raw).expect("a dinode buffer of 256 bytes");
-        let f = d.di_flags;
-        let mut flags = 0;
-        for &(ours, theirs) in FLAG_MAP {
-            if f & theirs != 0 {
-                flags |= ours;
-            }
-        }
-        // sufs's own flags FreeBSD has no bit for (`SUFS_SPARE_FLAGS`) live in `di_spare[0]`.
-        flags |= d.di_spare[0] & SUFS_SPARE_FLAGS;
+        let flags = sufs_flags(d.di_flags, d.di_spare[0]);
         let device = matches!(d.di_mode & S_IFMT, S_IFCHR | S_IFBLK);
         let mut out = Dinode {
             mode: d.di_mode,
@@ -245,7 +252,7 @@ impl Dinode {
             rdev: if device { d.di_db[0] as u32 } else { 0 },
             extsize: d.di_extsize,
             ufs2: Ufs2Extra {
-                flags: f,
+                flags: d.di_flags,
                 kernflags: d.di_kernflags,
                 blksize: d.di_blksize,
                 modrev: d.di_modrev,
@@ -360,6 +367,24 @@ mod tests {
     /// The clean flag and the marks written to a UFS2 superblock, as FreeBSD's ffs_unmount
     /// writes them: an image marked for fsck is not clean (fsck_ffs -p would skip it), and keeps
     /// its soft-updates setting.
+    /// The mode and flags read alone are what a whole decode gives, for every flag FreeBSD or
+    /// sufs keeps and bytes around them of any value.
+    #[test]
+    fn mode_and_flags_agree_with_the_decode() {
+        let u = ufs2::newfs::geometry(64 << 20, &Default::default()).unwrap().sb;
+        for seed in 0..64u32 {
+            let mut raw = [0u8; ufs2::UFS2_DINODE_SIZE];
+            for (i, v) in raw.iter_mut().enumerate() {
+                *v = (i as u32 * 31 + seed * 17) as u8;
+            }
+            let bits = |k: u32| 1u32 << ((seed + k) % 32);
+            raw[88..92].copy_from_slice(&(bits(0) | bits(5) | (SF_IMMUTABLE * (seed & 1))).to_le_bytes());
+            raw[248..252].copy_from_slice(&(bits(3) | (DI_SYNC * ((seed >> 1) & 1))).to_le_bytes());
+            let d = Dinode::decode(&raw, &u);
+            assert_eq!(Dinode::mode_and_flags(&raw), (d.mode, d.flags), "seed {seed}");
+        }
+    }
+
     #[test]
     fn an_image_marked_for_fsck_is_written_unclean() {
         let mut u = ufs2::newfs::geometry(64 << 20, &Default::default()).unwrap().sb;

@@ -144,17 +144,23 @@ impl Fs {
     /// an append-only one takes new entries only (EPERM). The file system's own entries in
     /// `/.br` and `/.snap` do not come this way.
     pub(super) fn check_entries(&mut self, dir: u32, change: Entries) -> FsResult<()> {
-        let d = self.iget(dir)?;
-        Self::check_entries_of(&d, change)
+        match self.mode_and_flags(dir)? {
+            (0, _) => Err(FsError::Stale(dir as u64)),
+            (mode, flags) => Self::entries_allowed(mode, flags, change),
+        }
     }
 
     /// `check_entries` of a directory's dinode `d` already read.
     pub(super) fn check_entries_of(d: &Dinode, change: Entries) -> FsResult<()> {
+        Self::entries_allowed(d.mode, d.flags, change)
+    }
+
+    fn entries_allowed(mode: u16, flags: u32, change: Entries) -> FsResult<()> {
         let refused = match change {
             Entries::Add => DI_IMMUTABLE,
             Entries::Remove => DI_IMMUTABLE | DI_APPEND,
         };
-        if d.is_dir() && d.flags & refused != 0 {
+        if mode & S_IFMT == S_IFDIR && flags & refused != 0 {
             return Err(FsError::Perm);
         }
         Ok(())

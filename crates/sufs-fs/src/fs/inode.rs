@@ -179,6 +179,11 @@ impl Fs {
         Ok(fields.and_then(|(mode, nlink)| (mode != 0).then_some(nlink)))
     }
 
+    /// The mode and flags of `ino` (0 and 0 if it is free), read without decoding its dinode.
+    pub(super) fn mode_and_flags(&mut self, ino: u32) -> FsResult<(u16, u32)> {
+        Ok(self.dinode_bytes(ino, Dinode::mode_and_flags)?.unwrap_or((0, 0)))
+    }
+
     /// `iput` for an operation that changes the link count of `ino` (link, rename, mkdir's
     /// parent, a link drop): `d`'s count is written as it is.
     pub(super) fn iput_links(&mut self, ino: u32, d: &Dinode) -> FsResult<u64> {

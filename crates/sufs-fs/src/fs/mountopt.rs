@@ -181,7 +181,7 @@ impl Fs {
 
     /// Whether `ino` is flagged `DI_SYNC` (false for an inode gone meanwhile).
     fn flagged_sync(&mut self, ino: u32) -> bool {
-        self.iget(ino).is_ok_and(|d| d.flags & DI_SYNC != 0)
+        self.mode_and_flags(ino).is_ok_and(|(mode, flags)| mode != 0 && flags & DI_SYNC != 0)
     }
 
     /// Applies a remount and answers the state after it. Read-write to read-only writes

@@ -84,6 +84,14 @@ impl Dinode {
         (u16::from_le_bytes([raw[0], raw[1]]), i16::from_le_bytes([raw[2], raw[3]]))
     }
 
+    /// `di_flags` and `di_spare[0]` of the 256 bytes `raw`, without decoding the rest (the
+    /// checks of an inode's flags on every create and write).
+    pub fn flags_and_spare(raw: &[u8]) -> (u32, u32) {
+        assert!(raw.len() >= UFS2_DINODE_SIZE, "a dinode is {UFS2_DINODE_SIZE} bytes, not {}", raw.len());
+        let word = |at: usize| u32::from_le_bytes(raw[at..at + 4].try_into().expect("four bytes"));
+        (word(88), word(248))
+    }
+
     /// The 256 bytes, as they are (no check hash computed: see `encode_for`).
     pub fn encode(&self) -> [u8; UFS2_DINODE_SIZE] {
         let mut b = [0u8; UFS2_DINODE_SIZE];
@@ -160,6 +168,7 @@ mod tests {
         assert_eq!(d.encode(), raw);
         assert_eq!(d.di_mode, u16::from_le_bytes([raw[0], raw[1]]));
         assert_eq!(Dinode::mode_and_nlink(&raw), (d.di_mode, d.di_nlink));
+        assert_eq!(Dinode::flags_and_spare(&raw), (d.di_flags, d.di_spare[0]));
         assert_eq!(d.di_ib[2], i64::from_le_bytes(raw[224..232].try_into().unwrap()));
         let sealed = d.encode_for(&sb);
         assert_ne!(sealed[244..248], raw[244..248]);
