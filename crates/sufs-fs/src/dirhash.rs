@@ -33,7 +33,7 @@ const SHORT: usize = 22;
 
 /// A name as the index keeps it: in the bucket when short (most are), so that a lookup compares
 /// it where the hash led, not in an allocation of its own elsewhere in memory (a miss of the
-/// processor's cache per lookup in a large directory, a fifth of a lookup's time); longer, in
+/// processor's cache per lookup in a large directory, a sixth of a lookup's time); longer, in
 /// a box.
 #[derive(Debug, Clone)]
 enum Name {

@@ -15,7 +15,7 @@ pub(super) struct InCore {
     /// which takes a hold and notes the name's directory, finds one entry. Gone when neither
     /// is left.
     inodes: HashMap<u32, InCoreInode>,
-    /// Inodes whose last link went while they were held (`open`): freed at the last `unhold`
+    /// Inodes whose last link went while they were held (`hold`): freed at the last `unhold`
     /// or at unmount, as FFS frees an unlinked open file at its last close.
     pub(super) orphans: crate::fixed_hash::HashSet<u32>,
     /// Files made with no name (`tmpfile`, open(2)'s `O_TMPFILE` without `O_EXCL`) that `link`
@@ -63,7 +63,9 @@ impl InCore {
 
     fn hold(&mut self, ino: u32, n: u32) {
         let i = self.inodes.entry(ino).or_default();
-        i.holds = i.holds.checked_add(n).expect("holds on an inode overflow");
+        // Four billion holds at once cannot come from the kernel's lookups and opens; were they
+        // to, the inode would only stay until unmount (never a panic of the mount).
+        i.holds = i.holds.saturating_add(n);
     }
 
     /// Drops `n` holds on `ino` (no more than it has): true if they were its last.
