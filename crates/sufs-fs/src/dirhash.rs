@@ -214,6 +214,16 @@ impl DirHash {
         Ok(())
     }
 
+    /// The largest free record space of the chunk holding `off` of block `lbn`, as last set.
+    pub fn slack_at(&self, lbn: u64, off: usize) -> u32 {
+        let c = self.chunk(lbn, off);
+        if c < self.slack.len() {
+            self.slack.t[self.slack.cap + c]
+        } else {
+            0
+        }
+    }
+
     pub fn get(&self, name: &[u8]) -> Option<(u64, usize)> {
         self.names.get(name).map(|&(l, o)| (l, o as usize))
     }
@@ -265,6 +275,31 @@ impl DirHash {
 mod tests {
     use super::*;
     use crate::format::*;
+
+    /// A removal's freed space, with the chunk's largest free space before it, is the chunk's
+    /// largest after it (what `remove_entry` keeps without walking the chunk), whichever record
+    /// goes: the first of a chunk, one after a gap, the last.
+    #[test]
+    fn a_removal_gives_the_chunks_new_slack() {
+        let mut b = vec![0u8; 4096];
+        dir_init_block(&mut b);
+        let mut offs = Vec::new();
+        for i in 0..150u32 {
+            let name = format!("n{}", "x".repeat((i % 13) as usize));
+            let Some(at) = dir_find_space(&b, name.len()).unwrap() else { break };
+            offs.push(dir_insert(&mut b, at, 10 + i, DT_REG, name.as_bytes()).unwrap());
+        }
+        assert!(offs.len() > 100, "the block filled: {}", offs.len());
+        // Every third, then the rest backwards: first records, neighbours of gaps, last ones.
+        let order: Vec<usize> =
+            (0..offs.len()).step_by(3).chain((0..offs.len()).rev().filter(|i| i % 3 != 0)).collect();
+        for i in order {
+            let off = offs[i];
+            let before = chunk_slack(&b, off).unwrap();
+            let freed = dir_remove(&mut b, off).unwrap() as u32;
+            assert_eq!(before.max(freed), chunk_slack(&b, off).unwrap(), "entry {i} at {off}");
+        }
+    }
 
     #[test]
     fn names_kept_inline_or_boxed_are_found_by_their_bytes() {

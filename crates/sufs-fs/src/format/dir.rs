@@ -199,21 +199,24 @@ pub fn dir_insert(block: &mut [u8], at: usize, ino: u32, dtype: u8, name: &[u8])
 }
 
 /// Removes the entry at `off`: merged into the previous record of its chunk, or, as the first
-/// record of a chunk, marked empty (inode 0).
-pub fn dir_remove(block: &mut [u8], off: usize) -> Result<(), DirError> {
+/// record of a chunk, marked empty (inode 0). Returns the free space of the record that holds
+/// the entry's bytes now: the chunk's other records are as they were, so its largest free space
+/// is the larger of this and what it was.
+pub fn dir_remove(block: &mut [u8], off: usize) -> Result<usize, DirError> {
     let chunk = off / DIRBLKSIZ * DIRBLKSIZ;
-    let target = dirent_at(block, off, chunk)?;
+    let reclen = dirent_at(block, off, chunk)?.reclen;
     if off == chunk {
         put_u32(block, off, 0);
-        return Ok(());
+        return Ok(reclen as usize);
     }
     let mut prev = chunk;
     loop {
         let e = dirent_at(block, prev, chunk)?;
         let next = prev + e.reclen as usize;
         if next == off {
-            put_u16(block, prev + 4, e.reclen + target.reclen);
-            return Ok(());
+            let (prev_reclen, prev_slack) = (e.reclen, e.slack());
+            put_u16(block, prev + 4, prev_reclen + reclen);
+            return Ok(prev_slack + reclen as usize);
         }
         if next > off || next >= chunk + DIRBLKSIZ {
             return Err(DirError { offset: off, what: "entry not on the chunk's chain" });

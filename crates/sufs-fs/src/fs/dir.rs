@@ -133,9 +133,12 @@ impl Fs {
     pub(super) fn remove_entry(&mut self, dir: u32, slot: &Slot, name: &[u8]) -> FsResult<()> {
         let len = self.dir_len_at(dir, slot.lbn)?;
         let buf = &mut self.cache.modify(slot.bno)?[..len];
-        dir_remove(buf, slot.off)?;
+        let freed = dir_remove(buf, slot.off)? as u32;
         if let Some(h) = self.dirhash.get_mut(&dir) {
-            h.removed(name, slot.lbn, slot.off, chunk_slack(buf, slot.off)?);
+            // The freed bytes joined one record; the chunk's others are as they were.
+            let slack = h.slack_at(slot.lbn, slot.off).max(freed);
+            debug_assert_eq!(Ok(slack), chunk_slack(buf, slot.off), "directory {dir}: chunk slack after a removal");
+            h.removed(name, slot.lbn, slot.off, slack);
         }
         Ok(())
     }

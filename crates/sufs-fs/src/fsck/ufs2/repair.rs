@@ -32,7 +32,7 @@ fn named(e: &Direct<'_>, name: &str) -> bool {
 
 /// Removes the entry at byte `at` of a block of directory `dir`.
 fn remove_at(dir: u32, data: &mut [u8], at: usize) -> Result<(), Ufs2Error> {
-    crate::format::dir_remove(data, at).map_err(|e| Ufs2Error::Geometry(format!("directory I={dir}: {e}")))
+    crate::format::dir_remove(data, at).map(|_| ()).map_err(|e| Ufs2Error::Geometry(format!("directory I={dir}: {e}")))
 }
 
 /// A device written by byte offset.
