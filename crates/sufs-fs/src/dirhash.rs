@@ -102,6 +102,15 @@ impl SlackTree {
         self.len
     }
 
+    /// Block `i`'s slack (none past the last).
+    fn get(&self, i: usize) -> u32 {
+        if i < self.len {
+            self.t[self.cap + i]
+        } else {
+            0
+        }
+    }
+
     /// Block `i`'s slack is `s` (blocks up to `i` that were not there have none).
     fn set(&mut self, i: usize, s: u32) {
         if i >= self.cap {
@@ -216,12 +225,7 @@ impl DirHash {
 
     /// The largest free record space of the chunk holding `off` of block `lbn`, as last set.
     pub fn slack_at(&self, lbn: u64, off: usize) -> u32 {
-        let c = self.chunk(lbn, off);
-        if c < self.slack.len() {
-            self.slack.t[self.slack.cap + c]
-        } else {
-            0
-        }
+        self.slack.get(self.chunk(lbn, off))
     }
 
     pub fn get(&self, name: &[u8]) -> Option<(u64, usize)> {
