@@ -405,7 +405,8 @@ impl Fs {
         }
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
-        self.unlink_name(dir, &slot, name, vec![Task::DropLink(ino)])
+        self.unlink_name(dir, &slot, name, vec![Task::DropLink(ino)])?;
+        Ok(())
     }
 
     /// Reads a reservation through the file interface: from the device, never the cache, whose

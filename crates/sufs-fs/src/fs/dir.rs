@@ -211,8 +211,9 @@ impl Fs {
     }
 
     /// Removes the entry `slot` of `dir`; `tasks` (the link drops) run once the removal is on
-    /// disk (soft updates' dirrem) or, ordered by a synchronous write, at once.
-    pub(super) fn unlink_name(&mut self, dir: u32, slot: &Slot, name: &[u8], tasks: Vec<Task>) -> FsResult<()> {
+    /// disk (soft updates' dirrem) or, ordered by a synchronous write, at once. True if they
+    /// ran at once (a name that never reached the disk, or a removal written already).
+    pub(super) fn unlink_name(&mut self, dir: u32, slot: &Slot, name: &[u8], tasks: Vec<Task>) -> FsResult<bool> {
         log::trace!("unlink {:?} from directory {dir} at {slot:?}: then {tasks:?}", String::from_utf8_lossy(name));
         // Whether the name is on disk decides what its removal waits for: a write in flight
         // may be putting it there, while its add is pending (and, without soft updates'
@@ -228,16 +229,19 @@ impl Fs {
             self.note_pending(&tasks);
             // A name that never reached the disk is gone now: its drops run at once, and a file
             // removed before the syncer wrote it costs no write (its dirty blocks go).
-            for t in self.sd().expect("softdep").dir_remove(slot.bno, slot.off, tasks).unwrap_or_default() {
+            let Some(now) = self.sd().expect("softdep").dir_remove(slot.bno, slot.off, tasks) else {
+                return Ok(false);
+            };
+            for t in now {
                 self.run_task(t)?;
             }
-            return Ok(());
+            return Ok(true);
         }
         self.order_write(&[slot.bno])?;
         for t in tasks {
             self.run_task(t)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// True if the entry at `slot` may not be on disk yet: soft updates hold its add
@@ -613,6 +617,46 @@ mod tests {
         let len = dev.num_blocks() * dev.addr_unit() as u64;
         let r = crate::fsck::ufs2::check(dev as &dyn BlockDevice, len, &Default::default()).unwrap();
         r.findings.iter().map(|f| f.to_string()).collect()
+    }
+
+    /// An unlink stamps the file's change time whether its link drop runs at once (a name that
+    /// never reached the disk) or waits for the removal's write (one that did), and the count
+    /// users see drops at once either way; the last link of a file never written frees it.
+    #[test]
+    fn an_unlink_stamps_the_change_time_whether_its_drop_waits_or_not() {
+        let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 4096);
+        let clock = Arc::new(SimClock::new());
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
+        let mut fs = Fs::mount(dev.clone(), opts, clock.clone()).unwrap();
+        let (dir, _) = fs.mkdir(ROOT_INO, b"d", 0o755, 0, 0).unwrap();
+        let (on_disk, _) = fs.create(dir, b"on-disk", 0o644, 0, 0).unwrap();
+        fs.link(on_disk, dir, b"on-disk-2").unwrap();
+        fs.sync_all().unwrap();
+        let (in_memory, _) = fs.create(dir, b"in-memory", 0o644, 0, 0).unwrap();
+        fs.link(in_memory, dir, b"in-memory-2").unwrap();
+        let (lone, _) = fs.create(dir, b"lone", 0o644, 0, 0).unwrap();
+        for (k, (ino, name)) in [(on_disk, "on-disk-2"), (in_memory, "in-memory-2")].into_iter().enumerate() {
+            clock.advance(5_000_000_000);
+            let mut dd = fs.dir_inode(dir).unwrap();
+            let slot = fs.find_entry(dir, &mut dd, name.as_bytes()).unwrap().unwrap();
+            let waits = !fs.name_add_pending(&slot);
+            assert_eq!(waits, k == 0, "{name}: its name on disk {}", k == 0);
+            fs.unlink(dir, name.as_bytes()).unwrap();
+            let d = fs.getattr(ino).unwrap();
+            assert_eq!((d.ctime, d.ctime_ns), fs.now(), "{name}: the change time is the unlink's");
+            assert_eq!(d.nlink, 1, "{name}: one link left, as users see it");
+        }
+        fs.unlink(dir, b"lone").unwrap();
+        assert!(matches!(fs.getattr(lone), Err(FsError::Stale(_))), "a file never written is freed at once");
+        fs.unmount().unwrap();
+        assert!(ufs2_findings(&dev).is_empty(), "{:?}", ufs2_findings(&dev));
+        let mut fs = mount(dev.clone());
+        for name in ["on-disk", "in-memory"] {
+            let (_, d) = fs.lookup(dir, name.as_bytes()).unwrap();
+            assert_eq!(d.nlink, 1, "{name}: one link on disk after the remount");
+            assert!(fs.lookup(dir, format!("{name}-2").as_bytes()).is_err());
+        }
+        assert!(fs.lookup(dir, b"lone").is_err());
     }
 
     /// Files `from..to` made in directory `dir`.

@@ -162,9 +162,13 @@ impl Fs {
     /// name allocated, or a count too high. Such a copy is a bug (a debug build stops on it);
     /// the count on the buffer is kept.
     pub(super) fn iput(&mut self, ino: u32, d: &Dinode) -> FsResult<u64> {
-        // A free dinode (a new inode) or one going (no link left) has no count to keep.
+        // A free dinode (a new inode, or a freed one) or one going (no link left) has no count
+        // to keep.
+        if d.is_free() || d.nlink == 0 {
+            return self.iput_links(ino, d);
+        }
         match self.links_on_buffer(ino)? {
-            Some(links) if !d.is_free() && d.nlink != 0 && links != d.nlink => {
+            Some(links) if links != d.nlink => {
                 debug_assert!(false, "inode {ino}: a copy with link count {} written over {links}", d.nlink);
                 log::error!("inode {ino}: a copy with link count {} written over {links}: {links} kept", d.nlink);
                 let kept = Dinode { nlink: links, ..d.clone() };

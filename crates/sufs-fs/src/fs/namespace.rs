@@ -329,20 +329,24 @@ impl Fs {
         let mut dd = self.dir_inode(dir)?;
         Self::check_entries_of(&dd, Entries::Remove)?;
         let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
-        let mut d = self.iget(slot.ino)?;
-        if d.is_dir() {
-            return Err(FsError::IsDir);
+        // The file's type and flags, without decoding its dinode: most unlinks decode it once,
+        // in the link drop.
+        match self.mode_and_flags(slot.ino)? {
+            (0, _) => return Err(FsError::Stale(slot.ino as u64)),
+            (mode, _) if mode & S_IFMT == S_IFDIR => return Err(FsError::IsDir),
+            (_, flags) if flags & DI_KEEP_NAMES != 0 => return Err(FsError::Perm),
+            _ => {}
         }
-        if d.flags & DI_KEEP_NAMES != 0 {
-            return Err(FsError::Perm);
-        }
-        // The name goes first; then the link count. The inode's change time is the unlink's,
-        // even when soft updates drop the link later.
+        // The name goes first; then the link count. The inode's change time is the unlink's:
+        // a link drop that runs at once stamps it, and one that waits for the removal to reach
+        // the disk (soft updates) finds it stamped here.
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
-        self.touch_c(&mut d);
-        self.iput(slot.ino, &d)?;
-        self.unlink_name(dir, &slot, name, vec![Task::DropLink(slot.ino)])?;
+        if !self.unlink_name(dir, &slot, name, vec![Task::DropLink(slot.ino)])? {
+            let mut d = self.iget(slot.ino)?;
+            self.touch_c(&mut d);
+            self.iput(slot.ino, &d)?;
+        }
         self.balance()
     }
 

@@ -442,7 +442,8 @@ impl Fs {
         let slot = self.find_entry(dir, &mut dd, name)?.ok_or(FsError::NotFound)?;
         self.touch_mc(&mut dd);
         self.iput(dir, &dd)?;
-        self.unlink_name(dir, &slot, name, vec![Task::DropLink(ino)])
+        self.unlink_name(dir, &slot, name, vec![Task::DropLink(ino)])?;
+        Ok(())
     }
 
     /// What a new snapshot copies at once, as (logical block, its copy): the superblock, the
