@@ -160,7 +160,12 @@ fn append_only_and_immutable_are_refused_at_open() {
     let no_ctime = |s: (u64, i64, i64, i64, i64, u32)| (s.0, s.1, s.2, s.5);
     assert_eq!(shown(&log), before[0]);
     assert_eq!(no_ctime(shown(&frozen)), no_ctime(before[1]));
-    assert!((shown(&frozen).3, shown(&frozen).4) >= (before[1].3, before[1].4), "the ctime only moves on");
+    let after = shown(&frozen);
+    assert!(
+        (after.3, after.4) >= (before[1].3, before[1].4),
+        "the ctime only moves on: {after:?} after {:?}",
+        before[1]
+    );
     assert_eq!(fs::read(&log).unwrap(), want);
     assert_eq!(open(&log, OpenOptions::new().write(true)), libc::EPERM, "still append-only");
     m.umount();

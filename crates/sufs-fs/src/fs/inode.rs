@@ -115,6 +115,10 @@ impl InCore {
     }
 }
 
+/// How far ahead of the clock an inode's change time may be and still be kept by a change
+/// (`Fs::ctime_after`): a second, many ticks of the kernel's clock.
+const CTIME_SKEW_NS: i128 = 1_000_000_000;
+
 impl Fs {
     pub(super) fn check_ino(&self, ino: u32) -> FsResult<()> {
         if self.sb.is_valid_inode(ino) {
@@ -232,14 +236,27 @@ impl Fs {
         let (s, ns) = self.now();
         d.mtime = s;
         d.mtime_ns = ns;
-        d.ctime = s;
-        d.ctime_ns = ns;
+        (d.ctime, d.ctime_ns) = Self::ctime_after((s, ns), d);
     }
 
     pub(super) fn touch_c(&self, d: &mut Dinode) {
-        let (s, ns) = self.now();
-        d.ctime = s;
-        d.ctime_ns = ns;
+        (d.ctime, d.ctime_ns) = Self::ctime_after(self.now(), d);
+    }
+
+    /// The change time to stamp at `now`: `now`, or `d`'s own when that is ahead of it by less
+    /// than `CTIME_SKEW_NS`. Under the writeback cache the kernel's stamps become the file's
+    /// (SETATTR's ctime), and Linux (6.13 on) raises its tick clock to the latest fine-grained
+    /// stamp any file system handed out: up to a tick ahead of the clock sufs reads, so that a
+    /// change made after them would go back before them. A change time further ahead (the
+    /// clock set back) gives way to the clock.
+    fn ctime_after(now: (i64, u32), d: &Dinode) -> (i64, u32) {
+        let ns = |(s, n): (i64, u32)| s as i128 * 1_000_000_000 + n as i128;
+        let ahead = ns((d.ctime, d.ctime_ns)) - ns(now);
+        if ahead > 0 && ahead < CTIME_SKEW_NS {
+            (d.ctime, d.ctime_ns)
+        } else {
+            now
+        }
     }
 
     pub(super) fn check_writable(&self) -> FsResult<()> {
@@ -500,6 +517,33 @@ impl Fs {
 mod tests {
     use super::*;
     use crate::fs::Ordering;
+
+    /// A change stamps the clock's time, but never goes back before a change time the kernel
+    /// gave (SETATTR's, under the writeback cache) up to a second ahead of the clock; one
+    /// further ahead (the clock set back) gives way to the clock.
+    #[test]
+    fn a_change_time_does_not_go_back_before_the_kernels() {
+        let clock = Arc::new(crate::clock::SimClock::new());
+        let dev = Arc::new(crate::dev::MemDevice::new(4096, 4096));
+        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
+        let mut fs = Fs::mount(dev, opts, clock.clone()).unwrap();
+        clock.advance(1_000_000_000);
+        let (ino, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
+        let now = fs.now();
+        let later = |ns: u32| (now.0, now.1 + ns);
+        let chmod = |fs: &mut Fs, mode| fs.setattr(ino, &SetAttr { mode: Some(mode), ..Default::default() }).unwrap();
+        fs.setattr(ino, &SetAttr { ctime: Some(later(4_000_000)), ..Default::default() }).unwrap();
+        let d = chmod(&mut fs, 0o600);
+        assert_eq!((d.ctime, d.ctime_ns), later(4_000_000), "the kernel's stamp, a tick ahead, kept");
+        fs.setattr(ino, &SetAttr { ctime: Some((now.0 + 5, now.1)), ..Default::default() }).unwrap();
+        let d = chmod(&mut fs, 0o640);
+        assert_eq!((d.ctime, d.ctime_ns), now, "five seconds ahead: the clock's");
+        clock.advance(1_000);
+        fs.link(ino, ROOT_INO, b"g").unwrap();
+        let d = fs.getattr(ino).unwrap();
+        assert_eq!((d.ctime, d.ctime_ns), fs.now(), "the clock moved on: its time");
+    }
 
     #[test]
     fn an_inode_record_lasts_while_it_is_held_or_named() {
