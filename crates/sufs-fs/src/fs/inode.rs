@@ -524,10 +524,7 @@ mod tests {
     #[test]
     fn a_change_time_does_not_go_back_before_the_kernels() {
         let clock = Arc::new(crate::clock::SimClock::new());
-        let dev = Arc::new(crate::dev::MemDevice::new(4096, 4096));
-        mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
-        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
-        let mut fs = Fs::mount(dev, opts, clock.clone()).unwrap();
+        let mut fs = crate::fs::mem_mount_on(4096, Ordering::Softdep, clock.clone());
         clock.advance(1_000_000_000);
         let (ino, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
         let now = fs.now();

@@ -228,10 +228,16 @@ mod tasks;
 /// cache of 256 blocks, the simulated clock): the unit tests' mount.
 #[cfg(test)]
 pub(crate) fn mem_mount(blocks: u64, ordering: Ordering) -> Fs {
+    mem_mount_on(blocks, ordering, Arc::new(crate::clock::SimClock::new()))
+}
+
+/// `mem_mount` on a simulated clock the test keeps, to move time on.
+#[cfg(test)]
+pub(crate) fn mem_mount_on(blocks: u64, ordering: Ordering, clock: Arc<crate::clock::SimClock>) -> Fs {
     let dev = Arc::new(crate::dev::MemDevice::new(4096, blocks));
     mkfs(dev.clone(), &MkfsOptions::default(), (1, 0)).unwrap();
     let opts = MountOptions { ordering, cache_blocks: 256, readonly: false };
-    Fs::mount(dev, opts, Arc::new(crate::clock::SimClock::new())).unwrap()
+    Fs::mount(dev, opts, clock).unwrap()
 }
 pub use tasks::{TaskSlice, TASK_SLICE};
 // Extended attributes (UFS2's attribute area) and the POSIX ACLs kept in them.
