@@ -590,6 +590,15 @@ impl Cache {
         self.dirtied(bno)
     }
 
+    /// The buffer `create_frags` (or `create`) just made for the new run of `len` bytes at
+    /// `bno`, to fill: cached, zeroed and dirty, so neither zeroed nor counted dirty again.
+    pub fn fresh_frags(&mut self, bno: u64, len: usize) -> &mut [u8] {
+        let b = self.bufs.get_mut(&bno).unwrap_or_else(|| panic!("new run {bno} is not cached"));
+        assert_eq!(b.len, len, "new run {bno} cached with another length");
+        assert!(b.dirty_since.is_some(), "new run {bno} is not dirty");
+        Arc::make_mut(&mut b.data)
+    }
+
     /// Grows or shrinks the fragment run of `old_len` bytes at `bno` in place to `new_len`
     /// (`ffs_fragextend`, or a truncation that frees a tail's last fragments): the bytes kept
     /// stay, new ones are zeros, those cut off are zeroed. The buffer becomes a delayed write of

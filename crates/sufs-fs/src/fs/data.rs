@@ -270,7 +270,10 @@ impl Fs {
             };
             let src = &data[(pos - off) as usize..(pos - off) as usize + n];
             let len = self.run_len(d.size.max(pos + n as u64), lbn);
-            let buf = if fresh || n == len {
+            // A new run is in the cache already, zeroed and dirty (`bmap`, `bmap_run`).
+            let buf = if fresh {
+                self.cache.fresh_frags(bno, len)
+            } else if n == len {
                 self.cache.create_frags(bno, len)
             } else {
                 self.cache.modify_frags(bno, len)?
@@ -673,6 +676,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A write into runs it allocates (a file's tail in fragments, whole direct blocks, and
+    /// blocks under an indirect one) fills the zeroed buffers the allocation made, without
+    /// zeroing them a second time; the bytes, and the zeros of a partly written run, are on
+    /// disk after a remount, and the checker finds nothing.
+    #[test]
+    fn a_write_fills_new_runs_without_zeroing_them_again() {
+        let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 4096);
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 512, readonly: false };
+        let mut fs = Fs::mount(dev.clone(), opts.clone(), Arc::new(SimClock::new())).unwrap();
+        let (small, _) = fs.create(ROOT_INO, b"small", 0o644, 0, 0).unwrap();
+        let (large, _) = fs.create(ROOT_INO, b"large", 0o644, 0, 0).unwrap();
+        let tail: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let body: Vec<u8> = (0..(14 * 32768 + 100) as u32).map(|i| (i % 253) as u8).collect();
+        let zeroed = fs.cache.stats().zeroed;
+        fs.write(small, 0, &tail).unwrap();
+        // Past the twelve direct blocks: the last two and the tail go under the indirect block.
+        fs.write(large, 0, &body).unwrap();
+        assert_eq!(fs.cache.stats().zeroed, zeroed, "new runs zeroed again by the write");
+        unmount_clean_ufs2(&dev, fs, "new runs");
+        let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
+        assert!(fs.read(small, 0, 8192).unwrap() == tail, "the tail's bytes");
+        assert!(fs.read(large, 0, body.len() + 10).unwrap() == body, "the body's bytes");
     }
 
     /// A short UFS2 symbolic link (its target in its block pointers) given extended attributes
