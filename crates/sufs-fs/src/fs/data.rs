@@ -700,6 +700,14 @@ mod tests {
         let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
         assert!(fs.read(small, 0, 8192).unwrap() == tail, "the tail's bytes");
         assert!(fs.read(large, 0, body.len() + 10).unwrap() == body, "the body's bytes");
+        // The runs' bytes past the data are the allocation's zeros: seen once the files grow
+        // over them.
+        for (f, data, end) in [(small, &tail, 8192), (large, &body, 15 * 32768)] {
+            fs.setattr(f, &SetAttr { size: Some(end as u64), ..Default::default() }).unwrap();
+            let got = fs.read(f, 0, end).unwrap();
+            assert!(got[..data.len()] == data[..], "inode {f}: the data kept");
+            assert!(got[data.len()..].iter().all(|&b| b == 0), "inode {f}: zeros past the data");
+        }
     }
 
     /// A short UFS2 symbolic link (its target in its block pointers) given extended attributes
