@@ -436,6 +436,12 @@ mod tests {
         (dev, fs)
     }
 
+    /// A soft updates mount of the UFS2 image `dev`, on a clock of its own.
+    fn mount_ufs2(dev: &Arc<MemDevice>) -> Fs {
+        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
+        Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap()
+    }
+
     /// Sync, unmount, and fsck finds nothing.
     fn unmount_clean(dev: &MemDevice, mut fs: Fs, what: &str) {
         fs.sync_all().unwrap();
@@ -454,8 +460,7 @@ mod tests {
     fn a_truncation_that_syncs_the_file_keeps_a_link_dropped_meanwhile() {
         // 32 KiB blocks of 4 KiB fragments, as `sufs mkfs` makes them.
         let dev = crate::format::ufs2::newfs::mem_image_of(8 << 20, 32768, 4096);
-        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
-        let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
+        let mut fs = mount_ufs2(&dev);
         let (f, _) = fs.create(ROOT_INO, b"f", 0o644, 0, 0).unwrap();
         fs.write(f, 0, &[7; 12_000]).unwrap();
         // "f" on disk: its removal waits for its block's write to drop the link; "g" is new in
@@ -685,8 +690,7 @@ mod tests {
     #[test]
     fn a_write_fills_new_runs_without_zeroing_them_again() {
         let dev = crate::format::ufs2::newfs::mem_image(8 << 20, 4096);
-        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 512, readonly: false };
-        let mut fs = Fs::mount(dev.clone(), opts.clone(), Arc::new(SimClock::new())).unwrap();
+        let mut fs = mount_ufs2(&dev);
         let (small, _) = fs.create(ROOT_INO, b"small", 0o644, 0, 0).unwrap();
         let (large, _) = fs.create(ROOT_INO, b"large", 0o644, 0, 0).unwrap();
         let tail: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
@@ -697,7 +701,7 @@ mod tests {
         fs.write(large, 0, &body).unwrap();
         assert_eq!(fs.cache.stats().zeroed, zeroed, "new runs zeroed again by the write");
         unmount_clean_ufs2(&dev, fs, "new runs");
-        let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
+        let mut fs = mount_ufs2(&dev);
         assert!(fs.read(small, 0, 8192).unwrap() == tail, "the tail's bytes");
         assert!(fs.read(large, 0, body.len() + 10).unwrap() == body, "the body's bytes");
         // The runs' bytes past the data are the allocation's zeros: seen once the files grow
@@ -718,8 +722,7 @@ mod tests {
     fn a_short_ufs2_symlink_with_attributes_keeps_its_target() {
         use crate::fs::xattr::XattrMode;
         let dev = crate::format::ufs2::newfs::mem_image(4 << 20, 1024);
-        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
-        let mut fs = Fs::mount(dev.clone(), opts.clone(), Arc::new(SimClock::new())).unwrap();
+        let mut fs = mount_ufs2(&dev);
         let (l, _) = fs.symlink(ROOT_INO, b"l", b"/tmp/some/where", 0, 0).unwrap();
         fs.setxattr(l, b"trusted.a", b"hello", XattrMode::Any, 0).unwrap();
         fs.setxattr(l, b"trusted.b", &[b'x'; 3000], XattrMode::Any, 0).unwrap();
@@ -727,7 +730,7 @@ mod tests {
         assert_eq!(fs.readlink(l).unwrap(), b"/tmp/some/where");
         fs.sync_all().unwrap();
         fs.unmount().unwrap();
-        let mut fs = Fs::mount(dev.clone(), opts, Arc::new(SimClock::new())).unwrap();
+        let mut fs = mount_ufs2(&dev);
         assert_eq!(fs.readlink(l).unwrap(), b"/tmp/some/where");
         fs.removexattr(l, b"trusted.b", 0).unwrap();
         fs.removexattr(l, b"trusted.a", 0).unwrap();
@@ -741,13 +744,12 @@ mod tests {
     #[test]
     fn ufs2_directories_record_their_depth() {
         let dev = crate::format::ufs2::newfs::mem_image(4 << 20, 1024);
-        let opts = MountOptions { ordering: Ordering::Softdep, cache_blocks: 256, readonly: false };
-        let mut fs = Fs::mount(dev.clone(), opts.clone(), Arc::new(SimClock::new())).unwrap();
+        let mut fs = mount_ufs2(&dev);
         let (a, _) = fs.mkdir(ROOT_INO, b"a", 0o755, 0, 0).unwrap();
         let (b, _) = fs.mkdir(a, b"b", 0o755, 0, 0).unwrap();
         let (c, _) = fs.mkdir(b, b"c", 0o755, 0, 0).unwrap();
         fs.unmount().unwrap();
-        let mut fs = Fs::mount(dev, opts, Arc::new(SimClock::new())).unwrap();
+        let mut fs = mount_ufs2(&dev);
         let depth = |fs: &mut Fs, i| fs.getattr(i).unwrap().ufs2.freelink;
         assert_eq!([ROOT_INO, a, b, c].map(|i| depth(&mut fs, i)), [0, 1, 2, 3]);
     }
