@@ -303,6 +303,14 @@ pub struct Run {
     pub writes: Option<Writes>,
     /// The options a sufs peer was mounted with (`sufs mount -f --ordering ...`).
     pub mount_options: Vec<String>,
+    /// Of several rounds, each round's total time by its number (a failed round is missing):
+    /// the floor's table sets each round against the floor's of the same round, run beside
+    /// it, for the spread the machine's noise gives the ratio. Empty for a single round.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub round_totals: Vec<(usize, f64)>,
+    /// The round this run was (0 for the first).
+    #[serde(skip)]
+    pub round: usize,
 }
 
 impl Run {
@@ -1204,6 +1212,8 @@ pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>))
                     phases,
                     writes: Some(writes),
                     mount_options,
+                    round_totals: Vec::new(),
+                    round,
                 }),
                 Err(e) if round == 0 => skipped.push((format!("{p} {w}"), format!("failed, no figures: {e}"))),
                 Err(e) => skipped.push((format!("{p} {w} round {}", round + 1), format!("failed, not counted: {e}"))),
@@ -1218,11 +1228,14 @@ pub fn run(o: &PeersOptions, progress: &mut dyn FnMut(&str, &str, Option<&str>))
 
 /// One run standing for a peer's rounds of a workload: each phase's median time (of the
 /// rounds that have it, by name; of an even count the lower), the rest (operations, writes,
-/// requests, device time) from the round whose total time is the median.
+/// requests, device time) from the round whose total time is the median; and every round's
+/// total by its number.
 fn median_run(mut rounds: Vec<Run>) -> Option<Run> {
     if rounds.len() <= 1 {
         return rounds.pop();
     }
+    let totals: Vec<(usize, f64)> = rounds.iter().map(|r| (r.round, r.total_secs())).collect();
+    assert!(totals.windows(2).all(|w| w[0].0 < w[1].0), "a peer's rounds in the order they ran, once each");
     let mut by_total: Vec<&Run> = rounds.iter().collect();
     by_total.sort_by(|a, b| a.total_secs().total_cmp(&b.total_secs()));
     let mut run = by_total[(by_total.len() - 1) / 2].clone();
@@ -1233,6 +1246,7 @@ fn median_run(mut rounds: Vec<Run>) -> Option<Run> {
         t.sort_by(f64::total_cmp);
         ph.secs = t[(t.len() - 1) / 2];
     }
+    run.round_totals = totals;
     Some(run)
 }
 
@@ -1569,15 +1583,20 @@ mod tests {
                 server_cpu_secs: None,
             }),
             mount_options: Vec::new(),
+            round_totals: Vec::new(),
+            round: secs[0] as usize,
         };
         assert!(median_run(Vec::new()).is_none());
         assert_eq!(median_run(vec![run([3.0, 1.0])]).unwrap().phases[0].secs, 3.0);
-        let m = median_run(vec![run([3.0, 1.0]), run([1.0, 9.0]), run([2.0, 5.0])]).unwrap();
+        let m = median_run(vec![run([1.0, 9.0]), run([2.0, 5.0]), run([3.0, 1.0])]).unwrap();
         assert_eq!(m.phases.iter().map(|p| (p.ops, p.secs)).collect::<Vec<_>>(), [(10, 2.0), (0, 5.0)]);
         // The writes are the round of the median total's (7.0 of 4.0, 7.0 and 10.0).
         assert_eq!(m.writes.unwrap().blocks, 7);
+        // Each round's total by its number (here the create's seconds), for the floor's spread.
+        assert_eq!(m.round_totals, [(1, 10.0), (2, 7.0), (3, 4.0)]);
+        assert!(median_run(vec![run([3.0, 1.0])]).unwrap().round_totals.is_empty());
         // Of two, the lower: a round's noise only ever adds time.
-        assert_eq!(median_run(vec![run([3.0, 1.0]), run([1.0, 9.0])]).unwrap().total_secs(), 2.0);
+        assert_eq!(median_run(vec![run([1.0, 9.0]), run([3.0, 1.0])]).unwrap().total_secs(), 2.0);
     }
 
     #[test]

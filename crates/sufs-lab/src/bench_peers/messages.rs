@@ -62,6 +62,22 @@ impl Phase {
     }
 }
 
+/// The range of `a`'s total time over `b`'s, round by round (a round's runs go one after the
+/// other, so each pair saw the machine alike), as " (low-high)"; empty unless both have two
+/// rounds or more in common.
+fn spread(a: &Run, b: &Run) -> String {
+    let ratios: Vec<f64> = a
+        .round_totals
+        .iter()
+        .filter_map(|&(k, x)| b.round_totals.iter().find(|&&(j, _)| j == k).map(|&(_, y)| x / y.max(1e-12)))
+        .collect();
+    if ratios.len() < 2 {
+        return String::new();
+    }
+    let (lo, hi) = ratios.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+    format!(" ({lo:.2}-{hi:.2})")
+}
+
 /// A phase's time per operation (phases stopped by a time limit did different numbers).
 fn per_op(p: &Phase) -> f64 {
     p.secs / p.ops.max(1) as f64
@@ -114,7 +130,9 @@ impl PeersReport {
             let cells: Vec<String> = pairs
                 .iter()
                 .map(|(p, f)| match (self.run(w, p), self.run(w, f)) {
-                    (Some(a), Some(b)) if same(a, b) => format!("{:.2}x", a.total_secs() / b.total_secs().max(1e-12)),
+                    (Some(a), Some(b)) if same(a, b) => {
+                        format!("{:.2}x{}", a.total_secs() / b.total_secs().max(1e-12), spread(a, b))
+                    }
                     _ => "-".into(),
                 })
                 .collect();
@@ -180,9 +198,32 @@ fn per_op_cell(p: &Phase) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench_peers::PeersOptions;
 
     fn counts(v: &[(&str, u64)]) -> Counts {
         v.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+    }
+
+    #[test]
+    fn the_floors_total_carries_the_rounds_spread() {
+        let run = |peer: &str, totals: &[(usize, f64)]| Run {
+            workload: "files".into(),
+            peer: peer.into(),
+            phases: vec![Phase::new("create", 10, totals.iter().map(|t| t.1).fold(0.0, f64::max))],
+            writes: None,
+            mount_options: Vec::new(),
+            round_totals: totals.to_vec(),
+            round: 0,
+        };
+        // Round 1 of the floor failed: rounds 0 and 2 are paired, 1.5x and 1.2x.
+        let me = run("sufs-softdep-uring", &[(0, 3.0), (1, 9.0), (2, 2.4)]);
+        let floor = run("floor-uring", &[(0, 2.0), (2, 2.0)]);
+        assert_eq!(spread(&me, &floor), " (1.20-1.50)");
+        assert_eq!(spread(&me, &run("floor-uring", &[(2, 2.0)])), "", "one round in common: no spread");
+        assert_eq!(spread(&me, &run("floor-uring", &[])), "");
+        let report = PeersReport { options: PeersOptions::default(), runs: vec![me, floor], skipped: Vec::new() };
+        let table = report.floor_ratios();
+        assert!(table.contains("| files | **total** | 4.50x (1.20-1.50) |"), "{table}");
     }
 
     #[test]
