@@ -305,7 +305,8 @@ pub struct Run {
     pub mount_options: Vec<String>,
     /// Of several rounds, each round's total time by its number (a failed round is missing):
     /// the floor's table sets each round against the floor's of the same round, run beside
-    /// it, for the spread the machine's noise gives the ratio. Empty for a single round.
+    /// it, and gives the median of those ratios and their range (`total_over`), which the
+    /// machine's noise moves less than one run's. Empty for a single round.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub round_totals: Vec<(usize, f64)>,
     /// The round this run was (0 for the first).
