@@ -933,8 +933,8 @@ fn stall(root: &Path, o: &PeersOptions, phases: &mut Vec<Phase>, on: &mut dyn Fn
     Ok(())
 }
 
-/// The `q` quantile (0 to 1) of sorted latencies: the one at `q` of the way from the first to
-/// the last; 0 if there are none.
+/// The `q` quantile (0 to 1) of sorted values (latencies, ratios): the one at `q` of the way
+/// from the first to the last (the median of an even count the lower); 0 if there are none.
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted.get((sorted.len().saturating_sub(1) as f64 * q) as usize).copied().unwrap_or(0.0)
 }

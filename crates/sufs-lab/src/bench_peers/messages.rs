@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use super::{floor_peer, sufs_peer, PeersReport, Phase, Run};
+use super::{floor_peer, quantile, sufs_peer, PeersReport, Phase, Run};
 
 /// Requests served by opcode, as a mount's statistics name them (`fuse_messages`).
 pub(super) type Counts = BTreeMap<String, u64>;
@@ -76,7 +76,7 @@ fn total_over(a: &Run, b: &Run) -> String {
         return format!("{:.2}x", a.total_secs() / b.total_secs().max(1e-12));
     }
     ratios.sort_by(f64::total_cmp);
-    let (lo, mid, hi) = (ratios[0], ratios[(ratios.len() - 1) / 2], ratios[ratios.len() - 1]);
+    let [lo, mid, hi] = [0.0, 0.5, 1.0].map(|q| quantile(&ratios, q));
     format!("{mid:.2}x ({lo:.2}-{hi:.2})")
 }
 
