@@ -544,7 +544,18 @@ fn fresh(peer: &str, o: &PeersOptions, tree: Option<&Path>) -> Result<Mounted, B
         m.remount(o)?;
         m.forget_writes()?;
     }
+    settle_host();
     Ok(m)
+}
+
+/// Writes every dirty page of the host before a peer's workload starts: an earlier peer's image
+/// (a loop device's backing file, or sufs's image written at its unmount) and this one's mkfs.
+/// Otherwise the kernel's flusher writes them back, 30 s after they were dirtied, in the middle
+/// of a later peer's timed phases, and as the peers take turns in a fixed cycle, the same peer
+/// pays for the same other's writes round after round.
+fn settle_host() {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
 }
 
 impl Mounted {
@@ -775,8 +786,7 @@ fn drop_dentries() -> bool {
 /// Writes every dirty page and drops the kernel's page cache, dentries and inodes (root only).
 /// Returns whether it did.
 fn drop_page_cache() -> bool {
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
+    settle_host();
     is_root() && std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
 }
 
