@@ -162,6 +162,24 @@ fn fuse_messages_are_counted_by_opcode() {
     assert!(n("getattr") <= 210, "{json}");
     assert_eq!(n("write") + n("read") + n("rename") + n("rmdir"), 0, "{json}");
     assert!(n("forget_nodes") <= 101 && n("forget") <= n("forget_nodes"), "{json}");
+    // The lock is counted by the place that took it (`lock_sites`, longest held first): the
+    // places add up to the lock's own counts (but for the holding that read them), and the
+    // request handlers' places in the mount's adapter took it for every create and unlink.
+    let sites = json["lock_sites"].as_array().unwrap_or_else(|| panic!("no lock_sites: {json}"));
+    let field = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap_or_else(|| panic!("no {k}: {s}"));
+    let taken: u64 = sites.iter().map(|s| field(s, "taken")).sum();
+    let held: u64 = sites.iter().map(|s| field(s, "held_ns")).sum();
+    let lock = &json["lock"];
+    assert!((0..=1).contains(&(lock["acquisitions"].as_u64().unwrap() - taken)), "{json}");
+    assert!(held <= lock["held_ns"].as_u64().unwrap(), "{json}");
+    assert!(sites.windows(2).all(|w| field(&w[0], "held_ns") >= field(&w[1], "held_ns")), "{json}");
+    assert!(sites.iter().all(|s| field(s, "longest_ns") <= field(s, "held_ns")), "{json}");
+    let handlers: u64 = sites
+        .iter()
+        .filter(|s| s["at"].as_str().is_some_and(|a| a.starts_with("crates/sufs-mount/src/fuse.rs:")))
+        .map(|s| field(s, "taken"))
+        .sum();
+    assert!(handlers >= 200 + n("lookup"), "every create, unlink and lookup: {json}");
 }
 
 /// The kernel gives back many inodes at once when its caches are dropped: BATCH_FORGET,

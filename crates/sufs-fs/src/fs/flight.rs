@@ -25,6 +25,7 @@ use crate::cache::Prepared;
 /// that lands the flight (a rename, a removal, a truncation, an inode freed): it would otherwise
 /// wait for the flight's device write holding the lock, and every other request with it (the
 /// fsyncs that could join the next group among them). A flight written it lands at once.
+#[track_caller]
 pub fn lock_landing(fs: &SharedFs) -> FsGuard<'_> {
     lock_landing_if(fs, |_| true)
 }
@@ -32,6 +33,7 @@ pub fn lock_landing(fs: &SharedFs) -> FsGuard<'_> {
 /// `lock_landing` for a request that lands the flight in the air only when `lands` says so (a
 /// rename that meets it, `Fs::rename_lands_flight`): only then is its device write waited for
 /// without the lock.
+#[track_caller]
 pub fn lock_landing_if(fs: &SharedFs, mut lands: impl FnMut(&mut Fs) -> bool) -> FsGuard<'_> {
     for _ in 0..4 {
         let mut g = lock(fs);

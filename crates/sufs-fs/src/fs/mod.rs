@@ -409,6 +409,8 @@ pub struct FsStats {
     pub fuse_messages: std::collections::BTreeMap<&'static str, u64>,
     /// The lock of a shared file system (a mount): taken, waited for, held.
     pub lock: LockStats,
+    /// Where it was held (each call site that took it), the longest held in all first.
+    pub lock_sites: Vec<lockstat::LockSite>,
 }
 
 /// What happens around every write: soft updates roll back unsatisfied dependencies in the
@@ -505,6 +507,7 @@ pub struct Fs {
     messages: Arc<messages::Messages>,
     /// How long the lock of a shared file system was waited for and held (`lockstat.rs`).
     lock_stats: LockStats,
+    lock_sites: lockstat::LockSites,
     /// Inodes allocated ahead, their bits on their way to disk before any file needs them
     /// (`ahead.rs`; soft updates only).
     ahead: ahead::Ahead,
@@ -587,6 +590,7 @@ impl Fs {
             privileged: true,
             messages: Default::default(),
             lock_stats: LockStats::default(),
+            lock_sites: lockstat::LockSites::default(),
             ahead: Default::default(),
         };
         // The root inode's block, checked as it comes in (`read_inode_block`): the blocks of the
@@ -616,6 +620,7 @@ impl Fs {
             fsync_beside: self.group.beside,
             fuse_messages: self.messages.snapshot(),
             lock: self.lock_stats,
+            lock_sites: self.lock_sites.report(),
         }
     }
 
