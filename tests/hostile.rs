@@ -278,6 +278,13 @@ fn control_channel_backs_off_when_out_of_descriptors() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let m = Mounted { child, dir: mnt, done: false };
+    // Counted once the daemon has its transport up (`transport:` in its log): a ring's
+    // descriptors, or /dev/fuse's copy for it, come after the mount is visible, and a limit set
+    // before them ends the session at its start instead of testing the accept loop.
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("sufs: transport:") {
+        assert!(start.elapsed() < Duration::from_secs(20), "no transport in the daemon's log");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let pid = m.child.id();
     // As many descriptors as it has open now: the next accept fails with EMFILE.
     let open = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count() as u64;
