@@ -5,10 +5,11 @@
 //! not reset the time, Mogul §3), so the syncer and the eviction path can push out the oldest
 //! first.
 //!
-//! Writes go through `write`: each buffer is copied, the copy is given to the `WriteHooks` (this is
-//! where soft updates roll back unsatisfied dependencies and where group headers are sealed), the
-//! batch is written, and only when the device says the batch is durable are the buffers marked
-//! clean and `after_write` called. Applications always see the buffer, never the rolled-back copy.
+//! Writes go through `write`: each buffer's bytes, shared, are given to the `WriteHooks` as what
+//! the write carries (`Outgoing`: this is where soft updates roll back unsatisfied dependencies,
+//! as patches, and where group headers are sealed), the batch is put together and written, and
+//! only when the device says the batch is durable are the buffers marked clean and `after_write`
+//! called. Applications always see the buffer, never the rolled-back bytes.
 //!
 //! A buffer is a block, or on a UFS2 image a file's last block kept in fragments (FFS §2.3):
 //! a run of `len` bytes, a whole number of fragments, after which the block's bytes on disk
@@ -35,12 +36,13 @@ use serde::Serialize;
 
 use crate::clock::Clock;
 use crate::dev::{BlockDevice, DevError, WriteKind, WriteReq};
+pub use crate::outgoing::Outgoing;
 
 /// Called around every write of a buffer.
 pub trait WriteHooks {
     /// May change `copy` (what goes to the device) but not the buffer itself: `copy` shares
-    /// the buffer's bytes, and a change goes to a copy of its own (`Arc::make_mut`).
-    fn before_write(&mut self, bno: u64, copy: &mut Arc<[u8]>);
+    /// the buffer's bytes, and a change is the write's own (`Outgoing::edit`, `whole`).
+    fn before_write(&mut self, bno: u64, copy: &mut Outgoing);
     /// Called once the write of `bno` is durable. Returns true if the copy written was rolled
     /// back somewhere, so the buffer still holds changes that are not on disk and stays dirty.
     fn after_write(&mut self, bno: u64) -> bool;
@@ -54,7 +56,7 @@ pub trait WriteHooks {
 pub struct NoHooks;
 #[cfg(test)]
 impl WriteHooks for NoHooks {
-    fn before_write(&mut self, _: u64, _: &mut Arc<[u8]>) {}
+    fn before_write(&mut self, _: u64, _: &mut Outgoing) {}
     fn after_write(&mut self, _: u64) -> bool {
         false
     }
@@ -138,15 +140,28 @@ pub struct Cache {
 /// A batch of buffers prepared for writing (their hooks' roll-backs applied to the copies):
 /// what `Cache::write` writes at once, or a writer writes outside the file system's lock.
 pub struct Prepared {
-    /// Each block's bytes as they go to the device: the buffer's own, shared, or a copy the
-    /// hooks rolled back.
-    pub copies: Vec<(u64, Arc<[u8]>)>,
+    /// Each block's bytes as they go to the device: the buffer's own, shared, with what the
+    /// hooks rolled back for this write.
+    pub copies: Vec<(u64, Outgoing)>,
 }
 
 impl Prepared {
-    /// The device requests of the batch.
-    pub fn requests(&self) -> Vec<WriteReq<'_>> {
-        self.copies.iter().map(|(bno, d)| WriteReq { bno: *bno, data: d }).collect()
+    /// Each block's bytes as the device gets them, put together now (by the write's issuer,
+    /// outside the file system's lock when it is a flight).
+    pub fn bytes(&self) -> Vec<std::borrow::Cow<'_, [u8]>> {
+        self.copies.iter().map(|(_, c)| c.bytes()).collect()
+    }
+
+    /// The device requests of the batch, over its `bytes`.
+    pub fn requests<'a>(&self, bytes: &'a [std::borrow::Cow<'_, [u8]>]) -> Vec<WriteReq<'a>> {
+        assert_eq!(bytes.len(), self.copies.len(), "one block's bytes per block of the batch");
+        self.copies.iter().zip(bytes).map(|((bno, _), d)| WriteReq { bno: *bno, data: d }).collect()
+    }
+
+    /// Writes the batch to `dev`.
+    pub fn write_to(&self, dev: &dyn BlockDevice, kind: WriteKind) -> Result<(), DevError> {
+        let bytes = self.bytes();
+        dev.write_batch(&self.requests(&bytes), kind)
     }
     pub fn is_empty(&self) -> bool {
         self.copies.is_empty()
@@ -463,7 +478,7 @@ impl Cache {
         if batch.is_empty() {
             return Ok(0);
         }
-        let result = self.dev.write_batch(&batch.requests(), kind);
+        let result = batch.write_to(&*self.dev, kind);
         self.finish_write(&batch, result, hooks)
     }
 
@@ -476,7 +491,7 @@ impl Cache {
         if self.down {
             return Err(DevError::ShutDown);
         }
-        let mut copies: Vec<(u64, Arc<[u8]>)> = Vec::with_capacity(bnos.len());
+        let mut copies: Vec<(u64, Outgoing)> = Vec::with_capacity(bnos.len());
         for &bno in bnos {
             let Some(b) = self.bufs.get(&bno) else {
                 continue;
@@ -489,7 +504,7 @@ impl Cache {
                 continue;
             }
             // The run only: a fragment run's neighbours on disk are other files'.
-            let mut copy = Arc::clone(&b.data);
+            let mut copy = Outgoing::new(Arc::clone(&b.data));
             hooks.before_write(bno, &mut copy);
             self.inflight.insert(bno, false);
             copies.push((bno, copy));
@@ -702,8 +717,8 @@ mod tests {
     fn hooks_change_the_copy_not_the_buffer() {
         struct Zero;
         impl WriteHooks for Zero {
-            fn before_write(&mut self, _: u64, copy: &mut Arc<[u8]>) {
-                Arc::make_mut(copy)[0] = 0;
+            fn before_write(&mut self, _: u64, copy: &mut Outgoing) {
+                copy.edit(0..1)[0] = 0;
             }
             fn after_write(&mut self, _: u64) -> bool {
                 false
@@ -736,7 +751,7 @@ mod tests {
         let all = [0, 4, 8, 12, 16, 20];
         let batch = c.prepare_write(&all, &mut NoHooks).unwrap();
         for (bno, copy) in &batch.copies {
-            assert!(Arc::ptr_eq(copy, &c.bufs[bno].data), "block {bno}: copied although no hook changed it");
+            assert!(copy.shares(&c.bufs[bno].data), "block {bno}: copied although no hook changed it");
         }
         c.modify(0).unwrap()[0] = 0xa0;
         c.create(4)[1] = 0xa4;
@@ -749,9 +764,9 @@ mod tests {
                 _ => 4096,
             };
             assert_eq!(copy.len(), len, "block {bno}");
-            assert!(copy.iter().all(|&x| x == *bno as u8 + 1), "block {bno}: the write in the air changed");
+            assert!(copy.bytes().iter().all(|&x| x == *bno as u8 + 1), "block {bno}: the write in the air changed");
         }
-        let result = dev.write_batch(&batch.requests(), WriteKind::Async);
+        let result = batch.write_to(&*dev, WriteKind::Async);
         assert_eq!(c.finish_write(&batch, result, &mut NoHooks).unwrap(), all.len());
         for (bno, first) in [(0, 0xa0), (4, 0), (16, 0xb0), (24, 0xb4)] {
             assert!(c.is_dirty(bno), "block {bno} changed in flight and stays dirty");
@@ -825,7 +840,7 @@ mod tests {
     /// Hooks that note the length of every copy written.
     struct Lens(Vec<(u64, usize)>);
     impl WriteHooks for Lens {
-        fn before_write(&mut self, bno: u64, copy: &mut Arc<[u8]>) {
+        fn before_write(&mut self, bno: u64, copy: &mut Outgoing) {
             self.0.push((bno, copy.len()));
         }
         fn after_write(&mut self, _: u64) -> bool {

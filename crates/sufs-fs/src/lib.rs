@@ -17,6 +17,7 @@ pub(crate) mod fixed_hash;
 pub mod format;
 pub mod fs;
 pub mod fsck;
+pub(crate) mod outgoing;
 pub mod policy;
 // Progress bars of mkfs, fsck and growfs on a terminal.
 pub mod progress;

@@ -85,7 +85,9 @@ impl Flight {
             State::Prepared => {
                 *st = State::Issuing;
                 drop(st);
-                let result = self.dev.write_batch(&self.batch.requests(), self.kind);
+                // The blocks are put together here, outside the lock: a roll-back's patches laid
+                // over the buffer's bytes (`Outgoing`).
+                let result = self.batch.write_to(&*self.dev, self.kind);
                 let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
                 assert!(matches!(*st, State::Issuing), "a flight issued twice: {st:?}");
                 *st = State::Done(result);

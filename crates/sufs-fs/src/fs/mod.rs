@@ -422,12 +422,15 @@ struct Hooks {
 }
 
 impl WriteHooks for Hooks {
-    fn before_write(&mut self, bno: u64, copy: &mut Arc<[u8]>) {
+    fn before_write(&mut self, bno: u64, copy: &mut crate::cache::Outgoing) {
         if let Some(sd) = self.softdep.as_mut() {
             sd.before_write(bno, copy);
         }
+        // Sealed where the block is put together (outside the lock, for a flight).
         if self.geometry.is_cg_header(bno) {
-            ufs2::Cg::reseal(Arc::make_mut(copy), self.geometry.ufs2());
+            if let Some(seal) = ufs2::Cg::sealer(self.geometry.ufs2()) {
+                copy.seal_with(seal);
+            }
         }
     }
     fn after_write(&mut self, bno: u64) -> bool {

@@ -2,8 +2,7 @@
 //! entry whose prerequisites are not on disk (FreeBSD's initiate_write); `after_write` retires
 //! what the write made durable and puts the work it allows on the work list (handle_written_*).
 
-use std::sync::Arc;
-
+use crate::cache::Outgoing;
 use crate::fixed_hash::HashSet;
 
 use super::*;
@@ -12,22 +11,23 @@ impl Softdep {
     // ------------------------------------------------------------ the write hooks
 
     /// Rolls back, in the copy about to be written, everything whose prerequisites are not on
-    /// disk, and notes what the write will carry. `copy` shares the buffer's bytes until a
-    /// roll-back may change them: only metadata blocks with dependencies (a group's header,
-    /// inode blocks, indirect blocks, directory blocks) are copied; file data goes as it is.
-    pub fn before_write(&mut self, bno: u64, copy: &mut Arc<[u8]>) {
+    /// disk, and notes what the write will carry. `copy` shares the buffer's bytes: a roll-back
+    /// is a patch of the bytes it changes (a dinode, an entry's inode number, a pointer), put
+    /// together with the block by the write's issuer; only a group header's is copied whole
+    /// here. File data goes as it is.
+    pub fn before_write(&mut self, bno: u64, copy: &mut Outgoing) {
         let epoch = self.tick();
         let mut inf = Inflight { epoch, ..Default::default() };
         if self.sb.is_cg_header(bno) {
             let cg = self.sb.cg_of_block(bno);
             inf.bmsafe = self.bmsafemap.get(&cg).map(|m| (m.inodedeps.clone(), m.newblks.clone()));
             if let Some(durable) = self.durable_initialized(cg) {
-                self.roll_back_inits(cg, durable, Arc::make_mut(copy), &mut inf);
+                self.roll_back_inits(cg, durable, copy, &mut inf);
             }
         }
         inf.first_contents = self.newblks.get(&bno).map(|n| n.epoch);
-        // The others are copied only when something is rolled back (`Arc::make_mut` at the
-        // change): a block whose every dependency is satisfied goes as the buffer holds it.
+        // The others change only where something is rolled back (`Outgoing::edit`): a block
+        // whose every dependency is satisfied goes as the buffer holds it.
         if self.is_inode_block(bno) {
             self.roll_back_inodes(bno, copy, &mut inf);
         }
@@ -127,10 +127,15 @@ impl Softdep {
     /// bmsafemap, so that no header on disk claims an inode block the disk does not hold zeroed:
     /// `cg_initediblk` back to `durable`, the inodes past it free in `cg_inosused` and in
     /// `cg_cs` (the copy stays a consistent group, its check hash resealed as it goes to disk).
-    fn roll_back_inits(&self, cg: u32, durable: u32, copy: &mut [u8], inf: &mut Inflight) {
+    /// Patches of the header and the inode map, not a copy of the block.
+    fn roll_back_inits(&self, cg: u32, durable: u32, copy: &mut Outgoing, inf: &mut Inflight) {
         let first = cg * self.sb.inodes_per_group;
         let is_dir = |idx| self.inodedeps.get(&(first + idx)).is_some_and(|d| d.is_dir);
-        ufs2::Cg::roll_back_inodes(copy, self.sb.ufs2(), cg, durable, is_dir);
+        let fs = self.sb.ufs2();
+        let mut hdr = copy.read(ufs2::Cg::HEADER).into_owned();
+        let map = copy.edit(ufs2::Cg::inode_map_range(&hdr, fs));
+        ufs2::Cg::roll_back_inode_map(&mut hdr, map, fs, cg, durable, is_dir);
+        copy.edit(ufs2::Cg::HEADER).copy_from_slice(&hdr);
         if let Some((inos, _)) = inf.bmsafe.as_mut() {
             inos.retain(|&i| i % self.sb.inodes_per_group < durable);
         }
@@ -140,7 +145,7 @@ impl Softdep {
     /// An inode block's copy (FreeBSD's initiate_write_inodeblock): a dinode not yet allocated
     /// on disk goes out free, and each new block pointer whose block is not ready is rolled back
     /// (`roll_back_pointers`).
-    fn roll_back_inodes(&self, bno: u64, copy: &mut Arc<[u8]>, inf: &mut Inflight) {
+    fn roll_back_inodes(&self, bno: u64, copy: &mut Outgoing, inf: &mut Inflight) {
         let cg = self.sb.cg_of_block(bno);
         let ipb = self.sb.inodes_per_block();
         let nth = (bno - self.sb.cg_itable_block(cg)) / self.sb.frag();
@@ -149,10 +154,11 @@ impl Softdep {
             let Some(id) = self.inodedeps.get(&ino) else { continue };
             let off = (ino - first) as usize * DINODE_SIZE;
             let at = off..off + DINODE_SIZE;
-            let raw = &copy[at.clone()];
+            let raw = copy.read(at.clone());
             if !id.bitmap_done() {
                 // Not allocated on disk yet: the dinode goes out as a free one.
-                Arc::make_mut(copy)[at].fill(0);
+                drop(raw);
+                copy.edit(at).fill(0);
                 inf.rolled_back = true;
                 continue;
             }
@@ -164,7 +170,7 @@ impl Softdep {
             let ext_ready = id.allocdirects().all(|a| !matches!(a.slot, PtrSlot::Ext(_)) || self.allocdirect_ready(a));
             if !ext_ready {
                 let (size, extb) = id.ext_old.expect("a pending attribute area records the one on disk");
-                let dd = d.get_or_insert_with(|| self.sb.decode_dinode(raw));
+                let dd = d.get_or_insert_with(|| self.sb.decode_dinode(&raw));
                 (dd.extsize, dd.extb) = (size, extb);
                 inf.rolled_back = true;
             }
@@ -173,12 +179,13 @@ impl Softdep {
                 inf.direct_done.extend(ext.map(|a| (ino, a.seq, a.bno)));
             }
             if id.allocdirects().any(|a| !matches!(a.slot, PtrSlot::Ext(_))) {
-                let dd = d.get_or_insert_with(|| self.sb.decode_dinode(raw));
+                let dd = d.get_or_insert_with(|| self.sb.decode_dinode(&raw));
                 self.roll_back_pointers(ino, id, dd, inf);
             }
             // Written back only if something was rolled back: the buffer's bytes are the copy's.
+            drop(raw);
             if let Some(dd) = d.filter(|_| inf.rolled_back) {
-                self.sb.encode_dinode(&dd, &mut Arc::make_mut(copy)[at]);
+                self.sb.encode_dinode(&dd, copy.edit(at));
             }
             inf.rolled_back |= rolled;
             inf.inodes_written.push(ino);
@@ -284,18 +291,20 @@ impl Softdep {
 
     /// An indirect block's copy (initiate_write_indirdep): each new pointer whose block is not
     /// ready is cleared, and the copy kept as the block's safe copy.
-    fn roll_back_indir(&mut self, bno: u64, copy: &mut Arc<[u8]>, inf: &mut Inflight) {
+    fn roll_back_indir(&mut self, bno: u64, copy: &mut Outgoing, inf: &mut Inflight) {
         let id = &self.indirdeps[&bno];
         let mut rolled = false;
         for a in id.allocindirs.values() {
+            let at = 8 * a.idx..8 * a.idx + 8;
             if self.newblk_ready(a.bno) {
                 inf.indir_done.push(a.bno);
-            } else if ind_get(copy, a.idx) == a.bno {
-                ind_set(Arc::make_mut(copy), a.idx, 0);
+            } else if ind_get(&copy.read(at.clone()), 0) == a.bno {
+                ind_set(copy.edit(at), 0, 0);
                 rolled = true;
             }
         }
-        let safe = rolled.then(|| copy.to_vec().into_boxed_slice());
+        // The safe copy is the whole block: made here, and the write carries it.
+        let safe = rolled.then(|| copy.whole().to_vec().into_boxed_slice());
         self.indirdeps.get_mut(&bno).expect("present").safe_copy = safe;
         inf.rolled_back |= rolled;
     }
@@ -303,7 +312,7 @@ impl Softdep {
     /// A directory block's copy (initiate_write_filepage): each new entry whose inode is not
     /// ready, or whose block is not yet reachable, goes back to what it named before; removals
     /// in a block not yet reachable keep the buffer dirty, to be written again once it is.
-    fn roll_back_entries(&self, bno: u64, copy: &mut Arc<[u8]>, inf: &mut Inflight) {
+    fn roll_back_entries(&self, bno: u64, copy: &mut Outgoing, inf: &mut Inflight) {
         let pd = &self.pagedeps[&bno];
         // A new directory block is not reachable until the pointer to it is on disk: its
         // entries wait for that too (FreeBSD's newdirblk), or a rename's old name could go
@@ -318,10 +327,12 @@ impl Softdep {
             if reachable && da.ready() {
                 inf.diradds_done.push((da.off, da.epoch));
             } else {
-                let bytes = Arc::make_mut(copy);
-                dirent_set_ino(bytes, da.off, da.old_ino);
+                // An entry's inode number and type: its first 8 bytes (d_ino, d_reclen, d_type,
+                // d_namlen), the name untouched.
+                let entry = copy.edit(da.off..da.off + 8);
+                dirent_set_ino(entry, 0, da.old_ino);
                 if da.wk.state.contains(DepState::DIRCHG) {
-                    dirent_set_type(bytes, da.off, da.old_dtype);
+                    dirent_set_type(entry, 0, da.old_dtype);
                 }
                 inf.rolled_back = true;
             }

@@ -1030,12 +1030,14 @@ mod tests {
     }
 
     /// `write` of a buffer's bytes, which the write shares as the cache's does; also returns
-    /// whether they went as they are, not copied.
-    fn write_shared(sd: &mut Softdep, bno: u64, buf: &std::sync::Arc<[u8]>) -> (bool, Vec<u8>, bool) {
-        let mut copy = std::sync::Arc::clone(buf);
+    /// the bytes the write changed in patches (`Some(0)`: the buffer's bytes went as they are;
+    /// None: the block was copied whole).
+    fn write_shared(sd: &mut Softdep, bno: u64, buf: &std::sync::Arc<[u8]>) -> (Option<usize>, Vec<u8>, bool) {
+        let mut copy = crate::cache::Outgoing::new(std::sync::Arc::clone(buf));
         sd.before_write(bno, &mut copy);
         let again = sd.after_write(bno);
-        (std::sync::Arc::ptr_eq(&copy, buf), copy.to_vec(), again)
+        assert_eq!(copy.shares(buf), copy.patched() == Some(0));
+        (copy.patched(), copy.to_vec(), again)
     }
 
     fn dirent_ino(block: &[u8], off: usize) -> u32 {
@@ -1133,27 +1135,31 @@ mod tests {
         assert!(sd.is_idle());
     }
 
-    /// A block is copied for its write only when something in it is rolled back; the buffer
-    /// keeps every change either way.
+    /// A block's write changes only what is rolled back in it, in patches of those bytes (an
+    /// entry's first 8, a dinode), never a copy of the block; the buffer keeps every change.
     #[test]
-    fn only_a_block_with_something_rolled_back_is_copied() {
+    fn only_what_is_rolled_back_is_patched() {
         let (sb, mut sd) = setup();
         let (ino, dirblk, dir, ib, ioff, itable) = new_file_entry(&sb, &mut sd, vec![]);
         let (dir, itable): (std::sync::Arc<[u8]>, std::sync::Arc<[u8]>) = (dir.into(), itable.into());
 
-        // The entry and the dinode are rolled back, in copies.
-        let (shared, bytes, _) = write_shared(&mut sd, dirblk, &dir);
-        assert!(!shared && dirent_ino(&bytes, 0) == 0 && dirent_ino(&dir, 0) == ino);
-        let (shared, bytes, _) = write_shared(&mut sd, ib, &itable);
-        assert!(!shared && bytes[ioff..ioff + DINODE_SIZE].iter().all(|&b| b == 0));
+        // The entry and the dinode are rolled back, in patches.
+        let (patched, bytes, _) = write_shared(&mut sd, dirblk, &dir);
+        assert_eq!(patched, Some(8), "the entry's inode number and type, not the block");
+        assert!(dirent_ino(&bytes, 0) == 0 && dirent_ino(&dir, 0) == ino);
+        let (patched, bytes, _) = write_shared(&mut sd, ib, &itable);
+        assert_eq!(patched, Some(DINODE_SIZE), "the dinode, not the block");
+        assert!(bytes[ioff..ioff + DINODE_SIZE].iter().all(|&b| b == 0));
+        assert_eq!(bytes[..ioff], itable[..ioff]);
+        assert_eq!(bytes[ioff + DINODE_SIZE..], itable[ioff + DINODE_SIZE..]);
         assert!(itable[ioff..ioff + DINODE_SIZE].iter().any(|&b| b != 0), "the buffer keeps the dinode");
 
         // Once the bitmap is on disk nothing is rolled back: the buffers' bytes go as they are.
         write(&mut sd, sb.cg_header_block(0), &[0u8; 4096]);
-        let (shared, bytes, _) = write_shared(&mut sd, ib, &itable);
-        assert!(shared && bytes == itable[..]);
-        let (shared, bytes, _) = write_shared(&mut sd, dirblk, &dir);
-        assert!(shared && dirent_ino(&bytes, 0) == ino);
+        let (patched, bytes, _) = write_shared(&mut sd, ib, &itable);
+        assert!(patched == Some(0) && bytes == itable[..]);
+        let (patched, bytes, _) = write_shared(&mut sd, dirblk, &dir);
+        assert!(patched == Some(0) && dirent_ino(&bytes, 0) == ino);
         sd.tasks.clear();
         assert!(sd.is_idle());
     }
@@ -1432,9 +1438,9 @@ mod tests {
         assert!(sd.tasks.is_empty(), "the disk still names the old run");
         make_ready(&sb, &mut sd, y);
         assert!(sd.tasks.is_empty());
-        let mut copy: std::sync::Arc<[u8]> = itable.as_slice().into();
+        let mut copy = crate::cache::Outgoing::new(itable.as_slice().into());
         sd.before_write(ib, &mut copy);
-        assert!(*copy == itable[..] && sd.tasks.is_empty(), "in flight: not yet durable");
+        assert!(copy.to_vec() == itable && sd.tasks.is_empty(), "in flight: not yet durable");
         assert!(!sd.after_write(ib));
         assert_eq!(sd.take_free_tasks(), vec![Task::FreeFrag(FreeFrag { ino, bno: w + 1, frags: 2 })]);
         assert!(sd.freefrags.is_empty() && sd.is_idle() && sd.pending_frees() == (0, 0));
@@ -1530,7 +1536,7 @@ mod tests {
         sd.inode_update(ino);
         write(&mut sd, x, &[0u8; 4096]);
         let hb = sb.cg_header_block(0);
-        let mut header: std::sync::Arc<[u8]> = vec![0u8; 4096].into();
+        let mut header = crate::cache::Outgoing::new(vec![0u8; 4096].into());
         sd.before_write(hb, &mut header);
         sd.alloc_direct_frags(ino, false, 0, (x, 2048), (x, 1024));
         sd.inode_update(ino);

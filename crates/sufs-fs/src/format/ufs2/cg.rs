@@ -190,11 +190,33 @@ impl Cg {
     /// Reseals the check hash of the group block `buf` (at least `fs_cgsize` bytes) in place,
     /// if the file system keeps them: what goes to the disk after the block was changed.
     pub fn reseal(buf: &mut [u8], fs: &Fs) {
-        if fs.has_ckhash(CK_CYLGRP) {
-            let b = &mut buf[..fs.fs_cgsize as usize];
-            ffs_ckhash(b, CG_CKHASH_OFF).put(b, CG_CKHASH_OFF);
+        if let Some(seal) = Cg::sealer(fs) {
+            seal(buf);
         }
     }
+
+    /// `reseal` as a function of the block alone, to run later (where the write is put
+    /// together, outside the file system's lock); None when the file system keeps no check
+    /// hash of its groups.
+    pub fn sealer(fs: &Fs) -> Option<impl Fn(&mut [u8]) + Send + Sync + 'static> {
+        let len = fs.fs_cgsize as usize;
+        fs.has_ckhash(CK_CYLGRP).then_some(move |buf: &mut [u8]| {
+            assert!(buf.len() >= len, "a group block of {} bytes, short of its {len}", buf.len());
+            let b = &mut buf[..len];
+            ffs_ckhash(b, CG_CKHASH_OFF).put(b, CG_CKHASH_OFF);
+        })
+    }
+
+    /// Where the inode map lies in the group block whose header is `hdr` (its first
+    /// `CG_STRUCT_SIZE` bytes, or more): the bytes `roll_back_inode_map` changes.
+    pub fn inode_map_range(hdr: &[u8], fs: &Fs) -> std::ops::Range<usize> {
+        let off = CgHeader::read_fields(hdr).cg_iusedoff as usize;
+        assert!(off >= CG_STRUCT_SIZE, "an inode map at {off}, inside the group's header");
+        off..off + fs.fs_ipg.div_ceil(8) as usize
+    }
+
+    /// The bytes of a group block that hold its header (`roll_back_inode_map`'s `hdr`).
+    pub const HEADER: std::ops::Range<usize> = 0..CG_STRUCT_SIZE;
 
     /// Soft updates' roll-back of a group block's copy whose initialized inode blocks are not
     /// all on disk (`roll_back_inits`), in place on the block `buf` (at least `fs_cgsize` bytes)
@@ -204,13 +226,29 @@ impl Cg {
     /// (`is_dir` says which of them count in `cs_ndir`); an `cg_irotor` past `from` goes back
     /// to 0. The number of inodes freed. The check hash is left to the caller's reseal.
     pub fn roll_back_inodes(buf: &mut [u8], fs: &Fs, cgx: u32, from: u32, is_dir: impl Fn(u32) -> bool) -> u32 {
-        let mut hdr = CgHeader::read_fields(buf);
+        let at = Cg::inode_map_range(buf, fs);
+        let (hdr, rest) = buf.split_at_mut(CG_STRUCT_SIZE);
+        let map = &mut rest[at.start - CG_STRUCT_SIZE..at.end - CG_STRUCT_SIZE];
+        Cg::roll_back_inode_map(hdr, map, fs, cgx, from, is_dir)
+    }
+
+    /// `roll_back_inodes` over the two parts of the block it changes: the header's bytes `hdr`
+    /// (`HEADER`) and the inode map's `map` (`inode_map_range`), so that a write may carry them
+    /// as patches of the block rather than a copy of it.
+    pub fn roll_back_inode_map(
+        hdr_bytes: &mut [u8],
+        map: &mut [u8],
+        fs: &Fs,
+        cgx: u32,
+        from: u32,
+        is_dir: impl Fn(u32) -> bool,
+    ) -> u32 {
+        let mut hdr = CgHeader::read_fields(hdr_bytes);
         assert!(hdr.cg_magic == CG_MAGIC && hdr.cg_cgx == cgx, "group {cgx}: its block's header is not its own");
         assert!(hdr.cg_initediblk > from, "group {cgx}: an initialized block pending past the count");
         let ipg = fs.fs_ipg;
         assert!(from <= ipg, "group {cgx}: inode {from} past a group of {ipg}");
-        let off = hdr.cg_iusedoff as usize;
-        let map = &mut buf[off..off + ipg.div_ceil(8) as usize];
+        assert_eq!(map.len(), ipg.div_ceil(8) as usize, "group {cgx}: an inode map of another size");
         let (mut freed, mut dirs) = (0u32, 0i32);
         let mut i = from as usize;
         while i < ipg as usize {
@@ -237,7 +275,7 @@ impl Cg {
         if hdr.cg_irotor >= from {
             hdr.cg_irotor = 0;
         }
-        hdr.write_fields(buf);
+        hdr.write_fields(hdr_bytes);
         freed
     }
 }
