@@ -12,9 +12,10 @@ impl Softdep {
 
     /// Rolls back, in the copy about to be written, everything whose prerequisites are not on
     /// disk, and notes what the write will carry. `copy` shares the buffer's bytes: a roll-back
-    /// is a patch of the bytes it changes (a dinode, an entry's inode number, a pointer), put
-    /// together with the block by the write's issuer; only a group header's is copied whole
-    /// here. File data goes as it is.
+    /// is a patch of the bytes it changes (a group header's fields and inode map, a dinode, an
+    /// entry's inode number, a pointer), put together with the block by the write's issuer;
+    /// only an indirect block rolled back is copied whole here (its safe copy). File data goes
+    /// as it is.
     pub fn before_write(&mut self, bno: u64, copy: &mut Outgoing) {
         let epoch = self.tick();
         let mut inf = Inflight { epoch, ..Default::default() };
